@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+
+#include "chimera/mesh.hpp"
+#include "chimera/status.hpp"
+#include "chimera/types.hpp"
+
+namespace chimera {
+
+/// Opaque execution stream. For the NCCL backend a `cudaStream_t`; ignored (nullptr) by
+/// host backends, whose calls complete before they return.
+using Stream = void*;
+
+/// One transfer of a grouped point-to-point call.
+struct P2POp {
+  enum class Kind : std::uint8_t { Send, Recv };
+  Kind kind = Kind::Send;
+  /// Send: source buffer; Recv: destination buffer. Must not be null when count > 0.
+  void* buffer = nullptr;
+  /// Elements of `dtype`.
+  std::size_t count = 0;
+  DataType dtype = DataType::F32;
+  /// World rank of the peer.
+  int peer = 0;
+};
+
+/// The communication interface every transport implements: MPI over host memory, NCCL over
+/// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`),
+/// and the communicator of each group is created on first use and cached.
+///
+/// Every collective is *collective over the group*: each rank of the group along `axes`
+/// that contains the caller must make the matching call. Counts are in elements. Buffers
+/// live in the backend's memory space (host for MPI, device for NCCL). `send == recv` is
+/// in-place where the description allows it. Calls are ordered on `stream()`; host
+/// backends complete them before returning.
+///
+/// Errors: InvalidArgument for bad input (null buffer with count > 0, empty axes, count not
+/// divisible, dtype/op unsupported), Mismatch when argument checking is on
+/// (`CHIMERA_CHECK_ARGS=1`, default in debug builds) and ranks of the group pass different
+/// counts/dtypes/ops (returned on every rank), BackendError when the transport fails.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "mpi" or "nccl".
+  virtual std::string_view name() const = 0;
+  /// The mesh this backend serves.
+  virtual const Mesh& mesh() const = 0;
+  /// This process's world rank.
+  virtual int rank() const = 0;
+
+  /// recv[i] = op over the group of send[i], i < count. In-place when send == recv.
+  [[nodiscard]] virtual Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                                         ReduceOp op, AxisSet axes) = 0;
+  /// send holds n*recvCount elements; group member g receives block g reduced over the group.
+  /// In-place when recv == send + g*recvCount*size (NCCL's convention).
+  [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype,
+                                             ReduceOp op, AxisSet axes) = 0;
+  /// recv (n*sendCount elements) = concatenation of every member's send, by group index.
+  /// In-place when send == recv + g*sendCount*size.
+  [[nodiscard]] virtual Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype,
+                                         AxisSet axes) = 0;
+  /// send and recv hold n blocks of countPerPeer; block j of member i's send lands in block i
+  /// of member j's recv. Out-of-place only (send != recv).
+  [[nodiscard]] virtual Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
+                                        AxisSet axes) = 0;
+  /// Copies the group member with index `root`'s send into every member's recv.
+  /// `send` is read on the root only. In-place when send == recv.
+  [[nodiscard]] virtual Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                                         AxisSet axes) = 0;
+  /// Point-to-point send to world rank `peer`.
+  [[nodiscard]] virtual Status send(const void* buf, std::size_t count, DataType dtype, int peer) = 0;
+  /// Point-to-point receive from world rank `peer`.
+  [[nodiscard]] virtual Status recv(void* buf, std::size_t count, DataType dtype, int peer) = 0;
+  /// Issues every transfer of `ops` together and completes them all (the many-to-many
+  /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
+  [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops) = 0;
+
+  /// Allocates `bytes` in the backend's memory space (scratch for plans). InvalidArgument on 0.
+  [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;
+  /// Frees memory from allocate. nullptr is a no-op.
+  virtual void deallocate(void* ptr) = 0;
+  /// Local copy within the backend's memory space, ordered on stream().
+  [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Waits until every call issued so far has completed (host: returns at once).
+  [[nodiscard]] virtual Status synchronize() = 0;
+
+  /// Stream the calls are ordered on (NCCL: cudaStream_t; default the legacy stream).
+  void setStream(Stream stream) { stream_ = stream; }
+  Stream stream() const { return stream_; }
+
+ protected:
+  Stream stream_ = nullptr;
+};
+
+}  // namespace chimera

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "common/log.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace chimera::detail {
+namespace {
+
+struct LogState {
+  std::mutex mutex;
+  int rank = -1;
+  spdlog::sink_ptr sink;
+  std::unordered_map<std::string, std::shared_ptr<spdlog::logger>> loggers;
+};
+
+LogState& state() {
+  static LogState instance;
+  return instance;
+}
+
+bool underLauncher() {
+  return std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr ||
+         std::getenv("PMIX_RANK") != nullptr;
+}
+
+spdlog::level::level_enum levelFromEnv() {
+  const char* text = std::getenv("CHIMERA_LOG_LEVEL");
+  if (text == nullptr || *text == '\0') return spdlog::level::warn;
+  const auto level = spdlog::level::from_str(text);
+  // from_str maps unknown text to off; accept only what it really knows.
+  if (level == spdlog::level::off && std::string(text) != "off") return spdlog::level::warn;
+  return level;
+}
+
+std::string pattern(int rank) {
+  const std::string who = rank >= 0 ? "[r" + std::to_string(rank) + "]" : "[r?]";
+  return "[%H:%M:%S.%e] " + who + " [chimera:%n] [%l] %v";
+}
+
+spdlog::sink_ptr makeSink() {
+  if (isatty(STDERR_FILENO) != 0 && !underLauncher())
+    return std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  return std::make_shared<spdlog::sinks::stderr_sink_mt>();
+}
+
+}  // namespace
+
+void setLogRank(int rank) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  s.rank = rank;
+  for (auto& [name, log] : s.loggers) log->set_pattern(pattern(rank));
+}
+
+std::shared_ptr<spdlog::logger> logger(std::string_view name) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  const std::string key(name);
+  if (auto it = s.loggers.find(key); it != s.loggers.end()) return it->second;
+  if (!s.sink) s.sink = makeSink();
+  auto log = std::make_shared<spdlog::logger>(key, s.sink);
+  log->set_level(levelFromEnv());
+  log->set_pattern(pattern(s.rank));
+  s.loggers.emplace(key, log);
+  return log;
+}
+
+}  // namespace chimera::detail
