@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+
+#include "chimera/backend.hpp"
+#include "chimera/mesh.hpp"
+#include "chimera/status.hpp"
+
+namespace chimera {
+
+/// Rank and size of the MPI world, initialising MPI (MPI_Init_thread, funneled) if the caller
+/// has not. A process that let chimera initialise MPI should call `finalizeMpi()` before exit.
+[[nodiscard]] Status mpiWorld(int& rank, int& size);
+
+/// Finalises MPI if chimera initialised it; otherwise does nothing.
+void finalizeMpi();
+
+/// Creates the MPI backend (host memory) over MPI_COMM_WORLD for `mesh`, whose size must
+/// equal the world size. Sub-communicators per axis group are created on first use and
+/// cached; creating one is collective over the world, so every rank must use the same
+/// groups in the same order (as with any collective). InvalidArgument on a mesh/world mismatch.
+[[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+}  // namespace chimera
