@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pack/unpack kernels and their launchers.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "common/box_pack.hpp"
+#include "common/check.hpp"
+#include "cuda_check.hpp"
+#include "dispatch.cuh"
+#include "launch_config.hpp"
+#include "pack.hpp"
+
+namespace chimera::detail {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kVectorBytes = 16;
+// A work item is one piece of one run, copied by one warp: 4 KiB = 32 lanes x 8 vectors,
+// all loads of a piece in flight before its stores.
+constexpr int kPieceBytes = kWarpSize * kVectorBytes * 8;
+
+struct PackSegment {
+  BoxRuns runs;
+  std::byte* tensor;
+  std::byte* packed;
+  std::int64_t piecesPerRun;
+};
+
+// Passed by value (__grid_constant__): no device allocation, no host->device copy, so a
+// launch can be captured into a CUDA graph. sizeof stays under the portable 4 KiB.
+struct PackBatch {
+  int count;
+  std::int64_t firstItem[kMaxBoxesPerLaunch + 1];  // prefix sums of work items per segment
+  PackSegment segment[kMaxBoxesPerLaunch];
+};
+static_assert(sizeof(PackBatch) < 4000, "kernel parameters must stay under 4 KiB");
+
+// ---------------------------------------------------------------------------------------
+// copyPiece: one warp copies n elements of type T from src to dst.
+// Preconditions: src and dst aligned to sizeof(T); no overlap.
+// When src and dst agree modulo 16 bytes: scalar head up to the 16-byte boundary, 16-byte
+// vectors (each lane keeps its loads in registers before storing), scalar tail. Otherwise
+// scalar (still coalesced across the warp). O(n / 32) steps per lane.
+// ---------------------------------------------------------------------------------------
+template <typename T>
+__device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n, int lane) {
+  constexpr int kPerVector = kVectorBytes / sizeof(T);
+  constexpr int kUnroll = kPieceBytes / (kWarpSize * kVectorBytes);
+  const auto srcAddress = reinterpret_cast<std::uintptr_t>(src);
+  const auto dstAddress = reinterpret_cast<std::uintptr_t>(dst);
+  std::int64_t head = n;
+  std::int64_t vectors = 0;
+  if (((srcAddress ^ dstAddress) % kVectorBytes) == 0) {
+    const auto toBoundary = static_cast<std::int64_t>((kVectorBytes - srcAddress % kVectorBytes) % kVectorBytes);
+    head = min(n, toBoundary / static_cast<std::int64_t>(sizeof(T)));
+    vectors = (n - head) / kPerVector;
+  }
+  for (std::int64_t i = lane; i < head; i += kWarpSize) dst[i] = src[i];
+  const auto* srcVectors = reinterpret_cast<const uint4*>(src + head);
+  auto* dstVectors = reinterpret_cast<uint4*>(dst + head);
+  for (std::int64_t first = 0; first < vectors; first += kWarpSize * kUnroll) {
+    uint4 held[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t v = first + u * kWarpSize + lane;
+      if (v < vectors) held[u] = srcVectors[v];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t v = first + u * kWarpSize + lane;
+      if (v < vectors) dstVectors[v] = held[u];
+    }
+  }
+  for (std::int64_t i = head + vectors * kPerVector + lane; i < n; i += kWarpSize) dst[i] = src[i];
+}
+
+// ---------------------------------------------------------------------------------------
+// boxCopyKernel<T, kPack>: pack (tensor -> packed) or unpack (packed -> tensor) of up to
+// kMaxBoxesPerLaunch boxes. T is the unsigned type of the element size (bits are copied).
+// Work: every run of every box is cut into pieces of <= 4 KiB; warps take pieces
+// grid-stride, so one launch balances boxes of any shapes. Per piece O(ndims) 64-bit
+// divisions locate the run (box_index.cuh), amortised over up to 4 KiB.
+// Preconditions: pointers aligned to sizeof(T); packed and tensor ranges disjoint; for
+// unpack, boxes of one launch disjoint in their tensors. Runs shorter than a warp leave
+// lanes idle: such packs are latency-bound (the planner should keep runs long).
+// ---------------------------------------------------------------------------------------
+template <typename T, bool kPack>
+__global__ void __launch_bounds__(kThreadsPerBlock) boxCopyKernel(const __grid_constant__ PackBatch batch) {
+  const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const std::int64_t warps = std::int64_t{gridDim.x} * blockDim.x / kWarpSize;
+  const std::int64_t totalItems = batch.firstItem[batch.count];
+  constexpr std::int64_t kPieceElements = kPieceBytes / sizeof(T);
+  int s = 0;
+  for (std::int64_t item = thread / kWarpSize; item < totalItems; item += warps) {
+    while (item >= batch.firstItem[s + 1]) ++s;  // items only grow: segments move forward
+    const PackSegment& segment = batch.segment[s];
+    const std::int64_t local = item - batch.firstItem[s];
+    const std::int64_t run = local / segment.piecesPerRun;
+    const std::int64_t start = (local - run * segment.piecesPerRun) * kPieceElements;
+    const std::int64_t n = min(kPieceElements, segment.runs.runLength - start);
+    T* tensor = reinterpret_cast<T*>(segment.tensor) + runOffset(segment.runs, run) + start;
+    T* packed = reinterpret_cast<T*>(segment.packed) + run * segment.runs.runLength + start;
+    if constexpr (kPack) {
+      copyPiece<T>(packed, tensor, n, lane);
+    } else {
+      copyPiece<T>(tensor, packed, n, lane);
+    }
+  }
+}
+
+bool overlaps(const std::byte* a, std::size_t aBytes, const std::byte* b, std::size_t bBytes) {
+  return a < b + bBytes && b < a + aBytes;
+}
+
+Status checkCopy(const BoxCopy& copy, std::size_t index, std::size_t elementSize) {
+  const Status boxStatus = validateBox(copy.box);
+  if (!boxStatus.isOk()) return Status::invalidArgument(fmt::format("copy {}: {}", index, boxStatus.message()));
+  CHIMERA_CHECK_ARG(copy.tensor != nullptr && copy.packed != nullptr, "copy {}: null tensor or packed pointer",
+                    index);
+  const auto tensorAddress = reinterpret_cast<std::uintptr_t>(copy.tensor);
+  const auto packedAddress = reinterpret_cast<std::uintptr_t>(copy.packed);
+  CHIMERA_CHECK_ARG(tensorAddress % elementSize == 0 && packedAddress % elementSize == 0,
+                    "copy {}: tensor {} / packed {} not aligned to the {}-byte element", index, copy.tensor,
+                    copy.packed, elementSize);
+  const auto tensorBytes = static_cast<std::size_t>(tensorVolume(copy.box)) * elementSize;
+  const auto packedBytes = static_cast<std::size_t>(boxVolume(copy.box)) * elementSize;
+  CHIMERA_CHECK_ARG(!overlaps(static_cast<std::byte*>(copy.tensor), tensorBytes,
+                              static_cast<std::byte*>(copy.packed), packedBytes),
+                    "copy {}: packed buffer overlaps the tensor", index);
+  return Status::ok();
+}
+
+// Fills one batch from `copies` (at most kMaxBoxesPerLaunch) and launches it.
+template <typename T, bool kPack>
+Status launchBatch(const BoxCopy* copies, std::size_t count, cudaStream_t stream) {
+  PackBatch batch{};
+  batch.count = static_cast<int>(count);
+  constexpr std::int64_t kPieceElements = kPieceBytes / sizeof(T);
+  for (std::size_t i = 0; i < count; ++i) {
+    PackSegment& segment = batch.segment[i];
+    segment.runs = boxRuns(copies[i].box);
+    segment.tensor = static_cast<std::byte*>(copies[i].tensor);
+    segment.packed = static_cast<std::byte*>(copies[i].packed);
+    segment.piecesPerRun = (segment.runs.runLength + kPieceElements - 1) / kPieceElements;
+    batch.firstItem[i + 1] = batch.firstItem[i] + segment.runs.numRuns * segment.piecesPerRun;
+  }
+  unsigned blocks = 0;
+  CHIMERA_RETURN_IF_ERROR(gridBlocks(batch.firstItem[count] * kWarpSize, blocks));
+  boxCopyKernel<T, kPack><<<blocks, kThreadsPerBlock, 0, stream>>>(batch);
+  CHIMERA_CUDA_RETURN(cudaGetLastError());
+  return Status::ok();
+}
+
+template <bool kPack>
+Status boxCopies(const BoxCopy* copies, std::size_t count, DataType dtype, void* stream) {
+  if (count == 0) return Status::ok();
+  CHIMERA_CHECK_ARG(copies != nullptr, "null copy list with {} copies", count);
+  const std::size_t elementSize = dataTypeSize(dtype);
+  for (std::size_t i = 0; i < count; ++i) CHIMERA_RETURN_IF_ERROR(checkCopy(copies[i], i, elementSize));
+  return dispatchDataType(dtype, [&](auto tag) -> Status {
+    using Bits = typename UintOfSize<sizeof(typename decltype(tag)::Type)>::Type;
+    for (std::size_t first = 0; first < count; first += kMaxBoxesPerLaunch) {
+      const std::size_t n = std::min<std::size_t>(kMaxBoxesPerLaunch, count - first);
+      CHIMERA_RETURN_IF_ERROR((launchBatch<Bits, kPack>(copies + first, n, static_cast<cudaStream_t>(stream))));
+    }
+    return Status::ok();
+  });
+}
+
+}  // namespace
+
+Status packBoxes(const BoxCopy* copies, std::size_t count, DataType dtype, void* stream) {
+  return boxCopies<true>(copies, count, dtype, stream);
+}
+
+Status unpackBoxes(const BoxCopy* copies, std::size_t count, DataType dtype, void* stream) {
+  return boxCopies<false>(copies, count, dtype, stream);
+}
+
+}  // namespace chimera::detail
