@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backend/mpi/mpi_backend_impl.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/mpi/exchange.hpp"
+#include "backend/mpi/mpi_util.hpp"
+#include "backend/mpi/ring.hpp"
+#include "common/check.hpp"
+#include "common/host_reduce.hpp"
+#include "common/log.hpp"
+
+namespace chimera::detail {
+namespace {
+
+constexpr int kP2PTag = 0x5032;  // 'P2'
+
+// Smallest per-rank message (bytes) from which chimera's own algorithm beats the MPI
+// library's, measured with 8 ranks on the 2-core development host (docs/performance.md).
+std::size_t pointToPointThreshold(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::AllReduce:
+      return std::size_t{256} << 10;
+    case CollectiveKind::ReduceScatter:
+      return std::size_t{64} << 10;
+    case CollectiveKind::AllGather:
+      return std::size_t{256} << 10;
+    case CollectiveKind::AllToAll:
+      return std::size_t{256} << 10;
+    case CollectiveKind::Broadcast:
+      return std::size_t{1} << 20;
+  }
+  return std::numeric_limits<std::size_t>::max();
+}
+
+bool fitsMpiCount(std::size_t count) { return count <= kMaxMpiCount; }
+
+Status checkTotal(std::size_t perRank, int parts, const char* what) {
+  CHIMERA_CHECK_ARG(perRank <= std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(parts),
+                    "{} {} times {} ranks overflows", what, perRank, parts);
+  return Status::ok();
+}
+
+}  // namespace
+
+MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options)
+    : mesh_(std::move(mesh)), rank_(rank), world_(world), p2p_(p2p), options_(options), groups_(world, mesh_, rank) {}
+
+MpiBackend::~MpiBackend() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) return;
+  MPI_Comm_free(&p2p_);
+  // groups_ frees its sub-communicators in its own destructor, after this body; they do
+  // not depend on world_ once created.
+  MPI_Comm_free(&world_);
+}
+
+Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group) {
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  if (!options_.checkArgs) return local;
+  return agreeOnCall(*group, signature, local);
+}
+
+bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const {
+  switch (options_.algorithm) {
+    case MpiAlgorithm::PointToPoint:
+      return true;
+    case MpiAlgorithm::Library:
+      return false;
+    case MpiAlgorithm::Auto:
+      break;
+  }
+  const bool chosen = bytes >= pointToPointThreshold(kind);
+  CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {} ranks: {}", collectiveKindName(kind), bytes, groupSize,
+                    chosen ? "point-to-point" : "MPI library");
+  return chosen;
+}
+
+Status MpiBackend::libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                                    const MpiGroup& group) {
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                                  mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm),
+                                    "MPI_Allreduce"));
+  if (op == ReduceOp::Avg) divideByCount(recv, count, dtype, group.size);
+  return Status::ok();
+}
+
+Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                             AxisSet axes) {
+  Status local = checkDataType(dtype);
+  if (local.isOk()) local = checkReduceOp(dtype, op);
+  if (local.isOk()) local = checkBuffer(send, count, "allReduce send buffer");
+  if (local.isOk()) local = checkBuffer(recv, count, "allReduce recv buffer");
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllReduce, count, dtype, op, 0}, local, group));
+  if (count == 0) return Status::ok();
+  const std::size_t bytes = count * dataTypeSize(dtype);
+  if (usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) || !fitsMpiCount(count))
+    return ringAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
+  return libraryAllReduce(send, recv, count, dtype, op, *group);
+}
+
+Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype,
+                                        ReduceOp op, const MpiGroup& group) {
+  // MPI forbids aliasing send and recv, and its MPI_IN_PLACE layout differs from NCCL's:
+  // reduce an in-place call into scratch and copy the block back.
+  const std::size_t bytes = recvCount * dataTypeSize(dtype);
+  const auto* sendBytes = static_cast<const std::byte*>(send);
+  const bool inPlace = recv == sendBytes + static_cast<std::size_t>(group.index) * bytes;
+  void* target = recv;
+  if (inPlace) {
+    target = scratch_.get(bytes);
+    if (target == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of scratch", bytes));
+  }
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Reduce_scatter_block(send, target, static_cast<int>(recvCount),
+                                                             mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm),
+                                    "MPI_Reduce_scatter_block"));
+  if (inPlace) std::memcpy(recv, target, bytes);
+  if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group.size);
+  return Status::ok();
+}
+
+Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                                 AxisSet axes) {
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  Status local = checkDataType(dtype);
+  if (local.isOk()) local = checkReduceOp(dtype, op);
+  if (local.isOk()) local = checkTotal(recvCount, group->size, "reduceScatter recvCount");
+  if (local.isOk()) local = checkBuffer(send, recvCount, "reduceScatter send buffer");
+  if (local.isOk()) local = checkBuffer(recv, recvCount, "reduceScatter recv buffer");
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::ReduceScatter, recvCount, dtype, op, 0}, local, group));
+  if (recvCount == 0) return Status::ok();
+  const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
+  if (usePointToPoint(CollectiveKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
+      !fitsMpiCount(recvCount)) {
+    CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, recv, BlockSplit{total, group->size}, dtype, op, *group, scratch_,
+                                              options_.segmentBytes));
+    if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group->size);
+    return Status::ok();
+  }
+  return libraryReduceScatter(send, recv, recvCount, dtype, op, *group);
+}
+
+Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  Status local = checkDataType(dtype);
+  if (local.isOk()) local = checkTotal(sendCount, group->size, "allGather sendCount");
+  if (local.isOk()) local = checkBuffer(send, sendCount, "allGather send buffer");
+  if (local.isOk()) local = checkBuffer(recv, sendCount, "allGather recv buffer");
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllGather, sendCount, dtype, ReduceOp::Sum, 0}, local, group));
+  if (sendCount == 0) return Status::ok();
+  const std::size_t es = dataTypeSize(dtype);
+  const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
+  auto* mine = static_cast<std::byte*>(recv) + static_cast<std::size_t>(group->index) * sendCount * es;
+  const bool inPlace = send == mine;
+  if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsMpiCount(total)) {
+    if (!inPlace) std::memcpy(mine, send, sendCount * es);
+    return ringAllGather(recv, BlockSplit{total, group->size}, dtype, *group, options_.segmentBytes);
+  }
+  const MPI_Datatype type = mpiDataType(dtype);
+  return mpiStatus(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type, recv,
+                                 static_cast<int>(sendCount), type, group->comm),
+                   "MPI_Allgather");
+}
+
+Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  Status local = checkDataType(dtype);
+  if (local.isOk()) local = checkTotal(countPerPeer, group->size, "allToAll countPerPeer");
+  if (local.isOk()) local = checkBuffer(send, countPerPeer, "allToAll send buffer");
+  if (local.isOk()) local = checkBuffer(recv, countPerPeer, "allToAll recv buffer");
+  if (local.isOk() && countPerPeer > 0 && send == recv)
+    local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
+  if (local.isOk() && !fitsMpiCount(countPerPeer * static_cast<std::size_t>(group->size)))
+    local = Status::unsupported(fmt::format("allToAll of {} elements per peer exceeds MPI's int count", countPerPeer));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllToAll, countPerPeer, dtype, ReduceOp::Sum, 0}, local, group));
+  if (countPerPeer == 0) return Status::ok();
+  const std::size_t total = countPerPeer * static_cast<std::size_t>(group->size);
+  if (usePointToPoint(CollectiveKind::AllToAll, total * dataTypeSize(dtype), group->size))
+    return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group);
+  const MPI_Datatype type = mpiDataType(dtype);
+  const int count = static_cast<int>(countPerPeer);
+  return mpiStatus(MPI_Alltoall(send, count, type, recv, count, type, group->comm), "MPI_Alltoall");
+}
+
+Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                             AxisSet axes) {
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  Status local = checkDataType(dtype);
+  if (local.isOk() && (root < 0 || root >= group->size))
+    local = Status::invalidArgument(
+        fmt::format("broadcast root {} is not a group index of axes {} (size {})", root, mesh_.axesName(axes),
+                    group->size));
+  if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
+  if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
+  if (local.isOk() && !fitsMpiCount(count))
+    local = Status::unsupported(fmt::format("broadcast of {} elements exceeds MPI's int count", count));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
+  if (count == 0) return Status::ok();
+  if (usePointToPoint(CollectiveKind::Broadcast, count * dataTypeSize(dtype), group->size))
+    return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group, options_.segmentBytes);
+  if (group->index == root && send != recv) std::memcpy(recv, send, count * dataTypeSize(dtype));
+  return mpiStatus(MPI_Bcast(recv, static_cast<int>(count), mpiDataType(dtype), root, group->comm), "MPI_Bcast");
+}
+
+Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const {
+  CHIMERA_RETURN_IF_ERROR(checkDataType(dtype));
+  CHIMERA_CHECK_ARG(peer >= 0 && peer < mesh_.size(), "peer {} is not a world rank (world size {})", peer,
+                    mesh_.size());
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(buf, count, "point-to-point buffer"));
+  if (!fitsMpiCount(count))
+    return Status::unsupported(fmt::format("point-to-point transfer of {} elements exceeds MPI's int count", count));
+  return Status::ok();
+}
+
+Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+  CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
+  CHIMERA_CHECK_ARG(peer != rank_, "send to self (rank {}) would block; use groupedP2P", peer);
+  return mpiStatus(MPI_Send(buf, static_cast<int>(count), mpiDataType(dtype), peer, kP2PTag, p2p_), "MPI_Send");
+}
+
+Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+  CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
+  CHIMERA_CHECK_ARG(peer != rank_, "recv from self (rank {}) would block; use groupedP2P", peer);
+  return mpiStatus(MPI_Recv(buf, static_cast<int>(count), mpiDataType(dtype), peer, kP2PTag, p2p_, MPI_STATUS_IGNORE),
+                   "MPI_Recv");
+}
+
+Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Status status = checkPeer(ops[i].peer, ops[i].count, ops[i].dtype, ops[i].buffer);
+    if (!status.isOk()) return Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
+  }
+  std::vector<MPI_Request> requests(ops.size(), MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const int count = static_cast<int>(op.count);
+    const int rc = op.kind == P2POp::Kind::Send
+                       ? MPI_Isend(op.buffer, count, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &requests[i])
+                       : MPI_Irecv(op.buffer, count, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &requests[i]);
+    if (rc != MPI_SUCCESS) {
+      // Complete what was posted so no request outlives the call, then report the failure.
+      MPI_Waitall(static_cast<int>(i), requests.data(), MPI_STATUSES_IGNORE);
+      return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
+    }
+  }
+  return mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                   "MPI_Waitall (groupedP2P)");
+}
+
+Status MpiBackend::allocate(std::size_t bytes, void** out) {
+  CHIMERA_CHECK_ARG(out != nullptr, "allocate: out pointer is null");
+  CHIMERA_CHECK_ARG(bytes > 0, "allocate: 0 bytes requested");
+  constexpr std::size_t kAlignment = 64;
+  void* memory = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (memory == nullptr) return Status::backendError(fmt::format("allocate: out of host memory for {} bytes", bytes));
+  *out = memory;
+  return Status::ok();
+}
+
+void MpiBackend::deallocate(void* ptr) { std::free(ptr); }
+
+Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
+  std::memmove(dst, src, bytes);
+  return Status::ok();
+}
+
+}  // namespace chimera::detail

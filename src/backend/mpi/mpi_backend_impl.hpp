@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MPI backend (host memory). Public entry points are in include/chimera/mpi_backend.hpp;
+// this header exposes the implementation and its options to in-tree tests and tools.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "backend/mpi/arg_check.hpp"
+#include "backend/mpi/mpi_group.hpp"
+#include "backend/mpi/scratch_buffer.hpp"
+#include "chimera/backend.hpp"
+
+namespace chimera::detail {
+
+/// Which implementation a collective runs.
+enum class MpiAlgorithm : std::uint8_t {
+  Auto,          ///< per op and size, as measured best (docs/performance.md)
+  PointToPoint,  ///< chimera's own: ring ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
+  Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
+};
+
+/// Tuning and checking options of the MPI backend.
+struct MpiBackendOptions {
+  MpiAlgorithm algorithm = MpiAlgorithm::Auto;
+  /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
+  bool checkArgs = false;
+  /// Ring segment size in bytes (CHIMERA_MPI_SEGMENT_BYTES).
+  std::size_t segmentBytes = std::size_t{1} << 20;
+};
+
+/// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),
+/// CHIMERA_MPI_ALGORITHM=auto|p2p|library, CHIMERA_MPI_SEGMENT_BYTES (parseSize syntax).
+/// InvalidArgument naming the variable on malformed values.
+[[nodiscard]] Status mpiBackendOptionsFromEnv(MpiBackendOptions& out);
+
+/// createMpiBackend with explicit options.
+[[nodiscard]] Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options,
+                                      std::unique_ptr<Backend>& out);
+
+/// Backend over MPI_COMM_WORLD with host buffers; every call completes before it returns.
+/// With argument checking off, a rank-local argument error returns at once on that rank
+/// only and its peers may wait for it (as in NCCL); with it on, every rank gets the error.
+class MpiBackend final : public Backend {
+ public:
+  /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv).
+  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options);
+  MpiBackend(const MpiBackend&) = delete;
+  MpiBackend& operator=(const MpiBackend&) = delete;
+  ~MpiBackend() override;
+
+  std::string_view name() const override { return "mpi"; }
+  const Mesh& mesh() const override { return mesh_; }
+  int rank() const override { return rank_; }
+
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                   AxisSet axes) override;
+  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                       AxisSet axes) override;
+  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) override;
+  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) override;
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes) override;
+  Status send(const void* buf, std::size_t count, DataType dtype, int peer) override;
+  Status recv(void* buf, std::size_t count, DataType dtype, int peer) override;
+  Status groupedP2P(std::span<const P2POp> ops) override;
+
+  Status allocate(std::size_t bytes, void** out) override;
+  void deallocate(void* ptr) override;
+  Status copy(void* dst, const void* src, std::size_t bytes) override;
+  Status synchronize() override { return Status::ok(); }
+
+  /// The options in force.
+  const MpiBackendOptions& options() const { return options_; }
+
+ private:
+  // Resolves the group, then (with checking on) agrees with its members on `signature`
+  // and `local`; returns `group` ready for the call or the verdict.
+  Status prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group);
+  // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
+  bool usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const;
+  Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
+
+  Status libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                          const MpiGroup& group);
+  Status libraryReduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                              const MpiGroup& group);
+
+  Mesh mesh_;
+  int rank_;
+  MPI_Comm world_;
+  MPI_Comm p2p_;
+  MpiBackendOptions options_;
+  MpiGroupCache groups_;
+  ScratchBuffer scratch_;
+};
+
+}  // namespace chimera::detail

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// MPI process setup and the MPI backend factory.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "backend/mpi/mpi_backend_impl.hpp"
+#include "backend/mpi/mpi_util.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "common/check.hpp"
+#include "common/log.hpp"
+
+namespace chimera {
+namespace {
+
+bool gChimeraInitializedMpi = false;
+
+// Creates a duplicate of MPI_COMM_WORLD that returns errors instead of aborting.
+Status duplicateWorld(MPI_Comm& out) {
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &out), "MPI_Comm_dup"));
+  return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+}
+
+Status parseBoolEnv(const char* name, bool fallback, bool& out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    out = fallback;
+    return Status::ok();
+  }
+  const std::string_view value(text);
+  if (value == "1" || value == "on" || value == "true") {
+    out = true;
+  } else if (value == "0" || value == "off" || value == "false") {
+    out = false;
+  } else {
+    return Status::invalidArgument(fmt::format("{}='{}' is not one of 0 1 on off true false", name, value));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status mpiWorld(int& rank, int& size) {
+  int initialized = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
+  if (initialized == 0) {
+    int provided = 0;
+    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                                              "MPI_Init_thread"));
+    gChimeraInitializedMpi = true;
+  }
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank"));
+  return detail::mpiStatus(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+}
+
+void finalizeMpi() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (gChimeraInitializedMpi && finalized == 0) MPI_Finalize();
+  gChimeraInitializedMpi = false;
+}
+
+Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out) {
+  detail::MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiBackendOptionsFromEnv(options));
+  return detail::createMpiBackend(mesh, options, out);
+}
+
+namespace detail {
+
+Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
+#ifdef NDEBUG
+  constexpr bool kCheckByDefault = false;
+#else
+  constexpr bool kCheckByDefault = true;
+#endif
+  MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(parseBoolEnv("CHIMERA_CHECK_ARGS", kCheckByDefault, options.checkArgs));
+  if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
+    const std::string_view value(text);
+    if (value == "auto") {
+      options.algorithm = MpiAlgorithm::Auto;
+    } else if (value == "p2p") {
+      options.algorithm = MpiAlgorithm::PointToPoint;
+    } else if (value == "library") {
+      options.algorithm = MpiAlgorithm::Library;
+    } else {
+      return Status::invalidArgument(
+          fmt::format("CHIMERA_MPI_ALGORITHM='{}' is not one of auto p2p library", value));
+    }
+  }
+  if (const char* text = std::getenv("CHIMERA_MPI_SEGMENT_BYTES"); text != nullptr && *text != '\0') {
+    std::size_t bytes = 0;
+    const Status parsed = parseSize(text, bytes);
+    if (!parsed.isOk() || bytes == 0)
+      return Status::invalidArgument(fmt::format("CHIMERA_MPI_SEGMENT_BYTES='{}' is not a positive size", text));
+    options.segmentBytes = bytes;
+  }
+  out = options;
+  return Status::ok();
+}
+
+Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std::unique_ptr<Backend>& out) {
+  int rank = 0;
+  int size = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
+  setLogRank(rank);
+  CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
+                    size);
+  CHIMERA_CHECK_ARG(options.segmentBytes > 0, "MPI backend segment size must be positive");
+  CHIMERA_RETURN_IF_ERROR(createUserOps());
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Comm p2p = MPI_COMM_NULL;
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(world));
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(p2p));
+  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, segment {} bytes", mesh.toString(),
+                    options.checkArgs ? "on" : "off", options.segmentBytes);
+  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options);
+  return Status::ok();
+}
+
+}  // namespace detail
+}  // namespace chimera

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backend/mpi/ring.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/mpi/mpi_util.hpp"
+#include "common/check.hpp"
+#include "common/host_reduce.hpp"
+
+namespace chimera::detail {
+namespace {
+
+constexpr int kRingTag = 0x5249;  // 'RI'
+
+int wrap(int value, int n) { return ((value % n) + n) % n; }
+
+std::byte* at(void* base, std::size_t elements, std::size_t elementSize) {
+  return static_cast<std::byte*>(base) + elements * elementSize;
+}
+const std::byte* at(const void* base, std::size_t elements, std::size_t elementSize) {
+  return static_cast<const std::byte*>(base) + elements * elementSize;
+}
+
+// Elements of segment `segment` inside a block of `blockSize` elements.
+std::size_t segmentLength(std::size_t blockSize, std::size_t segment, std::size_t segmentElems) {
+  const std::size_t begin = segment * segmentElems;
+  return begin >= blockSize ? 0 : std::min(segmentElems, blockSize - begin);
+}
+
+std::size_t segmentElements(std::size_t segmentBytes, std::size_t elementSize) {
+  return std::max<std::size_t>(1, std::min(segmentBytes / elementSize, kMaxMpiCount));
+}
+
+Status exchange(const void* sendBuf, std::size_t sendCount, void* recvBuf, std::size_t recvCount, DataType dtype,
+                const MpiGroup& group) {
+  const int right = wrap(group.index + 1, group.size);
+  const int left = wrap(group.index - 1, group.size);
+  const MPI_Datatype type = mpiDataType(dtype);
+  return mpiStatus(MPI_Sendrecv(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, recvBuf,
+                                static_cast<int>(recvCount), type, left, kRingTag, group.comm, MPI_STATUS_IGNORE),
+                   "MPI_Sendrecv (ring step)");
+}
+
+}  // namespace
+
+std::size_t BlockSplit::offset(int i) const {
+  const auto index = static_cast<std::size_t>(i);
+  const std::size_t base = count / static_cast<std::size_t>(parts);
+  const std::size_t extra = count % static_cast<std::size_t>(parts);
+  return index * base + std::min(index, extra);
+}
+
+std::size_t BlockSplit::size(int i) const {
+  const std::size_t base = count / static_cast<std::size_t>(parts);
+  return base + (static_cast<std::size_t>(i) < count % static_cast<std::size_t>(parts) ? 1 : 0);
+}
+
+Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType dtype, ReduceOp op,
+                         const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
+  const int n = group.size;
+  const int me = group.index;
+  const std::size_t es = dataTypeSize(dtype);
+  if (n == 1) {
+    if (out != send && split.count > 0) std::memcpy(out, send, split.count * es);
+    return Status::ok();
+  }
+  if (split.count == 0) return Status::ok();
+  const std::size_t segElems = segmentElements(segmentBytes, es);
+  const std::size_t largest = split.size(0);
+  const std::size_t segments = (largest + segElems - 1) / segElems;
+  const std::size_t slot = std::min(segElems, largest) * es;
+  void* base = scratch.get(2 * slot);
+  if (base == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of ring scratch", 2 * slot));
+  std::byte* slots[2] = {static_cast<std::byte*>(base), static_cast<std::byte*>(base) + slot};
+
+  for (std::size_t seg = 0; seg < segments; ++seg) {
+    const std::byte* partial = nullptr;  // what this rank sends next: its running sum of block sendBlock
+    for (int step = 0; step < n - 1; ++step) {
+      const int sendBlock = wrap(me - step - 1, n);
+      const int recvBlock = wrap(me - step - 2, n);
+      const std::size_t sendLen = segmentLength(split.size(sendBlock), seg, segElems);
+      const std::size_t recvLen = segmentLength(split.size(recvBlock), seg, segElems);
+      const std::size_t segOffset = seg * segElems;
+      if (step == 0) partial = at(send, split.offset(sendBlock) + segOffset, es);
+      std::byte* incoming = slots[step & 1];
+      CHIMERA_RETURN_IF_ERROR(exchange(partial, sendLen, incoming, recvLen, dtype, group));
+      const std::byte* mine = at(send, split.offset(recvBlock) + segOffset, es);
+      if (step == n - 2) {
+        // recvBlock == me: the last contribution lands straight in the destination.
+        reduceTo(at(out, segOffset, es), incoming, mine, recvLen, dtype, op);
+      } else {
+        reduceInto(incoming, mine, recvLen, dtype, op);
+        partial = incoming;
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status ringAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group, std::size_t segmentBytes) {
+  const int n = group.size;
+  const int me = group.index;
+  if (n == 1) return Status::ok();
+  const std::size_t es = dataTypeSize(dtype);
+  const std::size_t segElems = segmentElements(segmentBytes, es);
+  const std::size_t segments = (split.size(0) + segElems - 1) / segElems;
+  for (std::size_t seg = 0; seg < segments; ++seg) {
+    const std::size_t segOffset = seg * segElems;
+    for (int step = 0; step < n - 1; ++step) {
+      const int sendBlock = wrap(me - step, n);
+      const int recvBlock = wrap(me - step - 1, n);
+      CHIMERA_RETURN_IF_ERROR(exchange(at(buf, split.offset(sendBlock) + segOffset, es),
+                                       segmentLength(split.size(sendBlock), seg, segElems),
+                                       at(buf, split.offset(recvBlock) + segOffset, es),
+                                       segmentLength(split.size(recvBlock), seg, segElems), dtype, group));
+    }
+  }
+  return Status::ok();
+}
+
+Status ringAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                     const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
+  const BlockSplit split{count, group.size};
+  const std::size_t es = dataTypeSize(dtype);
+  void* mine = at(recv, split.offset(group.index), es);
+  CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, mine, split, dtype, op, group, scratch, segmentBytes));
+  if (op == ReduceOp::Avg) divideByCount(mine, split.size(group.index), dtype, group.size);
+  return ringAllGather(recv, split, dtype, group, segmentBytes);
+}
+
+}  // namespace chimera::detail
+

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// Persistent, grow-only host scratch for the MPI backend's own algorithms.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace chimera::detail {
+
+/// Host scratch that only grows. Memory is allocated and touched (zeroed) once when it
+/// grows, never on the hot path: allocating and page-faulting per call costs ~10x the
+/// collective itself on an oversubscribed host. Not thread-safe (one per backend).
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ~ScratchBuffer() { std::free(data_); }
+
+  /// At least `bytes` bytes, 64-byte aligned; nullptr when the allocation fails. Contents
+  /// are unspecified; the pointer stays valid until a call with a larger size.
+  void* get(std::size_t bytes) {
+    if (bytes <= capacity_) return data_;
+    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* grown = std::aligned_alloc(kAlignment, rounded);
+    if (grown == nullptr) return nullptr;
+    std::memset(grown, 0, rounded);  // fault the pages in now, not inside the collective
+    std::free(data_);
+    data_ = grown;
+    capacity_ = rounded;
+    return data_;
+  }
+
+  /// Bytes currently held.
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  static constexpr std::size_t kAlignment = 64;
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace chimera::detail
