@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "chimera/comm_program.hpp"
+#include "chimera/status.hpp"
+#include "chimera/topology.hpp"
+
+namespace chimera {
+
+/// One measured collective: `numGroups` groups of `groupSize` consecutive world ranks
+/// (group g = ranks [g*groupSize, (g+1)*groupSize)) ran `primitive` concurrently with L =
+/// `bytesPerRank`, and one run took `seconds` (e.g. the median of several iterations, the
+/// slowest rank's time).
+struct CalibrationSample {
+  StepKind primitive = StepKind::AllReduce;  ///< a collective; ManyToMany is not accepted
+  int groupSize = 0;                         ///< ranks per group (>= 2)
+  int numGroups = 1;                         ///< concurrent groups (>= 1)
+  std::uint64_t bytesPerRank = 0;            ///< L as in CommStep (> 0)
+  double seconds = 0;                        ///< measured time (> 0)
+};
+
+/// What a fit found.
+struct FitReport {
+  double alphaScale = 1;          ///< factor applied to every link class's alpha
+  double bandwidthScale = 1;      ///< factor applied to every link class's bandwidth
+  double reduceSecondsPerByte = 0;///< fitted reduction cost (the base value when no sample reduces)
+  bool reduceFitted = false;      ///< whether any sample constrained the reduction cost
+  double rmsRelativeError = 0;    ///< over the samples, after the fit
+  double maxRelativeError = 0;    ///< largest |predicted - measured| / measured after the fit
+};
+
+/// Fits `base`'s parameters to measurements by non-negative least squares on relative
+/// error: predicted(sample) = a * latency + b * transfer + gamma * reducedBytes, where the
+/// three terms come from the cost model of `base`. The result keeps `base`'s fabric and
+/// ratios between link classes, with every alpha scaled by a, every bandwidth divided by
+/// b, and the reduction cost set to gamma; on SharedMemory (one bus, one alpha) this is
+/// exactly a fit of alpha, beta and gamma. `out.calibration` records the sample count and
+/// the fit error. InvalidArgument when a sample is malformed (named by index), there are
+/// fewer samples than parameters, or the samples do not determine a positive bandwidth
+/// (e.g. all of one size). `out` is unchanged on error.
+[[nodiscard]] Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& samples, Topology& out,
+                                FitReport* report = nullptr);
+
+/// The CommStep a sample describes (its groups spelled out).
+CommStep sampleStep(const CalibrationSample& sample);
+
+}  // namespace chimera

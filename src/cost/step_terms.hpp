@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: Apache-2.0
+// The alpha-beta terms of one step (private), before they are weighted into seconds:
+// shared by the cost model (which adds them up) and calibration (which fits their weights).
+#pragma once
+
+#include <string>
+
+#include "chimera/comm_program.hpp"
+#include "chimera/status.hpp"
+#include "chimera/topology.hpp"
+
+namespace chimera::detail {
+
+/// The terms of one step's predicted time.
+struct StepTerms {
+  double latencySeconds = 0;   ///< sum of the rounds' alphas
+  double transferSeconds = 0;  ///< sum of the rounds' busiest-resource times
+  /// Bytes reduced one after another on the critical path, already multiplied by the
+  /// core-sharing factor; times topology.reduceSecondsPerByte gives the reduce term.
+  double reducedBytes = 0;
+  std::string bottleneck;      ///< the resource limiting the largest round ("" if none)
+};
+
+/// Expands `step` into its algorithm's rounds on `topology` and prices them.
+/// InvalidArgument when the step fails validateStep for topology.ranks.
+[[nodiscard]] Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out);
+
+}  // namespace chimera::detail

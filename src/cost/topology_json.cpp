@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// Profile files: a Topology as JSON, in SI units so that a save/load round trip is exact.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "chimera/topology.hpp"
+#include "common/check.hpp"
+#include "common/json.hpp"
+
+namespace chimera {
+
+namespace {
+
+using detail::Json;
+
+constexpr std::string_view kFormat = "chimera-topology-1";
+
+Json linkToJson(const LinkParams& link) {
+  return Json::object().set("alpha_s", link.alphaSeconds).set("bandwidth_bytes_per_s", link.bytesPerSecond);
+}
+
+// Reads fields of one JSON object, naming the full path of a field in every error.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  Status checkKnown(std::initializer_list<std::string_view> known) const {
+    CHIMERA_CHECK_ARG(object_.isObject(), "{} must be a JSON object", path_);
+    for (const auto& [key, value] : object_.members()) {
+      bool found = false;
+      for (const std::string_view name : known) found = found || key == name;
+      CHIMERA_CHECK_ARG(found, "unknown field '{}{}'", prefix(), key);
+    }
+    return Status::ok();
+  }
+
+  // Missing optional fields leave `out` unchanged.
+  Status number(std::string_view key, bool required, double& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return missing(key, required);
+    CHIMERA_CHECK_ARG(value->isNumber(), "field '{}{}' must be a number, got {}", prefix(), key, value->dump());
+    out = value->asDouble();
+    return Status::ok();
+  }
+
+  Status integer(std::string_view key, bool required, int& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return missing(key, required);
+    CHIMERA_CHECK_ARG(value->isInt() && value->asInt() >= std::numeric_limits<int>::min() &&
+                          value->asInt() <= std::numeric_limits<int>::max(),
+                      "field '{}{}' must be an integer, got {}", prefix(), key, value->dump());
+    out = static_cast<int>(value->asInt());
+    return Status::ok();
+  }
+
+  Status string(std::string_view key, bool required, std::string& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return missing(key, required);
+    CHIMERA_CHECK_ARG(value->isString(), "field '{}{}' must be a string, got {}", prefix(), key, value->dump());
+    out = value->asString();
+    return Status::ok();
+  }
+
+  Status link(std::string_view key, bool required, LinkParams& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return missing(key, required);
+    const FieldReader reader(*value, prefix() + std::string(key));
+    CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"alpha_s", "bandwidth_bytes_per_s"}));
+    CHIMERA_RETURN_IF_ERROR(reader.number("alpha_s", true, out.alphaSeconds));
+    return reader.number("bandwidth_bytes_per_s", true, out.bytesPerSecond);
+  }
+
+  Status calibration(std::string_view key, CalibrationInfo& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return Status::ok();
+    const FieldReader reader(*value, prefix() + std::string(key));
+    CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"samples", "rms_relative_error"}));
+    CHIMERA_RETURN_IF_ERROR(reader.integer("samples", true, out.samples));
+    return reader.number("rms_relative_error", true, out.rmsRelativeError);
+  }
+
+ private:
+  std::string prefix() const { return path_.empty() ? std::string() : path_ + "."; }
+  Status missing(std::string_view key, bool required) const {
+    if (!required) return Status::ok();
+    return Status::invalidArgument(fmt::format("missing field '{}{}'", prefix(), key));
+  }
+
+  const Json& object_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::string topologyToJson(const Topology& t) {
+  Json json = Json::object();
+  json.set("format", kFormat)
+      .set("name", t.name)
+      .set("fabric", fabricName(t.fabric))
+      .set("ranks", t.ranks)
+      .set("ranks_per_domain", t.ranksPerDomain)
+      .set("local_link", linkToJson(t.local))
+      .set("cross_link", linkToJson(t.cross))
+      .set("peer_penalty", t.peerPenalty)
+      .set("reduce_s_per_byte", t.reduceSecondsPerByte)
+      .set("compute_slots", t.computeSlots);
+  if (t.calibration.samples > 0) {
+    json.set("calibration", Json::object()
+                                .set("samples", t.calibration.samples)
+                                .set("rms_relative_error", t.calibration.rmsRelativeError));
+  }
+  return json.dump(2);
+}
+
+Status topologyFromJson(std::string_view text, Topology& out) {
+  Json json;
+  CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
+  const FieldReader reader(json, "");
+  CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link",
+                                             "cross_link", "peer_penalty", "reduce_s_per_byte", "compute_slots",
+                                             "calibration"}));
+  std::string format;
+  CHIMERA_RETURN_IF_ERROR(reader.string("format", true, format));
+  CHIMERA_CHECK_ARG(format == kFormat, "field 'format' is '{}', expected '{}'", format, kFormat);
+  Topology t;
+  std::string fabric;
+  CHIMERA_RETURN_IF_ERROR(reader.string("name", true, t.name));
+  CHIMERA_RETURN_IF_ERROR(reader.string("fabric", true, fabric));
+  CHIMERA_RETURN_IF_ERROR(parseFabric(fabric, t.fabric));
+  CHIMERA_RETURN_IF_ERROR(reader.integer("ranks", true, t.ranks));
+  CHIMERA_RETURN_IF_ERROR(reader.integer("ranks_per_domain", true, t.ranksPerDomain));
+  CHIMERA_RETURN_IF_ERROR(reader.link("local_link", true, t.local));
+  CHIMERA_RETURN_IF_ERROR(reader.link("cross_link", false, t.cross));
+  CHIMERA_RETURN_IF_ERROR(reader.number("peer_penalty", false, t.peerPenalty));
+  CHIMERA_RETURN_IF_ERROR(reader.number("reduce_s_per_byte", false, t.reduceSecondsPerByte));
+  CHIMERA_RETURN_IF_ERROR(reader.integer("compute_slots", false, t.computeSlots));
+  CHIMERA_RETURN_IF_ERROR(reader.calibration("calibration", t.calibration));
+  CHIMERA_RETURN_IF_ERROR(validateTopology(t));
+  out = std::move(t);
+  return Status::ok();
+}
+
+}  // namespace chimera

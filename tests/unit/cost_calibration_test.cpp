@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+// Calibration round trip: timings synthesised from known parameters (with noise) are fitted
+// back, starting from a preset with different values.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "chimera/calibration.hpp"
+#include "chimera/cost_model.hpp"
+
+namespace chimera {
+namespace {
+
+// Deterministic noise in [-amplitude, +amplitude] (a 64-bit LCG; no global RNG state).
+class Noise {
+ public:
+  explicit Noise(std::uint64_t seed) : state_(seed) {}
+  double next(double amplitude) {
+    state_ = state_ * 6364136223846793005ull + 1442695040888963407ull;
+    const double unit = static_cast<double>(state_ >> 11) / static_cast<double>(std::uint64_t{1} << 53);
+    return (2 * unit - 1) * amplitude;
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+// Every collective, on 8 ranks as 1x8, 2x4 and 4x2 concurrent groups, 4 KiB to 64 MiB.
+std::vector<CalibrationSample> synthesise(const Topology& truth, double noise, std::uint64_t seed) {
+  const CostModel model(truth);
+  Noise rng(seed);
+  std::vector<CalibrationSample> samples;
+  for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
+                              StepKind::Broadcast}) {
+    for (const int groupSize : {2, 4, 8}) {
+      for (std::uint64_t bytes = 4096; bytes <= (std::uint64_t{64} << 20); bytes *= 8) {
+        CalibrationSample sample{kind, groupSize, 8 / groupSize, bytes, 0.0};
+        StepCost cost;
+        EXPECT_TRUE(model.predictStep(sampleStep(sample), cost).isOk());
+        sample.seconds = cost.seconds * (1 + rng.next(noise));
+        samples.push_back(sample);
+      }
+    }
+  }
+  return samples;
+}
+
+Topology preset(const char* name) {
+  Topology topology;
+  EXPECT_TRUE(loadTopology(name, topology).isOk()) << name;
+  return topology;
+}
+
+TEST(Calibration, RecoversHostAlphaBandwidthAndReductionCostFromNoisyTimings) {
+  Topology truth = preset("host");
+  truth.local = {7e-6, 4.5e9};
+  truth.reduceSecondsPerByte = 0.8e-9;
+  const Topology base = preset("host");
+  ASSERT_NE(base.local.bytesPerSecond, truth.local.bytesPerSecond);
+
+  Topology fitted;
+  FitReport report;
+  const std::vector<CalibrationSample> samples = synthesise(truth, 0.02, 42);
+  const Status status = fitProfile(base, samples, fitted, &report);
+  ASSERT_TRUE(status.isOk()) << status.toString();
+  EXPECT_NEAR(fitted.local.alphaSeconds / truth.local.alphaSeconds, 1.0, 0.03);
+  EXPECT_NEAR(fitted.local.bytesPerSecond / truth.local.bytesPerSecond, 1.0, 0.03);
+  EXPECT_NEAR(fitted.reduceSecondsPerByte / truth.reduceSecondsPerByte, 1.0, 0.03);
+  EXPECT_TRUE(report.reduceFitted);
+  EXPECT_LT(report.rmsRelativeError, 0.02);
+  EXPECT_LE(report.maxRelativeError, 0.05);
+  EXPECT_EQ(fitted.calibration.samples, static_cast<int>(samples.size()));
+  EXPECT_DOUBLE_EQ(fitted.calibration.rmsRelativeError, report.rmsRelativeError);
+  EXPECT_EQ(fitted.fabric, Fabric::SharedMemory);
+  EXPECT_EQ(fitted.computeSlots, base.computeSlots);
+}
+
+TEST(Calibration, ExactTimingsAreFittedExactly) {
+  Topology truth = preset("host");
+  truth.local = {3e-6, 9e9};
+  truth.reduceSecondsPerByte = 0.25e-9;
+  Topology fitted;
+  FitReport report;
+  ASSERT_TRUE(fitProfile(preset("host"), synthesise(truth, 0.0, 1), fitted, &report).isOk());
+  EXPECT_NEAR(fitted.local.alphaSeconds, truth.local.alphaSeconds, 1e-6 * truth.local.alphaSeconds);
+  EXPECT_NEAR(fitted.local.bytesPerSecond, truth.local.bytesPerSecond, 1e-6 * truth.local.bytesPerSecond);
+  EXPECT_NEAR(fitted.reduceSecondsPerByte, truth.reduceSecondsPerByte, 1e-6 * truth.reduceSecondsPerByte);
+  EXPECT_LT(report.maxRelativeError, 1e-9);
+}
+
+TEST(Calibration, ScalesEveryLinkClassOfAPresetAndKeepsTheirRatio) {
+  const Topology base = preset("pcie-4080x8");
+  Topology truth = base;
+  truth.local = {base.local.alphaSeconds * 1.5, base.local.bytesPerSecond * 0.8};
+  truth.cross = {base.cross.alphaSeconds * 1.5, base.cross.bytesPerSecond * 0.8};
+  Topology fitted;
+  FitReport report;
+  ASSERT_TRUE(fitProfile(base, synthesise(truth, 0.01, 7), fitted, &report).isOk());
+  EXPECT_NEAR(report.alphaScale, 1.5, 0.05);
+  EXPECT_NEAR(report.bandwidthScale, 0.8, 0.02);
+  EXPECT_NEAR(fitted.cross.bytesPerSecond / fitted.local.bytesPerSecond,
+              base.cross.bytesPerSecond / base.local.bytesPerSecond, 1e-12);
+  // The GPUs reduce for free in the truth; the fit may not invent a cost that matters.
+  EXPECT_LT(fitted.reduceSecondsPerByte, 0.02 / base.local.bytesPerSecond);
+  EXPECT_EQ(fitted.name, "pcie-4080x8");
+}
+
+TEST(Calibration, KeepsTheBaseReductionCostWhenNoSampleReduces) {
+  Topology truth = preset("host");
+  truth.local = {5e-6, 6e9};
+  std::vector<CalibrationSample> gathers;
+  for (const CalibrationSample& s : synthesise(truth, 0.0, 3)) {
+    if (s.primitive == StepKind::AllGather || s.primitive == StepKind::AllToAll) gathers.push_back(s);
+  }
+  const Topology base = preset("host");
+  Topology fitted;
+  FitReport report;
+  ASSERT_TRUE(fitProfile(base, gathers, fitted, &report).isOk());
+  EXPECT_FALSE(report.reduceFitted);
+  EXPECT_EQ(fitted.reduceSecondsPerByte, base.reduceSecondsPerByte);
+  EXPECT_NEAR(fitted.local.bytesPerSecond, truth.local.bytesPerSecond, 1e-6 * truth.local.bytesPerSecond);
+}
+
+TEST(Calibration, BadSamplesAreRejectedWithAReason) {
+  const Topology base = preset("host");
+  Topology fitted = base;
+  fitted.name = "untouched";
+  Status status = fitProfile(base, {}, fitted);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("at least"), std::string::npos) << status.message();
+
+  status = fitProfile(base, {{StepKind::ManyToMany, 2, 1, 1024, 1e-3}}, fitted);
+  EXPECT_NE(status.message().find("sample 0: primitive must be a collective"), std::string::npos)
+      << status.message();
+  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, 1e-3}, {StepKind::AllGather, 4, 3, 1024, 1e-3}},
+                      fitted);
+  EXPECT_NE(status.message().find("sample 1: 3 groups of 4 ranks exceed"), std::string::npos) << status.message();
+  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, -1.0}}, fitted);
+  EXPECT_NE(status.message().find("measured time must be > 0"), std::string::npos) << status.message();
+  status = fitProfile(base, {{StepKind::AllGather, 1, 1, 1024, 1e-3}}, fitted);
+  EXPECT_NE(status.message().find("group size >= 2"), std::string::npos) << status.message();
+
+  // One size only: latency and bandwidth cannot be told apart.
+  std::vector<CalibrationSample> oneSize;
+  for (int i = 0; i < 5; ++i) oneSize.push_back({StepKind::AllGather, 8, 1, 1 << 20, 1e-3 * (1 + 0.01 * i)});
+  status = fitProfile(base, oneSize, fitted);
+  EXPECT_NE(status.message().find("do not determine"), std::string::npos) << status.message();
+  EXPECT_EQ(fitted.name, "untouched");
+}
+
+}  // namespace
+}  // namespace chimera
