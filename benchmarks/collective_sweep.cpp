@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "collective_sweep.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "buffer_check.hpp"
+#include "common/check.hpp"
+#include "timing.hpp"
+
+namespace chimera::bench {
+namespace {
+
+/// Backend-allocated send and receive buffers, large enough for every row.
+class RowBuffers {
+ public:
+  RowBuffers(Backend& backend) : backend_(backend) {}
+  RowBuffers(const RowBuffers&) = delete;
+  RowBuffers& operator=(const RowBuffers&) = delete;
+  ~RowBuffers() {
+    backend_.deallocate(send_);
+    backend_.deallocate(recv_);
+  }
+  Status allocate(std::size_t sendBytes, std::size_t recvBytes) {
+    CHIMERA_RETURN_IF_ERROR(backend_.allocate(std::max<std::size_t>(sendBytes, 1), &send_));
+    return backend_.allocate(std::max<std::size_t>(recvBytes, 1), &recv_);
+  }
+  void* send() const { return send_; }
+  void* recv() const { return recv_; }
+
+ private:
+  Backend& backend_;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+};
+
+/// One row's measurement on this rank before agreement.
+struct LocalRow {
+  std::uint64_t wrong = 0;
+  std::uint64_t baselineWrong = 0;
+  bool baselineRan = true;
+  double seconds = 0.0;
+  double baselineSeconds = 0.0;
+};
+
+std::vector<RowCase> rowCases(const Options& options, int groupSize) {
+  std::vector<std::optional<ReduceOp>> ops{std::nullopt};
+  if (collectiveReduces(options.collective)) ops.assign(options.ops.begin(), options.ops.end());
+  std::vector<RowCase> cases;
+  for (DataType dtype : options.dataTypes) {
+    for (const std::optional<ReduceOp>& op : ops) {
+      for (std::size_t bytes : sizeSeries(options)) {
+        cases.push_back({dtype, op, bufferShape(options.collective, bytes, dataTypeSize(dtype), groupSize)});
+      }
+    }
+  }
+  return cases;
+}
+
+Status statusWithoutUnsupported(const Status& status, bool& unsupported) {
+  unsupported = status.code() == StatusCode::Unsupported;
+  return unsupported ? Status::ok() : status;
+}
+
+/// Runs ours, then the baseline, once each on a poisoned receive buffer and counts the
+/// elements of this rank's result that differ from the expected values.
+Status checkRow(CollectiveRunner& runner, const InputPattern& inputs, const RowCase& row, const RowBuffers& buffers,
+                LocalRow& local) {
+  const std::size_t recvBytes = row.shape.recvCount * dataTypeSize(row.dtype);
+  const auto expectedAt = [&](std::size_t i) { return runner.expected(inputs, row, i); };
+  poisonBuffer(buffers.recv(), recvBytes);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(runner.runOurs(row, buffers.send(), buffers.recv())));
+  local.wrong = countMismatches(buffers.recv(), row.dtype, row.shape.recvCount, expectedAt);
+  poisonBuffer(buffers.recv(), recvBytes);
+  bool unsupported = false;
+  CHIMERA_RETURN_IF_ERROR(statusWithoutUnsupported(
+      agreeOnStatus(runner.runBaseline(row, buffers.send(), buffers.recv())), unsupported));
+  local.baselineRan = !unsupported;
+  if (local.baselineRan) {
+    const void* result = runner.baselineResult(buffers.send(), buffers.recv());
+    local.baselineWrong = countMismatches(result, row.dtype, row.shape.recvCount, expectedAt);
+  }
+  return Status::ok();
+}
+
+double statistic(TimeStatistic stat, const TimingSamples& samples) {
+  return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
+}
+
+/// Times ours, then the baseline (unless it could not run), each after its own warm-up.
+Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& row, const RowBuffers& buffers,
+               LocalRow& local) {
+  const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
+  TimingSamples samples;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
+    return runner.runOurs(row, buffers.send(), buffers.recv());
+  }, samples)));
+  local.seconds = statistic(options.stat, samples);
+  if (!local.baselineRan) return Status::ok();
+  bool unsupported = false;
+  CHIMERA_RETURN_IF_ERROR(statusWithoutUnsupported(
+      agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier,
+                             [&] { return runner.runBaseline(row, buffers.send(), buffers.recv()); }, samples)),
+      unsupported));
+  local.baselineRan = !unsupported;
+  local.baselineSeconds = statistic(options.stat, samples);
+  return Status::ok();
+}
+
+/// Times: max over ranks; wrong elements: sum over ranks (collective over the world).
+ResultRow agreeRow(const Options& options, const RowCase& row, const LocalRow& local, int groupSize) {
+  double seconds[2] = {local.seconds, local.baselineSeconds};
+  MPI_Allreduce(MPI_IN_PLACE, seconds, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  std::uint64_t wrong[2] = {local.wrong, local.baselineWrong};
+  MPI_Allreduce(MPI_IN_PLACE, wrong, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  ResultRow result;
+  result.bytes = row.shape.bytes;
+  result.count = row.shape.paramCount;
+  result.dtype = row.dtype;
+  result.op = row.op;
+  result.timeUs = seconds[0] * 1e6;
+  computeBandwidth(result, busBandwidthFactor(options.collective, groupSize));
+  if (options.check) result.wrong = wrong[0];
+  if (local.baselineRan) {
+    result.baselineTimeUs = seconds[1] * 1e6;
+    if (options.check) result.baselineWrong = wrong[1];
+  }
+  return result;
+}
+
+RunInfo runInfo(const Options& options, BenchContext& context) {
+  RunInfo info;
+  info.collective = collectiveName(options.collective);
+  info.nranks = context.worldSize();
+  info.backend = context.group().backend->name();
+  info.mesh = context.mesh().toString();
+  info.axis = context.axisName();
+  info.groupSize = context.group().groupSize();
+  info.baseline = baselineName(options.collective);
+  info.iters = options.iters;
+  info.warmupIters = options.warmupIters;
+  info.stat = options.stat == TimeStatistic::Median ? "median" : "mean";
+  if (options.collective == Collective::Broadcast) info.root = options.root;
+  return info;
+}
+
+/// Rank 0 prints `text` and flushes, so rows appear as they are measured.
+void print(int rank, const std::string& text) {
+  if (rank != 0) return;
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOutcome& out) {
+  GroupContext& group = context.group();
+  const int rank = context.worldRank();
+  const std::vector<RowCase> cases = rowCases(options, group.groupSize());
+  std::size_t sendBytes = 0;
+  std::size_t recvBytes = 0;
+  for (const RowCase& row : cases) {
+    sendBytes = std::max(sendBytes, row.shape.sendCount * dataTypeSize(row.dtype));
+    recvBytes = std::max(recvBytes, row.shape.recvCount * dataTypeSize(row.dtype));
+  }
+  std::ofstream json;
+  if (rank == 0 && !options.jsonPath.empty()) json.open(options.jsonPath, std::ios::trunc);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && !options.jsonPath.empty() && !json
+                                            ? Status::invalidArgument("--json: cannot write '" + options.jsonPath + "'")
+                                            : Status::ok()));
+  RowBuffers buffers(*group.backend);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.allocate(sendBytes, recvBytes)));
+  const std::unique_ptr<CollectiveRunner> runner = createRunner(options.collective, group);
+  const RunInfo info = runInfo(options, context);
+  print(rank, tableHeader(info));
+
+  SweepOutcome outcome;
+  for (const RowCase& row : cases) {
+    if (row.shape.paramCount == 0) {
+      print(rank, fmt::format("# {} {}: fewer elements than the group has ranks, row skipped\n",
+                              row.shape.bytes, dataTypeName(row.dtype)));
+      continue;
+    }
+    const InputPattern inputs(options.seed, row.dtype, row.op, group.groupRanks);
+    fillBuffer(buffers.send(), row.dtype, row.shape.sendCount,
+               [&](std::size_t i) { return inputs.value(group.groupIndex, i); });
+    LocalRow local;
+    if (options.check) CHIMERA_RETURN_IF_ERROR(checkRow(*runner, inputs, row, buffers, local));
+    CHIMERA_RETURN_IF_ERROR(timeRow(options, *runner, row, buffers, local));
+    const ResultRow result = agreeRow(options, row, local, group.groupSize());
+    print(rank, tableRow(result));
+    if (result.baselineWrong.value_or(0) > 0) {
+      print(rank, fmt::format("# warning: the baseline {} returned {} wrong elements in the row above\n",
+                              info.baseline, *result.baselineWrong));
+    }
+    outcome.anyWrong |= result.wrong.value_or(0) > 0 || result.baselineWrong.value_or(0) > 0;
+    outcome.rows.push_back(result);
+  }
+  if (json.is_open()) json << reportJson(info, outcome.rows).dump(2) << '\n';
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && json.is_open() && !json.flush()
+                                            ? Status::invalidArgument("--json: writing '" + options.jsonPath + "' failed")
+                                            : Status::ok()));
+  out = std::move(outcome);
+  return Status::ok();
+}
+
+}  // namespace chimera::bench

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// The collective mode of chimera-bench (-C): for every dtype x op x size, check ours and the
+// baseline once (-c 1), time both, agree over ranks, print a row (rank 0), and at the end
+// write --json. Other modes (scenarios) get their own file next to this one.
+#pragma once
+
+#include <vector>
+
+#include "bench_context.hpp"
+#include "options.hpp"
+#include "report.hpp"
+
+namespace chimera::bench {
+
+/// What a sweep produced (identical on every rank).
+struct SweepOutcome {
+  std::vector<ResultRow> rows;
+  /// Some element of ours or of the baseline was wrong on some rank.
+  bool anyWrong = false;
+};
+
+/// Runs the sweep the options describe. Collective over MPI_COMM_WORLD; a failure is
+/// returned on every rank (agreed), never left hanging on one.
+[[nodiscard]] Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOutcome& out);
+
+}  // namespace chimera::bench

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// chimera-bench output: the nccl-tests-style table (rank 0 prints it) and the --json document.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chimera/types.hpp"
+#include "common/json.hpp"
+
+namespace chimera::bench {
+
+/// One measured row, already agreed over ranks (times: max over ranks; wrong: sum over ranks).
+struct ResultRow {
+  /// `size` column: bytes of the larger per-rank buffer.
+  std::size_t bytes = 0;
+  /// `count` column: the count argument of the call.
+  std::size_t count = 0;
+  DataType dtype = DataType::F32;
+  /// Empty for collectives that do not reduce (printed "none").
+  std::optional<ReduceOp> op;
+  /// Our time per iteration, microseconds.
+  double timeUs = 0.0;
+  /// bytes / time, GB/s (1e9 bytes).
+  double algbwGBps = 0.0;
+  /// algbw times the collective's bus-bandwidth factor.
+  double busbwGBps = 0.0;
+  /// Wrong elements of our result over all ranks; empty when not checked (-c 0).
+  std::optional<std::uint64_t> wrong;
+  /// Baseline time per iteration; empty when the baseline could not run (n/a).
+  std::optional<double> baselineTimeUs;
+  /// Wrong elements of the baseline's result over all ranks; empty when not checked or not run.
+  std::optional<std::uint64_t> baselineWrong;
+};
+
+/// Fills algbw and busbw of `row` from bytes, timeUs and the bus-bandwidth `factor`.
+void computeBandwidth(ResultRow& row, double factor);
+/// baseline / ours, or empty when there is no baseline time or ours is 0.
+std::optional<double> speedup(const ResultRow& row);
+
+/// What the run was, for the table banner and the JSON header.
+struct RunInfo {
+  std::string collective;
+  int nranks = 0;
+  std::string backend;
+  std::string mesh;
+  std::string axis;
+  int groupSize = 0;
+  /// The baseline call ("MPI_Allreduce").
+  std::string baseline;
+  int iters = 0;
+  int warmupIters = 0;
+  /// "mean" or "median".
+  std::string stat;
+  /// Broadcast root (group index); empty for other collectives.
+  std::optional<int> root;
+};
+
+/// The banner and the two column-header lines, each starting with '#', ending in '\n'.
+std::string tableHeader(const RunInfo& info);
+/// One table line (ends in '\n'); n/a for a missing baseline, N/A for an unchecked #wrong.
+std::string tableRow(const ResultRow& row);
+/// {"collective", "nranks", "backend", "mesh", "axis", "group_size", "baseline", "stat",
+///  "iters", "warmup_iters", "baseline_wrong", "rows": [{"bytes", "count", "dtype", "op",
+///  "time_us", "algbw_gbps", "busbw_gbps", "wrong", "baseline_time_us", "speedup"}]}; missing
+/// values are null. "baseline_wrong" is the baseline's wrong elements over all rows.
+detail::Json reportJson(const RunInfo& info, const std::vector<ResultRow>& rows);
+
+}  // namespace chimera::bench

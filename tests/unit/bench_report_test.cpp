@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+
+#include "collective.hpp"
+#include "report.hpp"
+#include "timing.hpp"
+
+namespace chimera::bench {
+namespace {
+
+ResultRow sampleRow() {
+  ResultRow row;
+  row.bytes = 32u << 20;
+  row.count = (32u << 20) / 4;
+  row.dtype = DataType::F32;
+  row.op = ReduceOp::Sum;
+  row.timeUs = 20000.0;
+  row.wrong = 0;
+  row.baselineTimeUs = 30000.0;
+  row.baselineWrong = 2;
+  computeBandwidth(row, busBandwidthFactor(Collective::AllReduce, 8));
+  return row;
+}
+
+TEST(BenchReport, BandwidthAndSpeedup) {
+  const ResultRow row = sampleRow();
+  EXPECT_NEAR(row.algbwGBps, 33554432.0 / 0.02 / 1e9, 1e-12);
+  EXPECT_NEAR(row.busbwGBps, row.algbwGBps * 1.75, 1e-12);
+  ASSERT_TRUE(speedup(row).has_value());
+  EXPECT_DOUBLE_EQ(*speedup(row), 1.5);
+  ResultRow noBaseline = row;
+  noBaseline.baselineTimeUs.reset();
+  EXPECT_FALSE(speedup(noBaseline).has_value());
+}
+
+TEST(BenchReport, TableRowShowsEveryColumn) {
+  ResultRow row = sampleRow();
+  const std::string line = tableRow(row);
+  EXPECT_EQ(line, "    33554432       8388608     float     sum     20000.0     1.68     2.94       0      30000.0     1.50\n");
+  row.wrong.reset();
+  row.baselineTimeUs.reset();
+  row.op.reset();
+  const std::string unchecked = tableRow(row);
+  EXPECT_NE(unchecked.find(" none "), std::string::npos);
+  EXPECT_NE(unchecked.find(" N/A "), std::string::npos);
+  EXPECT_NE(unchecked.find(" n/a "), std::string::npos);
+  RunInfo info;
+  info.collective = "allreduce";
+  info.root = 2;
+  const std::string header = tableHeader(info);
+  EXPECT_NE(header.find("#wrong"), std::string::npos);
+  EXPECT_NE(header.find("baseline"), std::string::npos);
+  EXPECT_NE(header.find("root (group index) 2"), std::string::npos);
+}
+
+TEST(BenchReport, JsonHasTheContractFields) {
+  RunInfo info;
+  info.collective = "allreduce";
+  info.nranks = 8;
+  info.backend = "mpi";
+  ResultRow unchecked = sampleRow();
+  unchecked.wrong.reset();
+  unchecked.baselineWrong.reset();
+  unchecked.baselineTimeUs.reset();
+  const detail::Json json = reportJson(info, {sampleRow(), unchecked});
+  ASSERT_NE(json.find("collective"), nullptr);
+  EXPECT_EQ(json.find("collective")->asString(), "allreduce");
+  EXPECT_EQ(json.find("nranks")->asInt(), 8);
+  EXPECT_EQ(json.find("backend")->asString(), "mpi");
+  EXPECT_EQ(json.find("baseline_wrong")->asInt(), 2);
+  const detail::Json* rows = json.find("rows");
+  ASSERT_NE(rows, nullptr);
+  ASSERT_EQ(rows->size(), 2u);
+  const detail::Json& first = rows->items()[0];
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : first.members()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"bytes", "count", "dtype", "op", "time_us", "algbw_gbps", "busbw_gbps",
+                                            "wrong", "baseline_time_us", "speedup"}));
+  EXPECT_EQ(first.find("bytes")->asInt(), 32 << 20);
+  EXPECT_EQ(first.find("dtype")->asString(), "float");
+  EXPECT_EQ(first.find("op")->asString(), "sum");
+  EXPECT_DOUBLE_EQ(first.find("speedup")->asDouble(), 1.5);
+  EXPECT_EQ(first.find("wrong")->asInt(), 0);
+  const detail::Json& second = rows->items()[1];
+  EXPECT_TRUE(second.find("wrong")->isNull());
+  EXPECT_TRUE(second.find("baseline_time_us")->isNull());
+  EXPECT_TRUE(second.find("speedup")->isNull());
+  detail::Json reparsed;
+  ASSERT_TRUE(detail::parseJson(json.dump(2), reparsed).isOk());
+  EXPECT_EQ(reparsed, json);
+}
+
+TEST(Timing, MeanIsLoopTimeOverItersAndMedianIsRobust) {
+  TimingSamples samples;
+  samples.iterationSeconds = {1.0, 9.0, 2.0, 3.0};
+  samples.loopSeconds = 15.0;
+  EXPECT_DOUBLE_EQ(meanIterationSeconds(samples), 3.75);
+  EXPECT_DOUBLE_EQ(medianIterationSeconds(samples), 2.5);
+  samples.iterationSeconds.push_back(100.0);
+  EXPECT_DOUBLE_EQ(medianIterationSeconds(samples), 3.0);
+  EXPECT_DOUBLE_EQ(medianIterationSeconds(TimingSamples{}), 0.0);
+}
+
+TEST(Timing, LoopRunsWarmupBarrierAndItersInOrder) {
+  std::vector<char> calls;
+  TimingSamples samples;
+  const Status status = timeLoop(
+      2, 3, [&] { return calls.push_back('b'), Status::ok(); }, [&] { return calls.push_back('o'), Status::ok(); },
+      samples);
+  ASSERT_TRUE(status.isOk());
+  EXPECT_EQ(std::string(calls.begin(), calls.end()), "oobooo");
+  ASSERT_EQ(samples.iterationSeconds.size(), 3u);
+  double sum = 0;
+  for (double s : samples.iterationSeconds) sum += s;
+  EXPECT_NEAR(sum, samples.loopSeconds, 1e-12);
+  int runs = 0;
+  const Status failed = timeLoop(
+      0, 5, [] { return Status::ok(); },
+      [&] { return ++runs == 2 ? Status::backendError("boom") : Status::ok(); }, samples);
+  EXPECT_EQ(failed.code(), StatusCode::BackendError);
+  EXPECT_EQ(runs, 2);
+}
+
+}  // namespace
+}  // namespace chimera::bench
