@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backend/nccl/nccl_backend_impl.hpp"
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/nccl/nccl_check.hpp"
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "cuda_check.hpp"
+
+namespace chimera::detail {
+namespace {
+
+constexpr const char* kLog = "nccl";
+
+Status ncclDataType(DataType dtype, ncclDataType_t& out) {
+  switch (dtype) {
+    case DataType::F32: out = ncclFloat32; return Status::ok();
+    case DataType::F64: out = ncclFloat64; return Status::ok();
+    case DataType::F16: out = ncclFloat16; return Status::ok();
+    case DataType::BF16: out = ncclBfloat16; return Status::ok();
+    case DataType::I32: out = ncclInt32; return Status::ok();
+    case DataType::I64: out = ncclInt64; return Status::ok();
+    case DataType::U8: out = ncclUint8; return Status::ok();
+  }
+  return Status::invalidArgument(fmt::format("unknown DataType value {}", static_cast<int>(dtype)));
+}
+
+Status ncclReduceOp(DataType dtype, ReduceOp op, ncclRedOp_t& out) {
+  switch (op) {
+    case ReduceOp::Sum: out = ncclSum; break;
+    case ReduceOp::Prod: out = ncclProd; break;
+    case ReduceOp::Min: out = ncclMin; break;
+    case ReduceOp::Max: out = ncclMax; break;
+    case ReduceOp::Avg: out = ncclAvg; break;
+    default: return Status::invalidArgument(fmt::format("unknown ReduceOp value {}", static_cast<int>(op)));
+  }
+  if (!reduceOpSupported(dtype, op)) {
+    return Status::unsupported(fmt::format("{} is not supported on {}", reduceOpName(op), dataTypeName(dtype)));
+  }
+  return Status::ok();
+}
+
+Status checkBuffer(const void* ptr, std::size_t count, const char* what) {
+  CHIMERA_CHECK_ARG(ptr != nullptr || count == 0, "{} is null but count is {}", what, count);
+  return Status::ok();
+}
+
+cudaStream_t cudaStreamOf(Stream stream) { return static_cast<cudaStream_t>(stream); }
+
+}  // namespace
+
+Status ncclStatus(ncclResult_t result, const char* what) {
+  std::string message = fmt::format("{} failed: {}", what, ncclGetErrorString(result));
+  if (const char* detail = ncclGetLastError(nullptr); detail != nullptr && *detail != '\0') {
+    message += fmt::format(" ({})", detail);
+  }
+  if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::invalidArgument(std::move(message));
+  return Status::backendError(std::move(message));
+}
+
+Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
+  out = NcclBackendOptions{};
+  if (const char* text = std::getenv("CHIMERA_TIMEOUT_MS"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const long long value = std::strtoll(text, &end, 10);
+    CHIMERA_CHECK_ARG(*end == '\0' && value > 0, "CHIMERA_TIMEOUT_MS='{}' is not a positive number of milliseconds",
+                      text);
+    out.timeout = std::chrono::milliseconds(value);
+  }
+  if (const char* mode = std::getenv("CHIMERA_NCCL_ALLTOALL"); mode != nullptr && *mode != '\0') {
+    const std::string_view text(mode);
+    CHIMERA_CHECK_ARG(text == "native" || text == "grouped", "CHIMERA_NCCL_ALLTOALL='{}' is not native or grouped",
+                      text);
+    out.groupedAllToAll = text == "grouped";
+  }
+  return Status::ok();
+}
+
+NcclBackend::NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, NcclBackendOptions options)
+    : mesh_(mesh), rank_(rank), device_(device), world_(world), options_(options) {}
+
+NcclBackend::~NcclBackend() {
+  if (!abortReason_.empty()) return;  // abortAll already released the communicators
+  if (cudaSetDevice(device_) != cudaSuccess) CHIMERA_LOG_WARN(kLog, "cudaSetDevice({}) failed in teardown", device_);
+  for (auto& [bits, comm] : groups_) {
+    if (ncclCommDestroy(comm) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "ncclCommDestroy failed for group {}", bits);
+  }
+  if (ncclCommDestroy(world_) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "ncclCommDestroy failed for the world");
+}
+
+Status NcclBackend::usable() const {
+  if (abortReason_.empty()) return Status::ok();
+  return Status::backendError(fmt::format("NCCL communicators were aborted: {}", abortReason_));
+}
+
+void NcclBackend::abortAll() {
+  for (auto& [bits, comm] : groups_) ncclCommAbort(comm);
+  ncclCommAbort(world_);
+}
+
+Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
+  CHIMERA_RETURN_IF_ERROR(usable());
+  CHIMERA_CHECK_ARG(!axes.empty(), "empty axis set (mesh {})", mesh_.toString());
+  CHIMERA_CHECK_ARG((axes.bits() & ~mesh_.allAxes().bits()) == 0, "axis set bits {:#x} name axes outside mesh {}",
+                    axes.bits(), mesh_.toString());
+  if (axes == mesh_.allAxes()) {
+    out = world_;
+    return Status::ok();
+  }
+  if (const auto it = groups_.find(axes.bits()); it != groups_.end()) {
+    out = it->second;
+    return Status::ok();
+  }
+  // Collective over the world: every rank splits, coloured by its group along `axes`, keyed
+  // by its index inside that group, so comm rank == group index.
+  ncclComm_t comm = nullptr;
+  CHIMERA_NCCL_RETURN(ncclCommSplit(world_, mesh_.groupColor(rank_, axes), mesh_.groupIndex(rank_, axes), &comm,
+                                    nullptr));
+  CHIMERA_LOG_DEBUG(kLog, "created NCCL communicator for group {} ({} ranks)", mesh_.axesName(axes),
+                    mesh_.groupSize(axes));
+  groups_.emplace(axes.bits(), comm);
+  out = comm;
+  return Status::ok();
+}
+
+Status NcclBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                              AxisSet axes) {
+  ncclDataType_t type{};
+  ncclRedOp_t redOp{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  CHIMERA_RETURN_IF_ERROR(ncclReduceOp(dtype, op, redOp));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, count, "send buffer"));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, count, "recv buffer"));
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  if (count == 0) return Status::ok();
+  CHIMERA_NCCL_RETURN(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream())));
+  return Status::ok();
+}
+
+Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                                  AxisSet axes) {
+  ncclDataType_t type{};
+  ncclRedOp_t redOp{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  CHIMERA_RETURN_IF_ERROR(ncclReduceOp(dtype, op, redOp));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, recvCount, "send buffer"));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, recvCount, "recv buffer"));
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  if (recvCount == 0) return Status::ok();
+  CHIMERA_NCCL_RETURN(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream())));
+  return Status::ok();
+}
+
+Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+  ncclDataType_t type{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, sendCount, "send buffer"));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, sendCount, "recv buffer"));
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  if (sendCount == 0) return Status::ok();
+  CHIMERA_NCCL_RETURN(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream())));
+  return Status::ok();
+}
+
+Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+  ncclDataType_t type{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, countPerPeer, "send buffer"));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, countPerPeer, "recv buffer"));
+  CHIMERA_CHECK_ARG(countPerPeer == 0 || send != recv, "allToAll is out-of-place only (send == recv == {})", send);
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  if (countPerPeer == 0) return Status::ok();
+#if CHIMERA_NCCL_HAS_ALLTOALL
+  if (!options_.groupedAllToAll) {
+    CHIMERA_NCCL_RETURN(ncclAlltoAll(send, recv, countPerPeer, type, comm, cudaStreamOf(stream())));
+    return Status::ok();
+  }
+#endif
+  return allToAllGrouped(send, recv, countPerPeer, dtype, comm);
+}
+
+Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
+                                    ncclComm_t comm) {
+  ncclDataType_t type{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  int members = 0;
+  CHIMERA_NCCL_RETURN(ncclCommCount(comm, &members));
+  const std::size_t blockBytes = countPerPeer * dataTypeSize(dtype);
+  const auto* sendBytes = static_cast<const std::byte*>(send);
+  auto* recvBytes = static_cast<std::byte*>(recv);
+  CHIMERA_NCCL_RETURN(ncclGroupStart());
+  Status status;
+  for (int peer = 0; peer < members && status.isOk(); ++peer) {
+    const std::size_t offset = static_cast<std::size_t>(peer) * blockBytes;
+    const ncclResult_t sent = ncclSend(sendBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream()));
+    const ncclResult_t received =
+        sent == ncclSuccess ? ncclRecv(recvBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream()))
+                            : sent;
+    if (received != ncclSuccess) status = ncclStatus(received, "ncclSend/ncclRecv of allToAll");
+  }
+  // The group must be closed even after a failed enqueue.
+  const ncclResult_t ended = ncclGroupEnd();
+  CHIMERA_RETURN_IF_ERROR(status);
+  if (ended != ncclSuccess && ended != ncclInProgress) return ncclStatus(ended, "ncclGroupEnd of allToAll");
+  return Status::ok();
+}
+
+Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                              AxisSet axes) {
+  ncclDataType_t type{};
+  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, count, "recv buffer"));
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  const int members = mesh_.groupSize(axes);
+  CHIMERA_CHECK_ARG(root >= 0 && root < members, "broadcast root {} outside group {} of {} ranks", root,
+                    mesh_.axesName(axes), members);
+  if (mesh_.groupIndex(rank_, axes) == root) CHIMERA_RETURN_IF_ERROR(checkBuffer(send, count, "root's send buffer"));
+  if (count == 0) return Status::ok();
+  CHIMERA_NCCL_RETURN(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream())));
+  return Status::ok();
+}
+
+Status NcclBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+  // A Send op only reads its buffer; P2POp holds one pointer type for both kinds.
+  const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
+  CHIMERA_CHECK_ARG(peer != rank_, "send to self (rank {}) would never match a receive: use groupedP2P", peer);
+  return groupedP2P(std::span<const P2POp>(&op, 1));
+}
+
+Status NcclBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+  const P2POp op{P2POp::Kind::Recv, buf, count, dtype, peer};
+  CHIMERA_CHECK_ARG(peer != rank_, "receive from self (rank {}) would never match a send: use groupedP2P", peer);
+  return groupedP2P(std::span<const P2POp>(&op, 1));
+}
+
+Status NcclBackend::groupedP2P(std::span<const P2POp> ops) {
+  CHIMERA_RETURN_IF_ERROR(usable());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    ncclDataType_t type{};
+    CHIMERA_RETURN_IF_ERROR(ncclDataType(op.dtype, type));
+    CHIMERA_CHECK_ARG(op.kind == P2POp::Kind::Send || op.kind == P2POp::Kind::Recv, "op {}: unknown kind {}", i,
+                      static_cast<int>(op.kind));
+    CHIMERA_CHECK_ARG(op.peer >= 0 && op.peer < mesh_.size(), "op {}: peer {} outside 0..{}", i, op.peer,
+                      mesh_.size() - 1);
+    CHIMERA_CHECK_ARG(op.buffer != nullptr || op.count == 0, "op {}: buffer is null but count is {}", i, op.count);
+  }
+  CHIMERA_NCCL_RETURN(ncclGroupStart());
+  Status status;
+  for (std::size_t i = 0; i < ops.size() && status.isOk(); ++i) {
+    const P2POp& op = ops[i];
+    if (op.count == 0) continue;
+    ncclDataType_t type{};
+    status = ncclDataType(op.dtype, type);
+    if (!status.isOk()) break;
+    const ncclResult_t result =
+        op.kind == P2POp::Kind::Send
+            ? ncclSend(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream()))
+            : ncclRecv(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream()));
+    if (result != ncclSuccess) status = ncclStatus(result, op.kind == P2POp::Kind::Send ? "ncclSend" : "ncclRecv");
+  }
+  // The group must be closed even after a failed enqueue.
+  const ncclResult_t ended = ncclGroupEnd();
+  CHIMERA_RETURN_IF_ERROR(status);
+  if (ended != ncclSuccess && ended != ncclInProgress) return ncclStatus(ended, "ncclGroupEnd of groupedP2P");
+  return Status::ok();
+}
+
+Status NcclBackend::allocate(std::size_t bytes, void** out) {
+  CHIMERA_CHECK_ARG(out != nullptr, "allocate: null output pointer");
+  CHIMERA_CHECK_ARG(bytes > 0, "allocate: 0 bytes requested");
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  CHIMERA_CUDA_RETURN(cudaMalloc(out, bytes));
+  return Status::ok();
+}
+
+void NcclBackend::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  if (cudaSetDevice(device_) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
+    CHIMERA_LOG_WARN(kLog, "cudaFree({}) on device {} failed: {}", ptr, device_,
+                     cudaGetErrorString(cudaGetLastError()));
+  }
+}
+
+Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return Status::ok();
+  CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamOf(stream())));
+  return Status::ok();
+}
+
+// Polls instead of cudaStreamSynchronize: a blocking wait on a stream whose NCCL kernel
+// waits for a dead peer would never return. Between polls NCCL is asked for asynchronous
+// errors; either an error or no completion by the deadline aborts every communicator.
+Status NcclBackend::synchronize() {
+  CHIMERA_RETURN_IF_ERROR(usable());
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  auto pause = std::chrono::microseconds(1);
+  while (true) {
+    const cudaError_t query = cudaStreamQuery(cudaStreamOf(stream()));
+    if (query == cudaSuccess) return Status::ok();
+    if (query != cudaErrorNotReady) return cudaStatus(query, "cudaStreamQuery");
+    std::vector<std::pair<std::uint32_t, ncclComm_t>> comms(groups_.begin(), groups_.end());
+    comms.emplace_back(mesh_.allAxes().bits(), world_);
+    for (const auto& [bits, comm] : comms) {
+      ncclResult_t asyncError = ncclSuccess;
+      CHIMERA_NCCL_RETURN(ncclCommGetAsyncError(comm, &asyncError));
+      if (asyncError != ncclSuccess && asyncError != ncclInProgress) {
+        const Status error = ncclStatus(asyncError, "asynchronous NCCL operation");
+        abortReason_ = fmt::format("group {}: {}", mesh_.axesName(AxisSet::fromBits(bits)), error.message());
+        abortAll();
+        return Status::backendError(abortReason_);
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      abortReason_ = fmt::format("stream did not complete within CHIMERA_TIMEOUT_MS={} ms", options_.timeout.count());
+      CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
+      abortAll();
+      return Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+}  // namespace chimera::detail

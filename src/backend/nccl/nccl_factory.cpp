@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// NCCL backend factories: from a caller-given unique id (no MPI), and bootstrapped over MPI.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <string>
+
+#include "backend/nccl/nccl_backend_impl.hpp"
+#include "backend/nccl/nccl_check.hpp"
+#include "chimera/nccl_backend.hpp"
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "cuda_check.hpp"
+
+#if CHIMERA_HAS_MPI
+#include <mpi.h>
+#endif
+
+namespace chimera {
+
+static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "NcclUniqueId must hold an ncclUniqueId");
+
+Status createNcclUniqueId(NcclUniqueId& out) {
+  ncclUniqueId id;
+  CHIMERA_NCCL_RETURN(ncclGetUniqueId(&id));
+  std::memcpy(out.bytes.data(), &id, sizeof id);
+  return Status::ok();
+}
+
+Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqueId& id,
+                         std::unique_ptr<Backend>& out) {
+  CHIMERA_CHECK_ARG(mesh.size() >= 1, "NCCL backend needs a mesh with at least one rank");
+  CHIMERA_CHECK_ARG(rank >= 0 && rank < mesh.size(), "rank {} outside mesh {} of {} ranks", rank, mesh.toString(),
+                    mesh.size());
+  detail::NcclBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(detail::ncclBackendOptionsFromEnv(options));
+  int devices = 0;
+  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
+  CHIMERA_CHECK_ARG(device >= 0 && device < devices, "CUDA device {} outside 0..{}", device, devices - 1);
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device));
+  ncclUniqueId ncclId;
+  std::memcpy(&ncclId, id.bytes.data(), sizeof ncclId);
+  ncclComm_t world = nullptr;
+  CHIMERA_NCCL_RETURN(ncclCommInitRank(&world, mesh.size(), ncclId, rank));
+  CHIMERA_LOG_INFO("nccl", "rank {} of {} on CUDA device {} (mesh {})", rank, mesh.size(), device, mesh.toString());
+  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, options);
+  return Status::ok();
+}
+
+#if CHIMERA_HAS_MPI
+namespace {
+
+// Every rank learns whether all ranks succeeded: a lone failure must not leave the others
+// waiting in the next collective. Returns `local` on the failing rank, a naming error elsewhere.
+Status agree(const Status& local, const char* step) {
+  int ok = local.isOk() ? 1 : 0;
+  int allOk = 0;
+  if (MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    return Status::backendError(fmt::format("MPI_Allreduce failed while agreeing on {}", step));
+  }
+  if (!local.isOk()) return local;
+  if (allOk == 0) return Status::backendError(fmt::format("another rank failed at {}", step));
+  return Status::ok();
+}
+
+Status nodeLocalRank(int worldRank, int& localRank) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, worldRank, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
+    return Status::backendError("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
+  }
+  const int result = MPI_Comm_rank(node, &localRank);
+  MPI_Comm_free(&node);
+  if (result != MPI_SUCCESS) return Status::backendError("MPI_Comm_rank on the node communicator failed");
+  return Status::ok();
+}
+
+Status pickDevice(int localRank, int& device) {
+  int devices = 0;
+  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
+  CHIMERA_CHECK_ARG(localRank < devices, "node-local rank {} but only {} CUDA devices: one GPU per rank", localRank,
+                    devices);
+  device = localRank;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  CHIMERA_CHECK_ARG(initialized != 0, "MPI is not initialised: call chimera::mpiWorld() or MPI_Init first");
+  int rank = 0;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(),
+                    mesh.size(), size);
+  int localRank = 0;
+  int device = 0;
+  Status local = nodeLocalRank(rank, localRank);
+  if (local.isOk()) local = pickDevice(localRank, device);
+  CHIMERA_RETURN_IF_ERROR(agree(local, "selecting a CUDA device"));
+  NcclUniqueId id;
+  CHIMERA_RETURN_IF_ERROR(agree(rank == 0 ? createNcclUniqueId(id) : Status::ok(), "creating the NCCL unique id"));
+  if (MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    return Status::backendError("MPI_Bcast of the NCCL unique id failed");
+  }
+  return createNcclBackend(mesh, rank, device, id, out);
+}
+#else
+Status createNcclBackendMpi(const Mesh& /*mesh*/, std::unique_ptr<Backend>& /*out*/) {
+  return Status::unsupported(
+      "chimera was built without MPI (CHIMERA_WITH_MPI=OFF): create a unique id and call createNcclBackend");
+}
+#endif
+
+}  // namespace chimera
