@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bad input to the MPI backend: every rank gets a Status naming the problem, none hangs,
+// and the backend still works afterwards.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "backend_test_support.hpp"
+
+namespace chimera::testing {
+namespace {
+
+bool has(const Status& status, StatusCode code, const std::string& needle) {
+  return status.code() == code && status.message().find(needle) != std::string::npos;
+}
+
+BackendUnderTest checkedBackend() {
+  const auto cases = groupCases(worldSize());
+  return makeBackend(cases.front(), testOptions(detail::MpiAlgorithm::Auto));
+}
+
+// A correct AllReduce after an error proves nobody is left inside a collective.
+bool stillWorks(BackendUnderTest& t) {
+  std::vector<int> data(33, 1);
+  const Status status = t.backend->allReduce(data.data(), data.data(), data.size(), DataType::I32, ReduceOp::Sum,
+                                             t.axes);
+  const int want = t.mesh.groupSize(t.axes);
+  bool ok = status.isOk();
+  for (const int v : data) ok = ok && v == want;
+  EXPECT_TRUE(ok) << status.toString();
+  return ok;
+}
+
+TEST(MpiBackendBadInput, UnknownAndEmptyAxes) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  AxisSet axes;
+  const Status unknown = t.mesh.parseAxes("ep", axes);
+  EXPECT_TRUE(has(unknown, StatusCode::InvalidArgument, "'ep'")) << unknown.toString();
+  ok = ok && has(unknown, StatusCode::InvalidArgument, "'ep'");
+  std::vector<float> data(4, 1.0f);
+  const Status empty = t.backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, AxisSet{});
+  EXPECT_TRUE(has(empty, StatusCode::InvalidArgument, "empty axis set")) << empty.toString();
+  ok = ok && has(empty, StatusCode::InvalidArgument, "empty axis set");
+  const Status outside =
+      t.backend->allGather(data.data(), data.data(), 1, DataType::F32, AxisSet::fromBits(1u << 7));
+  EXPECT_TRUE(has(outside, StatusCode::InvalidArgument, "does not have")) << outside.toString();
+  ok = ok && has(outside, StatusCode::InvalidArgument, "does not have");
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+TEST(MpiBackendBadInput, NullBufferOnOneRankFailsEveryRank) {
+  BackendUnderTest t = checkedBackend();
+  const bool culprit = worldRank() == 0;
+  std::vector<float> data(16, 1.0f);
+  const Status status = t.status.isOk() ? t.backend->allReduce(culprit ? nullptr : data.data(), data.data(), 16,
+                                                               DataType::F32, ReduceOp::Sum, t.axes)
+                                        : t.status;
+  const bool inGroupWithCulprit = t.mesh.groupColor(0, t.axes) == t.mesh.groupColor(worldRank(), t.axes);
+  bool ok = true;
+  if (culprit) {
+    ok = has(status, StatusCode::InvalidArgument, "allReduce send buffer is null but count is 16");
+  } else if (inGroupWithCulprit) {
+    ok = has(status, StatusCode::InvalidArgument, "another rank");
+  } else {
+    ok = status.isOk();  // other groups never see rank 0's input
+  }
+  EXPECT_TRUE(ok) << status.toString();
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+TEST(MpiBackendBadInput, DifferentCountsDtypesOrCollectivesAreMismatchOnEveryRank) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  const bool odd = t.mesh.groupIndex(worldRank(), t.axes) == 0;  // one member per group differs
+  const bool alone = t.mesh.groupSize(t.axes) == 1;               // a group of one agrees with itself
+  std::vector<double> a(64, 1.0);
+  std::vector<double> b(64, 0.0);
+  if (ok) {
+    const Status counts = t.backend->allReduce(a.data(), b.data(), odd ? 17 : 16, DataType::F64, ReduceOp::Sum, t.axes);
+    const bool countsOk = alone ? counts.isOk() : has(counts, StatusCode::Mismatch, "count differs (min 16, max 17)");
+    EXPECT_TRUE(countsOk) << counts.toString();
+    const Status dtypes = t.backend->broadcast(a.data(), b.data(), 8, odd ? DataType::F32 : DataType::F64, 0, t.axes);
+    const bool dtypesOk = alone ? dtypes.isOk() : has(dtypes, StatusCode::Mismatch, "dtype differs");
+    EXPECT_TRUE(dtypesOk) << dtypes.toString();
+    const Status kinds = odd ? t.backend->allGather(a.data(), b.data(), 4, DataType::F64, t.axes)
+                             : t.backend->allReduce(a.data(), b.data(), 4, DataType::F64, ReduceOp::Sum, t.axes);
+    const bool kindsOk = alone ? kinds.isOk() : has(kinds, StatusCode::Mismatch, "collective differs");
+    EXPECT_TRUE(kindsOk) << kinds.toString();
+    ok = countsOk && dtypesOk && kindsOk;
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+TEST(MpiBackendBadInput, BadRootAllToAllInPlaceUnknownDtypeAndOp) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  std::vector<float> data(64, 1.0f);
+  if (ok) {
+    const int n = t.mesh.groupSize(t.axes);
+    const Status root = t.backend->broadcast(data.data(), data.data(), 4, DataType::F32, n, t.axes);
+    EXPECT_TRUE(has(root, StatusCode::InvalidArgument, "root")) << root.toString();
+    const Status alias = t.backend->allToAll(data.data(), data.data(), 2, DataType::F32, t.axes);
+    EXPECT_TRUE(has(alias, StatusCode::InvalidArgument, "send == recv")) << alias.toString();
+    const Status dtype =
+        t.backend->allReduce(data.data(), data.data(), 4, static_cast<DataType>(42), ReduceOp::Sum, t.axes);
+    EXPECT_TRUE(has(dtype, StatusCode::InvalidArgument, "unknown dtype value 42")) << dtype.toString();
+    const Status op =
+        t.backend->reduceScatter(data.data(), data.data(), 1, DataType::F32, static_cast<ReduceOp>(9), t.axes);
+    EXPECT_TRUE(has(op, StatusCode::InvalidArgument, "unknown reduce op value 9")) << op.toString();
+    ok = has(root, StatusCode::InvalidArgument, "root") && has(alias, StatusCode::InvalidArgument, "send == recv") &&
+         has(dtype, StatusCode::InvalidArgument, "unknown dtype") &&
+         has(op, StatusCode::InvalidArgument, "unknown reduce op");
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+TEST(MpiBackendBadInput, PointToPointPeersAndAllocation) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  std::vector<float> data(8, 1.0f);
+  if (ok) {
+    const Status far = t.backend->send(data.data(), 8, DataType::F32, worldSize());
+    const Status self = t.backend->recv(data.data(), 8, DataType::F32, worldRank());
+    const P2POp nullOp{P2POp::Kind::Send, nullptr, 8, DataType::F32, 0};
+    const Status grouped = t.backend->groupedP2P(std::span<const P2POp>(&nullOp, 1));
+    void* memory = nullptr;
+    const Status zero = t.backend->allocate(0, &memory);
+    ok = has(far, StatusCode::InvalidArgument, "is not a world rank") &&
+         has(self, StatusCode::InvalidArgument, "self") &&
+         has(grouped, StatusCode::InvalidArgument, "groupedP2P op 0: point-to-point buffer is null") &&
+         has(zero, StatusCode::InvalidArgument, "0 bytes");
+    EXPECT_TRUE(ok) << far.toString() << " | " << self.toString() << " | " << grouped.toString() << " | "
+                    << zero.toString();
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+TEST(MpiBackendBadInput, MeshWorldMismatchAndBadEnvironment) {
+  std::unique_ptr<Backend> backend;
+  const Status wrongSize = detail::createMpiBackend(Mesh::flat(worldSize() + 1), detail::MpiBackendOptions{}, backend);
+  bool ok = has(wrongSize, StatusCode::InvalidArgument, "MPI world has");
+  EXPECT_TRUE(ok) << wrongSize.toString();
+  setenv("CHIMERA_MPI_ALGORITHM", "fastest", 1);
+  detail::MpiBackendOptions options;
+  const Status env = detail::mpiBackendOptionsFromEnv(options);
+  unsetenv("CHIMERA_MPI_ALGORITHM");
+  EXPECT_TRUE(has(env, StatusCode::InvalidArgument, "CHIMERA_MPI_ALGORITHM='fastest'")) << env.toString();
+  ok = ok && has(env, StatusCode::InvalidArgument, "CHIMERA_MPI_ALGORITHM");
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// With checking off a uniform local error still returns at once (no communication).
+TEST(MpiBackendBadInput, LocalErrorsWithoutCheckingReturnBeforeCommunicating) {
+  auto options = testOptions(detail::MpiAlgorithm::Auto);
+  options.checkArgs = false;
+  BackendUnderTest t = makeBackend(groupCases(worldSize()).front(), options);
+  bool ok = t.status.isOk();
+  if (ok) {
+    const Status status = t.backend->allGather(nullptr, nullptr, 4, DataType::U8, t.axes);
+    ok = has(status, StatusCode::InvalidArgument, "allGather send buffer is null");
+    EXPECT_TRUE(ok) << status.toString();
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+}  // namespace
+}  // namespace chimera::testing
