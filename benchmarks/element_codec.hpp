@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Element storage for every DataType on the host: encode a value into a buffer element,
 // decode it back, and dispatch from a runtime DataType to its storage type. f16 and bf16
-// are stored as raw 16-bit patterns with round-to-nearest-even conversion from float.
+// are raw 16-bit patterns converted through float by common/half.hpp (nearest even).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "chimera/types.hpp"
+#include "common/half.hpp"
 
 namespace chimera::bench {
 
@@ -22,22 +23,13 @@ struct BFloat16 {
   std::uint16_t bits = 0;
 };
 
-/// float -> binary16, round to nearest even; overflow gives infinity, NaN stays NaN.
-Half floatToHalf(float value);
-/// binary16 -> float (exact).
-float halfToFloat(Half value);
-/// float -> bfloat16, round to nearest even; NaN stays NaN.
-BFloat16 floatToBFloat16(float value);
-/// bfloat16 -> float (exact).
-float bfloat16ToFloat(BFloat16 value);
-
 /// Stores `value` as element type T (f16/bf16 through float; integers by truncating cast).
 template <typename T>
 T encodeElement(double value) {
   if constexpr (std::is_same_v<T, Half>) {
-    return floatToHalf(static_cast<float>(value));
+    return Half{detail::floatToHalf(static_cast<float>(value))};
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return floatToBFloat16(static_cast<float>(value));
+    return BFloat16{detail::floatToBf16(static_cast<float>(value))};
   } else {
     return static_cast<T>(value);
   }
@@ -47,9 +39,9 @@ T encodeElement(double value) {
 template <typename T>
 double decodeElement(T value) {
   if constexpr (std::is_same_v<T, Half>) {
-    return halfToFloat(value);
+    return detail::halfToFloat(value.bits);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return bfloat16ToFloat(value);
+    return detail::bf16ToFloat(value.bits);
   } else {
     return static_cast<double>(value);
   }

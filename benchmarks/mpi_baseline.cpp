@@ -3,47 +3,29 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <climits>
-#include <cstdint>
-#include <type_traits>
 
-#include "element_codec.hpp"
+#include "common/host_reduce.hpp"
 
 namespace chimera::bench {
 namespace {
 
-float combine(ReduceOp op, float a, float b) {
-  switch (op) {
-    case ReduceOp::Prod: return a * b;
-    case ReduceOp::Min: return std::min(a, b);
-    case ReduceOp::Max: return std::max(a, b);
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: break;
-  }
-  return a + b;
-}
-
-/// MPI_User_function for 16-bit floats: inout[i] = op(in[i], inout[i]).
-template <typename T, ReduceOp kOp>
+/// MPI_User_function for 16-bit floats: inout[i] = op(inout[i], in[i]) (commutative).
+template <DataType kType, ReduceOp kOp>
 void reduceSixteenBit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) {
-    b[i] = encodeElement<T>(combine(kOp, static_cast<float>(decodeElement(a[i])), static_cast<float>(decodeElement(b[i]))));
-  }
+  detail::reduceInto(inout, in, static_cast<std::size_t>(*len), kType, kOp);
 }
 
-template <typename T>
+template <DataType kType>
 MPI_User_function* sixteenBitFunction(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Prod: return &reduceSixteenBit<T, ReduceOp::Prod>;
-    case ReduceOp::Min: return &reduceSixteenBit<T, ReduceOp::Min>;
-    case ReduceOp::Max: return &reduceSixteenBit<T, ReduceOp::Max>;
+    case ReduceOp::Prod: return &reduceSixteenBit<kType, ReduceOp::Prod>;
+    case ReduceOp::Min: return &reduceSixteenBit<kType, ReduceOp::Min>;
+    case ReduceOp::Max: return &reduceSixteenBit<kType, ReduceOp::Max>;
     case ReduceOp::Sum:
     case ReduceOp::Avg: break;
   }
-  return &reduceSixteenBit<T, ReduceOp::Sum>;
+  return &reduceSixteenBit<kType, ReduceOp::Sum>;
 }
 
 MPI_Op predefinedOp(ReduceOp op) {
@@ -96,7 +78,7 @@ Status MpiOpTable::get(DataType dtype, ReduceOp op, MPI_Op& out) {
     return Status::ok();
   }
   MPI_User_function* function =
-      dtype == DataType::F16 ? sixteenBitFunction<Half>(combined) : sixteenBitFunction<BFloat16>(combined);
+      dtype == DataType::F16 ? sixteenBitFunction<DataType::F16>(combined) : sixteenBitFunction<DataType::BF16>(combined);
   MPI_Op created = MPI_OP_NULL;
   if (MPI_Op_create(function, /*commute=*/1, &created) != MPI_SUCCESS) {
     return Status::backendError(
@@ -108,19 +90,7 @@ Status MpiOpTable::get(DataType dtype, ReduceOp op, MPI_Op& out) {
 }
 
 void finishAverage(void* buffer, std::size_t count, DataType dtype, int groupSize) {
-  dispatchDataType(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::Type;
-    T* data = static_cast<T*>(buffer);
-    for (std::size_t i = 0; i < count; ++i) {
-      if constexpr (std::is_integral_v<T>) {
-        data[i] = static_cast<T>(static_cast<std::int64_t>(data[i]) / groupSize);
-      } else if constexpr (std::is_floating_point_v<T>) {
-        data[i] = data[i] / static_cast<T>(groupSize);
-      } else {
-        data[i] = encodeElement<T>(decodeElement(data[i]) / groupSize);
-      }
-    }
-  });
+  detail::divideByCount(buffer, count, dtype, groupSize);
 }
 
 }  // namespace chimera::bench

@@ -23,8 +23,8 @@ MPI_Datatype mpiDatatype(DataType dtype);
 [[nodiscard]] Status mpiCount(std::size_t count, int& out);
 
 /// MPI_Op for each (dtype, op) the baseline reduces with. Avg maps to the sum op (finish
-/// with `finishAverage`). f16/bf16 get commutative user-defined ops that widen to float,
-/// combine and round back to nearest even, created on first use. Destroy the table before
+/// with `finishAverage`). f16/bf16 get commutative user-defined ops over chimera's host
+/// reduction (widen to float, combine, round to nearest even), created on first use. Destroy the table before
 /// MPI_Finalize: it frees the user-defined ops.
 class MpiOpTable {
  public:
@@ -40,7 +40,8 @@ class MpiOpTable {
   std::map<std::pair<DataType, ReduceOp>, MPI_Op> userOps_;
 };
 
-/// After an MPI_SUM standing in for avg: buffer[i] /= groupSize (integers truncate toward zero).
+/// After an MPI_SUM standing in for avg: buffer[i] /= groupSize (integers truncate toward
+/// zero), by chimera's host `divideByCount`.
 void finishAverage(void* buffer, std::size_t count, DataType dtype, int groupSize);
 
 }  // namespace chimera::bench
