@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Candidate programs of the planner (private). A program is a list of steps, each with the
+// layout it produces; the planner prices every candidate and keeps the cheapest.
+#pragma once
+
+#include <vector>
+
+#include "chimera/layout.hpp"
+#include "chimera/plan.hpp"
+#include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera::detail {
+
+/// One step of a candidate program and the layout it leaves the tensor in.
+struct ProgramStep {
+  PlanStep step;  ///< input/output are assigned when the program becomes a Plan
+  Layout output;
+};
+
+/// A candidate program.
+using Program = std::vector<ProgramStep>;
+
+/// Ways to reduce the partial axes `axes` of `from` (all partial with one op): one
+/// AllReduce, a ReduceScatter toward each dim that divides evenly, and the hierarchical
+/// forms (see rewrites/merge_all_reduces.cpp).
+std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const TensorSpec& spec);
+
+/// Hierarchical AllReduce over `axes` (>= 2 axes): ReduceScatter over an outer part A,
+/// AllReduce over the rest B on the shard, AllGather over A. One program per (A, dim).
+std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, const TensorSpec& spec);
+
+/// Ways to move a tensor without reductions from `from` to `to`: directly (many-to-many,
+/// a local copy, or the single collective the many-to-many collapses to), or to a sharded
+/// layout at the destination followed by an AllGather there.
+[[nodiscard]] Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec,
+                                     std::vector<Program>& out);
+
+/// Turns a program into a Plan from `from` to `to`, appending a Scale step when scale != 1.
+Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, const Program& program,
+                  std::int64_t scale);
+
+}  // namespace chimera::detail

@@ -1,0 +1,142 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "chimera/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "common/check.hpp"
+#include "planner/byte_formulas.hpp"
+
+namespace chimera {
+namespace {
+
+constexpr std::array<std::string_view, 9> kStepNames{"allreduce", "reducescatter", "allgather",
+                                                     "alltoall",  "broadcast",     "send",
+                                                     "manytomany", "localcopy",    "scale"};
+
+std::string describeStep(const Plan& plan, const PlanStep& step) {
+  const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
+  const std::string group = mesh.axesName(step.axes);
+  switch (step.kind) {
+    case PlanStep::Kind::AllReduce:
+      return fmt::format("allreduce({}):{}", reduceOpName(step.op), group);
+    case PlanStep::Kind::ReduceScatter:
+      return fmt::format("reducescatter({}):{}:{}", reduceOpName(step.op), group, step.dim);
+    case PlanStep::Kind::AllGather:
+      return fmt::format("allgather:{}:{}", group, step.dim);
+    case PlanStep::Kind::AllToAll:
+      return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
+    case PlanStep::Kind::Broadcast:
+      return fmt::format("broadcast:{}:{}", group, step.root);
+    case PlanStep::Kind::Send:
+      return fmt::format("send:{}", group);
+    case PlanStep::Kind::ManyToMany: {
+      std::int64_t remote = 0;
+      for (const auto& t : step.transfers) remote += t.src != t.dst ? 1 : 0;
+      return fmt::format("manytomany ({} transfers, {} local)", remote,
+                         static_cast<std::int64_t>(step.transfers.size()) - remote);
+    }
+    case PlanStep::Kind::LocalCopy:
+      return "localcopy";
+    case PlanStep::Kind::Scale:
+      return fmt::format("scale x{}", step.scale);
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string_view planStepKindName(PlanStep::Kind kind) { return kStepNames[static_cast<std::size_t>(kind)]; }
+
+int Plan::addBuffer(const Layout& layout) {
+  PlanBuffer buffer{layout, layout.localShape(spec), layout.localBytes(spec)};
+  buffers.push_back(std::move(buffer));
+  return static_cast<int>(buffers.size()) - 1;
+}
+
+Box Plan::localCopySource(const PlanStep& step, int rank) const {
+  CHIMERA_ASSERT(step.kind == PlanStep::Kind::LocalCopy);
+  const Box in = buffers[static_cast<std::size_t>(step.input)].layout.rankBox(rank, spec);
+  const Box out = buffers[static_cast<std::size_t>(step.output)].layout.rankBox(rank, spec);
+  return out.relativeTo(in.offset);
+}
+
+std::string Plan::toString() const {
+  std::string text;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const auto& s = steps[i];
+    text += fmt::format("  {}. {:<34} buf{} {} -> buf{} {}", i + 1, describeStep(*this, s), s.input,
+                        buffers[static_cast<std::size_t>(s.input)].layout.toString(), s.output,
+                        buffers[static_cast<std::size_t>(s.output)].layout.toString());
+    if (!s.origin.empty()) text += fmt::format("   [{}]", s.origin);
+    text += '\n';
+  }
+  if (steps.empty()) text += "  (nothing to do: the input already is the output)\n";
+  return text;
+}
+
+std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& step) {
+  const Layout& in = plan.buffers[static_cast<std::size_t>(step.input)].layout;
+  const Mesh& mesh = in.mesh();
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
+  const std::int64_t L = plan.buffers[static_cast<std::size_t>(step.input)].localBytes;
+  const std::int64_t n = mesh.groupSize(step.axes);
+  for (int rank = 0; rank < mesh.size(); ++rank) {
+    if (!in.holds(rank)) continue;
+    auto& b = bytes[static_cast<std::size_t>(rank)];
+    switch (step.kind) {
+      case PlanStep::Kind::AllReduce:
+        b = detail::allReduceBytes(L, n);
+        break;
+      case PlanStep::Kind::ReduceScatter:
+        b = detail::reduceScatterBytes(L, n);
+        break;
+      case PlanStep::Kind::AllGather:
+        b = detail::allGatherBytes(L, n);
+        break;
+      case PlanStep::Kind::AllToAll:
+        b = detail::allToAllBytes(L, n);
+        break;
+      case PlanStep::Kind::Broadcast:
+        // Pipelined broadcast from the root: every member forwards L except the last one.
+        b = (mesh.groupIndex(rank, step.axes) + n - step.root) % n == n - 1 ? 0 : L;
+        break;
+      case PlanStep::Kind::Send:
+        b = L;
+        break;
+      case PlanStep::Kind::ManyToMany:
+      case PlanStep::Kind::LocalCopy:
+      case PlanStep::Kind::Scale:
+        break;
+    }
+  }
+  if (step.kind == PlanStep::Kind::ManyToMany) {
+    for (const auto& t : step.transfers) {
+      if (t.src != t.dst) bytes[static_cast<std::size_t>(t.src)] += t.bytes;
+    }
+  }
+  return bytes;
+}
+
+PlanBytes planBytes(const Plan& plan) {
+  PlanBytes out;
+  const int world = plan.buffers.front().layout.mesh().size();
+  out.perRank.assign(static_cast<std::size_t>(world), 0);
+  for (const auto& step : plan.steps) {
+    auto bytes = stepBytesPerRank(plan, step);
+    for (int r = 0; r < world; ++r) out.perRank[static_cast<std::size_t>(r)] += bytes[static_cast<std::size_t>(r)];
+    if (step.kind == PlanStep::Kind::ManyToMany) {
+      for (const auto& t : step.transfers) out.messages += t.src != t.dst ? 1 : 0;
+    }
+    out.stepPerRank.push_back(std::move(bytes));
+  }
+  for (auto b : out.perRank) {
+    out.total += b;
+    out.maxPerRank = std::max(out.maxPerRank, b);
+  }
+  return out;
+}
+
+}  // namespace chimera

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "chimera/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <tuple>
+
+#include "common/check.hpp"
+#include "planner/candidates.hpp"
+#include "planner/redistribute.hpp"
+#include "planner/rewrites/rewrites.hpp"
+
+namespace chimera {
+namespace {
+
+// Lexicographic order of a priced candidate: cost, tie-break, fewer steps, fewer messages.
+struct Score {
+  double value = 0;
+  double tieBreak = 0;
+  std::size_t steps = 0;
+  std::int64_t messages = 0;
+  bool operator<(const Score& o) const {
+    return std::tie(value, tieBreak, steps, messages) < std::tie(o.value, o.tieBreak, o.steps, o.messages);
+  }
+};
+
+Score scoreOf(const Plan& plan, const PlanCost& cost) {
+  const CostPrediction p = cost.predict(plan);
+  return {p.value, p.tieBreak, plan.steps.size(), planBytes(plan).messages};
+}
+
+Status checkReachable(const Layout& from, const Layout& to) {
+  const Mesh& mesh = from.mesh();
+  CHIMERA_CHECK_ARG(mesh.axesEqual(to.mesh()), "layouts are on different meshes ({} vs {})", mesh.toString(),
+                    to.mesh().toString());
+  for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+    const Placement& f = from.placement(axis);
+    const Placement& t = to.placement(axis);
+    CHIMERA_CHECK_ARG(!t.isPartial() || (f.isPartial() && f.op == t.op),
+                      "target layout {} is {} on {}, which cannot be produced from {}", to.toString(), t.toString(),
+                      mesh.axis(axis).name, from.toString());
+  }
+  return Status::ok();
+}
+
+std::string formatBytes(std::int64_t bytes) {
+  if (bytes >= (1LL << 20) && bytes % (1LL << 10) == 0) return fmt::format("{:.2f} MiB", bytes / 1048576.0);
+  return fmt::format("{} B", bytes);
+}
+
+std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
+  std::string text = fmt::format(
+      "Baseline sends {} in total ({} max per rank); the best of {} candidate programs sends {} ({} max per rank). ",
+      formatBytes(p.baselineBytes.total), formatBytes(p.baselineBytes.maxPerRank), p.candidates,
+      formatBytes(p.fusedBytes.total), formatBytes(p.fusedBytes.maxPerRank));
+  text += fmt::format("Decision by the '{}' cost ({}): {}.", cost.name(),
+                      cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model",
+                      p.useFused ? "fused, predicted cheaper" : "baseline, fusion predicts no gain");
+  if (!p.rewrites.empty()) {
+    text += " Rewrites:";
+    for (const auto& r : p.rewrites) text += " " + r + ";";
+    text.pop_back();
+    text += '.';
+  }
+  return text;
+}
+
+}  // namespace
+
+CostPrediction BytesCost::predict(const Plan& plan) const {
+  const PlanBytes bytes = planBytes(plan);
+  return {static_cast<double>(bytes.total), static_cast<double>(bytes.maxPerRank),
+          fmt::format("{} B total, {} B max per rank", bytes.total, bytes.maxPerRank)};
+}
+
+Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to, std::int64_t scale,
+                          const PlanCost& cost, Plan& out, int* candidates) {
+  CHIMERA_RETURN_IF_ERROR(from.validate(spec));
+  CHIMERA_RETURN_IF_ERROR(to.validate(spec));
+  CHIMERA_RETURN_IF_ERROR(checkReachable(from, to));
+  CHIMERA_CHECK_ARG(scale >= 1, "scale {} must be >= 1", scale);
+  const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
+  const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
+  const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
+  std::vector<detail::Program> reductions{{}};
+  if (!reduce.empty()) reductions = detail::reductionOptions(from, reduce, spec);
+
+  std::optional<Plan> best;
+  Score bestScore;
+  int priced = 0;
+  for (const auto& reduction : reductions) {
+    const Layout& reduced = reduction.empty() ? from : reduction.back().output;
+    std::vector<detail::Program> moves;
+    CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reduced, to, spec, moves));
+    for (const auto& move : moves) {
+      detail::Program program = reduction;
+      program.insert(program.end(), move.begin(), move.end());
+      Plan plan = detail::assemblePlan(spec, from, to, program, scale);
+      const Score score = scoreOf(plan, cost);
+      ++priced;
+      if (!best || score < bestScore) {
+        best = std::move(plan);
+        bestScore = score;
+      }
+    }
+  }
+  CHIMERA_ASSERT(best.has_value());
+  if (candidates != nullptr) *candidates = priced;
+  out = std::move(*best);
+  return Status::ok();
+}
+
+Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
+  CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1,
+                    "baseline needs a traced, non-empty chain");
+  CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
+  const Mesh& mesh = consumed.mesh();
+  detail::Program program;
+  for (std::size_t i = 0; i < trace.ops.size(); ++i) {
+    PlanStep step = detail::stepForChainOp(trace.ops[i], trace.effects[i]);
+    step.origin = "as written: " + trace.ops[i].toString(mesh);
+    program.push_back({std::move(step), trace.layouts[i + 1]});
+  }
+  if (!(trace.final() == consumed)) {
+    PlanStep copy;
+    copy.kind = PlanStep::Kind::LocalCopy;
+    copy.origin = "the consumer reads " + consumed.toString();
+    program.push_back({std::move(copy), consumed});
+  }
+  // Scales are part of the ops' definitions here (a sum over replicated copies).
+  out = detail::assemblePlan(spec, trace.layouts.front(), consumed, program, 1);
+  return Status::ok();
+}
+
+Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain, const std::optional<Layout>& consumed,
+                 const PlanCost& cost, ChainPlan& out) {
+  ChainPlan result;
+  CHIMERA_RETURN_IF_ERROR(traceChain(from, chain, spec, result.trace));
+  result.consumed = consumed.value_or(result.trace.final());
+  CHIMERA_RETURN_IF_ERROR(checkConsumable(result.trace.final(), result.consumed, spec));
+  CHIMERA_RETURN_IF_ERROR(baselinePlan(spec, result.trace, result.consumed, result.baseline));
+  CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
+                                             &result.candidates));
+  result.baselineBytes = planBytes(result.baseline);
+  result.fusedBytes = planBytes(result.fused);
+  result.baselineCost = cost.predict(result.baseline);
+  result.fusedCost = cost.predict(result.fused);
+  result.useFused = std::tie(result.fusedCost.value, result.fusedCost.tieBreak) <
+                    std::tie(result.baselineCost.value, result.baselineCost.tieBreak);
+  result.rewrites = detail::namedRewrites({result.trace, result.fused});
+  result.explain = explainDecision(result, cost);
+  out = std::move(result);
+  return Status::ok();
+}
+
+}  // namespace chimera

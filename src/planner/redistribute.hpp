@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// The general redistribution step of the planner (private): the point-to-point transfers
+// that turn one placement of a tensor into another, and the single collectives that do
+// the same job when the transfers happen to form one.
+#pragma once
+
+#include <vector>
+
+#include "chimera/chain.hpp"
+#include "chimera/layout.hpp"
+#include "chimera/plan.hpp"
+#include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera::detail {
+
+/// The transfers of a many-to-many step that moves a tensor placed as `from` into `to`:
+/// every rank holding `to` receives its box piece by piece from ranks holding `from`
+/// (intersection of what each source holds with what each destination needs). A piece the
+/// destination already holds is a local copy; otherwise the source is the holder nearest
+/// in mesh coordinates, then the least loaded so far, then the lowest rank.
+/// Axes partial in both layouts are pinned: data moves only between ranks with equal
+/// coordinates on them. Preconditions (InvalidArgument otherwise): both layouts valid for
+/// `spec`, and every partial axis of `from` is partial in `to` with the same op.
+/// Transfers are ordered by destination rank, then by source box (row-major).
+[[nodiscard]] Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpec& spec,
+                                         std::vector<BoxTransfer>& out);
+
+/// Every single chain op (AllGather, AllToAll, Send, Broadcast) whose effect turns `from`
+/// into exactly `to`, in a fixed order: the plain collectives a many-to-many collapses to.
+std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, const TensorSpec& spec);
+
+/// The plan step that runs chain op `op` with effect `effect` (Slice becomes LocalCopy).
+PlanStep stepForChainOp(const ChainOp& op, const OpEffect& effect);
+
+}  // namespace chimera::detail

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tools/plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace chimera::detail {
+namespace {
+
+std::string stepName(const Plan& plan, const PlanStep& step) {
+  const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
+  const std::string group = mesh.axesName(step.axes);
+  switch (step.kind) {
+    case PlanStep::Kind::AllReduce:
+      return fmt::format("allreduce:{}", group);
+    case PlanStep::Kind::ReduceScatter:
+      return fmt::format("reducescatter:{}:{}", group, step.dim);
+    case PlanStep::Kind::AllGather:
+      return fmt::format("allgather:{}:{}", group, step.dim);
+    case PlanStep::Kind::AllToAll:
+      return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
+    case PlanStep::Kind::Broadcast:
+      return fmt::format("broadcast:{}:{}", group, step.root);
+    case PlanStep::Kind::Send:
+      return fmt::format("send:{}", group);
+    case PlanStep::Kind::ManyToMany: {
+      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
+                                        [](const BoxTransfer& t) { return t.src != t.dst; });
+      return fmt::format("manytomany({} transfers)", remote);
+    }
+    case PlanStep::Kind::LocalCopy:
+      return "localcopy";
+    case PlanStep::Kind::Scale:
+      return fmt::format("scale:{}", step.scale);
+  }
+  return "?";
+}
+
+std::string size(std::int64_t bytes) {
+  if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0);
+  if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / 1024.0);
+  return fmt::format("{} B", bytes);
+}
+
+Json planJson(const Plan& plan, const PlanBytes& bytes) {
+  Json ops = Json::array();
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const auto& step = plan.steps[i];
+    const auto& perRank = bytes.stepPerRank[i];
+    Json op = Json::object();
+    op.set("op", stepName(plan, step));
+    op.set("from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString());
+    op.set("to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString());
+    op.set("bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end()));
+    op.set("bytes_total", std::accumulate(perRank.begin(), perRank.end(), std::int64_t{0}));
+    ops.push(std::move(op));
+  }
+  Json out = Json::object();
+  out.set("ops", std::move(ops));
+  out.set("bytes_per_rank_max", bytes.maxPerRank);
+  out.set("bytes_total", bytes.total);
+  return out;
+}
+
+}  // namespace
+
+std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis) {
+  const Layout& from = plan.trace.layouts.front();
+  std::string text = fmt::format("mesh {}, tensor {} ({} in all, {} per rank at the start)\n", query.mesh,
+                                 plan.fused.spec.toString(), size(plan.fused.spec.bytes()),
+                                 size(from.localBytes(plan.fused.spec)));
+  text += fmt::format("from {}  chain {}  consume {}\n\n", from.toString(), query.chain, plan.consumed.toString());
+  text += "chain as written (L = local bytes before the op, n = group size):\n";
+  text += fmt::format("  {:<28} {:>12} {:>4} {:>6} {:>14} {:>14} {:>14}\n", "op", "L", "n", "ranks", "max per rank",
+                      "total", "unconsumed");
+  for (std::size_t i = 0; i < analysis.ops.size(); ++i) {
+    const auto& op = analysis.ops[i];
+    text += fmt::format("  {:<28} {:>12} {:>4} {:>6} {:>14} {:>14} {:>14}   -> {}\n", op.op, size(op.localBytes),
+                        op.groupSize, op.participants, size(op.bytesPerRankMax), size(op.bytesTotal),
+                        size(op.unconsumedTotal), plan.trace.layouts[i + 1].toString());
+  }
+  text += fmt::format("  total {} ({} max per rank); {} of it carry data never consumed\n\n",
+                      size(analysis.bytesTotal), size(analysis.bytesPerRankMax), size(analysis.unconsumedTotal));
+  text += fmt::format("best plan ({} candidates priced):\n", plan.candidates);
+  text += plan.fused.toString();
+  text += fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
+  const std::int64_t redundant = std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total);
+  text += fmt::format("redundant bytes (chain minus best plan): {}\n", size(redundant));
+  text += fmt::format("decision ({} cost): {}\nwhy: {}\n", query.cost, plan.useFused ? "fused" : "baseline",
+                      plan.explain);
+  return text;
+}
+
+Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis) {
+  Json baseline = planJson(plan.baseline, plan.baselineBytes);
+  Json ops = Json::array();
+  for (const auto& op : analysis.ops) {
+    Json entry = Json::object();
+    entry.set("op", op.op);
+    entry.set("local_bytes", op.localBytes);
+    entry.set("group_size", op.groupSize);
+    entry.set("participants", op.participants);
+    entry.set("bytes_per_rank_max", op.bytesPerRankMax);
+    entry.set("bytes_total", op.bytesTotal);
+    entry.set("unconsumed_bytes_total", op.unconsumedTotal);
+    ops.push(std::move(entry));
+  }
+  baseline.set("ops", std::move(ops));
+  Json out = Json::object();
+  out.set("mesh", query.mesh);
+  out.set("tensor", plan.fused.spec.toString());
+  out.set("from", plan.trace.layouts.front().toString());
+  out.set("chain", query.chain);
+  out.set("consume", plan.consumed.toString());
+  out.set("cost_model", query.cost);
+  out.set("baseline", std::move(baseline));
+  out.set("fused", planJson(plan.fused, plan.fusedBytes));
+  out.set("redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total));
+  out.set("unconsumed_bytes_total", analysis.unconsumedTotal);
+  out.set("decision", plan.useFused ? "fused" : "baseline");
+  out.set("explain", plan.explain);
+  return out;
+}
+
+}  // namespace chimera::detail

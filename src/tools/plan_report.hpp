@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: Apache-2.0
+// Output of chimera-plan (private): the human report and the JSON document.
+#pragma once
+
+#include <string>
+
+#include "chimera/planner.hpp"
+#include "chimera/redundancy.hpp"
+#include "common/json.hpp"
+
+namespace chimera::detail {
+
+/// What chimera-plan was asked, echoed in its output.
+struct PlanQuery {
+  std::string mesh;
+  std::string chain;
+  std::string cost;  ///< the cost model's name
+};
+
+/// The report for people: the chain with bytes per op, the redundancy, the plan, and why.
+std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis);
+
+/// The JSON document: {"baseline": {"ops", "bytes_per_rank_max", "bytes_total"}, "fused":
+/// {...}, "redundant_bytes_total", "unconsumed_bytes_total", "decision", "explain", ...}.
+Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis);
+
+}  // namespace chimera::detail
