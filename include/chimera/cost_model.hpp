@@ -40,15 +40,15 @@ struct FusionDecision {
 /// routed through it. Thread-safe: const methods only.
 class CostModel {
  public:
-  /// A model over `topology`; check the topology with validateTopology first (loadTopology
-  /// and fitProfile return only valid ones).
+  /// A model over `topology` (loadTopology and fitProfile return only valid ones; an
+  /// invalid one makes every prediction fail with validateTopology's message).
   explicit CostModel(Topology topology);
 
   /// The topology priced.
   const Topology& topology() const { return topology_; }
 
-  /// Predicts one step. InvalidArgument when the step fails validateStep against the
-  /// topology's rank count.
+  /// Predicts one step. InvalidArgument when the topology is invalid or the step fails
+  /// validateStep against the topology's rank count.
   [[nodiscard]] Status predictStep(const CommStep& step, StepCost& out) const;
   /// Predicts a program (sum of its steps); the same errors as predictStep, naming the step index.
   [[nodiscard]] Status predict(const CommProgram& program, double& seconds) const;

@@ -56,13 +56,19 @@ class Json {
 
   /// The kind of value held.
   Kind kind() const { return static_cast<Kind>(value_.index()); }
+  /// True for null.
   bool isNull() const { return kind() == Kind::Null; }
+  /// True for a bool.
   bool isBool() const { return kind() == Kind::Bool; }
   /// True for both Int and Double.
   bool isNumber() const { return kind() == Kind::Int || kind() == Kind::Double; }
+  /// True for an integer (a number written without fraction or exponent that fits int64).
   bool isInt() const { return kind() == Kind::Int; }
+  /// True for a string.
   bool isString() const { return kind() == Kind::String; }
+  /// True for an array.
   bool isArray() const { return kind() == Kind::Array; }
+  /// True for an object.
   bool isObject() const { return kind() == Kind::Object; }
 
   /// The bool; the kind must be Bool (a violated precondition aborts: check the kind first).

@@ -92,6 +92,7 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
 }  // namespace
 
 Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out) {
+  CHIMERA_RETURN_IF_ERROR(validateTopology(topology));  // a few comparisons; keeps priceRound safe
   CHIMERA_RETURN_IF_ERROR(validateStep(step, topology.ranks));
   if (step.kind != StepKind::ManyToMany) {
     out = collectiveTerms(topology, step);

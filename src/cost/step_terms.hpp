@@ -22,7 +22,8 @@ struct StepTerms {
 };
 
 /// Expands `step` into its algorithm's rounds on `topology` and prices them.
-/// InvalidArgument when the step fails validateStep for topology.ranks.
+/// InvalidArgument when the topology fails validateTopology or the step fails
+/// validateStep for topology.ranks.
 [[nodiscard]] Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out);
 
 }  // namespace chimera::detail

@@ -172,6 +172,16 @@ TEST(CostModel, MalformedStepsAreRejectedWithTheirIndex) {
   EXPECT_NE(status.message().find("step 1:"), std::string::npos) << status.message();
 }
 
+TEST(CostModel, InvalidTopologyFailsEveryPredictionWithTheReason) {
+  Topology broken = roundHost(4);
+  broken.local.bytesPerSecond = 0;
+  StepCost cost;
+  const Status status =
+      CostModel(broken).predictStep(CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 64), cost);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("bandwidth > 0"), std::string::npos) << status.message();
+}
+
 TEST(CostModel, StepKindNamesRoundTrip) {
   for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
                               StepKind::Broadcast, StepKind::ManyToMany}) {
