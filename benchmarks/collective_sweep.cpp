@@ -18,7 +18,7 @@ namespace {
 /// Backend-allocated send and receive buffers, large enough for every row.
 class RowBuffers {
  public:
-  RowBuffers(Backend& backend) : backend_(backend) {}
+  explicit RowBuffers(Backend& backend) : backend_(backend) {}
   RowBuffers(const RowBuffers&) = delete;
   RowBuffers& operator=(const RowBuffers&) = delete;
   ~RowBuffers() {
@@ -47,6 +47,7 @@ struct LocalRow {
   double baselineSeconds = 0.0;
 };
 
+/// Every row of the sweep in nccl-tests order: dtype, then op, then size.
 std::vector<RowCase> rowCases(const Options& options, int groupSize) {
   std::vector<std::optional<ReduceOp>> ops{std::nullopt};
   if (collectiveReduces(options.collective)) ops.assign(options.ops.begin(), options.ops.end());
@@ -61,6 +62,8 @@ std::vector<RowCase> rowCases(const Options& options, int groupSize) {
   return cases;
 }
 
+/// Unsupported (MPI cannot express the row) becomes Ok with `unsupported` set: the baseline
+/// column then reads n/a. Every other status passes through.
 Status statusWithoutUnsupported(const Status& status, bool& unsupported) {
   unsupported = status.code() == StatusCode::Unsupported;
   return unsupported ? Status::ok() : status;
