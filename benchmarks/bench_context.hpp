@@ -30,11 +30,15 @@ class BenchContext {
   /// communicator. Collective over MPI_COMM_WORLD; the returned Status is the same on every rank.
   [[nodiscard]] static Status create(const Options& options, std::unique_ptr<BenchContext>& out);
 
+  /// This process's rank in MPI_COMM_WORLD.
   int worldRank() const { return worldRank_; }
+  /// Size of MPI_COMM_WORLD.
   int worldSize() const { return worldSize_; }
+  /// The mesh the backend serves.
   const Mesh& mesh() const { return mesh_; }
   /// "tp", "dp+tp", or the flat mesh's single axis.
   const std::string& axisName() const { return axisName_; }
+  /// This rank's group and the handles to run on it.
   GroupContext& group() { return group_; }
 
  private:

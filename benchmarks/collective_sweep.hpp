@@ -14,6 +14,7 @@ namespace chimera::bench {
 
 /// What a sweep produced (identical on every rank).
 struct SweepOutcome {
+  /// The rows, in the order they were printed.
   std::vector<ResultRow> rows;
   /// Some element of ours or of the baseline was wrong on some rank.
   bool anyWrong = false;

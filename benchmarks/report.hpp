@@ -19,6 +19,7 @@ struct ResultRow {
   std::size_t bytes = 0;
   /// `count` column: the count argument of the call.
   std::size_t count = 0;
+  /// `type` column.
   DataType dtype = DataType::F32;
   /// Empty for collectives that do not reduce (printed "none").
   std::optional<ReduceOp> op;
@@ -43,14 +44,21 @@ std::optional<double> speedup(const ResultRow& row);
 
 /// What the run was, for the table banner and the JSON header.
 struct RunInfo {
+  /// The -C name ("allreduce").
   std::string collective;
+  /// World size.
   int nranks = 0;
+  /// Our backend's name ("mpi").
   std::string backend;
+  /// The mesh as text ("pp=2,tp=4", or "world=8" when flat).
   std::string mesh;
+  /// The group's axes ("tp", "dp+tp").
   std::string axis;
+  /// Ranks per group.
   int groupSize = 0;
   /// The baseline call ("MPI_Allreduce").
   std::string baseline;
+  /// -n and -w.
   int iters = 0;
   int warmupIters = 0;
   /// "mean" or "median".

@@ -35,14 +35,17 @@ struct GroupContext {
   /// Broadcast root, as a group index.
   int root = 0;
 
+  /// Ranks in the group.
   int groupSize() const { return static_cast<int>(groupRanks.size()); }
 };
 
 /// Parameters of one row.
 struct RowCase {
+  /// Element type.
   DataType dtype = DataType::F32;
   /// Set for reducing collectives only.
   std::optional<ReduceOp> op;
+  /// Buffer counts for the requested size.
   BufferShape shape;
 };
 
