@@ -203,6 +203,7 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     outcome.anyWrong |= result.wrong.value_or(0) > 0 || result.baselineWrong.value_or(0) > 0;
     outcome.rows.push_back(result);
   }
+  print(rank, tableFooter(outcome.rows));
   if (json.is_open()) json << reportJson(info, outcome.rows).dump(2) << '\n';
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && json.is_open() && !json.flush()
                                             ? Status::invalidArgument("--json: writing '" + options.jsonPath + "' failed")

@@ -50,6 +50,23 @@ std::string tableRow(const ResultRow& row) {
                      row.busbwGBps, wrong, baseline, ratioText);
 }
 
+std::string tableFooter(const std::vector<ResultRow>& rows) {
+  std::optional<std::uint64_t> wrong;
+  std::optional<std::uint64_t> baselineWrong;
+  double busbwSum = 0.0;
+  for (const ResultRow& row : rows) {
+    if (row.wrong) wrong = wrong.value_or(0) + *row.wrong;
+    if (row.baselineWrong) baselineWrong = baselineWrong.value_or(0) + *row.baselineWrong;
+    busbwSum += row.busbwGBps;
+  }
+  const auto text = [](const std::optional<std::uint64_t>& value) {
+    return value ? fmt::format("{}", *value) : std::string("N/A");
+  };
+  const double average = rows.empty() ? 0.0 : busbwSum / static_cast<double>(rows.size());
+  return fmt::format("# Wrong elements     : {} (baseline {})\n# Avg bus bandwidth  : {:.3f} GB/s\n", text(wrong),
+                     text(baselineWrong), average);
+}
+
 detail::Json reportJson(const RunInfo& info, const std::vector<ResultRow>& rows) {
   detail::Json json = detail::Json::object();
   json.set("collective", info.collective).set("nranks", info.nranks).set("backend", info.backend);

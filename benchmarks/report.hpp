@@ -71,6 +71,9 @@ struct RunInfo {
 std::string tableHeader(const RunInfo& info);
 /// One table line (ends in '\n'); n/a for a missing baseline, N/A for an unchecked #wrong.
 std::string tableRow(const ResultRow& row);
+/// The closing lines, as nccl-tests ends its table: the wrong elements over all rows (ours,
+/// then the baseline's; N/A when unchecked) and the average busbw over the rows.
+std::string tableFooter(const std::vector<ResultRow>& rows);
 /// {"collective", "nranks", "backend", "mesh", "axis", "group_size", "baseline", "stat",
 ///  "iters", "warmup_iters", "baseline_wrong", "rows": [{"bytes", "count", "dtype", "op",
 ///  "time_us", "algbw_gbps", "busbw_gbps", "wrong", "baseline_time_us", "speedup"}]}; missing

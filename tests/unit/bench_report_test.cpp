@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "collective.hpp"
@@ -51,6 +52,20 @@ TEST(BenchReport, TableRowShowsEveryColumn) {
   EXPECT_NE(header.find("#wrong"), std::string::npos);
   EXPECT_NE(header.find("baseline"), std::string::npos);
   EXPECT_NE(header.find("root (group index) 2"), std::string::npos);
+}
+
+TEST(BenchReport, FooterSumsWrongAndAveragesBusBandwidth) {
+  ResultRow first = sampleRow();
+  first.wrong = 3;
+  ResultRow second = sampleRow();
+  second.busbwGBps = 1.0;
+  second.baselineWrong.reset();
+  const std::string footer = tableFooter({first, second});
+  EXPECT_NE(footer.find("Wrong elements     : 3 (baseline 2)"), std::string::npos) << footer;
+  EXPECT_NE(footer.find(fmt::format("{:.3f} GB/s", (first.busbwGBps + 1.0) / 2)), std::string::npos) << footer;
+  first.wrong.reset();
+  first.baselineWrong.reset();
+  EXPECT_NE(tableFooter({first}).find(": N/A (baseline N/A)"), std::string::npos);
 }
 
 TEST(BenchReport, JsonHasTheContractFields) {
