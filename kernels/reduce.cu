@@ -256,6 +256,10 @@ Status reduceBuffers(const void* const* inputs, int numInputs, void* output, std
   for (int k = 0; k < numInputs; ++k) {
     CHIMERA_RETURN_IF_ERROR(checkBuffer(inputs[k], "input", k, elementSize));
     CHIMERA_RETURN_IF_ERROR(checkNoPartialOverlap(inputs[k], k, output, count * elementSize));
+    // Later launches read the running result from `output`: an input it aliases must have
+    // been consumed by the first launch.
+    CHIMERA_CHECK_ARG(k < kMaxReduceInputs || inputs[k] != output,
+                      "output aliases input {}; only inputs 0..{} may be the output", k, kMaxReduceInputs - 1);
   }
   return dispatchDataType(dtype, [&](auto tag) -> Status {
     using T = typename decltype(tag)::Type;

@@ -18,8 +18,8 @@ inline constexpr int kMaxReduceInputs = 16;
 /// Avg divides the sum by numInputs (integers truncate toward zero, as NCCL). Integer Sum
 /// and Prod wrap modulo 2^bits at every step (matching common/host_reduce). f16/bf16 are
 /// combined in float and rounded once to nearest even (so they may be more exact than a
-/// pairwise fold that rounds after every step). `output` may be one of the inputs exactly;
-/// no partial overlaps. Ordered on `stream` (cudaStream_t; nullptr = legacy default);
+/// pairwise fold that rounds after every step). `output` may be exactly one of the first
+/// kMaxReduceInputs inputs; no partial overlaps. Ordered on `stream` (cudaStream_t; nullptr = legacy default);
 /// never synchronises; capturable. Errors: InvalidArgument (numInputs < 1, null pointer
 /// with count > 0, pointer not aligned to the element, partial overlap), BackendError.
 [[nodiscard]] Status reduceBuffers(const void* const* inputs, int numInputs, void* output, std::size_t count,
