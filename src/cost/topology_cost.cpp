@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plugs the topology model into the planner: a Plan is turned into the CommProgram the
+// cost model prices.
+#include "chimera/topology_cost.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "common/check.hpp"
+
+namespace chimera {
+
+namespace {
+
+// The groups along `axes` that hold `buffer`, each ordered by group index, in order of
+// their lowest rank.
+std::vector<std::vector<int>> holdingGroups(const PlanBuffer& buffer, AxisSet axes) {
+  const Mesh& mesh = buffer.layout.mesh();
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> seen(static_cast<std::size_t>(mesh.size()), false);
+  for (const int rank : buffer.layout.holders()) {
+    if (seen[static_cast<std::size_t>(rank)]) continue;
+    std::vector<int> group = mesh.groupRanks(rank, axes);
+    for (const int member : group) seen[static_cast<std::size_t>(member)] = true;
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+Status sendTransfers(const PlanBuffer& buffer, const PlanStep& step, std::vector<Transfer>& out) {
+  const Mesh& mesh = buffer.layout.mesh();
+  const int stages = mesh.groupSize(step.axes);
+  for (const int rank : buffer.layout.holders()) {
+    const int stage = mesh.groupIndex(rank, step.axes);
+    CHIMERA_CHECK_ARG(stage + 1 < stages, "send from rank {} at stage {} of {}: there is no next stage", rank,
+                      stage, stages);
+    out.push_back({rank, mesh.groupPeer(rank, step.axes, stage + 1), static_cast<std::uint64_t>(buffer.localBytes)});
+  }
+  return Status::ok();
+}
+
+Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
+  CHIMERA_CHECK_ARG(step.input >= 0 && static_cast<std::size_t>(step.input) < plan.buffers.size(),
+                    "plan step '{}' reads buffer {} of {}", planStepKindName(step.kind), step.input,
+                    plan.buffers.size());
+  const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
+  const auto bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
+  auto collective = [&](StepKind kind) {
+    out.push_back(CommStep::collective(kind, holdingGroups(input, step.axes), bytes));
+  };
+  switch (step.kind) {
+    case PlanStep::Kind::AllReduce: collective(StepKind::AllReduce); break;
+    case PlanStep::Kind::ReduceScatter: collective(StepKind::ReduceScatter); break;
+    case PlanStep::Kind::AllGather: collective(StepKind::AllGather); break;
+    case PlanStep::Kind::AllToAll: collective(StepKind::AllToAll); break;
+    case PlanStep::Kind::Broadcast: {
+      std::vector<std::vector<int>> groups = holdingGroups(input, step.axes);
+      for (auto& group : groups) {
+        CHIMERA_CHECK_ARG(step.root >= 0 && static_cast<std::size_t>(step.root) < group.size(),
+                          "broadcast root {} outside its group of {}", step.root, group.size());
+        std::rotate(group.begin(), group.begin() + step.root, group.end());
+      }
+      out.push_back(CommStep::collective(StepKind::Broadcast, std::move(groups), bytes));
+      break;
+    }
+    case PlanStep::Kind::Send: {
+      std::vector<Transfer> transfers;
+      CHIMERA_RETURN_IF_ERROR(sendTransfers(input, step, transfers));
+      out.push_back(CommStep::manyToMany(std::move(transfers)));
+      break;
+    }
+    case PlanStep::Kind::ManyToMany: {
+      std::vector<Transfer> transfers;
+      for (const BoxTransfer& t : step.transfers) {
+        transfers.push_back({t.src, t.dst, static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.bytes))});
+      }
+      out.push_back(CommStep::manyToMany(std::move(transfers)));
+      break;
+    }
+    case PlanStep::Kind::LocalCopy:
+    case PlanStep::Kind::Scale: break;  // local work is free in the model (docs/cost_model.md)
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status planProgram(const Plan& plan, CommProgram& out) {
+  CHIMERA_CHECK_ARG(!plan.buffers.empty(), "plan has no buffers, so no mesh to place its steps on");
+  CommProgram program;
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    const Status status = stepProgram(plan, plan.steps[i], program);
+    if (!status.isOk()) return Status(status.code(), fmt::format("plan step {}: {}", i, status.message()));
+  }
+  out = std::move(program);
+  return Status::ok();
+}
+
+TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
+
+std::string_view TopologyCost::name() const { return model_.topology().name; }
+
+CostPrediction TopologyCost::predict(const Plan& plan) const {
+  CostPrediction prediction;
+  prediction.tieBreak = static_cast<double>(planBytes(plan).total);
+  CommProgram program;
+  Status status = planProgram(plan, program);
+  double seconds = 0;
+  if (status.isOk()) status = model_.predict(program, seconds);
+  if (!status.isOk()) {
+    prediction.value = std::numeric_limits<double>::infinity();
+    prediction.summary = fmt::format("not priced on {}: {}", name(), status.message());
+    return prediction;
+  }
+  prediction.value = seconds;
+  prediction.summary = fmt::format("{} on {}", formatSeconds(seconds), name());
+  return prediction;
+}
+
+}  // namespace chimera

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// The topology model plugged into the planner: plans become the programs the model prices,
+// and the planner's decision follows the model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "chimera/topology_cost.hpp"
+
+namespace chimera {
+namespace {
+
+struct ChainCase {
+  Mesh mesh;
+  TensorSpec spec;
+  Layout from;
+  Chain chain;
+  Layout consume;
+};
+
+ChainCase chainCase(const char* meshText, int world, const char* from, const char* chain, const char* consume) {
+  ChainCase s;
+  EXPECT_TRUE(Mesh::parse(meshText, world, s.mesh).isOk());
+  s.spec.shape = {4096, 1024};  // f32: 16 MiB logical tensor
+  s.spec.dtype = DataType::F32;
+  EXPECT_TRUE(Layout::parse(from, s.mesh, s.from).isOk());
+  const Status parsed = Chain::parse(chain, s.mesh, s.chain);
+  EXPECT_TRUE(parsed.isOk()) << parsed.toString();
+  EXPECT_TRUE(Layout::parse(consume, s.mesh, s.consume).isOk());
+  return s;
+}
+
+ChainPlan planOn(const ChainCase& s, const PlanCost& cost) {
+  ChainPlan plan;
+  const Status status = planChain(s.spec, s.from, s.chain, s.consume, cost, plan);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  return plan;
+}
+
+TopologyCost topologyCost(const char* name) {
+  Topology topology;
+  EXPECT_TRUE(loadTopology(name, topology).isOk()) << name;
+  return TopologyCost(topology);
+}
+
+TEST(CostPlanner, BaselineOfTpPpBecomesAllReduceInStageZeroThenStageHandOffs) {
+  const ChainCase s = chainCase("pp=2,tp=4", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
+  const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
+  CommProgram program;
+  ASSERT_TRUE(planProgram(plan.baseline, program).isOk());
+  ASSERT_EQ(program.size(), 2u) << plan.baseline.toString();
+  const std::uint64_t local = 4096 * 1024 * 4;  // pp=@0,tp=P: every stage-0 rank holds the full tensor
+  EXPECT_EQ(program[0].kind, StepKind::AllReduce);
+  EXPECT_EQ(program[0].groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(program[0].bytesPerRank, local);
+  EXPECT_EQ(program[1].kind, StepKind::ManyToMany);
+  ASSERT_EQ(program[1].transfers.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(program[1].transfers[static_cast<std::size_t>(r)].src, r);
+    EXPECT_EQ(program[1].transfers[static_cast<std::size_t>(r)].dst, r + 4);
+    EXPECT_EQ(program[1].transfers[static_cast<std::size_t>(r)].bytes, local);
+  }
+}
+
+TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
+  const ChainCase s = chainCase("pp=2,tp=4", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
+  const TopologyCost cost = topologyCost("pcie-4080x8");
+  const ChainPlan plan = planOn(s, cost);
+  EXPECT_TRUE(plan.useFused) << plan.explain;
+  CommProgram baseline;
+  ASSERT_TRUE(planProgram(plan.baseline, baseline).isOk());
+  double seconds = 0;
+  ASSERT_TRUE(cost.model().predict(baseline, seconds).isOk());
+  EXPECT_DOUBLE_EQ(plan.baselineCost.value, seconds);
+  EXPECT_LT(plan.fusedCost.value, plan.baselineCost.value);
+  EXPECT_EQ(plan.baselineCost.summary, formatSeconds(seconds) + " on pcie-4080x8");
+  EXPECT_EQ(cost.name(), "pcie-4080x8");
+}
+
+TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
+  const ChainCase s = chainCase("pp=2,tp=8", 16, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
+  const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
+  // Neither program can be priced: both values are infinite, so only the bytes tie-break
+  // can separate them, and the summaries say why.
+  EXPECT_TRUE(std::isinf(plan.fusedCost.value));
+  EXPECT_TRUE(std::isinf(plan.baselineCost.value));
+  EXPECT_LT(plan.fusedCost.tieBreak, plan.baselineCost.tieBreak);
+  EXPECT_NE(plan.fusedCost.summary.find("not priced on pcie-4080x8"), std::string::npos) << plan.fusedCost.summary;
+  EXPECT_NE(plan.baselineCost.summary.find("outside the 8 ranks"), std::string::npos) << plan.baselineCost.summary;
+}
+
+}  // namespace
+}  // namespace chimera
