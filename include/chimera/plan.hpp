@@ -59,7 +59,11 @@ struct PlanStep {
   int toDim = 0;                 ///< AllToAll: TO
   int root = 0;                  ///< Broadcast: group index of the root
   std::int64_t scale = 1;        ///< Scale: the factor
-  std::vector<BoxTransfer> transfers;  ///< ManyToMany: ordered by (dst, src)
+  std::vector<BoxTransfer> transfers;  ///< ManyToMany: ordered by destination, then source box
+  /// ManyToMany: non-empty when the transfers form an AllToAll over this group (every
+  /// member sends one equal-sized block to every member, itself included), so an executor
+  /// may pack the blocks by destination and issue one allToAll instead of grouped sends.
+  AxisSet allToAllGroup;
   std::string origin;            ///< what the step stands for (the chain op, "reduce partials", ...)
 };
 

@@ -38,6 +38,7 @@ Status directOptions(const Layout& from, const Layout& to, const TensorSpec& spe
     step.origin = "every rank already holds what it needs: keep own part";
   } else {
     step.kind = PlanStep::Kind::ManyToMany;
+    step.allToAllGroup = allToAllGroup(from, to, transfers);
     step.transfers = std::move(transfers);
     step.origin = "send each destination the intersection of its box with each source's";
   }
@@ -55,7 +56,67 @@ Status directOptions(const Layout& from, const Layout& to, const TensorSpec& spe
 
 }  // namespace
 
-std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const TensorSpec& spec) {
+std::vector<Layout> trimsToward(const Layout& from, const Layout& to, const TensorSpec& spec) {
+  std::vector<int> axes;
+  std::vector<int> dims;
+  for (int dim = 0; dim <= to.maxShardDim(); ++dim) {
+    for (int axis : to.splitAxes(dim)) {
+      if (!from.placement(axis).isReplicate()) continue;
+      axes.push_back(axis);
+      dims.push_back(dim);
+    }
+  }
+  std::vector<Layout> trims;
+  const auto add = [&](const Layout& layout) {
+    if (layout == from || !layout.validate(spec).isOk()) return;
+    if (std::find(trims.begin(), trims.end(), layout) == trims.end()) trims.push_back(layout);
+  };
+  if (axes.empty()) return trims;
+  Layout onTargetDims = from;
+  for (std::size_t i = 0; i < axes.size(); ++i) onTargetDims = onTargetDims.with(axes[i], Placement::shard(dims[i]));
+  add(onTargetDims);
+  for (int dim = 0; dim < spec.rank(); ++dim) {
+    Layout onOneDim = from;
+    for (int axis : axes) onOneDim = onOneDim.with(axis, Placement::shard(dim));
+    add(onOneDim);
+  }
+  return trims;
+}
+
+namespace {
+
+// ReduceScatter of the reduced axes `to` shards (per dim, in dim order), then AllReduce of the rest.
+Program reductionTowardTarget(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec) {
+  const Mesh& mesh = from.mesh();
+  const ReduceOp op = from.partialOp();
+  Program program;
+  Layout current = from;
+  AxisSet rest = axes;
+  for (int dim = 0; dim <= to.maxShardDim(); ++dim) {
+    AxisSet group;
+    for (int axis : to.splitAxes(dim)) {
+      if (axes.contains(axis)) group = group | AxisSet::single(axis);
+    }
+    if (group.empty()) continue;
+    Layout next = current.withShards(group, dim);
+    if (!next.validate(spec).isOk()) return {};
+    program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
+                                     fmt::format("reduce over {} straight into the consumer's shards of dim {}",
+                                                 mesh.axesName(group), dim)));
+    current = std::move(next);
+    rest = AxisSet::fromBits(rest.bits() & ~group.bits());
+  }
+  if (program.empty()) return {};
+  if (!rest.empty()) {
+    program.push_back(collectiveStep(PlanStep::Kind::AllReduce, rest, op, 0, current.withReplicated(rest),
+                                     fmt::format("reduce the rest over {} on the shards", mesh.axesName(rest))));
+  }
+  return program;
+}
+
+}  // namespace
+
+std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec) {
   std::vector<Program> options;
   const Mesh& mesh = from.mesh();
   const ReduceOp op = from.partialOp();
@@ -68,6 +129,8 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const Te
     options.push_back({collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
                                       fmt::format("reduce over {} straight into shards of dim {}", group, dim))});
   }
+  Program toward = reductionTowardTarget(from, axes, to, spec);
+  if (!toward.empty()) options.push_back(std::move(toward));
   for (auto& program : hierarchicalAllReduces(from, axes, spec)) options.push_back(std::move(program));
   return options;
 }

@@ -21,10 +21,19 @@ struct ProgramStep {
 /// A candidate program.
 using Program = std::vector<ProgramStep>;
 
-/// Ways to reduce the partial axes `axes` of `from` (all partial with one op): one
-/// AllReduce, a ReduceScatter toward each dim that divides evenly, and the hierarchical
-/// forms (see rewrites/merge_all_reduces.cpp).
-std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const TensorSpec& spec);
+/// Local trims of `from` before any reduction or move: every axis that is R in `from` and
+/// S(d) in `to` also splits a dim of `from`, so that each rank keeps only what ranks with
+/// its coordinates on those axes will read. One trim puts each axis on its `to` dim (in
+/// `to`'s nesting order), the others put them all on one dim e (to be moved later by an
+/// AllToAll when that is cheaper). Only trims valid for `spec` and different from `from`.
+std::vector<Layout> trimsToward(const Layout& from, const Layout& to, const TensorSpec& spec);
+
+/// Ways to reduce the partial axes `axes` of `from` (all partial with one op), with `to`
+/// the layout wanted in the end: one AllReduce; a ReduceScatter toward each dim that
+/// divides evenly; reduction straight toward `to` (ReduceScatter of the axes `to` shards,
+/// grouped by dim, then AllReduce of the rest on the shards); and the hierarchical forms
+/// (see rewrites/merge_all_reduces.cpp).
+std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec);
 
 /// Hierarchical AllReduce over `axes` (>= 2 axes): ReduceScatter over an outer part A,
 /// AllReduce over the rest B on the shard, AllGather over A. One program per (A, dim).

@@ -35,8 +35,10 @@ std::string describeStep(const Plan& plan, const PlanStep& step) {
     case PlanStep::Kind::ManyToMany: {
       std::int64_t remote = 0;
       for (const auto& t : step.transfers) remote += t.src != t.dst ? 1 : 0;
-      return fmt::format("manytomany ({} transfers, {} local)", remote,
-                         static_cast<std::int64_t>(step.transfers.size()) - remote);
+      const std::string shape =
+          step.allToAllGroup.empty() ? std::string() : fmt::format(", an alltoall over {}", mesh.axesName(step.allToAllGroup));
+      return fmt::format("manytomany ({} transfers, {} local{})", remote,
+                         static_cast<std::int64_t>(step.transfers.size()) - remote, shape);
     }
     case PlanStep::Kind::LocalCopy:
       return "localcopy";
@@ -67,7 +69,7 @@ std::string Plan::toString() const {
   std::string text;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
-    text += fmt::format("  {}. {:<34} buf{} {} -> buf{} {}", i + 1, describeStep(*this, s), s.input,
+    text += fmt::format("  {}. {:<36} buf{} {} -> buf{} {}", i + 1, describeStep(*this, s), s.input,
                         buffers[static_cast<std::size_t>(s.input)].layout.toString(), s.output,
                         buffers[static_cast<std::size_t>(s.output)].layout.toString());
     if (!s.origin.empty()) text += fmt::format("   [{}]", s.origin);
@@ -84,8 +86,16 @@ std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& ste
   const std::int64_t L = plan.buffers[static_cast<std::size_t>(step.input)].localBytes;
   const std::int64_t n = mesh.groupSize(step.axes);
   for (int rank = 0; rank < mesh.size(); ++rank) {
-    if (!in.holds(rank)) continue;
     auto& b = bytes[static_cast<std::size_t>(rank)];
+    if (step.kind == PlanStep::Kind::Broadcast) {
+      // Pipelined broadcast from the root: every member forwards L except the last one,
+      // whether or not it held the input (a stage broadcast fills the other stages).
+      const bool rootHolds = in.holds(mesh.groupPeer(rank, step.axes, step.root));
+      const bool last = (mesh.groupIndex(rank, step.axes) + n - step.root) % n == n - 1;
+      b = rootHolds && !last ? L : 0;
+      continue;
+    }
+    if (!in.holds(rank)) continue;
     switch (step.kind) {
       case PlanStep::Kind::AllReduce:
         b = detail::allReduceBytes(L, n);
@@ -100,9 +110,6 @@ std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& ste
         b = detail::allToAllBytes(L, n);
         break;
       case PlanStep::Kind::Broadcast:
-        // Pipelined broadcast from the root: every member forwards L except the last one.
-        b = (mesh.groupIndex(rank, step.axes) + n - step.root) % n == n - 1 ? 0 : L;
-        break;
       case PlanStep::Kind::Send:
         b = L;
         break;

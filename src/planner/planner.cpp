@@ -55,7 +55,8 @@ std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
       formatBytes(p.fusedBytes.total), formatBytes(p.fusedBytes.maxPerRank));
   text += fmt::format("Decision by the '{}' cost ({}): {}.", cost.name(),
                       cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model",
-                      p.useFused ? "fused, predicted cheaper" : "baseline, fusion predicts no gain");
+                      p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)"
+                                 : "baseline, fusion predicts no gain");
   if (!p.rewrites.empty()) {
     text += " Rewrites:";
     for (const auto& r : p.rewrites) text += " " + r + ";";
@@ -82,8 +83,28 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
-  std::vector<detail::Program> reductions{{}};
-  if (!reduce.empty()) reductions = detail::reductionOptions(from, reduce, spec);
+  // Start from the input, or first drop locally what no destination along the consumer's
+  // shard axes needs, so that reductions and moves work on less data.
+  std::vector<detail::Program> starts{{}};
+  for (const Layout& trimmed : detail::trimsToward(from, to, spec)) {
+    PlanStep slice;
+    slice.kind = PlanStep::Kind::LocalCopy;
+    slice.origin = "keep only the part the consumer's shards need";
+    starts.push_back({{std::move(slice), trimmed}});
+  }
+  std::vector<detail::Program> reductions;
+  for (const auto& start : starts) {
+    const Layout& begin = start.empty() ? from : start.back().output;
+    if (reduce.empty()) {
+      reductions.push_back(start);
+      continue;
+    }
+    for (auto& option : detail::reductionOptions(begin, reduce, to, spec)) {
+      detail::Program program = start;
+      program.insert(program.end(), option.begin(), option.end());
+      reductions.push_back(std::move(program));
+    }
+  }
 
   std::optional<Plan> best;
   Score bestScore;
@@ -145,8 +166,10 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.fusedBytes = planBytes(result.fused);
   result.baselineCost = cost.predict(result.baseline);
   result.fusedCost = cost.predict(result.fused);
-  result.useFused = std::tie(result.fusedCost.value, result.fusedCost.tieBreak) <
-                    std::tie(result.baselineCost.value, result.baselineCost.tieBreak);
+  // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
+  result.useFused = std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
+                    std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak,
+                                    result.baseline.steps.size());
   result.rewrites = detail::namedRewrites({result.trace, result.fused});
   result.explain = explainDecision(result, cost);
   out = std::move(result);

@@ -151,6 +151,45 @@ Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpe
   return Status::ok();
 }
 
+AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers) {
+  const Mesh& mesh = from.mesh();
+  const std::vector<int> holders = from.holders();
+  if (transfers.empty() || holders != to.holders()) return {};
+  const std::int64_t block = transfers.front().bytes;
+  for (const auto& t : transfers) {
+    if (t.bytes != block) return {};
+  }
+  // Candidate groups in increasing size; the transfer count must be holders * n.
+  std::vector<std::uint32_t> sets;
+  for (std::uint32_t bits = 1; bits <= mesh.allAxes().bits(); ++bits) sets.push_back(bits);
+  std::stable_sort(sets.begin(), sets.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return mesh.groupSize(AxisSet::fromBits(a)) < mesh.groupSize(AxisSet::fromBits(b));
+  });
+  for (std::uint32_t bits : sets) {
+    const AxisSet group = AxisSet::fromBits(bits);
+    const int n = mesh.groupSize(group);
+    if (n < 2 || transfers.size() != holders.size() * static_cast<std::size_t>(n)) continue;
+    // pair[(src, member index of dst)] seen once each.
+    std::vector<std::uint8_t> seen(static_cast<std::size_t>(mesh.size()) * static_cast<std::size_t>(n), 0);
+    bool ok = true;
+    for (const auto& t : transfers) {
+      if (mesh.groupColor(t.src, group) != mesh.groupColor(t.dst, group)) {
+        ok = false;
+        break;
+      }
+      auto& mark = seen[static_cast<std::size_t>(t.src) * static_cast<std::size_t>(n) +
+                        static_cast<std::size_t>(mesh.groupIndex(t.dst, group))];
+      if (mark != 0) {
+        ok = false;
+        break;
+      }
+      mark = 1;
+    }
+    if (ok) return group;
+  }
+  return {};
+}
+
 std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, const TensorSpec& spec) {
   const Mesh& mesh = from.mesh();
   std::vector<ChainOp> found;

@@ -26,6 +26,12 @@ namespace chimera::detail {
 [[nodiscard]] Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpec& spec,
                                          std::vector<BoxTransfer>& out);
 
+/// The smallest group along which `transfers` (moving `from` into `to`) form an AllToAll:
+/// both layouts held by the same ranks, and every rank sends exactly one block of one
+/// common size to every member of its group (itself included) and to no one else.
+/// Empty when there is none.
+AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers);
+
 /// Every single chain op (AllGather, AllToAll, Send, Broadcast) whose effect turns `from`
 /// into exactly `to`, in a fixed order: the plain collectives a many-to-many collapses to.
 std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, const TensorSpec& spec);

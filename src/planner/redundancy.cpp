@@ -186,6 +186,8 @@ Status analyzeChain(const ChainTrace& trace, const Layout& consumed, const Tenso
     ob.bytesPerRankMax = *std::max_element(bytes.begin(), bytes.end());
     const OpLiveness step{grid, mesh, spec, in, trace.layouts[k + 1], trace.ops[k]};
     live = step.run(live, ob.unconsumedTotal);
+    // The formulas round fractions down; on tiny buffers the exact count can exceed them.
+    ob.unconsumedTotal = std::min(ob.unconsumedTotal, ob.bytesTotal);
   }
   const PlanBytes total = planBytes(baseline);
   analysis.bytesTotal = total.total;

@@ -8,12 +8,14 @@
 // ReduceScatter then leaves shards that one smaller AllToAll redistributes.
 // How it falls out: the box intersections between the source layout (after any
 // reduction) and the consumed layout give every pair of ranks in the union group one
-// equal-sized block, so the many-to-many collapses to an AllToAll.
+// equal-sized block, so the many-to-many collapses to an AllToAll: a plain alltoall step
+// when the move is one split changing dims, else a ManyToMany marked with its AllToAll
+// group (blocks packed per destination; SP+EP's split on two dims lands here).
 // Preconditions: the chain has at least two communicating ops; the fused plan's only
 // data movement is one AllToAll.
 // Worked example (SP+EP): dp=2,sp=4, `--from dp=S0,sp=S1 --chain
 // allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2`, L = local bytes: baseline 3L + 7/8 L
-// per rank; fused alltoall:dp+sp:1:2 with 7/8 L per rank (4.4x fewer bytes).
+// per rank; fused: one alltoall over dp+sp with 7/8 L per rank (4.4x fewer bytes).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,6 +37,10 @@ std::optional<std::string> unionAllToAll(const RewriteContext& context) {
         if (allToAll != nullptr) return std::nullopt;
         allToAll = &step;
         break;
+      case PlanStep::Kind::ManyToMany:
+        if (allToAll != nullptr || step.allToAllGroup.empty()) return std::nullopt;
+        allToAll = &step;
+        break;
       case PlanStep::Kind::ReduceScatter:
       case PlanStep::Kind::AllReduce:
       case PlanStep::Kind::LocalCopy:
@@ -46,6 +52,10 @@ std::optional<std::string> unionAllToAll(const RewriteContext& context) {
   }
   if (allToAll == nullptr) return std::nullopt;
   const Mesh& mesh = context.trace.layouts.front().mesh();
+  if (allToAll->kind == PlanStep::Kind::ManyToMany) {
+    return fmt::format("{} communicating ops reshard through one alltoall over {} (packed blocks)", communicating,
+                       mesh.axesName(allToAll->allToAllGroup));
+  }
   return fmt::format("{} communicating ops reshard through one alltoall:{}:{}:{}", communicating,
                      mesh.axesName(allToAll->axes), allToAll->dim, allToAll->toDim);
 }
