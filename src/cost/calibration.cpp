@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -153,6 +154,27 @@ CommStep sampleStep(const CalibrationSample& sample) {
     for (int i = 0; i < sample.groupSize; ++i) groups[static_cast<std::size_t>(g)].push_back(g * sample.groupSize + i);
   }
   return CommStep::collective(sample.primitive, std::move(groups), sample.bytesPerRank);
+}
+
+Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t maxBytes,
+                         std::vector<CalibrationSample>& out) {
+  CHIMERA_CHECK_ARG(worldSize >= 2, "calibration needs at least 2 ranks, got {}", worldSize);
+  CHIMERA_CHECK_ARG(minBytes > 0 && minBytes <= maxBytes, "calibration sizes need 0 < min <= max, got {} and {}",
+                    minBytes, maxBytes);
+  std::vector<CalibrationSample> points;
+  for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
+                              StepKind::Broadcast}) {
+    for (int groupSize = 2; groupSize <= worldSize; groupSize *= 2) {
+      if (worldSize % groupSize != 0) continue;
+      const auto unit = static_cast<std::uint64_t>(16 * groupSize);
+      for (std::uint64_t bytes = minBytes;; bytes *= 4) {
+        points.push_back({kind, groupSize, worldSize / groupSize, std::max(unit, bytes / unit * unit), 0.0});
+        if (bytes > maxBytes / 4) break;  // the next size would pass maxBytes (or overflow)
+      }
+    }
+  }
+  out = std::move(points);
+  return Status::ok();
 }
 
 Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& samples, Topology& out,

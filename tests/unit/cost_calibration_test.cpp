@@ -122,6 +122,40 @@ TEST(Calibration, KeepsTheBaseReductionCostWhenNoSampleReduces) {
   EXPECT_NEAR(fitted.local.bytesPerSecond, truth.local.bytesPerSecond, 1e-6 * truth.local.bytesPerSecond);
 }
 
+TEST(Calibration, PointsCoverEveryCollectiveGroupSizeAndSizeAndFitBack) {
+  std::vector<CalibrationSample> points;
+  ASSERT_TRUE(calibrationPoints(8, 1 << 20, 16 << 20, points).isOk());
+  // 5 collectives x group sizes {2, 4, 8} x sizes {1, 4, 16} MiB.
+  ASSERT_EQ(points.size(), 5u * 3u * 3u);
+  for (const CalibrationSample& p : points) {
+    EXPECT_EQ(p.groupSize * p.numGroups, 8);
+    EXPECT_EQ(p.bytesPerRank % static_cast<std::uint64_t>(16 * p.groupSize), 0u);
+    EXPECT_EQ(p.seconds, 0.0);
+  }
+  EXPECT_EQ(points.front().bytesPerRank, 1u << 20);
+  EXPECT_EQ(points[2].bytesPerRank, 16u << 20);
+  // Filling the points with a known machine's times and fitting recovers it.
+  Topology truth = preset("host");
+  truth.local = {2e-4, 3.5e9};
+  truth.reduceSecondsPerByte = 0.5e-9;
+  for (CalibrationSample& p : points) {
+    StepCost cost;
+    ASSERT_TRUE(CostModel(truth).predictStep(sampleStep(p), cost).isOk());
+    p.seconds = cost.seconds;
+  }
+  Topology fitted;
+  ASSERT_TRUE(fitProfile(preset("host"), points, fitted).isOk());
+  EXPECT_NEAR(fitted.local.bytesPerSecond / truth.local.bytesPerSecond, 1.0, 1e-6);
+  // Rounding to whole blocks, and bad ranges.
+  ASSERT_TRUE(calibrationPoints(6, 100, 100, points).isOk());
+  ASSERT_EQ(points.size(), 5u);  // only groups of 2 divide 6 among powers of two
+  EXPECT_EQ(points[0].bytesPerRank, 96u);
+  ASSERT_TRUE(calibrationPoints(2, std::uint64_t{1} << 62, ~std::uint64_t{0}, points).isOk());
+  EXPECT_EQ(points.size(), 5u);  // no overflow past the largest size
+  EXPECT_FALSE(calibrationPoints(1, 1, 2, points).isOk());
+  EXPECT_NE(calibrationPoints(8, 4096, 1024, points).message().find("0 < min <= max"), std::string::npos);
+}
+
 TEST(Calibration, BadSamplesAreRejectedWithAReason) {
   const Topology base = preset("host");
   Topology fitted = base;
