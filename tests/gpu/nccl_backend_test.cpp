@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/nccl/nccl_agreement.hpp"
 #include "chimera/nccl_backend.hpp"
 #include "gpu_test_util.hpp"
 #include "typed_values.hpp"
@@ -230,6 +232,53 @@ TEST(NcclBackend, MeshAndRankAreChecked) {
   EXPECT_EQ(createNcclBackend(Mesh::flat(2), 2, 0, id, backend).code(), StatusCode::InvalidArgument);
 }
 
+TEST(NcclAgreement, VerdictNamesEveryDifferingField) {
+  // Host logic only: the MIN over two members' encodings, as ncclAllReduce would compute it.
+  using detail::NcclCallSignature;
+  auto reduced = [](const NcclCallSignature& a, bool aValid, const NcclCallSignature& b, bool bValid) {
+    std::vector<std::int64_t> x(detail::kAgreementValues);
+    std::vector<std::int64_t> y(detail::kAgreementValues);
+    detail::encodeAgreement(a, aValid, x.data());
+    detail::encodeAgreement(b, bValid, y.data());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::min(x[i], y[i]);
+    return x;
+  };
+  const NcclCallSignature base{detail::NcclCollective::AllReduce, 4, DataType::F32, ReduceOp::Sum, 0};
+  NcclCallSignature other = base;
+  other.count = 8;
+  other.dtype = DataType::BF16;
+  EXPECT_TRUE(detail::agreementVerdict(reduced(base, true, base, true).data(), Status::ok(), "tp").isOk());
+  const Status mismatch = detail::agreementVerdict(reduced(base, true, other, true).data(), Status::ok(), "tp");
+  EXPECT_EQ(mismatch.code(), StatusCode::Mismatch);
+  EXPECT_EQ(mismatch.message(), "members of group tp disagree on count (min 4, max 8), dtype (min float, max bfloat16)");
+  const Status invalid = detail::agreementVerdict(reduced(base, true, other, false).data(), Status::ok(), "tp");
+  EXPECT_EQ(invalid.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(invalid.message().find("another member of group tp"), std::string::npos) << invalid.message();
+  const Status local = Status::invalidArgument("send buffer is null but count is 4");
+  EXPECT_EQ(detail::agreementVerdict(reduced(base, false, base, true).data(), local, "tp").message(), local.message());
+}
+
+TEST_F(NcclSingleRank, ArgumentAgreementKeepsResultsAndLocalErrors) {
+  std::unique_ptr<Backend> checked;
+  {
+    ScopedEnv env("CHIMERA_CHECK_ARGS", "1");
+    createBackend(checked);
+  }
+  checked->setStream(stream_);
+  const std::size_t count = 333;
+  const std::vector<std::uint8_t> input = rampValues(DataType::F64, count, 4);
+  DeviceBuffer send(input.size());
+  DeviceBuffer recv(input.size());
+  send.upload(input);
+  ASSERT_TRUE(checked->allReduce(send.data(), recv.data(), count, DataType::F64, ReduceOp::Min, axisA_).isOk());
+  ASSERT_TRUE(checked->broadcast(send.data(), recv.data(), count, DataType::F64, 0, mesh_.allAxes()).isOk());
+  sync(*checked);
+  EXPECT_EQ(recv.download(input.size()), input);
+  const Status bad = checked->allGather(nullptr, recv.data(), count, DataType::F64, axisA_);
+  EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.message().find("send buffer is null"), std::string::npos) << bad.message();
+}
+
 // One thread per GPU, each a rank of one NCCL world; checks are collected per rank and
 // asserted after every thread joined (an early return on one rank would hang the others).
 std::string runRank(const Mesh& mesh, int rank, const NcclUniqueId& id) {
@@ -283,6 +332,13 @@ std::string runRank(const Mesh& mesh, int rank, const NcclUniqueId& id) {
   if (!status.isOk() || !fetch(count)) return "allReduce(last axis): " + status.toString();
   const std::vector<int> members = mesh.groupRanks(rank, last);
   if (got[3] != static_cast<float>(members.back() * 1000 + 3)) errors += "max over " + mesh.axesName(last) + " ";
+  // Argument agreement (CHIMERA_CHECK_ARGS=1 for this test): rank 1 passes another count,
+  // and every rank must get Mismatch instead of hanging.
+  status = backend->allReduce(send, recv, rank == 1 ? count - 1 : count, DataType::F32, ReduceOp::Sum,
+                              mesh.allAxes());
+  if (status.code() != StatusCode::Mismatch || status.message().find("count") == std::string::npos) {
+    errors += "mismatch not reported: " + status.toString() + " ";
+  }
   backend->deallocate(send);
   backend->deallocate(recv);
   return errors;
@@ -300,6 +356,7 @@ TEST(NcclMultiRank, CollectivesAndRingAcrossAllGpus) {
   }
   NcclUniqueId id;
   ASSERT_TRUE(createNcclUniqueId(id).isOk());
+  ScopedEnv checkArgs("CHIMERA_CHECK_ARGS", "1");
   std::vector<std::string> results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
@@ -54,6 +56,31 @@ Status checkBuffer(const void* ptr, std::size_t count, const char* what) {
   return Status::ok();
 }
 
+Status checkOutOfPlace(const void* send, const void* recv, std::size_t count) {
+  CHIMERA_CHECK_ARG(count == 0 || send != recv, "allToAll is out-of-place only (send == recv == {})", send);
+  return Status::ok();
+}
+
+// The first failed check; the checks are cheap and evaluated in order.
+Status firstError(std::initializer_list<Status> checks) {
+  for (const Status& check : checks) {
+    if (!check.isOk()) return check;
+  }
+  return Status::ok();
+}
+
+Status parseSwitch(const char* name, bool fallback, bool& out) {
+  out = fallback;
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return Status::ok();
+  const std::string_view value(text);
+  CHIMERA_CHECK_ARG(value == "0" || value == "1" || value == "on" || value == "off" || value == "true" ||
+                        value == "false",
+                    "{}='{}' is not one of 0 1 on off true false", name, value);
+  out = value == "1" || value == "on" || value == "true";
+  return Status::ok();
+}
+
 cudaStream_t cudaStreamOf(Stream stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace
@@ -69,6 +96,12 @@ Status ncclStatus(ncclResult_t result, const char* what) {
 
 Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
   out = NcclBackendOptions{};
+#ifdef NDEBUG
+  constexpr bool kCheckByDefault = false;
+#else
+  constexpr bool kCheckByDefault = true;
+#endif
+  CHIMERA_RETURN_IF_ERROR(parseSwitch("CHIMERA_CHECK_ARGS", kCheckByDefault, out.checkArgs));
   if (const char* text = std::getenv("CHIMERA_TIMEOUT_MS"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     const long long value = std::strtoll(text, &end, 10);
@@ -89,8 +122,10 @@ NcclBackend::NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t worl
     : mesh_(mesh), rank_(rank), device_(device), world_(world), options_(options) {}
 
 NcclBackend::~NcclBackend() {
-  if (!abortReason_.empty()) return;  // abortAll already released the communicators
   if (cudaSetDevice(device_) != cudaSuccess) CHIMERA_LOG_WARN(kLog, "cudaSetDevice({}) failed in teardown", device_);
+  if (agreementHost_ != nullptr) cudaFreeHost(agreementHost_);
+  if (agreementDevice_ != nullptr) cudaFree(agreementDevice_);
+  if (!abortReason_.empty()) return;  // abortAll already released the communicators
   for (auto& [bits, comm] : groups_) {
     if (ncclCommDestroy(comm) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "ncclCommDestroy failed for group {}", bits);
   }
@@ -132,16 +167,33 @@ Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
   return Status::ok();
 }
 
+Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local) {
+  if (!options_.checkArgs) return local;
+  constexpr std::size_t kBytes = kAgreementValues * sizeof(std::int64_t);
+  if (agreementHost_ == nullptr) {
+    CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+    CHIMERA_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&agreementHost_), kBytes));
+    CHIMERA_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&agreementDevice_), kBytes));
+  }
+  encodeAgreement(signature, local.isOk(), agreementHost_);
+  const cudaStream_t s = cudaStreamOf(stream());
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementDevice_, agreementHost_, kBytes, cudaMemcpyHostToDevice, s));
+  CHIMERA_NCCL_RETURN(ncclAllReduce(agreementDevice_, agreementDevice_, kAgreementValues, ncclInt64, ncclMin, comm, s));
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementHost_, agreementDevice_, kBytes, cudaMemcpyDeviceToHost, s));
+  CHIMERA_RETURN_IF_ERROR(synchronize());
+  return agreementVerdict(agreementHost_, local, mesh_.axesName(axes));
+}
+
 Status NcclBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                               AxisSet axes) {
-  ncclDataType_t type{};
-  ncclRedOp_t redOp{};
-  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
-  CHIMERA_RETURN_IF_ERROR(ncclReduceOp(dtype, op, redOp));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, count, "send buffer"));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, count, "recv buffer"));
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  ncclDataType_t type{};
+  ncclRedOp_t redOp{};
+  const Status local = firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp),
+                                   checkBuffer(send, count, "send buffer"), checkBuffer(recv, count, "recv buffer")});
+  const NcclCallSignature signature{NcclCollective::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (count == 0) return Status::ok();
   CHIMERA_NCCL_RETURN(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream())));
   return Status::ok();
@@ -149,39 +201,42 @@ Status NcclBackend::allReduce(const void* send, void* recv, std::size_t count, D
 
 Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
                                   AxisSet axes) {
-  ncclDataType_t type{};
-  ncclRedOp_t redOp{};
-  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
-  CHIMERA_RETURN_IF_ERROR(ncclReduceOp(dtype, op, redOp));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, recvCount, "send buffer"));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, recvCount, "recv buffer"));
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  ncclDataType_t type{};
+  ncclRedOp_t redOp{};
+  const Status local =
+      firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp), checkBuffer(send, recvCount, "send buffer"),
+                  checkBuffer(recv, recvCount, "recv buffer")});
+  const NcclCallSignature signature{NcclCollective::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (recvCount == 0) return Status::ok();
   CHIMERA_NCCL_RETURN(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream())));
   return Status::ok();
 }
 
 Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
-  ncclDataType_t type{};
-  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, sendCount, "send buffer"));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, sendCount, "recv buffer"));
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  ncclDataType_t type{};
+  const Status local = firstError({ncclDataType(dtype, type), checkBuffer(send, sendCount, "send buffer"),
+                                   checkBuffer(recv, sendCount, "recv buffer")});
+  const NcclCallSignature signature{NcclCollective::AllGather, static_cast<std::int64_t>(sendCount), dtype};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (sendCount == 0) return Status::ok();
   CHIMERA_NCCL_RETURN(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream())));
   return Status::ok();
 }
 
 Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
-  ncclDataType_t type{};
-  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(send, countPerPeer, "send buffer"));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, countPerPeer, "recv buffer"));
-  CHIMERA_CHECK_ARG(countPerPeer == 0 || send != recv, "allToAll is out-of-place only (send == recv == {})", send);
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  ncclDataType_t type{};
+  const Status local = firstError({ncclDataType(dtype, type), checkBuffer(send, countPerPeer, "send buffer"),
+                                   checkBuffer(recv, countPerPeer, "recv buffer"),
+                                   checkOutOfPlace(send, recv, countPerPeer)});
+  const NcclCallSignature signature{NcclCollective::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (countPerPeer == 0) return Status::ok();
 #if CHIMERA_NCCL_HAS_ALLTOALL
   if (!options_.groupedAllToAll) {
@@ -220,15 +275,21 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
 
 Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                               AxisSet axes) {
-  ncclDataType_t type{};
-  CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(recv, count, "recv buffer"));
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  ncclDataType_t type{};
   const int members = mesh_.groupSize(axes);
-  CHIMERA_CHECK_ARG(root >= 0 && root < members, "broadcast root {} outside group {} of {} ranks", root,
-                    mesh_.axesName(axes), members);
-  if (mesh_.groupIndex(rank_, axes) == root) CHIMERA_RETURN_IF_ERROR(checkBuffer(send, count, "root's send buffer"));
+  const bool isRoot = mesh_.groupIndex(rank_, axes) == root;
+  const Status local = firstError(
+      {ncclDataType(dtype, type), checkBuffer(recv, count, "recv buffer"),
+       isRoot ? checkBuffer(send, count, "root's send buffer") : Status::ok(),
+       root >= 0 && root < members
+           ? Status::ok()
+           : Status::invalidArgument(fmt::format("broadcast root {} outside group {} of {} ranks", root,
+                                                 mesh_.axesName(axes), members))});
+  const NcclCallSignature signature{NcclCollective::Broadcast, static_cast<std::int64_t>(count), dtype,
+                                    ReduceOp::Sum, root};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (count == 0) return Status::ok();
   CHIMERA_NCCL_RETURN(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream())));
   return Status::ok();

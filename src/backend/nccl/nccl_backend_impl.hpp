@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "backend/nccl/nccl_agreement.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
@@ -24,10 +25,14 @@ struct NcclBackendOptions {
   std::chrono::milliseconds timeout{600000};
   /// AllToAll as grouped ncclSend/ncclRecv even where NCCL has ncclAlltoAll.
   bool groupedAllToAll = false;
+  /// Cross-rank argument agreement before every collective (one small extra allreduce and a
+  /// wait for the stream): Mismatch on every rank instead of a hang.
+  bool checkArgs = false;
 };
 
-/// Reads CHIMERA_TIMEOUT_MS (a positive integer of milliseconds) and CHIMERA_NCCL_ALLTOALL
-/// (native | grouped) into `out`. InvalidArgument quoting the text when one is malformed.
+/// Reads CHIMERA_TIMEOUT_MS (a positive integer of milliseconds), CHIMERA_NCCL_ALLTOALL
+/// (native | grouped) and CHIMERA_CHECK_ARGS (0/1/on/off/true/false; default on in debug
+/// builds) into `out`. InvalidArgument quoting the text when one is malformed.
 [[nodiscard]] Status ncclBackendOptionsFromEnv(NcclBackendOptions& out);
 
 /// Backend over NCCL. Owns `world` (and the sub-communicators it splits from it).
@@ -68,6 +73,9 @@ class NcclBackend final : public Backend {
   Status usable() const;
   // Aborts every communicator (after an asynchronous error or a timeout).
   void abortAll();
+  // With checkArgs: agrees with the other members of `comm` on the call (see
+  // nccl_agreement.hpp) and waits for the stream; without: returns `local`.
+  Status agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local);
   // Grouped point-to-point exchange of AllToAll (NCCL without ncclAlltoAll).
   Status allToAllGrouped(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, ncclComm_t comm);
 
@@ -78,6 +86,8 @@ class NcclBackend final : public Backend {
   std::map<std::uint32_t, ncclComm_t> groups_;  // AxisSet bits -> split communicator
   NcclBackendOptions options_;
   std::string abortReason_;  // non-empty once aborted
+  std::int64_t* agreementHost_ = nullptr;    // pinned, kAgreementValues (created on first check)
+  std::int64_t* agreementDevice_ = nullptr;  // device, kAgreementValues
 };
 
 }  // namespace chimera::detail
