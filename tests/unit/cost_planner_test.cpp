@@ -79,6 +79,34 @@ TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
   EXPECT_EQ(cost.name(), "pcie-4080x8");
 }
 
+// Issue 4's six scenario presets (mesh, from, chain, consume).
+struct PaperScenario {
+  const char* name;
+  const char* mesh;
+  const char* from;
+  const char* chain;
+  const char* consume;
+};
+constexpr PaperScenario kPaperScenarios[] = {
+    {"tp_sp", "tp=8", "tp=P", "allreduce:tp", "tp=S0"},
+    {"tp_pp", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R"},
+    {"tp_ep", "ep=2,tp=4", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1"},
+    {"sp_ep", "dp=2,sp=4", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"},
+    {"pp_sp", "sp=4,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R"},
+    {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1"},
+};
+
+TEST(CostPlanner, PlannerFusesAllSixPaperScenariosOnThePcieNode) {
+  const TopologyCost cost = topologyCost("pcie-4080x8");
+  for (const PaperScenario& p : kPaperScenarios) {
+    ChainCase s = chainCase(p.mesh, 8, p.from, p.chain, p.consume);
+    s.spec.shape = {64, 64, 1024};  // f32, 16 MiB logical; every split in the table divides it
+    const ChainPlan plan = planOn(s, cost);
+    EXPECT_TRUE(plan.useFused) << p.name << ": " << plan.explain;
+    EXPECT_LT(plan.fusedCost.value, plan.baselineCost.value) << p.name;
+  }
+}
+
 TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
   const ChainCase s = chainCase("pp=2,tp=8", 16, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
   const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
