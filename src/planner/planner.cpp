@@ -53,8 +53,9 @@ std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
       "Baseline sends {} in total ({} max per rank); the best of {} candidate programs sends {} ({} max per rank). ",
       formatBytes(p.baselineBytes.total), formatBytes(p.baselineBytes.maxPerRank), p.candidates,
       formatBytes(p.fusedBytes.total), formatBytes(p.fusedBytes.maxPerRank));
-  text += fmt::format("Decision by the '{}' cost ({}): {}.", cost.name(),
+  text += fmt::format("Decision by the '{}' cost ({}; baseline {}, fused {}): {}.", cost.name(),
                       cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model",
+                      p.baselineCost.summary, p.fusedCost.summary,
                       p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)"
                                  : "baseline, fusion predicts no gain");
   if (!p.rewrites.empty()) {

@@ -2,7 +2,7 @@
 // chimera-plan: analysis of one chain of collectives on one tensor (no communication).
 //
 //   chimera-plan --mesh pp=2,tp=4 --shape 8192,2048 --dtype bf16 --from "pp=@0,tp=P"
-//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology bytes] [--json]
+//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology NAME] [--json]
 //
 // Prints the chain with bytes per op, the bytes never consumed, the best plan and the
 // decision. Bad input: one line on stderr, exit status 2.
@@ -11,6 +11,7 @@
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@
 #include "chimera/mesh.hpp"
 #include "chimera/planner.hpp"
 #include "chimera/redundancy.hpp"
+#include "chimera/topology.hpp"
+#include "chimera/topology_cost.hpp"
 #include "common/check.hpp"
 #include "tools/plan_report.hpp"
 
@@ -28,7 +31,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: chimera-plan --mesh AXES --shape DIMS --dtype TYPE --from LAYOUT --chain OPS\n"
-    "                    [--consume LAYOUT] [--topology bytes] [--json]\n"
+    "                    [--consume LAYOUT] [--topology NAME|FILE] [--json]\n"
     "  --mesh pp=2,tp=4          named mesh axes (row-major)\n"
     "  --shape 8192,2048         logical (full) tensor shape\n"
     "  --dtype bf16              f32 f64 f16 bf16 i32 i64 u8 (or nccl-tests names)\n"
@@ -36,7 +39,8 @@ constexpr std::string_view kUsage =
     "  --chain \"allreduce:tp,send:pp\"  allreduce:AX reducescatter:AX:DIM allgather:AX:DIM\n"
     "                            alltoall:AX:FROM:TO slice:AX:DIM send:AX broadcast:AX:ROOT (AX = a or a+b)\n"
     "  --consume \"pp=@1,tp=R\"    what the consumer reads (default: the chain's final layout)\n"
-    "  --topology bytes          cost model; only 'bytes' (decide by bytes alone) for now\n"
+    "  --topology NAME|FILE      cost model: 'bytes' (default: bytes alone), a preset (host, pcie-4080x8,\n"
+    "                            nvswitch-h20x8, dgx-h100x8, multinode-ib[:N]) or a calibrated profile JSON\n"
     "  --json                    print one JSON document instead of the report\n";
 
 struct Options {
@@ -118,10 +122,15 @@ Status run(const Options& options, std::string& output) {
     consume = layout;
   }
   const std::string topology = v.count("topology") != 0 ? v.at("topology") : "bytes";
-  CHIMERA_CHECK_ARG(topology == "bytes",
-                    "unknown topology '{}': only 'bytes' (decide by bytes alone) is available until the cost model lands",
-                    topology);
-  const BytesCost cost;
+  std::unique_ptr<PlanCost> owned;
+  if (topology == "bytes") {
+    owned = std::make_unique<BytesCost>();
+  } else {
+    Topology model;
+    CHIMERA_RETURN_IF_ERROR(loadTopology(topology, model));
+    owned = std::make_unique<TopologyCost>(std::move(model));
+  }
+  const PlanCost& cost = *owned;
   ChainPlan plan;
   CHIMERA_RETURN_IF_ERROR(planChain(spec, from, chain, consume, cost, plan));
   ChainAnalysis analysis;

@@ -117,6 +117,8 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
   out.set("cost_model", query.cost);
   out.set("baseline", std::move(baseline));
   out.set("fused", planJson(plan.fused, plan.fusedBytes));
+  out.set("baseline_prediction", plan.baselineCost.summary);
+  out.set("fused_prediction", plan.fusedCost.summary);
   out.set("redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total));
   out.set("unconsumed_bytes_total", analysis.unconsumedTotal);
   out.set("decision", plan.useFused ? "fused" : "baseline");
