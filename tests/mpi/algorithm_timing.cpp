@@ -3,16 +3,18 @@
 // per op and message size, on MPI_COMM_WORLD; the numbers behind the choices in
 // docs/performance.md. Not a test: run it by hand under mpirun.
 //
-//   mpirun -np 8 --oversubscribe build/tests/mpi/mpi_algorithm_timing [sizes...]
+//   mpirun -np 8 --oversubscribe build/tests/mpi/mpi_algorithm_timing [-r ROUNDS] [sizes...]
 //
 // Sizes are per-rank buffer bytes (the full AllReduce/ReduceScatter input, the AllGather
-// output), parseSize syntax; default 64K 1M 32M. Time = max over ranks of the mean per
-// iteration after two warm-up calls, f32 sum.
+// output), parseSize syntax; default 64K 1M 32M. Time of a round = max over ranks of the
+// mean per iteration after two warm-up calls, f32 sum; reported: median and best of ROUNDS
+// (default 5) rounds, candidates interleaved round-robin.
 #include <mpi.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,20 +52,124 @@ void must(const Status& status) {
   }
 }
 
-void report(const std::string& op, std::size_t bytes, const std::vector<Candidate>& candidates, int iterations,
-            int rank) {
-  for (const Candidate& candidate : candidates) {
-    const double ms = timeMs(candidate.run, iterations);
-    if (rank == 0) fmt::print("| {:<13} | {:>9} | {:<28} | {:>10.3f} |\n", op, formatSize(bytes), candidate.name, ms);
+// One candidate of one op, with its per-round timings.
+struct Entry {
+  std::string op;
+  Candidate candidate;
+  std::vector<double> samples;
+};
+
+// Times every entry for `rounds` rounds, round-robin so that load drifting on the shared
+// host hits all candidates alike, and prints the median and the best round per entry.
+void measure(std::vector<Entry>& entries, std::size_t bytes, int iterations, int rounds, int rank) {
+  for (int round = 0; round < rounds; ++round)
+    for (Entry& entry : entries) entry.samples.push_back(timeMs(entry.candidate.run, iterations));
+  for (Entry& entry : entries) {
+    std::sort(entry.samples.begin(), entry.samples.end());
+    const double median = entry.samples[entry.samples.size() / 2];
+    if (rank == 0)
+      fmt::print("| {:<13} | {:>9} | {:<28} | {:>10.3f} | {:>10.3f} |\n", entry.op, formatSize(bytes),
+                 entry.candidate.name, median, entry.samples.front());
   }
+}
+
+void add(std::vector<Entry>& entries, const std::string& op, const std::vector<Candidate>& candidates) {
+  for (const Candidate& candidate : candidates) entries.push_back({op, candidate, {}});
+}
+
+// Buffers and handles shared by the candidates of one message size.
+struct Context {
+  Backend* backend = nullptr;
+  detail::MpiGroup group;
+  detail::ScratchBuffer* scratch = nullptr;
+  std::size_t count = 0;  // f32 elements per rank (a multiple of the world size)
+  std::size_t block = 0;  // count / world size
+  std::vector<float> send;
+  std::vector<float> recv;
+};
+
+constexpr std::size_t kSegments[] = {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20,
+                                     std::size_t{1} << 30};
+
+std::string segmentLabel(std::size_t segment, std::size_t blockBytes) {
+  return segment >= blockBytes ? "unsegmented" : "segment " + formatSize(segment);
+}
+
+void addReductions(Context& c, std::vector<Entry>& entries) {
+  const AxisSet world = c.backend->mesh().allAxes();
+  const detail::BlockSplit split{c.count, c.group.size};
+  std::vector<Candidate> ar = {
+      {"MPI_Allreduce",
+       [&c, world] { MPI_Allreduce(c.send.data(), c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, c.group.comm); }},
+      {"backend (auto)",
+       [&c, world] { must(c.backend->allReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum, world)); }}};
+  std::vector<Candidate> rs = {
+      {"MPI_Reduce_scatter_block",
+       [&c, world] {
+         MPI_Reduce_scatter_block(c.send.data(), c.recv.data(), static_cast<int>(c.block), MPI_FLOAT, MPI_SUM,
+                                  c.group.comm);
+       }},
+      {"backend (auto)", [&c, world] {
+         must(c.backend->reduceScatter(c.send.data(), c.recv.data(), c.block, DataType::F32, ReduceOp::Sum, world));
+       }}};
+  for (const std::size_t seg : kSegments) {
+    const std::string label = segmentLabel(seg, c.block * sizeof(float));
+    ar.push_back({"ring RS+AG, " + label, [&c, world, seg] {
+                    must(detail::ringAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum,
+                                               c.group, *c.scratch, seg));
+                  }});
+    rs.push_back({"ring, " + label, [&c, world, seg, split] {
+                    must(detail::ringReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32, ReduceOp::Sum,
+                                                   c.group, *c.scratch, seg));
+                  }});
+  }
+  add(entries, "allreduce", ar);
+  add(entries, "reducescatter", rs);
+}
+
+void addDataMovement(Context& c, std::vector<Entry>& entries) {
+  const AxisSet world = c.backend->mesh().allAxes();
+  const detail::BlockSplit split{c.count, c.group.size};
+  const int b = static_cast<int>(c.block);
+  std::vector<Candidate> ag = {
+      {"MPI_Allgather",
+       [&c, world, b] { MPI_Allgather(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
+      {"backend (auto)",
+       [&c, world, b] { must(c.backend->allGather(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
+  for (const std::size_t seg : kSegments)
+    ag.push_back({"ring, " + segmentLabel(seg, c.block * sizeof(float)),
+                  [&c, seg, split] { must(detail::ringAllGather(c.recv.data(), split, DataType::F32, c.group, seg)); }});
+  const std::vector<Candidate> a2a = {
+      {"MPI_Alltoall", [&c, world, b] { MPI_Alltoall(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
+      {"pairwise exchange",
+       [&c, world, b] { must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group)); }},
+      {"backend (auto)",
+       [&c, world, b] { must(c.backend->allToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
+  const std::vector<Candidate> bcast = {
+      {"MPI_Bcast", [&c, world, b] { MPI_Bcast(c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, 0, c.group.comm); }},
+      {"scatter + ring allgather",
+       [&c, world, b] {
+         must(detail::scatterAllGatherBroadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, c.group));
+       }},
+      {"backend (auto)",
+       [&c, world, b] { must(c.backend->broadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, world)); }}};
+  add(entries, "allgather", ag);
+  add(entries, "alltoall", a2a);
+  add(entries, "broadcast", bcast);
 }
 
 int run(int argc, char** argv) {
   int rank = 0;
   int size = 0;
   must(mpiWorld(rank, size));
+  // argv: [-r ROUNDS] sizes...
+  int rounds = 5;
   std::vector<std::size_t> sizes;
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-r" && i + 1 < argc) {
+      rounds = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
     std::size_t bytes = 0;
     must(parseSize(argv[i], bytes));
     sizes.push_back(bytes);
@@ -71,66 +177,27 @@ int run(int argc, char** argv) {
   if (sizes.empty()) sizes = {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{32} << 20};
 
   std::unique_ptr<Backend> backend;
-  detail::MpiBackendOptions options;  // Auto, no argument checks, as in a release build
-  must(detail::createMpiBackend(Mesh::flat(size), options, backend));
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  const detail::MpiGroup group{comm, size, rank};
+  must(detail::createMpiBackend(Mesh::flat(size), detail::MpiBackendOptions{}, backend));  // auto, unchecked
   detail::ScratchBuffer scratch;
-  const AxisSet world = backend->mesh().allAxes();
-  const std::size_t segments[] = {std::size_t{256} << 10, std::size_t{1} << 20, std::size_t{1} << 30};
-
-  if (rank == 0) fmt::print("| op | bytes/rank | algorithm | time (ms) |\n|---|---|---|---|\n");
+  Context c;
+  c.backend = backend.get();
+  c.scratch = &scratch;
+  c.group = {MPI_COMM_NULL, size, rank};
+  MPI_Comm_dup(MPI_COMM_WORLD, &c.group.comm);
+  if (rank == 0)
+    fmt::print("| op | bytes/rank | algorithm | median (ms) | best (ms) |\n|---|---|---|---|---|\n");
   for (const std::size_t bytes : sizes) {
-    const std::size_t count = bytes / sizeof(float) / static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
-    const std::size_t block = count / static_cast<std::size_t>(size);
-    const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} << 20) / bytes, 3, 50));
-    std::vector<float> send(count, 1.0f);
-    std::vector<float> recv(count, 0.0f);
-    const int n = static_cast<int>(count);
-    const int b = static_cast<int>(block);
-
-    std::vector<Candidate> ar = {
-        {"MPI_Allreduce", [&] { MPI_Allreduce(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm); }},
-        {"backend (auto)", [&] { must(backend->allReduce(send.data(), recv.data(), count, DataType::F32, ReduceOp::Sum, world)); }}};
-    std::vector<Candidate> rs = {
-        {"MPI_Reduce_scatter_block",
-         [&] { MPI_Reduce_scatter_block(send.data(), recv.data(), b, MPI_FLOAT, MPI_SUM, comm); }},
-        {"backend (auto)", [&] { must(backend->reduceScatter(send.data(), recv.data(), block, DataType::F32, ReduceOp::Sum, world)); }}};
-    std::vector<Candidate> ag = {
-        {"MPI_Allgather", [&] { MPI_Allgather(send.data(), b, MPI_FLOAT, recv.data(), b, MPI_FLOAT, comm); }},
-        {"backend (auto)", [&] { must(backend->allGather(send.data(), recv.data(), block, DataType::F32, world)); }}};
-    for (const std::size_t seg : segments) {
-      const std::string suffix = seg >= bytes ? "unsegmented" : "segment " + formatSize(seg);
-      ar.push_back({"ring RS+AG, " + suffix, [&, seg] {
-                      must(detail::ringAllReduce(send.data(), recv.data(), count, DataType::F32, ReduceOp::Sum, group,
-                                                 scratch, seg));
-                    }});
-      rs.push_back({"ring, " + suffix, [&, seg] {
-                      must(detail::ringReduceScatter(send.data(), recv.data(), detail::BlockSplit{count, size},
-                                                     DataType::F32, ReduceOp::Sum, group, scratch, seg));
-                    }});
-      ag.push_back({"ring, " + suffix, [&, seg] {
-                      must(detail::ringAllGather(recv.data(), detail::BlockSplit{count, size}, DataType::F32, group,
-                                                 seg));
-                    }});
-    }
-    std::vector<Candidate> a2a = {
-        {"MPI_Alltoall", [&] { MPI_Alltoall(send.data(), b, MPI_FLOAT, recv.data(), b, MPI_FLOAT, comm); }},
-        {"pairwise exchange", [&] { must(detail::pairwiseAllToAll(send.data(), recv.data(), block, DataType::F32, group)); }}};
-    std::vector<Candidate> bcast = {
-        {"MPI_Bcast", [&] { MPI_Bcast(recv.data(), n, MPI_FLOAT, 0, comm); }},
-        {"scatter + ring allgather", [&] {
-           must(detail::scatterAllGatherBroadcast(send.data(), recv.data(), count, DataType::F32, 0, group,
-                                                  std::size_t{1} << 20));
-         }}};
-    report("allreduce", bytes, ar, iterations, rank);
-    report("reducescatter", bytes, rs, iterations, rank);
-    report("allgather", bytes, ag, iterations, rank);
-    report("alltoall", bytes, a2a, iterations, rank);
-    report("broadcast", bytes, bcast, iterations, rank);
+    c.count = bytes / sizeof(float) / static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+    c.block = c.count / static_cast<std::size_t>(size);
+    c.send.assign(c.count, 1.0f);
+    c.recv.assign(c.count, 0.0f);
+    const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 2, 50));
+    std::vector<Entry> entries;
+    addReductions(c, entries);
+    addDataMovement(c, entries);
+    measure(entries, bytes, iterations, rounds, rank);
   }
-  MPI_Comm_free(&comm);
+  MPI_Comm_free(&c.group.comm);
   backend.reset();
   finalizeMpi();
   return 0;

@@ -37,7 +37,7 @@ Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, 
 }
 
 Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                                 const MpiGroup& group, std::size_t segmentBytes) {
+                                 const MpiGroup& group) {
   const BlockSplit split{count, group.size};
   const std::size_t es = dataTypeSize(dtype);
   if (group.index == root && send != recv && count > 0) std::memcpy(recv, send, count * es);
@@ -54,7 +54,7 @@ Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count
                      : MPI_Scatterv(nullptr, counts.data(), displs.data(), type, mine,
                                     counts[static_cast<std::size_t>(group.index)], type, root, group.comm);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(rc, "MPI_Scatterv (broadcast)"));
-  return ringAllGather(recv, split, dtype, group, segmentBytes);
+  return ringAllGather(recv, split, dtype, group, kUnsegmented);
 }
 
 }  // namespace chimera::detail

@@ -21,6 +21,6 @@ namespace chimera::detail {
 /// AllGather (bandwidth 2(n-1)/n of the message instead of a tree's log n). `send` is read
 /// on the root only; in-place when send == recv. `count` <= INT_MAX. Collective over `group`.
 [[nodiscard]] Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype,
-                                               int root, const MpiGroup& group, std::size_t segmentBytes);
+                                               int root, const MpiGroup& group);
 
 }  // namespace chimera::detail

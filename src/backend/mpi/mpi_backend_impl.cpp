@@ -21,18 +21,18 @@ constexpr int kP2PTag = 0x5032;  // 'P2'
 
 // Smallest per-rank message (bytes) from which chimera's own algorithm beats the MPI
 // library's, measured with 8 ranks on the 2-core development host (docs/performance.md).
+// The library's AllToAll and Broadcast were never slower there, so Auto keeps them.
 std::size_t pointToPointThreshold(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::AllReduce:
-      return std::size_t{256} << 10;
-    case CollectiveKind::ReduceScatter:
-      return std::size_t{64} << 10;
-    case CollectiveKind::AllGather:
-      return std::size_t{256} << 10;
-    case CollectiveKind::AllToAll:
-      return std::size_t{256} << 10;
-    case CollectiveKind::Broadcast:
       return std::size_t{1} << 20;
+    case CollectiveKind::ReduceScatter:
+      return std::size_t{256} << 10;
+    case CollectiveKind::AllGather:
+      return std::size_t{1} << 20;
+    case CollectiveKind::AllToAll:
+    case CollectiveKind::Broadcast:
+      break;
   }
   return std::numeric_limits<std::size_t>::max();
 }
@@ -162,7 +162,7 @@ Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount
   const bool inPlace = send == mine;
   if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsMpiCount(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
-    return ringAllGather(recv, BlockSplit{total, group->size}, dtype, *group, options_.segmentBytes);
+    return ringAllGather(recv, BlockSplit{total, group->size}, dtype, *group, kUnsegmented);
   }
   const MPI_Datatype type = mpiDataType(dtype);
   return mpiStatus(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type, recv,
@@ -207,7 +207,7 @@ Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, Da
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
   if (count == 0) return Status::ok();
   if (usePointToPoint(CollectiveKind::Broadcast, count * dataTypeSize(dtype), group->size))
-    return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group, options_.segmentBytes);
+    return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group);
   if (group->index == root && send != recv) std::memcpy(recv, send, count * dataTypeSize(dtype));
   return mpiStatus(MPI_Bcast(recv, static_cast<int>(count), mpiDataType(dtype), root, group->comm), "MPI_Bcast");
 }

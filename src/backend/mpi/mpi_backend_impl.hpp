@@ -27,7 +27,8 @@ struct MpiBackendOptions {
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
   /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
   bool checkArgs = false;
-  /// Ring segment size in bytes (CHIMERA_MPI_SEGMENT_BYTES).
+  /// Segment size in bytes of the ring ReduceScatter, alone or inside AllReduce
+  /// (CHIMERA_MPI_SEGMENT_BYTES).
   std::size_t segmentBytes = std::size_t{1} << 20;
 };
 

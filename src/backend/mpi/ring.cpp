@@ -126,7 +126,7 @@ Status ringAllReduce(const void* send, void* recv, std::size_t count, DataType d
   void* mine = at(recv, split.offset(group.index), es);
   CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, mine, split, dtype, op, group, scratch, segmentBytes));
   if (op == ReduceOp::Avg) divideByCount(mine, split.size(group.index), dtype, group.size);
-  return ringAllGather(recv, split, dtype, group, segmentBytes);
+  return ringAllGather(recv, split, dtype, group, kUnsegmented);
 }
 
 }  // namespace chimera::detail

@@ -2,8 +2,9 @@
 // Bandwidth-optimal ring collectives over MPI point-to-point with local (host_reduce)
 // reduction. Each of the n-1 steps moves 1/n of the data to the right-hand neighbour.
 // Blocks are cut into segments of at most `segmentBytes`: every segment travels the whole
-// ring before the next one starts, so the received segment is still in cache when it is
-// reduced (measured: ~25% faster ReduceScatter at 32 MiB on 8 ranks, docs/performance.md).
+// ring before the next one starts. ReduceScatter gains from it (the received segment is
+// still in cache when it is reduced); AllGather does not (more synchronisations, nothing to
+// reduce) and runs unsegmented. Measurements: docs/performance.md.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,9 @@
 #include "chimera/types.hpp"
 
 namespace chimera::detail {
+
+/// Segment size meaning whole blocks (cut only at MPI's int count limit).
+inline constexpr std::size_t kUnsegmented = static_cast<std::size_t>(-1);
 
 /// `count` elements cut into `parts` contiguous blocks whose sizes differ by at most one
 /// (the first `count % parts` blocks hold one element more).
@@ -37,8 +41,9 @@ struct BlockSplit {
 [[nodiscard]] Status ringAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group,
                                    std::size_t segmentBytes);
 
-/// Ring AllReduce = ring ReduceScatter into this rank's block of `recv`, Avg division of
-/// that block, ring AllGather of `recv`. In-place when send == recv.
+/// Ring AllReduce = ring ReduceScatter (segments of `segmentBytes`) into this rank's block
+/// of `recv`, Avg division of that block, unsegmented ring AllGather of `recv`. In-place
+/// when send == recv.
 [[nodiscard]] Status ringAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                                    const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
 
