@@ -3,6 +3,7 @@
 // and the planner's decision follows the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -105,6 +106,36 @@ TEST(CostPlanner, PlannerFusesAllSixPaperScenariosOnThePcieNode) {
     EXPECT_TRUE(plan.useFused) << p.name << ": " << plan.explain;
     EXPECT_LT(plan.fusedCost.value, plan.baselineCost.value) << p.name;
   }
+}
+
+// Most distinct peers any rank sends to in one step of `program`.
+std::size_t maxFanOut(const CommProgram& program) {
+  std::size_t most = 0;
+  for (const CommStep& step : program) {
+    for (const Transfer& t : step.transfers) {
+      std::vector<int> peers;
+      for (const Transfer& u : step.transfers) {
+        if (u.src == t.src && u.dst != u.src && std::find(peers.begin(), peers.end(), u.dst) == peers.end()) {
+          peers.push_back(u.dst);
+        }
+      }
+      most = std::max(most, peers.size());
+    }
+  }
+  return most;
+}
+
+TEST(CostPlanner, OnH20ThePlannerAvoidsTheFanOutThatTheH100ModelPrefers) {
+  const PaperScenario& ppSp = kPaperScenarios[4];
+  ASSERT_STREQ(ppSp.name, "pp_sp");
+  ChainCase s = chainCase(ppSp.mesh, 8, ppSp.from, ppSp.chain, ppSp.consume);
+  s.spec.shape = {64, 64, 4096};  // 16 MiB per stage-0 rank
+  CommProgram onH100;
+  CommProgram onH20;
+  ASSERT_TRUE(planProgram(planOn(s, topologyCost("dgx-h100x8")).fused, onH100).isOk());
+  ASSERT_TRUE(planProgram(planOn(s, topologyCost("nvswitch-h20x8")).fused, onH20).isOk());
+  EXPECT_EQ(maxFanOut(onH100), 4u);  // each source shard straight to the 4 receivers
+  EXPECT_EQ(maxFanOut(onH20), 1u);   // 1:1 hand-offs, then a ring AllGather in stage 1
 }
 
 TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
