@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera {
@@ -86,6 +88,20 @@ class Backend {
   virtual void deallocate(void* ptr) = 0;
   /// Local copy within the backend's memory space, ordered on stream().
   [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Local op (no communication), ordered on stream(): copies the elements of `box` (local
+  /// coordinates) of the row-major tensor of `shape` at `tensor` into `packed`, contiguous in
+  /// row-major box order. `tensor` and `packed` must not overlap. InvalidArgument on a null
+  /// pointer or a box that does not fit `shape`.
+  [[nodiscard]] virtual Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                                       void* packed, DataType dtype) = 0;
+  /// The inverse of packBox: writes the contiguous `packed` elements into `box` of the tensor
+  /// of `shape` at `tensor`, leaving the rest untouched. Same rules and errors.
+  [[nodiscard]] virtual Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape,
+                                         const Box& box, DataType dtype) = 0;
+  /// Local op, ordered on stream(): output[i] = input[i] * factor for i < count (integers:
+  /// computed in double, truncated toward zero, saturated). In place when input == output.
+  [[nodiscard]] virtual Status scale(const void* input, void* output, std::size_t count, DataType dtype,
+                                     double factor) = 0;
   /// Waits until every call issued so far has completed (host: returns at once).
   [[nodiscard]] virtual Status synchronize() = 0;
 

@@ -13,6 +13,7 @@
 #include "common/check.hpp"
 #include "common/host_reduce.hpp"
 #include "common/log.hpp"
+#include "exec/local_ops.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -274,6 +275,20 @@ Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
   CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
   std::memmove(dst, src, bytes);
   return Status::ok();
+}
+
+Status MpiBackend::packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
+                           DataType dtype) {
+  return hostPackBox(tensor, shape, box, packed, dtype);
+}
+
+Status MpiBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                             DataType dtype) {
+  return hostUnpackBox(packed, tensor, shape, box, dtype);
+}
+
+Status MpiBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {
+  return hostScale(input, output, count, dtype, factor);
 }
 
 }  // namespace chimera::detail

@@ -71,6 +71,11 @@ class MpiBackend final : public Backend {
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override { return Status::ok(); }
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
+                 DataType dtype) override;
+  Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                   DataType dtype) override;
+  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
 
   /// The options in force.
   const MpiBackendOptions& options() const { return options_; }

@@ -17,6 +17,9 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
+#include "exec/local_ops.hpp"
+#include "pack.hpp"
+#include "reduce.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -363,6 +366,31 @@ Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes) {
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
   CHIMERA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamOf(stream())));
   return Status::ok();
+}
+
+Status NcclBackend::packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
+                            DataType dtype) {
+  BoxCopy copy;
+  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
+  copy.tensor = const_cast<void*>(tensor);  // read only by packBoxes
+  copy.packed = packed;
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  return packBoxes(&copy, 1, dtype, stream());
+}
+
+Status NcclBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                              DataType dtype) {
+  BoxCopy copy;
+  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
+  copy.tensor = tensor;
+  copy.packed = const_cast<void*>(packed);  // read only by unpackBoxes
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  return unpackBoxes(&copy, 1, dtype, stream());
+}
+
+Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  return scaleBuffer(input, output, count, dtype, factor, stream());
 }
 
 // Polls instead of cudaStreamSynchronize: a blocking wait on a stream whose NCCL kernel

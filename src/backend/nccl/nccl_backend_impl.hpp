@@ -63,6 +63,11 @@ class NcclBackend final : public Backend {
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
+                 DataType dtype) override;
+  Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                   DataType dtype) override;
+  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
 

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// The plan executor: turns the planner's Plans into calls on a Backend, with plans and their
+// scratch memory prepared once and cached, so a repeated chain pays a lookup.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "chimera/backend.hpp"
+#include "chimera/chain.hpp"
+#include "chimera/layout.hpp"
+#include "chimera/plan.hpp"
+#include "chimera/planner.hpp"
+#include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera {
+
+/// A chain to run: the tensor, where it starts, the ops as written, what is read at the end.
+struct ChainRequest {
+  TensorSpec spec;                ///< the logical tensor
+  Layout from;                    ///< where it starts
+  Chain chain;                    ///< the ops as written
+  std::optional<Layout> consume;  ///< default: the chain's final layout
+};
+
+/// Which program runChain executes.
+enum class ChainMode : std::uint8_t {
+  Baseline,  ///< the ops exactly as written
+  Planned,   ///< the planner's decision (fused only when the cost model predicts a gain)
+  Fused,     ///< the best fused plan, even when the decision is baseline (benchmarks, tests)
+};
+
+/// Runs Plans on a Backend. Every plan step becomes backend calls made by the ranks that
+/// hold the step's input (and, for Send/ManyToMany, output) buffer; local work (box
+/// pack/unpack, copies, scaling) runs in the backend's memory space. Each distinct plan is
+/// prepared once: this rank's part resolved, scratch allocated with `backend.allocate`.
+/// Not thread-safe; every rank of the mesh must make the same calls in the same order.
+class Executor {
+ public:
+  /// Runs on `backend` (not owned; must outlive the executor), pricing plans with `cost`
+  /// (not owned; default: bytes alone).
+  explicit Executor(Backend& backend, const PlanCost* cost = nullptr);
+  /// Frees every prepared plan's scratch.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Plans `request` (cached by signature: chain text, layouts, mesh, shape, dtype, cost name) without running it.
+  /// On first use of a signature all ranks of the world check that they agree on it (a hash compared by a MIN/MAX
+  /// allReduce over the world); a rank with a different chain makes EVERY rank return Status::mismatch, no hang.
+  /// `out` stays valid as long as the executor.
+  [[nodiscard]] Status plan(const ChainRequest& request, const ChainPlan*& out);
+  /// Plans (cached) and runs `request` in `mode`. `input`/`output` are this rank's local buffers of the start and
+  /// consumed layouts (nullptr allowed with 0 bytes on a rank that holds nothing there), with their sizes in bytes:
+  /// a buffer smaller than the rank's local tensor is InvalidArgument naming both sizes.
+  [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                                void* output, std::size_t outputBytes);
+  /// Moves a tensor of `spec` placed as `from` into `to` by the cheapest plan (planRedistribution), cached likewise.
+  [[nodiscard]] Status redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
+                                    std::size_t inputBytes, void* output, std::size_t outputBytes);
+  /// Runs an explicit plan (prepared once per distinct plan and cached).
+  [[nodiscard]] Status run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
+                           std::size_t outputBytes);
+  /// Number of cached prepared plans.
+  std::size_t cachedPlans() const;
+  /// Number of planning passes (planChain / planRedistribution calls) done so far.
+  std::size_t planningPasses() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chimera

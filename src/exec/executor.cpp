@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "chimera/executor.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <string>
+#include <unordered_map>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "exec/prepared_plan.hpp"
+#include "exec/signature.hpp"
+
+namespace chimera {
+namespace {
+
+constexpr const char* kLog = "exec";
+
+// A planned chain and its two programs, prepared on first use.
+struct ChainEntry {
+  ChainPlan plan;
+  std::unique_ptr<detail::PreparedPlan> baseline;
+  std::unique_ptr<detail::PreparedPlan> fused;
+};
+
+// A planned redistribution, prepared at once.
+struct RedistributionEntry {
+  Plan plan;
+  std::unique_ptr<detail::PreparedPlan> prepared;
+};
+
+}  // namespace
+
+struct Executor::Impl {
+  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost) {}
+  ~Impl() {
+    chains.clear();
+    redistributions.clear();
+    plans.clear();
+    backend.deallocate(agreement);
+  }
+
+  Status agree(const std::string& signature, const Status& local);
+  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot);
+  Status findChain(const ChainRequest& request, ChainEntry*& out);
+
+  Backend& backend;
+  BytesCost bytesCost;
+  const PlanCost* cost;
+  std::unordered_map<std::string, std::unique_ptr<ChainEntry>> chains;
+  std::unordered_map<std::string, std::unique_ptr<RedistributionEntry>> redistributions;
+  std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
+  std::size_t prepared = 0;
+  std::size_t passes = 0;
+  void* agreement = nullptr;  // 3 int64 in the backend's memory space
+};
+
+// One MAX allReduce over the world of {hash, -hash, failed}: the MAX and MIN hash and
+// whether any rank failed. Every rank takes part whatever its local verdict.
+Status Executor::Impl::agree(const std::string& signature, const Status& local) {
+  constexpr std::size_t kBytes = 3 * sizeof(std::int64_t);
+  if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
+  const std::int64_t hash = detail::signatureHash(signature);
+  std::array<std::int64_t, 3> values{hash, -hash, local.isOk() ? 0 : 1};
+  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, values.data(), kBytes));
+  CHIMERA_RETURN_IF_ERROR(
+      backend.allReduce(agreement, agreement, 3, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(values.data(), agreement, kBytes));
+  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  if (!local.isOk()) return local;
+  if (values[2] != 0) {
+    return Status::mismatch(fmt::format("another rank failed to plan the request this rank planned as {}", signature));
+  }
+  if (values[0] != -values[1]) {
+    return Status::mismatch(fmt::format(
+        "ranks disagree on what to plan: this rank has {} (hash {:#x}), the world's hashes range over [{:#x}, {:#x}]",
+        signature, hash, -values[1], values[0]));
+  }
+  return Status::ok();
+}
+
+Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot) {
+  auto preparedPlan = std::make_unique<detail::PreparedPlan>();
+  CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan));
+  slot = std::move(preparedPlan);
+  ++prepared;
+  return Status::ok();
+}
+
+Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) {
+  Status local = detail::checkRequestMesh(request, backend.mesh());
+  const std::string signature =
+      local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
+  if (local.isOk()) {
+    if (auto it = chains.find(signature); it != chains.end()) {
+      out = it->second.get();
+      return Status::ok();
+    }
+  }
+  auto entry = std::make_unique<ChainEntry>();
+  if (local.isOk()) {
+    ++passes;
+    local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan);
+  }
+  CHIMERA_RETURN_IF_ERROR(agree(signature, local));
+  const ChainPlan& p = entry->plan;
+  CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
+                    p.useFused ? "fused" : "baseline", p.candidates, p.baselineCost.summary, p.fusedCost.summary,
+                    p.baseline.toString(), p.fused.toString());
+  out = entry.get();
+  chains.emplace(signature, std::move(entry));
+  return Status::ok();
+}
+
+Executor::Executor(Backend& backend, const PlanCost* cost) : impl_(std::make_unique<Impl>(backend, cost)) {}
+
+Executor::~Executor() = default;
+
+Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
+  ChainEntry* entry = nullptr;
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  out = &entry->plan;
+  return Status::ok();
+}
+
+Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                          void* output, std::size_t outputBytes) {
+  ChainEntry* entry = nullptr;
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
+  std::unique_ptr<detail::PreparedPlan>& slot = fused ? entry->fused : entry->baseline;
+  if (!slot) CHIMERA_RETURN_IF_ERROR(impl_->prepare(fused ? entry->plan.fused : entry->plan.baseline, slot));
+  return slot->run(input, inputBytes, output, outputBytes);
+}
+
+Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
+                              std::size_t inputBytes, void* output, std::size_t outputBytes) {
+  const Mesh& mesh = impl_->backend.mesh();
+  Status local = Status::ok();
+  if (!from.mesh().axesEqual(mesh) || !to.mesh().axesEqual(mesh)) {
+    local = Status::invalidArgument(fmt::format("redistribution {} -> {} on meshes {} and {}, the backend is on {}",
+                                                from.toString(), to.toString(), from.mesh().toString(),
+                                                to.mesh().toString(), mesh.toString()));
+  }
+  const std::string signature = local.isOk() ? detail::redistributionSignature(spec, from, to, impl_->cost->name())
+                                             : "invalid request: " + local.message();
+  auto it = impl_->redistributions.find(signature);
+  if (!local.isOk() || it == impl_->redistributions.end()) {
+    auto entry = std::make_unique<RedistributionEntry>();
+    if (local.isOk()) {
+      ++impl_->passes;
+      local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
+    }
+    if (local.isOk()) local = impl_->prepare(entry->plan, entry->prepared);
+    CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local));
+    CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
+    it = impl_->redistributions.emplace(signature, std::move(entry)).first;
+  }
+  return it->second->prepared->run(input, inputBytes, output, outputBytes);
+}
+
+Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
+                     std::size_t outputBytes) {
+  const std::string key = detail::planKey(plan);
+  auto it = impl_->plans.find(key);
+  if (it == impl_->plans.end()) {
+    std::unique_ptr<detail::PreparedPlan> prepared;
+    CHIMERA_RETURN_IF_ERROR(impl_->prepare(plan, prepared));
+    CHIMERA_LOG_DEBUG(kLog, "prepared an explicit plan:\n{}", plan.toString());
+    it = impl_->plans.emplace(key, std::move(prepared)).first;
+  }
+  return it->second->run(input, inputBytes, output, outputBytes);
+}
+
+std::size_t Executor::cachedPlans() const { return impl_->prepared; }
+
+std::size_t Executor::planningPasses() const { return impl_->passes; }
+
+}  // namespace chimera

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Running a prepared plan: resolve the operands to this call's buffers and issue the calls.
+#include <fmt/format.h>
+
+#include "common/check.hpp"
+#include "exec/prepared_plan.hpp"
+
+namespace chimera::detail {
+
+Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+  if (bufferBytes_[0] > 0) {
+    CHIMERA_CHECK_ARG(input != nullptr, "null input buffer on rank {}, which holds {} bytes of the input", rank_,
+                      bufferBytes_[0]);
+    CHIMERA_CHECK_ARG(inputBytes >= bufferBytes_[0], "input buffer of {} bytes on rank {}, its local tensor needs {}",
+                      inputBytes, rank_, bufferBytes_[0]);
+  }
+  if (bufferBytes_[1] > 0) {
+    CHIMERA_CHECK_ARG(output != nullptr, "null output buffer on rank {}, which holds {} bytes of the output", rank_,
+                      bufferBytes_[1]);
+    CHIMERA_CHECK_ARG(outputBytes >= bufferBytes_[1], "output buffer of {} bytes on rank {}, its local tensor needs {}",
+                      outputBytes, rank_, bufferBytes_[1]);
+  }
+  // The plan never writes slot 0 (checked by prepare).
+  slots_[0] = static_cast<std::byte*>(const_cast<void*>(input));
+  slots_[1] = static_cast<std::byte*>(output);
+  for (PreparedStep& step : steps_) {
+    CHIMERA_RETURN_IF_ERROR(runLocal(step.before));
+    CHIMERA_RETURN_IF_ERROR(runComm(step));
+    CHIMERA_RETURN_IF_ERROR(runLocal(step.after));
+  }
+  return Status::ok();
+}
+
+Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions) {
+  for (const LocalAction& a : actions) {
+    switch (a.kind) {
+      case LocalAction::Kind::Copy:
+        CHIMERA_RETURN_IF_ERROR(backend_->copy(resolve(a.dst), resolve(a.src), a.bytes));
+        break;
+      case LocalAction::Kind::Pack:
+        CHIMERA_RETURN_IF_ERROR(backend_->packBox(resolve(a.src), a.shape, a.box, resolve(a.dst), dtype_));
+        break;
+      case LocalAction::Kind::Unpack:
+        CHIMERA_RETURN_IF_ERROR(backend_->unpackBox(resolve(a.src), resolve(a.dst), a.shape, a.box, dtype_));
+        break;
+      case LocalAction::Kind::Scale:
+        CHIMERA_RETURN_IF_ERROR(backend_->scale(resolve(a.src), resolve(a.dst), a.count, dtype_, a.factor));
+        break;
+    }
+  }
+  return Status::ok();
+}
+
+Status PreparedPlan::runComm(PreparedStep& step) {
+  switch (step.comm) {
+    case PreparedStep::Comm::None:
+      return Status::ok();
+    case PreparedStep::Comm::AllReduce:
+      return backend_->allReduce(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes);
+    case PreparedStep::Comm::ReduceScatter:
+      return backend_->reduceScatter(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes);
+    case PreparedStep::Comm::AllGather:
+      return backend_->allGather(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes);
+    case PreparedStep::Comm::AllToAll:
+      return backend_->allToAll(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes);
+    case PreparedStep::Comm::Broadcast:
+      return backend_->broadcast(resolve(step.send), resolve(step.recv), step.count, dtype_, step.root, step.axes);
+    case PreparedStep::Comm::Grouped:
+      ops_.resize(step.p2p.size());
+      for (std::size_t i = 0; i < step.p2p.size(); ++i) {
+        const P2PRef& ref = step.p2p[i];
+        ops_[i] = {ref.kind, resolve(ref.buffer), ref.count, dtype_, ref.peer};
+      }
+      return backend_->groupedP2P(ops_);
+  }
+  return Status::internal("unknown communication kind");
+}
+
+}  // namespace chimera::detail

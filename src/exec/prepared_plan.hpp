@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// One Plan resolved for this rank: which steps it takes part in, the backend calls with
+// their operands as (slot, byte offset), the box packs/unpacks around them, and the scratch
+// memory, allocated once. Running it only resolves pointers and issues the calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "chimera/backend.hpp"
+#include "chimera/plan.hpp"
+#include "chimera/status.hpp"
+
+namespace chimera::detail {
+
+/// Memory an operand lives in: a plan buffer (slot = its index; 0 the user input, 1 the user
+/// output, the rest scratch) or one of the two staging areas (slot = buffers + 0 or + 1).
+struct SlotRef {
+  int slot = 0;            ///< which memory
+  std::size_t offset = 0;  ///< byte offset into it
+};
+
+/// A local operation in the backend's memory space.
+struct LocalAction {
+  enum class Kind : std::uint8_t { Copy, Pack, Unpack, Scale };
+  Kind kind = Kind::Copy;
+  SlotRef src;                      ///< Copy/Scale: source; Pack: the tensor; Unpack: the packed data
+  SlotRef dst;                      ///< Copy/Scale: destination; Pack: the packed data; Unpack: the tensor
+  std::size_t bytes = 0;            ///< Copy: bytes
+  std::size_t count = 0;            ///< Scale: elements
+  double factor = 1;                ///< Scale: the factor
+  std::vector<std::int64_t> shape;  ///< Pack/Unpack: the tensor's local shape
+  Box box;                          ///< Pack/Unpack: the box, local coordinates
+};
+
+/// A Copy of `bytes` from `src` to `dst`.
+LocalAction copyAction(SlotRef src, SlotRef dst, std::size_t bytes);
+/// A Pack of `box` of the tensor of `shape` at `tensor` into `packed`.
+LocalAction packAction(SlotRef tensor, SlotRef packed, const std::vector<std::int64_t>& shape, const Box& box);
+/// An Unpack of `packed` into `box` of the tensor of `shape` at `tensor`.
+LocalAction unpackAction(SlotRef packed, SlotRef tensor, const std::vector<std::int64_t>& shape, const Box& box);
+/// A Scale of `count` elements by `factor`.
+LocalAction scaleAction(SlotRef src, SlotRef dst, std::size_t count, double factor);
+
+/// A point-to-point operand of a grouped call.
+struct P2PRef {
+  P2POp::Kind kind = P2POp::Kind::Send;
+  SlotRef buffer;
+  std::size_t count = 0;  ///< elements
+  int peer = 0;           ///< world rank
+};
+
+/// This rank's part of one plan step: local work, one communication, local work.
+struct PreparedStep {
+  /// The communication: a collective, a grouped point-to-point call, or none.
+  enum class Comm : std::uint8_t { None, AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, Grouped };
+  std::vector<LocalAction> before;
+  Comm comm = Comm::None;
+  SlotRef send;           ///< collective send operand
+  SlotRef recv;           ///< collective recv operand
+  std::size_t count = 0;  ///< collective count, in the backend's convention for the call
+  AxisSet axes;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  std::vector<P2PRef> p2p;  ///< Grouped: every send and receive of this rank
+  std::vector<LocalAction> after;
+};
+
+/// A plan prepared for this rank of `backend`. Owns its scratch (freed by the destructor).
+class PreparedPlan {
+ public:
+  PreparedPlan() = default;
+  PreparedPlan(const PreparedPlan&) = delete;
+  PreparedPlan& operator=(const PreparedPlan&) = delete;
+  ~PreparedPlan();
+
+  /// Resolves `plan` for `backend.rank()` and allocates its scratch. InvalidArgument when
+  /// the plan is malformed (buffer index out of range, mesh different from the backend's,
+  /// invalid layout, a step that writes the input buffer, boxes that do not fit).
+  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
+  /// Runs the prepared plan on this rank's buffers (checked against the local sizes first).
+  [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
+  /// Bytes of the rank's input / output buffer (0 when it holds none).
+  std::size_t inputBytes() const { return bufferBytes_[0]; }
+  std::size_t outputBytes() const { return bufferBytes_[1]; }
+
+ private:
+  Status prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status prepareCollective(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status prepareAllToAll(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status prepareSend(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status prepareManyToMany(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status prepareLocalCopy(const Plan& plan, const PlanStep& step, PreparedStep& out);
+  Status runLocal(const std::vector<LocalAction>& actions);
+  Status runComm(PreparedStep& step);
+  std::byte* resolve(SlotRef ref) const { return slots_[static_cast<std::size_t>(ref.slot)] + ref.offset; }
+  int stagingSlot(int which) const { return static_cast<int>(bufferBytes_.size()) + which; }
+  void needStaging(int which, std::size_t bytes);
+
+  Backend* backend_ = nullptr;
+  DataType dtype_ = DataType::F32;
+  std::size_t elementSize_ = 1;
+  int rank_ = 0;
+  std::vector<std::size_t> bufferBytes_;           // per plan buffer: this rank's bytes (0 = not held)
+  std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
+  std::size_t stagingBytes_[2] = {0, 0};
+  std::vector<void*> owned_;       // scratch from backend.allocate
+  std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
+  std::vector<PreparedStep> steps_;
+  std::vector<P2POp> ops_;  // reused by every grouped call
+};
+
+}  // namespace chimera::detail

@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "exec/signature.hpp"
+
+#include <fmt/format.h>
+
+#include "common/check.hpp"
+
+namespace chimera::detail {
+
+Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh) {
+  CHIMERA_CHECK_ARG(request.from.mesh().axesEqual(mesh), "the start layout {} is on mesh {}, the backend on {}",
+                    request.from.toString(), request.from.mesh().toString(), mesh.toString());
+  if (request.consume) {
+    CHIMERA_CHECK_ARG(request.consume->mesh().axesEqual(mesh),
+                      "the consumed layout {} is on mesh {}, the backend on {}", request.consume->toString(),
+                      request.consume->mesh().toString(), mesh.toString());
+  }
+  CHIMERA_CHECK_ARG(!request.chain.ops.empty(), "empty chain");
+  for (std::size_t i = 0; i < request.chain.ops.size(); ++i) {
+    const AxisSet axes = request.chain.ops[i].axes;
+    CHIMERA_CHECK_ARG(!axes.empty() && (axes.bits() & ~mesh.allAxes().bits()) == 0,
+                      "chain op {} names mesh axes (bits {:#x}) the mesh {} does not have", i + 1, axes.bits(),
+                      mesh.toString());
+  }
+  return Status::ok();
+}
+
+std::string chainSignature(const ChainRequest& request, std::string_view costName) {
+  const Mesh& mesh = request.from.mesh();
+  return fmt::format("chain|{}|{}|{}|{}|{}|{}", mesh.toString(), request.spec.toString(), request.from.toString(),
+                     request.chain.toString(mesh), request.consume ? request.consume->toString() : "-", costName);
+}
+
+std::string redistributionSignature(const TensorSpec& spec, const Layout& from, const Layout& to,
+                                    std::string_view costName) {
+  return fmt::format("redistribute|{}|{}|{}|{}|{}", from.mesh().toString(), spec.toString(), from.toString(),
+                     to.toString(), costName);
+}
+
+std::string planKey(const Plan& plan) {
+  std::string key =
+      fmt::format("{}|{}", plan.buffers.empty() ? "" : plan.buffers[0].layout.mesh().toString(), plan.spec.toString());
+  for (const PlanBuffer& buffer : plan.buffers) key += fmt::format("|{}", buffer.layout.toString());
+  for (const PlanStep& s : plan.steps) {
+    key += fmt::format("|{}:{}>{}:{:x}:{}:{}:{}:{}:{}:{:x}", planStepKindName(s.kind), s.input, s.output, s.axes.bits(),
+                       reduceOpName(s.op), s.dim, s.toDim, s.root, s.scale, s.allToAllGroup.bits());
+    for (const BoxTransfer& t : s.transfers) {
+      key += fmt::format(";{}>{}{}{}", t.src, t.dst, t.srcBox.toString(), t.dstBox.toString());
+    }
+  }
+  return key;
+}
+
+std::int64_t signatureHash(std::string_view text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 1099511628211ull;
+  }
+  return static_cast<std::int64_t>(hash >> 2);
+}
+
+}  // namespace chimera::detail
