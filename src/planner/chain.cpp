@@ -250,7 +250,10 @@ Status Chain::parse(std::string_view text, const Mesh& mesh, Chain& out) {
 
 std::string Chain::toString(const Mesh& mesh) const {
   std::string text;
-  for (const auto& op : ops) text += (text.empty() ? "" : ",") + op.toString(mesh);
+  for (const auto& op : ops) {
+    if (!text.empty()) text += ',';
+    text += op.toString(mesh);
+  }
   return text;
 }
 

@@ -189,7 +189,8 @@ Status Layout::validate(const TensorSpec& spec) const {
     std::int64_t shards = 1;
     for (int axis : axes) {
       shards *= mesh_.axis(axis).size;
-      names += (names.empty() ? "" : "+") + mesh_.axis(axis).name;
+      if (!names.empty()) names += '+';
+      names += mesh_.axis(axis).name;
     }
     CHIMERA_CHECK_ARG(dim < spec.rank(), "layout {} shards dim {} but the tensor {} has {} dimensions", toString(), dim,
                       spec.toString(), spec.rank());
@@ -297,7 +298,8 @@ std::string Layout::toString() const {
     if (p.isShard()) {
       std::string names;
       for (int a : splits_[static_cast<std::size_t>(p.dim)]) {
-        names += (names.empty() ? "" : "+") + mesh_.axis(a).name;
+        if (!names.empty()) names += '+';
+        names += mesh_.axis(a).name;
         done[static_cast<std::size_t>(a)] = true;
       }
       entries.push_back(fmt::format("{}={}", names, p.toString()));
@@ -307,7 +309,10 @@ std::string Layout::toString() const {
   }
   if (entries.empty()) return fmt::format("{}=R", mesh_.numAxes() > 0 ? mesh_.axis(0).name : std::string("?"));
   std::string text;
-  for (const auto& e : entries) text += (text.empty() ? "" : ",") + e;
+  for (const auto& e : entries) {
+    if (!text.empty()) text += ',';
+    text += e;
+  }
   return text;
 }
 

@@ -28,7 +28,8 @@ std::string stepName(const Plan& plan, const PlanStep& step) {
     case PlanStep::Kind::ManyToMany: {
       const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
                                         [](const BoxTransfer& t) { return t.src != t.dst; });
-      return fmt::format("manytomany({} transfers)", remote);
+      if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
+      return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
     }
     case PlanStep::Kind::LocalCopy:
       return "localcopy";

@@ -6,6 +6,7 @@
 // by op, the fused plan must never send more bytes than the chain, the planner's byte
 // counts must match the simulator's, and planning twice must give the identical plan.
 // Fixed seeds: a failure names its seed and reproduces.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -27,8 +28,8 @@ struct Case {
   Chain chain;
   std::optional<Layout> consume;
   std::string describe() const {
-    return "mesh " + mesh.toString() + " shape " + spec.toString() + " from " + from.toString() + " chain " +
-           chain.toString(mesh) + " consume " + (consume ? consume->toString() : std::string("(final)"));
+    return fmt::format("mesh {} shape {} from {} chain {} consume {}", mesh.toString(), spec.toString(),
+                       from.toString(), chain.toString(mesh), consume ? consume->toString() : "(final)");
   }
 };
 
@@ -45,7 +46,7 @@ class Generator {
       const int count = uniform(1, 3);
       int world = 1;
       for (int i = 0; i < count; ++i) {
-        axes.push_back({"a" + std::to_string(i), uniform(1, 8)});
+        axes.push_back({fmt::format("a{}", i), uniform(1, 8)});
         world *= axes.back().size;
       }
       if (world > 64) continue;
@@ -141,7 +142,7 @@ struct Stats {
 };
 
 void checkCase(const Case& c, std::uint64_t seed, Stats& stats) {
-  SCOPED_TRACE("seed " + std::to_string(seed) + ": " + c.describe());
+  SCOPED_TRACE(fmt::format("seed {}: {}", seed, c.describe()));
   const BytesCost cost;
   ChainPlan plan;
   const Status status = planChain(c.spec, c.from, c.chain, c.consume, cost, plan);
@@ -160,7 +161,9 @@ void checkCase(const Case& c, std::uint64_t seed, Stats& stats) {
   EXPECT_EQ(baselineTraffic.perRank, chainTraffic.perRank);
   EXPECT_EQ(plan.fusedBytes.perRank, fusedTraffic.perRank);
   EXPECT_EQ(plan.baselineBytes.perRank, chainTraffic.perRank);
-  if (plan.useFused) EXPECT_LE(plan.fusedBytes.total, plan.baselineBytes.total);
+  if (plan.useFused) {
+    EXPECT_LE(plan.fusedBytes.total, plan.baselineBytes.total);
+  }
 
   ChainPlan again;
   ASSERT_TRUE(planChain(c.spec, c.from, c.chain, c.consume, cost, again).isOk());
@@ -213,7 +216,9 @@ TEST(PlannerProperty, SimulatorGeometryMatchesLayoutGeometry) {
     const Layout layout = gen.layout(mesh, spec);
     for (int r = 0; r < mesh.size(); ++r) {
       ASSERT_EQ(sim::simHolds(layout, r), layout.holds(r)) << layout.toString();
-      if (layout.holds(r)) ASSERT_EQ(sim::simBox(layout, spec, r), layout.rankBox(r, spec)) << layout.toString();
+      if (layout.holds(r)) {
+        ASSERT_EQ(sim::simBox(layout, spec, r), layout.rankBox(r, spec)) << layout.toString();
+      }
     }
   }
 }
