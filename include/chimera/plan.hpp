@@ -33,9 +33,10 @@ struct PlanBuffer {
   std::int64_t localBytes = 0;           ///< bytes on each holding rank
 };
 
-/// One step of a plan: reads buffer `input`, writes buffer `output` (they may be equal for
-/// the in-place AllReduce/Broadcast/Scale). The ranks that take part are the holders of
-/// the input buffer (plus, for Send and ManyToMany, the holders of the output buffer).
+/// One step of a plan: reads buffer `input`, writes buffer `output` (equal only for a
+/// Scale applied in place to the output). The ranks that take part are the holders of the
+/// input buffer, plus the holders of the output buffer for Send, Broadcast and ManyToMany
+/// (a stage hand-off or stage broadcast fills ranks that held nothing).
 struct PlanStep {
   enum class Kind : std::uint8_t {
     AllReduce,      ///< output = op over the group along `axes` of input

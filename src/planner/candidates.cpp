@@ -175,7 +175,7 @@ Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, 
     current = step.output;
     plan.steps.push_back(std::move(step));
   }
-  if (program.empty()) {
+  if (program.empty() && scale == 1) {
     PlanStep copy;
     copy.kind = PlanStep::Kind::LocalCopy;
     copy.input = Plan::kInput;
@@ -186,7 +186,7 @@ Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, 
   if (scale != 1) {
     PlanStep step;
     step.kind = PlanStep::Kind::Scale;
-    step.input = Plan::kOutput;
+    step.input = program.empty() ? Plan::kInput : Plan::kOutput;
     step.output = Plan::kOutput;
     step.scale = scale;
     step.origin = "a sum over replicated copies is a multiplication";

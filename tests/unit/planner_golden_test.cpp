@@ -231,8 +231,8 @@ TEST(PlannerRewrite, HierarchicalAllReduceWhenTheCostModelSaysSo) {
 TEST(PlannerRewrite, AllReduceOfReplicatedIsALocalScale) {
   const auto p = planOf({"tp=4", "4096,1024", "tp=R", "allreduce:tp", nullptr});
   EXPECT_EQ(p.fusedBytes.total, 0);
-  ASSERT_EQ(kinds(p.fused), (std::vector<K>{K::LocalCopy, K::Scale}));
-  EXPECT_EQ(p.fused.steps[1].scale, 4);
+  ASSERT_EQ(kinds(p.fused), std::vector<K>{K::Scale});
+  EXPECT_EQ(p.fused.steps[0].scale, 4);
 }
 
 TEST(PlannerRedundancy, UnconsumedBytesOfEachOp) {
