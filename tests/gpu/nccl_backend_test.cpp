@@ -17,6 +17,7 @@
 
 #include "backend/nccl/nccl_agreement.hpp"
 #include "chimera/nccl_backend.hpp"
+#include "chimera/tensor_spec.hpp"
 #include "gpu_test_util.hpp"
 #include "typed_values.hpp"
 
@@ -207,6 +208,37 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_);
   EXPECT_EQ(after.code(), StatusCode::BackendError);
   EXPECT_NE(after.message().find("aborted"), std::string::npos) << after.message();
+}
+
+TEST_F(NcclSingleRank, LocalPackUnpackAndScaleRunOnTheStream) {
+  // Backend::packBox/unpackBox/scale of the NCCL backend are the CUDA kernels, ordered on
+  // stream(); compared with the host path.
+  const std::vector<std::int64_t> shape = {37, 129};
+  const Box box{{5, 17}, {30, 100}};
+  const DataType dtype = DataType::F16;
+  const std::size_t size = dataTypeSize(dtype);
+  const std::size_t tensorBytes = static_cast<std::size_t>(shape[0] * shape[1]) * size;
+  const std::size_t packedBytes = static_cast<std::size_t>(box.volume()) * size;
+  const std::vector<std::uint8_t> tensor = rampValues(dtype, tensorBytes / size, 5);
+  DeviceBuffer deviceTensor(tensorBytes);
+  DeviceBuffer packed(packedBytes);
+  deviceTensor.upload(tensor);
+  ASSERT_TRUE(backend_->packBox(deviceTensor.data(), shape, box, packed.data(), dtype).isOk());
+  ASSERT_TRUE(backend_->scale(packed.data(), packed.data(), packedBytes / size, dtype, 2.0).isOk());
+  ASSERT_EQ(cudaMemsetAsync(deviceTensor.data(), 0, tensorBytes, stream_), cudaSuccess);
+  ASSERT_TRUE(backend_->unpackBox(packed.data(), deviceTensor.data(), shape, box, dtype).isOk());
+  sync(*backend_);
+  // Expected: zeros outside the box, twice the input inside (exact: values < 100).
+  std::vector<std::uint8_t> want(tensorBytes, 0);
+  for (std::int64_t r = box.offset[0]; r < box.offset[0] + box.extent[0]; ++r) {
+    for (std::int64_t c = box.offset[1]; c < box.offset[1] + box.extent[1]; ++c) {
+      const std::size_t at = static_cast<std::size_t>(r * shape[1] + c) * size;
+      test::storeValue(dtype, 2 * test::loadValue(dtype, tensor.data() + at), want.data() + at);
+    }
+  }
+  EXPECT_EQ(deviceTensor.download(tensorBytes), want);
+  const Status bad = backend_->packBox(deviceTensor.data(), shape, Box{{0, 100}, {1, 30}}, packed.data(), dtype);
+  EXPECT_EQ(bad.code(), StatusCode::InvalidArgument) << bad.toString();
 }
 
 TEST(NcclBackend, MalformedEnvironmentIsRejected) {
