@@ -99,7 +99,8 @@ class Json {
   /// to the same value.
   std::string dump(int indent = -1) const;
 
-  /// Structural equality; numbers compare by value across Int and Double.
+  /// Structural equality: numbers compare by value across Int and Double; objects compare
+  /// member by member in insertion order.
   friend bool operator==(const Json& a, const Json& b);
 
  private:
