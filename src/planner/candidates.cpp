@@ -135,6 +135,32 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const La
   return options;
 }
 
+std::vector<Program> reductionPrefixes(const Layout& from, const Layout& to, AxisSet reduce, const TensorSpec& spec) {
+  // Start from the input, or first drop locally what no destination along the consumer's
+  // shard axes needs, so that reductions and moves work on less data.
+  std::vector<Program> starts{{}};
+  for (const Layout& trimmed : trimsToward(from, to, spec)) {
+    PlanStep slice;
+    slice.kind = PlanStep::Kind::LocalCopy;
+    slice.origin = "keep only the part the consumer's shards need";
+    starts.push_back({{std::move(slice), trimmed}});
+  }
+  std::vector<Program> prefixes;
+  for (const auto& start : starts) {
+    if (reduce.empty()) {
+      prefixes.push_back(start);
+      continue;
+    }
+    const Layout& begin = start.empty() ? from : start.back().output;
+    for (auto& option : reductionOptions(begin, reduce, to, spec)) {
+      Program program = start;
+      program.insert(program.end(), option.begin(), option.end());
+      prefixes.push_back(std::move(program));
+    }
+  }
+  return prefixes;
+}
+
 Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec, std::vector<Program>& out) {
   std::vector<Program> options;
   CHIMERA_RETURN_IF_ERROR(directOptions(from, to, spec, options));

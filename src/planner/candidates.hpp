@@ -35,6 +35,11 @@ std::vector<Layout> trimsToward(const Layout& from, const Layout& to, const Tens
 /// (see rewrites/merge_all_reduces.cpp).
 std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec);
 
+/// The program prefixes that end without the partial axes `reduce`: for the input and for
+/// each trim (trimsToward), every reduction option (a single empty prefix when `reduce` is
+/// empty and there is no trim).
+std::vector<Program> reductionPrefixes(const Layout& from, const Layout& to, AxisSet reduce, const TensorSpec& spec);
+
 /// Hierarchical AllReduce over `axes` (>= 2 axes): ReduceScatter over an outer part A,
 /// AllReduce over the rest B on the shard, AllGather over A. One program per (A, dim).
 std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, const TensorSpec& spec);

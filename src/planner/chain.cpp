@@ -127,6 +127,21 @@ Status checkNoStage(const Layout& in, const ChainOp& op) {
   return Status::ok();
 }
 
+Status applySend(const Layout& in, const ChainOp& op, OpEffect& effect) {
+  const Mesh& mesh = in.mesh();
+  const std::string text = op.toString(mesh);
+  int axis = 0;
+  while (axis < mesh.numAxes() && !op.axes.contains(axis)) ++axis;
+  CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis", text);
+  const Placement& p = in.placement(axis);
+  CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", text,
+                    mesh.axis(axis).name, in.toString());
+  CHIMERA_CHECK_ARG(p.stage + 1 < mesh.axis(axis).size, "{}: stage {} is the last stage of {} (size {})", text, p.stage,
+                    mesh.axis(axis).name, mesh.axis(axis).size);
+  effect.output = in.with(axis, Placement::onStage(p.stage + 1));
+  return Status::ok();
+}
+
 Status applyBroadcast(const Layout& in, const ChainOp& op, OpEffect& effect) {
   const Mesh& mesh = in.mesh();
   const int n = mesh.groupSize(op.axes);
@@ -209,19 +224,9 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
       }
       effect.output = in.withShards(op.axes, op.dim);
       break;
-    case ChainOp::Kind::Send: {
-      int axis = 0;
-      for (; axis < mesh.numAxes() && !op.axes.contains(axis); ++axis) {
-      }
-      CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis", text);
-      const Placement& p = in.placement(axis);
-      CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", text,
-                        mesh.axis(axis).name, in.toString());
-      CHIMERA_CHECK_ARG(p.stage + 1 < mesh.axis(axis).size, "{}: stage {} is the last stage of {} (size {})", text,
-                        p.stage, mesh.axis(axis).name, mesh.axis(axis).size);
-      effect.output = in.with(axis, Placement::onStage(p.stage + 1));
+    case ChainOp::Kind::Send:
+      CHIMERA_RETURN_IF_ERROR(applySend(in, op, effect));
       break;
-    }
     case ChainOp::Kind::Broadcast:
       CHIMERA_RETURN_IF_ERROR(applyBroadcast(in, op, effect));
       break;

@@ -84,29 +84,7 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
-  // Start from the input, or first drop locally what no destination along the consumer's
-  // shard axes needs, so that reductions and moves work on less data.
-  std::vector<detail::Program> starts{{}};
-  for (const Layout& trimmed : detail::trimsToward(from, to, spec)) {
-    PlanStep slice;
-    slice.kind = PlanStep::Kind::LocalCopy;
-    slice.origin = "keep only the part the consumer's shards need";
-    starts.push_back({{std::move(slice), trimmed}});
-  }
-  std::vector<detail::Program> reductions;
-  for (const auto& start : starts) {
-    const Layout& begin = start.empty() ? from : start.back().output;
-    if (reduce.empty()) {
-      reductions.push_back(start);
-      continue;
-    }
-    for (auto& option : detail::reductionOptions(begin, reduce, to, spec)) {
-      detail::Program program = start;
-      program.insert(program.end(), option.begin(), option.end());
-      reductions.push_back(std::move(program));
-    }
-  }
-
+  const std::vector<detail::Program> reductions = detail::reductionPrefixes(from, to, reduce, spec);
   std::optional<Plan> best;
   Score bestScore;
   int priced = 0;
