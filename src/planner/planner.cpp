@@ -44,7 +44,8 @@ Status checkReachable(const Layout& from, const Layout& to) {
 }
 
 std::string formatBytes(std::int64_t bytes) {
-  if (bytes >= (1LL << 20) && bytes % (1LL << 10) == 0) return fmt::format("{:.2f} MiB", bytes / 1048576.0);
+  if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0);
+  if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / 1024.0);
   return fmt::format("{} B", bytes);
 }
 
