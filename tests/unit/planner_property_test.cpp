@@ -10,10 +10,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <random>
 
 #include "chimera/planner.hpp"
 #include "chimera/redundancy.hpp"
+#include "chimera/topology.hpp"
+#include "chimera/topology_cost.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {
@@ -206,6 +209,38 @@ TEST(PlannerProperty, FusedPlanDeliversTheChainsConsumedDataWithNoMoreBytes) {
   EXPECT_GT(stats.manyToMany, 100);
   std::printf("property cases %d, fused cheaper in %d, many-to-many steps %d\n", stats.cases, stats.fusedCheaper,
               stats.manyToMany);
+}
+
+// Plans chosen by the topology model (other candidates win: hierarchical reductions,
+// direct multicasts, ...) must be exactly as correct; bytes may exceed the chain's there.
+TEST(PlannerProperty, TopologyCostPlansDeliverTheSameData) {
+  const char* names[] = {"pcie-4080x8", "nvswitch-h20x8", "multinode-ib:8"};
+  std::vector<std::unique_ptr<TopologyCost>> costs;
+  for (const char* name : names) {
+    Topology topology;
+    ASSERT_TRUE(loadTopology(name, topology).isOk()) << name;
+    costs.push_back(std::make_unique<TopologyCost>(std::move(topology)));
+  }
+  int fusedCases = 0;
+  for (std::uint64_t seed = 5001; seed <= 5800; ++seed) {
+    Generator gen(seed);
+    const auto c = gen.chainCase();
+    if (!c) continue;
+    const PlanCost& cost = c->mesh.size() > 8 ? *costs[2] : *costs[seed % 2];
+    SCOPED_TRACE(fmt::format("seed {} cost {}: {}", seed, cost.name(), c->describe()));
+    ChainPlan plan;
+    const Status status = planChain(c->spec, c->from, c->chain, c->consume, cost, plan);
+    ASSERT_TRUE(status.isOk()) << status.toString();
+    const sim::RankTensors input = sim::distribute(c->from, c->spec, seed);
+    sim::Traffic chainTraffic, fusedTraffic;
+    const sim::RankTensors final = sim::runChain(plan.trace, c->spec, input, chainTraffic);
+    ASSERT_EQ(sim::runPlan(plan.fused, input, fusedTraffic),
+              sim::consume(final, plan.trace.final(), plan.consumed, c->spec))
+        << plan.fused.toString();
+    EXPECT_EQ(plan.fusedBytes.perRank, fusedTraffic.perRank);
+    fusedCases += plan.useFused ? 1 : 0;
+  }
+  EXPECT_GT(fusedCases, 100);
 }
 
 TEST(PlannerProperty, SimulatorGeometryMatchesLayoutGeometry) {
