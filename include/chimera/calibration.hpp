@@ -26,7 +26,7 @@ struct CalibrationSample {
 struct FitReport {
   double alphaScale = 1;          ///< factor applied to every link class's alpha
   double bandwidthScale = 1;      ///< factor applied to every link class's bandwidth
-  double reduceSecondsPerByte = 0;///< fitted reduction cost (the base value when no sample reduces)
+  double reduceSecondsPerByte = 0;  ///< fitted reduction cost (the base value when no sample reduces)
   bool reduceFitted = false;      ///< whether any sample constrained the reduction cost
   double rmsRelativeError = 0;    ///< over the samples, after the fit
   double maxRelativeError = 0;    ///< largest |predicted - measured| / measured after the fit

@@ -180,12 +180,14 @@ Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t ma
 Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& samples, Topology& out,
                   FitReport* report) {
   CHIMERA_RETURN_IF_ERROR(validateTopology(base));
+  CHIMERA_CHECK_ARG(!samples.empty(), "calibration needs at least {} samples of several sizes, got none", kTerms);
   Design design;
   CHIMERA_RETURN_IF_ERROR(buildDesign(base, samples, design));
   int unknowns = 0;
   for (const bool present : design.present) unknowns += present ? 1 : 0;
-  CHIMERA_CHECK_ARG(samples.size() >= static_cast<std::size_t>(unknowns) && design.present[kTransfer],
-                    "calibration needs at least {} samples that move bytes, got {}", unknowns, samples.size());
+  CHIMERA_CHECK_ARG(samples.size() >= static_cast<std::size_t>(unknowns),
+                    "calibration needs at least {} samples for the {} terms they involve, got {}", unknowns, unknowns,
+                    samples.size());
   Coefficients c{};
   CHIMERA_RETURN_IF_ERROR(solveNonNegative(design, c));
 

@@ -162,7 +162,11 @@ TEST(Calibration, BadSamplesAreRejectedWithAReason) {
   fitted.name = "untouched";
   Status status = fitProfile(base, {}, fitted);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
-  EXPECT_NE(status.message().find("at least"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("at least 3 samples of several sizes, got none"), std::string::npos)
+      << status.message();
+  status = fitProfile(base, {{StepKind::AllReduce, 8, 1, 1 << 20, 1e-2}, {StepKind::AllReduce, 8, 1, 1 << 22, 4e-2}},
+                      fitted);
+  EXPECT_NE(status.message().find("at least 3 samples for the 3 terms"), std::string::npos) << status.message();
 
   status = fitProfile(base, {{StepKind::ManyToMany, 2, 1, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("sample 0: primitive must be a collective"), std::string::npos)
