@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// chimera-bench: nccl-tests-style benchmark of chimera's MPI backend against plain MPI.
+// chimera-bench: nccl-tests-style benchmark of chimera's MPI backend against plain MPI, of
+// chains as written against the planner's fused plan (--scenario, --chain), and --calibrate.
 // Usage and output are described in docs/benchmarks.md and by `chimera-bench -h`.
 #include <mpi.h>
 
@@ -9,8 +10,10 @@
 #include <vector>
 
 #include "bench_context.hpp"
+#include "calibrate.hpp"
 #include "collective_sweep.hpp"
 #include "options.hpp"
+#include "scenario_sweep.hpp"
 
 namespace chimera::bench {
 namespace {
@@ -29,6 +32,15 @@ int run(const std::vector<std::string>& args, int rank) {
   if (options.help) {
     if (rank == 0) std::fputs(usageText().c_str(), stdout);
     return 0;
+  }
+  if (options.calibrate) {
+    if (const Status status = runCalibration(options); !status.isOk()) return fail(status);
+    return 0;
+  }
+  if (options.chainMode()) {
+    ScenarioOutcome outcome;
+    if (const Status status = runScenarioSweep(options, outcome); !status.isOk()) return fail(status);
+    return outcome.anyWrong ? kExitWrong : 0;
   }
   std::unique_ptr<BenchContext> context;
   if (const Status status = BenchContext::create(options, context); !status.isOk()) return fail(status);

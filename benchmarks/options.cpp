@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/check.hpp"
+#include "scenario.hpp"
 
 namespace chimera::bench {
 namespace {
@@ -68,10 +69,18 @@ Status parseStat(std::string_view text, TimeStatistic& out) {
   return Status::invalidArgument(fmt::format("--stat: unknown statistic '{}' (expected mean or median)", text));
 }
 
+Status setText(std::string_view flag, std::string_view value, std::string& out) {
+  CHIMERA_CHECK_ARG(!value.empty(), "{}: empty value", flag);
+  out = value;
+  return Status::ok();
+}
+
 std::vector<Flag> flagTable() {
   return {
-      {"-b", "--minbytes", true, [](auto v, auto& o) { return parseSizeFlag("-b/--minbytes", v, o.minBytes); }},
-      {"-e", "--maxbytes", true, [](auto v, auto& o) { return parseSizeFlag("-e/--maxbytes", v, o.maxBytes); }},
+      {"-b", "--minbytes", true,
+       [](auto v, auto& o) { return o.sizesGiven = true, parseSizeFlag("-b/--minbytes", v, o.minBytes); }},
+      {"-e", "--maxbytes", true,
+       [](auto v, auto& o) { return o.sizesGiven = true, parseSizeFlag("-e/--maxbytes", v, o.maxBytes); }},
       {"-f", "--stepfactor", true,
        [](auto v, auto& o) { return parseInt<std::size_t>("-f/--stepfactor", v, 1, o.stepFactor); }},
       {"-n", "--iters", true, [](auto v, auto& o) { return parseInt("-n/--iters", v, 1, o.iters); }},
@@ -103,9 +112,42 @@ std::vector<Flag> flagTable() {
        }},
       {"", "--seed", true,
        [](auto v, auto& o) { return parseInt<std::uint64_t>("--seed", v, 0, o.seed); }},
-      {"", "--stat", true, [](auto v, auto& o) { return parseStat(v, o.stat); }},
+      {"", "--stat", true, [](auto v, auto& o) { return o.statGiven = true, parseStat(v, o.stat); }},
+      {"", "--scenario", true, [](auto v, auto& o) { return setText("--scenario", v, o.scenario); }},
+      {"", "--chain", true, [](auto v, auto& o) { return setText("--chain", v, o.chain); }},
+      {"", "--from", true, [](auto v, auto& o) { return setText("--from", v, o.from); }},
+      {"", "--consume", true, [](auto v, auto& o) { return setText("--consume", v, o.consume); }},
+      {"", "--topology", true, [](auto v, auto& o) { return setText("--topology", v, o.topology); }},
+      {"", "--backend", true,
+       [](auto v, auto& o) {
+         CHIMERA_CHECK_ARG(v == "mpi" || v == "nccl", "--backend: expected mpi or nccl, got '{}'", v);
+         return o.backend = v, Status::ok();
+       }},
+      {"", "--calibrate", false, [](auto, auto& o) { return o.calibrate = true, Status::ok(); }},
+      {"", "--out", true, [](auto v, auto& o) { return setText("--out", v, o.outPath); }},
       {"-h", "--help", false, [](auto, auto& o) { return o.help = true, Status::ok(); }},
   };
+}
+
+/// Flags of one mode used with another, or a mode missing what it needs.
+Status checkModes(const Options& options) {
+  CHIMERA_CHECK_ARG(options.scenario.empty() || options.chain.empty(), "--scenario and --chain exclude each other");
+  CHIMERA_CHECK_ARG(options.chain.empty() == options.from.empty(), "--chain and --from go together");
+  CHIMERA_CHECK_ARG(options.consume.empty() || !options.chain.empty(), "--consume needs --chain");
+  CHIMERA_CHECK_ARG(!options.calibrate || !options.chainMode(), "--calibrate excludes --scenario and --chain");
+  CHIMERA_CHECK_ARG(options.calibrate == !options.outPath.empty(), "--calibrate and --out FILE go together");
+  CHIMERA_CHECK_ARG(options.axis.empty() || !(options.calibrate || options.chainMode()),
+                    "--axis applies to -C only (a chain names its own axes)");
+  CHIMERA_CHECK_ARG(options.topology.empty() || options.calibrate || options.chainMode(),
+                    "--topology applies to --scenario, --chain and --calibrate");
+  CHIMERA_CHECK_ARG(options.backend != "nccl" || options.calibrate || options.chainMode(),
+                    "--backend nccl applies to --scenario, --chain and --calibrate (-C compares with plain MPI on "
+                    "host memory)");
+  if (!options.scenario.empty() && options.scenario != "all") {
+    ScenarioText preset;
+    CHIMERA_RETURN_IF_ERROR(findScenario(options.scenario, preset));
+  }
+  return Status::ok();
 }
 
 Status checkConsistency(const Options& options) {
@@ -114,7 +156,7 @@ Status checkConsistency(const Options& options) {
   CHIMERA_CHECK_ARG(options.stepFactor >= 2 || options.minBytes == options.maxBytes,
                     "-f/--stepfactor must be at least 2 when -b ({}) < -e ({})", options.minBytes,
                     options.maxBytes);
-  return Status::ok();
+  return checkModes(options);
 }
 
 }  // namespace
@@ -166,7 +208,7 @@ std::vector<std::size_t> sizeSeries(const Options& options) {
 
 std::string usageText() {
   return R"(usage: mpirun -np N chimera-bench [options]
-Measures one collective of chimera's MPI backend against the plain MPI call, nccl-tests style.
+Measures one collective of chimera's MPI backend against the plain MPI call, nccl-tests style,\nor a chain of collectives as written against chimera's fused plan (--scenario, --chain).
   -C, --collective NAME    allreduce|reducescatter|allgather|alltoall|broadcast|sendrecv (allreduce)
   -b, --minbytes SIZE      smallest size per rank, K/M/G suffixes (32M)
   -e, --maxbytes SIZE      largest size per rank (32M)
@@ -182,6 +224,15 @@ Measures one collective of chimera's MPI backend against the plain MPI call, ncc
       --stat mean|median   per-rank statistic of the iteration times (mean)
       --seed N             seed of the input values (1)
       --json FILE          also write the rows as JSON
+Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
+      --scenario NAME|all  tp_sp, tp_pp, tp_ep, sp_ep, pp_sp, pp_ep, or all six
+      --chain OPS          a chain, e.g. "allreduce:tp,send:pp" (with --from, --mesh)
+      --from LAYOUT        start layout, e.g. "pp=@0,tp=P"
+      --consume LAYOUT     consumed layout (default: the chain's final layout)
+      --topology NAME|FILE cost model preset or calibrated profile (host)
+      --backend mpi|nccl   nccl: device buffers, CUDA-event timing (nccl if built with CUDA and a GPU is present)
+Calibration:
+      --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 1M -e 16M)
   -h, --help               this text
 Exit status: 0 ok, 1 some element was wrong (ours or the baseline's), 2 bad usage or a failed call.
 )";

@@ -50,8 +50,30 @@ struct Options {
   int root = 0;
   /// --stat mean|median.
   TimeStatistic stat = TimeStatistic::Mean;
+  /// --stat was given (scenarios default to the median, the collective mode to the mean).
+  bool statGiven = false;
+  /// -b or -e was given (--calibrate has its own default range).
+  bool sizesGiven = false;
+  /// --scenario NAME|all: run preset chains baseline vs fused (see scenario.hpp).
+  std::string scenario;
+  /// --chain/--from/--consume: run this chain (with --mesh) baseline vs fused.
+  std::string chain;
+  std::string from;
+  std::string consume;
+  /// --topology NAME|profile.json: the cost model for the planner and the predicted speedup;
+  /// empty: the `host` preset for the world size.
+  std::string topology;
+  /// --backend mpi|nccl; empty: nccl when built with CUDA and a device is present, else mpi.
+  std::string backend;
+  /// --calibrate: measure the backend at calibrationPoints and fit a profile to --out.
+  bool calibrate = false;
+  /// --out FILE: where --calibrate writes the profile.
+  std::string outPath;
   /// -h/--help was given.
   bool help = false;
+
+  /// True for the chain modes (--scenario or --chain).
+  bool chainMode() const { return !scenario.empty() || !chain.empty(); }
 };
 
 /// Parses `args` (without the program name). InvalidArgument naming the flag and value on
