@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "common/check.hpp"
@@ -95,9 +96,35 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
     slots_[slot] = static_cast<std::byte*>(ptr);
     return Status::ok();
   };
+  CHIMERA_RETURN_IF_ERROR(createGroups(plan));
   for (std::size_t i = 2; i < plan.buffers.size(); ++i) CHIMERA_RETURN_IF_ERROR(allocateSlot(i, bufferBytes_[i]));
   for (int which = 0; which < 2; ++which) {
     CHIMERA_RETURN_IF_ERROR(allocateSlot(static_cast<std::size_t>(stagingSlot(which)), stagingBytes_[which]));
+  }
+  return Status::ok();
+}
+
+// A backend creates a group's communicator on first use, collectively over the world (an
+// MPI_Comm_split, an ncclCommSplit). A step on one pipeline stage is called by that stage's
+// ranks only, so every rank first takes part in a one-element allReduce on each group the
+// plan uses, in plan order, which creates them all.
+Status PreparedPlan::createGroups(const Plan& plan) {
+  std::vector<std::uint32_t> seen;
+  for (const PlanStep& step : plan.steps) {
+    const bool collective = step.kind != PlanStep::Kind::Send && step.kind != PlanStep::Kind::ManyToMany &&
+                            step.kind != PlanStep::Kind::LocalCopy && step.kind != PlanStep::Kind::Scale;
+    if (!collective || std::find(seen.begin(), seen.end(), step.axes.bits()) != seen.end()) continue;
+    seen.push_back(step.axes.bits());
+  }
+  if (seen.empty()) return Status::ok();
+  void* probe = nullptr;
+  CHIMERA_RETURN_IF_ERROR(backend_->allocate(sizeof(std::int64_t), &probe));
+  owned_.push_back(probe);
+  const std::int64_t zero = 0;
+  CHIMERA_RETURN_IF_ERROR(backend_->copy(probe, &zero, sizeof(zero)));
+  for (std::uint32_t bits : seen) {
+    CHIMERA_RETURN_IF_ERROR(
+        backend_->allReduce(probe, probe, 1, DataType::I64, ReduceOp::Max, AxisSet::fromBits(bits)));
   }
   return Status::ok();
 }

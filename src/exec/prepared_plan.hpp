@@ -86,6 +86,7 @@ class PreparedPlan {
   std::size_t outputBytes() const { return bufferBytes_[1]; }
 
  private:
+  Status createGroups(const Plan& plan);
   Status prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareCollective(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareAllToAll(const Plan& plan, const PlanStep& step, PreparedStep& out);
