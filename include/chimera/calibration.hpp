@@ -28,13 +28,18 @@ struct FitReport {
   double bandwidthScale = 1;      ///< factor applied to every link class's bandwidth
   double reduceSecondsPerByte = 0;  ///< fitted reduction cost (the base value when no sample reduces)
   bool reduceFitted = false;      ///< whether any sample constrained the reduction cost
-  double rmsRelativeError = 0;    ///< over the samples, after the fit
+  double rmsRelativeError = 0;    ///< over all samples (unweighted), after the fit
   double maxRelativeError = 0;    ///< largest |predicted - measured| / measured after the fit
+  /// Samples whose error exceeds 3 robust standard deviations (1.4826 x the median absolute
+  /// error): the fit down-weighted them as outliers.
+  int outliers = 0;
 };
 
 /// Fits `base`'s parameters to measurements by non-negative least squares on relative
 /// error: predicted(sample) = a * latency + b * transfer + gamma * reducedBytes, where the
-/// three terms come from the cost model of `base`. The result keeps `base`'s fabric and
+/// three terms come from the cost model of `base`. The squares are Huber-weighted
+/// (iteratively reweighted), so a few outlying measurements of a noisy machine do not pull
+/// the fit; the report counts them. The result keeps `base`'s fabric and
 /// ratios between link classes, with every alpha scaled by a, every bandwidth divided by
 /// b, and the reduction cost set to gamma; on SharedMemory (one bus, one alpha) this is
 /// exactly a fit of alpha, beta and gamma. `out.calibration` records the sample count and

@@ -27,9 +27,13 @@ using Row = std::array<double, kTerms>;
 using Coefficients = std::array<double, kTerms>;
 
 struct Design {
-  std::vector<Row> rows;  // terms of each sample divided by its measured time
+  std::vector<Row> rows;               // terms of each sample divided by its measured time
+  std::vector<double> weights;         // robust (Huber) weight of each sample, in (0, 1]
   std::array<bool, kTerms> present{};  // whether any sample has the term at all
 };
+
+// predicted / measured - 1 for one sample.
+double relativeError(const Row& r, const Coefficients& c) { return r[0] * c[0] + r[1] * c[1] + r[2] * c[2] - 1.0; }
 
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
   CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany, "sample {}: primitive must be a collective, got {}", index,
@@ -58,14 +62,17 @@ Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& s
       design.present[j] = design.present[j] || row[j] > 0;
     }
     design.rows.push_back(weighted);
+    design.weights.push_back(1.0);
   }
   out = std::move(design);
   return Status::ok();
 }
 
-// Least squares of sum_i (row_i . c - 1)^2 over the columns in `mask` (others 0), by the
-// normal equations on norm-scaled columns. False when the columns are (nearly) dependent.
-bool solveSubset(const std::vector<Row>& rows, unsigned mask, Coefficients& out) {
+// Weighted least squares of sum_i w_i (row_i . c - 1)^2 over the columns in `mask` (others
+// 0), by the normal equations on norm-scaled columns. False when the columns are (nearly)
+// dependent.
+bool solveSubset(const Design& design, unsigned mask, Coefficients& out) {
+  const std::vector<Row>& rows = design.rows;
   std::array<int, kTerms> cols{};
   int k = 0;
   for (int j = 0; j < kTerms; ++j) {
@@ -73,14 +80,15 @@ bool solveSubset(const std::vector<Row>& rows, unsigned mask, Coefficients& out)
   }
   std::array<double, kTerms> scale{};
   for (int a = 0; a < k; ++a) {
-    for (const Row& r : rows) scale[a] += r[cols[a]] * r[cols[a]];
+    for (std::size_t i = 0; i < rows.size(); ++i) scale[a] += design.weights[i] * rows[i][cols[a]] * rows[i][cols[a]];
     scale[a] = std::sqrt(scale[a]);
     if (scale[a] == 0) return false;
   }
   std::array<std::array<double, kTerms + 1>, kTerms> m{};  // augmented normal matrix
-  for (const Row& r : rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
     for (int a = 0; a < k; ++a) {
-      const double xa = r[cols[a]] / scale[a];
+      const double xa = design.weights[i] * r[cols[a]] / scale[a];
       for (int b = 0; b < k; ++b) m[a][b] += xa * r[cols[b]] / scale[b];
       m[a][k] += xa;
     }
@@ -103,11 +111,11 @@ bool solveSubset(const std::vector<Row>& rows, unsigned mask, Coefficients& out)
   return true;
 }
 
-double residual(const std::vector<Row>& rows, const Coefficients& c) {
+double weightedResidual(const Design& design, const Coefficients& c) {
   double sum = 0;
-  for (const Row& r : rows) {
-    const double e = r[0] * c[0] + r[1] * c[1] + r[2] * c[2] - 1.0;
-    sum += e * e;
+  for (std::size_t i = 0; i < design.rows.size(); ++i) {
+    const double e = relativeError(design.rows[i], c);
+    sum += design.weights[i] * e * e;
   }
   return sum;
 }
@@ -120,7 +128,7 @@ Status solveNonNegative(const Design& design, Coefficients& out) {
     if (design.present[j]) full |= 1u << j;
   }
   Coefficients unconstrained{};
-  if (!solveSubset(design.rows, full, unconstrained)) {
+  if (!solveSubset(design, full, unconstrained)) {
     std::string terms;
     for (int j = 0; j < kTerms; ++j) {
       if (design.present[j]) terms += std::string(terms.empty() ? "" : ", ") + kTermNames[j];
@@ -134,15 +142,44 @@ Status solveNonNegative(const Design& design, Coefficients& out) {
   for (unsigned mask = 1; mask <= full; ++mask) {
     if ((mask & ~full) != 0 || (mask & (1u << kTransfer)) == 0) continue;
     Coefficients c{};
-    if (!solveSubset(design.rows, mask, c)) continue;
+    if (!solveSubset(design, mask, c)) continue;
     if (c[0] < 0 || c[1] <= 0 || c[2] < 0) continue;
-    const double r = residual(design.rows, c);
+    const double r = weightedResidual(design, c);
     if (r < best) {
       best = r;
       out = c;
     }
   }
   CHIMERA_CHECK_ARG(std::isfinite(best), "calibration found no positive bandwidth that fits the samples");
+  return Status::ok();
+}
+
+// 1.4826 x the median absolute relative error: a standard deviation that outliers do not inflate.
+double robustScale(const Design& design, const Coefficients& c) {
+  std::vector<double> errors;
+  for (const Row& r : design.rows) errors.push_back(std::fabs(relativeError(r, c)));
+  std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
+  return 1.4826 * errors[errors.size() / 2];
+}
+
+// Huber iteratively reweighted least squares: a sample whose relative error is far beyond the
+// typical one (a noisy machine's outlier) is down-weighted instead of pulling the fit.
+Status solveRobust(Design& design, Coefficients& out) {
+  constexpr int kMaxIterations = 30;
+  constexpr double kHuber = 1.345;  // the usual tuning constant (95 % efficiency on clean data)
+  for (int iteration = 0; iteration < kMaxIterations; ++iteration) {
+    CHIMERA_RETURN_IF_ERROR(solveNonNegative(design, out));
+    const double cutoff = kHuber * robustScale(design, out);
+    if (cutoff <= 1e-12) return Status::ok();  // (nearly) exact fit: nothing to down-weight
+    double change = 0;
+    for (std::size_t i = 0; i < design.rows.size(); ++i) {
+      const double e = std::fabs(relativeError(design.rows[i], out));
+      const double w = e <= cutoff ? 1.0 : cutoff / e;
+      change = std::max(change, std::fabs(w - design.weights[i]));
+      design.weights[i] = w;
+    }
+    if (change < 1e-6) return Status::ok();
+  }
   return Status::ok();
 }
 
@@ -189,7 +226,7 @@ Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& sa
                     "calibration needs at least {} samples for the {} terms they involve, got {}", unknowns, unknowns,
                     samples.size());
   Coefficients c{};
-  CHIMERA_RETURN_IF_ERROR(solveNonNegative(design, c));
+  CHIMERA_RETURN_IF_ERROR(solveRobust(design, c));
 
   Topology fitted = base;
   const double alphaScale = design.present[kLatency] ? c[kLatency] : 1.0;
@@ -204,12 +241,16 @@ Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& sa
   fit.bandwidthScale = 1.0 / c[kTransfer];
   fit.reduceSecondsPerByte = fitted.reduceSecondsPerByte;
   fit.reduceFitted = design.present[kReduce];
+  // Errors over every sample, unweighted: the report hides no outlier.
+  const double scale = robustScale(design, c);
+  double sumSquares = 0;
   for (const Row& r : design.rows) {
-    // Each weighted row predicts time / measured; its error is the relative error.
-    const double e = std::fabs(r[0] * c[0] + r[1] * c[1] + r[2] * c[2] - 1.0);
+    const double e = std::fabs(relativeError(r, c));
     fit.maxRelativeError = std::max(fit.maxRelativeError, e);
+    sumSquares += e * e;
+    if (e > 3 * scale && e > 1e-9) ++fit.outliers;
   }
-  fit.rmsRelativeError = std::sqrt(residual(design.rows, c) / static_cast<double>(design.rows.size()));
+  fit.rmsRelativeError = std::sqrt(sumSquares / static_cast<double>(design.rows.size()));
   fitted.calibration = {static_cast<int>(samples.size()), fit.rmsRelativeError};
   CHIMERA_RETURN_IF_ERROR(validateTopology(fitted));
   out = std::move(fitted);

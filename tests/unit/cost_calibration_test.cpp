@@ -70,10 +70,31 @@ TEST(Calibration, RecoversHostAlphaBandwidthAndReductionCostFromNoisyTimings) {
   EXPECT_TRUE(report.reduceFitted);
   EXPECT_LT(report.rmsRelativeError, 0.02);
   EXPECT_LE(report.maxRelativeError, 0.05);
+  EXPECT_EQ(report.outliers, 0);
   EXPECT_EQ(fitted.calibration.samples, static_cast<int>(samples.size()));
   EXPECT_DOUBLE_EQ(fitted.calibration.rmsRelativeError, report.rmsRelativeError);
   EXPECT_EQ(fitted.fabric, Fabric::SharedMemory);
   EXPECT_EQ(fitted.computeSlots, base.computeSlots);
+}
+
+TEST(Calibration, AFewGrossOutliersDoNotPullTheFit) {
+  Topology truth = preset("host");
+  truth.local = {7e-6, 4.5e9};
+  truth.reduceSecondsPerByte = 0.8e-9;
+  std::vector<CalibrationSample> samples = synthesise(truth, 0.02, 11);
+  // A loaded machine: three runs took 3x as long, one was 60 % too fast.
+  samples[5].seconds *= 3;
+  samples[23].seconds *= 3;
+  samples[41].seconds *= 3;
+  samples[60].seconds *= 0.4;
+  Topology fitted;
+  FitReport report;
+  ASSERT_TRUE(fitProfile(preset("host"), samples, fitted, &report).isOk());
+  EXPECT_NEAR(fitted.local.alphaSeconds / truth.local.alphaSeconds, 1.0, 0.03);
+  EXPECT_NEAR(fitted.local.bytesPerSecond / truth.local.bytesPerSecond, 1.0, 0.03);
+  EXPECT_NEAR(fitted.reduceSecondsPerByte / truth.reduceSecondsPerByte, 1.0, 0.03);
+  EXPECT_EQ(report.outliers, 4);
+  EXPECT_GT(report.maxRelativeError, 1.5);  // the report still shows how far off they are
 }
 
 TEST(Calibration, ExactTimingsAreFittedExactly) {
