@@ -46,8 +46,8 @@ Topology hostPreset(int processes) {
   t.fabric = Fabric::SharedMemory;
   t.ranks = processes;
   t.ranksPerDomain = processes;
-  t.local = {us(850), 2.7 * kGB};
-  t.reduceSecondsPerByte = 1.0 / (2.5 * kGB);
+  t.local = {us(910), 2.3 * kGB};
+  t.reduceSecondsPerByte = 0.26 / 1e9;
   t.computeSlots = 2;
   return t;
 }
