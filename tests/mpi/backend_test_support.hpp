@@ -46,13 +46,13 @@ struct BackendUnderTest {
   Status status;
 };
 
-/// Options used by the tests: checking on, and a small ring segment (4 KiB) so that modest
-/// counts already run several segments.
+/// Options used by the tests: checking on, and a tiny ring segment (256 bytes) so that
+/// modest counts (1029 elements) already run several segments per block.
 inline detail::MpiBackendOptions testOptions(detail::MpiAlgorithm algorithm) {
   detail::MpiBackendOptions options;
   options.algorithm = algorithm;
   options.checkArgs = true;
-  options.segmentBytes = 4096;
+  options.segmentBytes = 256;
   return options;
 }
 
