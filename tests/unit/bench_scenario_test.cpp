@@ -93,7 +93,7 @@ TEST(BenchScenario, ReplicasHoldEqualInputsAndPartialCopiesDiffer) {
   std::vector<float> untouched(128, -1.0f);
   fillScenarioInput(tpPp.from, spec, 4, 1, untouched.data());
   EXPECT_EQ(untouched, std::vector<float>(128, -1.0f));
-  // pp_sp's replica along ... dp=2,tp=4 with tp=P: ranks 0 and 4 (same tp index) hold equal data.
+  // On dp=2,tp=4 with tp=P, dp is replicated: ranks 1 and 5 (same tp index) hold equal data.
   Scenario tpSp;
   ASSERT_TRUE(resolveScenario({"x", "", "tp=P", "allreduce:tp", ""}, 8, "dp=2,tp=4", tpSp).isOk());
   std::vector<float> a(128);
