@@ -9,9 +9,8 @@
 // output), parseSize syntax; default 64K 1M 32M. Time of a round = max over ranks of the
 // mean per iteration after two warm-up calls, f32 sum; reported: median and best of ROUNDS
 // (default 5) rounds, candidates interleaved round-robin.
-#include <mpi.h>
-
 #include <fmt/format.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -100,9 +99,12 @@ void addReductions(Context& c, std::vector<Entry>& entries) {
   const detail::BlockSplit split{c.count, c.group.size};
   std::vector<Candidate> ar = {
       {"MPI_Allreduce",
-       [&c, world] { MPI_Allreduce(c.send.data(), c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, c.group.comm); }},
-      {"backend (auto)",
-       [&c, world] { must(c.backend->allReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum, world)); }}};
+       [&c, world] {
+         MPI_Allreduce(c.send.data(), c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, c.group.comm);
+       }},
+      {"backend (auto)", [&c, world] {
+         must(c.backend->allReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum, world));
+       }}};
   std::vector<Candidate> rs = {
       {"MPI_Reduce_scatter_block",
        [&c, world] {
@@ -137,16 +139,21 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allGather(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
   for (const std::size_t seg : kSegments)
-    ag.push_back({"ring, " + segmentLabel(seg, c.block * sizeof(float)),
-                  [&c, seg, split] { must(detail::ringAllGather(c.recv.data(), split, DataType::F32, c.group, seg)); }});
+    ag.push_back({"ring, " + segmentLabel(seg, c.block * sizeof(float)), [&c, seg, split] {
+                    must(detail::ringAllGather(c.recv.data(), split, DataType::F32, c.group, seg));
+                  }});
   const std::vector<Candidate> a2a = {
-      {"MPI_Alltoall", [&c, world, b] { MPI_Alltoall(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
+      {"MPI_Alltoall",
+       [&c, world, b] { MPI_Alltoall(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
       {"pairwise exchange",
-       [&c, world, b] { must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group)); }},
+       [&c, world, b] {
+         must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group));
+       }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
   const std::vector<Candidate> bcast = {
-      {"MPI_Bcast", [&c, world, b] { MPI_Bcast(c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, 0, c.group.comm); }},
+      {"MPI_Bcast",
+       [&c, world, b] { MPI_Bcast(c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, 0, c.group.comm); }},
       {"scatter + ring allgather",
        [&c, world, b] {
          must(detail::scatterAllGatherBroadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, c.group));
@@ -184,8 +191,7 @@ int run(int argc, char** argv) {
   c.scratch = &scratch;
   c.group = {MPI_COMM_NULL, size, rank};
   MPI_Comm_dup(MPI_COMM_WORLD, &c.group.comm);
-  if (rank == 0)
-    fmt::print("| op | bytes/rank | algorithm | median (ms) | best (ms) |\n|---|---|---|---|---|\n");
+  if (rank == 0) fmt::print("| op | bytes/rank | algorithm | median (ms) | best (ms) |\n|---|---|---|---|---|\n");
   for (const std::size_t bytes : sizes) {
     c.count = bytes / sizeof(float) / static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
     c.block = c.count / static_cast<std::size_t>(size);

@@ -92,7 +92,8 @@ inline double expectedReduction(const std::vector<double>& values, ReduceOp op, 
   double typed = loadElement(cell, 0, dtype);
   if (op == ReduceOp::Avg) {
     const bool integer = dtype == DataType::I32 || dtype == DataType::I64 || dtype == DataType::U8;
-    typed = integer ? std::trunc(typed / static_cast<double>(values.size())) : typed / static_cast<double>(values.size());
+    typed =
+        integer ? std::trunc(typed / static_cast<double>(values.size())) : typed / static_cast<double>(values.size());
   }
   return typed;
 }

@@ -51,8 +51,9 @@ void checkReduceScatter(BackendUnderTest& t, DataType dtype, ReduceOp op, std::s
   auto send = makeBuffer(total, dtype);
   auto recv = makeBuffer(recvCount, dtype);
   for (std::size_t i = 0; i < total; ++i) storeElement(send.data(), i, dtype, inputValue(seed, me, i, op));
-  void* out = inPlace ? static_cast<void*>(reinterpret_cast<std::byte*>(send.data()) + g * recvCount * dataTypeSize(dtype))
-                      : recv.data();
+  void* out = inPlace
+                  ? static_cast<void*>(reinterpret_cast<std::byte*>(send.data()) + g * recvCount * dataTypeSize(dtype))
+                  : recv.data();
   const Status status = t.backend->reduceScatter(send.data(), out, recvCount, dtype, op, t.axes);
   const std::string what = fmt::format("reduceScatter {} {} recvCount {} {} on {}", dataTypeName(dtype),
                                        reduceOpName(op), recvCount, inPlace ? "in-place" : "out-of-place",

@@ -23,7 +23,8 @@ std::string describe(std::size_t field, long long value) {
     case 0:
       return collectiveKindName(static_cast<CollectiveKind>(value));
     case 2:
-      if (checkDataType(static_cast<DataType>(value)).isOk()) return std::string(dataTypeName(static_cast<DataType>(value)));
+      if (checkDataType(static_cast<DataType>(value)).isOk())
+        return std::string(dataTypeName(static_cast<DataType>(value)));
       break;
     case 3:
       if (value >= 0 && value < static_cast<long long>(std::size(kAllReduceOps)))

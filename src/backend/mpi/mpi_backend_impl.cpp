@@ -182,7 +182,8 @@ Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPe
     local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
   if (local.isOk() && !fitsMpiCount(countPerPeer * static_cast<std::size_t>(group->size)))
     local = Status::unsupported(fmt::format("allToAll of {} elements per peer exceeds MPI's int count", countPerPeer));
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllToAll, countPerPeer, dtype, ReduceOp::Sum, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(
+      prepare(axes, {CollectiveKind::AllToAll, countPerPeer, dtype, ReduceOp::Sum, 0}, local, group));
   if (countPerPeer == 0) return Status::ok();
   const std::size_t total = countPerPeer * static_cast<std::size_t>(group->size);
   if (usePointToPoint(CollectiveKind::AllToAll, total * dataTypeSize(dtype), group->size))
