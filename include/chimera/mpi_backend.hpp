@@ -20,6 +20,16 @@ void finalizeMpi();
 /// equal the world size. Sub-communicators per axis group are created on first use and
 /// cached; creating one is collective over the world, so every rank must use the same
 /// groups in the same order (as with any collective). InvalidArgument on a mesh/world mismatch.
+///
+/// Environment (read here; InvalidArgument naming the variable when malformed):
+/// - `CHIMERA_CHECK_ARGS=0|1`: agree on (collective, count, dtype, op, root, "my arguments
+///   are valid") across the group before every collective, so that mismatched or bad
+///   arguments return Mismatch/InvalidArgument on every rank instead of hanging. Default 1
+///   in builds without NDEBUG, 0 in release builds. With it off, a rank-local argument
+///   error returns on that rank only and its peers may wait (as in NCCL).
+/// - `CHIMERA_MPI_ALGORITHM=auto|p2p|library`: per-op choice by measured thresholds
+///   (default), chimera's own ring/pairwise algorithms, or the MPI library's collectives.
+/// - `CHIMERA_MPI_SEGMENT_BYTES` (e.g. `1M`, the default): ring ReduceScatter segment size.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
 
 }  // namespace chimera
