@@ -260,3 +260,37 @@ TEST(PlannerRedundancy, UnconsumedBytesOfEachOp) {
 
 }  // namespace
 }  // namespace chimera
+
+namespace chimera {
+namespace {
+
+bool names(const ChainPlan& p, const char* fragment) {
+  for (const auto& r : p.rewrites) {
+    if (r.find(fragment) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(PlannerRewrite, ExplainNamesTheRewritesEachScenarioEmbodies) {
+  EXPECT_TRUE(names(planOf({"tp=8", "4096,1024", "tp=P", "allreduce:tp,slice:tp:0", nullptr}),
+                    "allreduce:tp then own shard -> reducescatter:tp:0"));
+  EXPECT_TRUE(names(planOf({"pp=2,tp=4", "4096,1024", "pp=@0,tp=P", "allreduce:tp,send:pp", nullptr}),
+                    "stage hand-off carries 16777216 B instead of 67108864 B"));
+  EXPECT_TRUE(names(planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2",
+                            "dp+sp=S2"}),
+                    "2 communicating ops reshard through one alltoall over dp+sp"));
+  EXPECT_TRUE(names(planOf({"sp=4", "4096,1024", "sp=S0", "allgather:sp:0,slice:sp:1", nullptr}),
+                    "allgather:sp:0 then slice:sp:1 -> alltoall:sp:0:1"));
+  EXPECT_TRUE(names(planOf({"tp=4", "4096,1024", "tp=P", "reducescatter:tp:0,allgather:tp:0", nullptr}),
+                    "reducescatter:tp:0 then allgather:tp:0 -> allreduce:tp"));
+  EXPECT_TRUE(names(planOf({"dp=2,tp=4", "4096,1024", "dp=P,tp=P", "allreduce:tp,allreduce:dp", nullptr}),
+                    "allreduce:tp then allreduce:dp -> allreduce:dp+tp"));
+  EXPECT_TRUE(names(planOf({"dp=2,tp=4", "4096,1024", "dp=P,tp=P", "allreduce:tp,allreduce:dp", nullptr}, SlowDpCost()),
+                    "-> hierarchical"));
+  EXPECT_TRUE(names(planOf({"tp=4", "4096,1024", "tp=R", "allreduce:tp", nullptr}), "local scale x4"));
+  // A chain with nothing to rewrite names nothing.
+  EXPECT_TRUE(planOf({"tp=4", "4096,1024", "tp=P", "allreduce:tp", nullptr}).rewrites.empty());
+}
+
+}  // namespace
+}  // namespace chimera
