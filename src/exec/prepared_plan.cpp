@@ -55,11 +55,30 @@ void PreparedPlan::needStaging(int which, std::size_t bytes) {
   if (bytes > size) size = bytes;
 }
 
+// Every rank resolves its part, then all agree on the verdict (one MAX allReduce over the
+// world), so a plan that fails on some ranks only fails everywhere instead of hanging.
 Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
   backend_ = &backend;
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
+  void* probe = nullptr;
+  CHIMERA_RETURN_IF_ERROR(backend.allocate(sizeof(std::int64_t), &probe));
+  owned_.push_back(probe);
+  probe_ = probe;
+  const Status local = resolve(plan);
+  std::int64_t failed = local.isOk() ? 0 : 1;
+  CHIMERA_RETURN_IF_ERROR(backend.copy(probe_, &failed, sizeof(failed)));
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(probe_, probe_, 1, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(&failed, probe_, sizeof(failed)));
+  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  if (!local.isOk()) return local;
+  if (failed != 0) return Status::mismatch("another rank failed to prepare this plan");
+  return createGroups(plan);
+}
+
+Status PreparedPlan::resolve(const Plan& plan) {
+  const Backend& backend = *backend_;
   CHIMERA_CHECK_ARG(plan.buffers.size() >= 2, "a plan needs an input and an output buffer, this one has {}",
                     plan.buffers.size());
   for (std::size_t i = 0; i < plan.buffers.size(); ++i) {
@@ -91,12 +110,11 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
   auto allocateSlot = [&](std::size_t slot, std::size_t bytes) -> Status {
     if (bytes == 0) return Status::ok();
     void* ptr = nullptr;
-    CHIMERA_RETURN_IF_ERROR(backend.allocate(bytes, &ptr));
+    CHIMERA_RETURN_IF_ERROR(backend_->allocate(bytes, &ptr));
     owned_.push_back(ptr);
     slots_[slot] = static_cast<std::byte*>(ptr);
     return Status::ok();
   };
-  CHIMERA_RETURN_IF_ERROR(createGroups(plan));
   for (std::size_t i = 2; i < plan.buffers.size(); ++i) CHIMERA_RETURN_IF_ERROR(allocateSlot(i, bufferBytes_[i]));
   for (int which = 0; which < 2; ++which) {
     CHIMERA_RETURN_IF_ERROR(allocateSlot(static_cast<std::size_t>(stagingSlot(which)), stagingBytes_[which]));
@@ -116,15 +134,9 @@ Status PreparedPlan::createGroups(const Plan& plan) {
     if (!collective || std::find(seen.begin(), seen.end(), step.axes.bits()) != seen.end()) continue;
     seen.push_back(step.axes.bits());
   }
-  if (seen.empty()) return Status::ok();
-  void* probe = nullptr;
-  CHIMERA_RETURN_IF_ERROR(backend_->allocate(sizeof(std::int64_t), &probe));
-  owned_.push_back(probe);
-  const std::int64_t zero = 0;
-  CHIMERA_RETURN_IF_ERROR(backend_->copy(probe, &zero, sizeof(zero)));
   for (std::uint32_t bits : seen) {
     CHIMERA_RETURN_IF_ERROR(
-        backend_->allReduce(probe, probe, 1, DataType::I64, ReduceOp::Max, AxisSet::fromBits(bits)));
+        backend_->allReduce(probe_, probe_, 1, DataType::I64, ReduceOp::Max, AxisSet::fromBits(bits)));
   }
   return Status::ok();
 }

@@ -75,9 +75,10 @@ class PreparedPlan {
   PreparedPlan& operator=(const PreparedPlan&) = delete;
   ~PreparedPlan();
 
-  /// Resolves `plan` for `backend.rank()` and allocates its scratch. InvalidArgument when
-  /// the plan is malformed (buffer index out of range, mesh different from the backend's,
-  /// invalid layout, a step that writes the input buffer, boxes that do not fit).
+  /// Resolves `plan` for `backend.rank()` and allocates its scratch. Collective over the
+  /// world: every rank must prepare the same plan; a failure on any rank fails all (Mismatch
+  /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
+  /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
   [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
   /// Runs the prepared plan on this rank's buffers (checked against the local sizes first).
   [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
@@ -86,6 +87,7 @@ class PreparedPlan {
   std::size_t outputBytes() const { return bufferBytes_[1]; }
 
  private:
+  Status resolve(const Plan& plan);
   Status createGroups(const Plan& plan);
   Status prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareCollective(const Plan& plan, const PlanStep& step, PreparedStep& out);
@@ -106,6 +108,7 @@ class PreparedPlan {
   std::vector<std::size_t> bufferBytes_;           // per plan buffer: this rank's bytes (0 = not held)
   std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
   std::size_t stagingBytes_[2] = {0, 0};
+  void* probe_ = nullptr;          // one int64 for the prepare-time allReduces
   std::vector<void*> owned_;       // scratch from backend.allocate
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;
