@@ -3,7 +3,7 @@
 // planner's best plan), through Executor::runChain on the MPI backend. Not a test: run it
 // by hand (chimera-bench --scenario gives the official numbers).
 //
-//   mpirun -np 8 --oversubscribe build/tests/mpi/executor_timing [-i ITERS] [SIZE]
+//   mpirun -np 8 --oversubscribe build/tests/mpi/executor_timing [-i ITERS] [-s SCENARIO] [SIZE]
 //
 // SIZE (parseSize syntax, default 16M) is the bytes each rank holds at the chain's start;
 // f32. Each iteration runs baseline then fused, each timed as the max over ranks of one
@@ -148,12 +148,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   int iterations = 7;
   std::size_t bytes = std::size_t{16} << 20;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "-i" && i + 1 < argc) {
       iterations = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "-s" && i + 1 < argc) {
+      only = argv[++i];
     } else if (!chimera::parseSize(arg, bytes).isOk()) {
-      if (rank == 0) fmt::print(stderr, "usage: executor_timing [-i ITERS] [SIZE]\n");
+      if (rank == 0) fmt::print(stderr, "usage: executor_timing [-i ITERS] [-s SCENARIO] [SIZE]\n");
       MPI_Finalize();
       return 2;
     }
@@ -165,7 +168,9 @@ int main(int argc, char** argv) {
                "speedup", "#wrong", "plan", "tensor");
   }
   int failed = 0;
-  for (const auto& s : chimera::kScenarios) failed |= chimera::runScenario(s, bytes, iterations, rank, world);
+  for (const auto& s : chimera::kScenarios) {
+    if (only.empty() || only == s.name) failed |= chimera::runScenario(s, bytes, iterations, rank, world);
+  }
   MPI_Finalize();
   return failed;
 }
