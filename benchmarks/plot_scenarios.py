@@ -65,14 +65,34 @@ def plot(series, document, out):
     figure.savefig(out, dpi=120)
 
 
+def print_errors(series):
+    """Prints measured vs predicted speedup per row and the prediction error (predicted / measured - 1)."""
+    print(f"{'scenario':>8} {'bytes':>10} {'measured':>9} {'predicted':>9} {'error':>7}")
+    errors = []
+    for name, points in series.items():
+        for size, measured, predicted in points:
+            if predicted is None:
+                print(f"{name:>8} {size:>10} {measured:>9.2f} {'n/a':>9}")
+                continue
+            error = predicted / measured - 1.0
+            errors.append(abs(error))
+            print(f"{name:>8} {size:>10} {measured:>9.2f} {predicted:>9.2f} {error:>+7.1%}")
+    if errors:
+        print(f"mean |error| {sum(errors) / len(errors):.1%}, worst {max(errors):.1%} over {len(errors)} rows")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="--json output of chimera-bench --scenario")
     parser.add_argument("--out", default="docs/scenario_speedup.png", help="PNG to write")
+    parser.add_argument("--errors", action="store_true", help="only print the prediction error per row, no plot")
     args = parser.parse_args()
     series, document = load_series(args.sweep)
     if not series:
         sys.exit(f"{args.sweep}: no rows with a measured speedup")
+    if args.errors:
+        print_errors(series)
+        return
     plot(series, document, args.out)
     print(f"wrote {args.out}")
 
