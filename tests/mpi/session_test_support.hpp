@@ -57,6 +57,29 @@ inline std::vector<double> readBox(const void* buffer, const std::vector<std::in
   }
 }
 
+/// Fills this rank's part of a tensor of `spec` placed as `layout` so that it agrees with the
+/// layout: equal on replicated axes, the same logical element on every shard, and one partial
+/// term per coordinate of the partial axes: the value depends on (seed, partial index, element).
+inline void fillInput(void* buffer, const Layout& layout, const TensorSpec& spec, int rank, std::uint32_t seed) {
+  if (!layout.holds(rank)) return;
+  const Box box = layout.rankBox(rank, spec);
+  const int term = layout.mesh().groupIndex(rank, layout.axesOfKind(Placement::Kind::Partial));
+  const std::int64_t count = box.volume();
+  for (std::int64_t local = 0; local < count; ++local) {
+    std::int64_t rest = local;
+    std::int64_t logical = 0;
+    std::int64_t stride = 1;
+    for (std::size_t d = spec.shape.size(); d-- > 0;) {
+      const std::int64_t coord = box.offset[d] + rest % box.extent[d];
+      rest /= box.extent[d];
+      logical += coord * stride;
+      stride *= spec.shape[d];
+    }
+    storeElement(buffer, static_cast<std::size_t>(local), spec.dtype,
+                 patternValue(seed, term, static_cast<std::size_t>(logical), 8));
+  }
+}
+
 /// Records `op` on `in` through `session`, allocating the output buffer in `storage`.
 inline Status recordOp(Session& session, TensorHandle in, const ChainOp& op, const TensorSpec& spec,
                        std::vector<std::vector<std::uint64_t>>& storage, TensorHandle& out) {
@@ -118,8 +141,7 @@ inline SessionRun runCase(const SessionCase& c, bool fusion, std::uint32_t seed,
     std::vector<std::vector<std::uint64_t>> storage;
     const auto inBytes = from.holds(rank) ? static_cast<std::size_t>(from.localBytes(spec)) : 0;
     storage.push_back(makeBuffer(inBytes / 4, spec.dtype));
-    for (std::size_t i = 0; i < inBytes / 4; ++i) storeElement(storage[0].data(), i, spec.dtype,
-                                                               patternValue(seed + step, rank, i, 8));
+    fillInput(storage[0].data(), from, spec, rank, seed + static_cast<std::uint32_t>(step));
     TensorHandle t;
     run.status = session->tensor(inBytes > 0 ? storage[0].data() : nullptr, inBytes, spec, from, t);
     Layout finalLayout = from;

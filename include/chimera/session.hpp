@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// Call-time fusion: a Session records the collectives a framework issues, one call at a time,
+// and plans the recorded window only when a result is needed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "chimera/backend.hpp"
+#include "chimera/layout.hpp"
+#include "chimera/planner.hpp"
+#include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera {
+
+/// A value the Session tracks: one tensor in one buffer at one point of the current window.
+/// Every recorded call returns a new handle for its result (in-place calls too), so the
+/// Session sees the dataflow. Handles expire when their window is flushed.
+struct TensorHandle {
+  std::uint32_t index = 0xffffffffu;   ///< position in the window's value table
+  std::uint64_t window = 0;            ///< the window it belongs to
+};
+
+/// How a Session behaves.
+struct SessionOptions {
+  /// Plan and fuse recorded windows (true) or run exactly the recorded calls (false).
+  bool fusion = true;
+  /// Agree on the window over the world at every flush (one small allReduce) instead of only
+  /// when a window is planned for the first time. Catches a rank that changes its calls
+  /// (or its consume declarations) alone after warm-up; costs one allReduce per window.
+  bool checkEveryWindow = false;
+  /// Prices plans (not owned; must outlive the session). Default: bytes alone.
+  const PlanCost* cost = nullptr;
+
+  /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
+  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`. InvalidArgument naming the variable
+  /// when a value is not 0 or 1.
+  [[nodiscard]] static Status fromEnvironment(SessionOptions& out);
+};
+
+/// Counters of a Session since it was created.
+struct SessionStats {
+  std::uint64_t recordedCalls = 0;   ///< calls recorded (collectives, slices, hand-offs)
+  std::uint64_t windows = 0;         ///< windows run (non-empty flushes)
+  std::uint64_t windowCacheHits = 0; ///< windows whose plan came from the cache
+  std::uint64_t chainsRun = 0;       ///< chains run (a recorded call that is not fused is a chain of one)
+  std::uint64_t fusedChains = 0;     ///< chains that ran a fused plan
+  /// Bytes all ranks together would send running the recorded calls as written
+  /// (bandwidth-optimal formulas of the planner), and with the programs that ran (equal on
+  /// every rank).
+  std::uint64_t bytesAsRecorded = 0;
+  std::uint64_t bytesSent = 0;
+};
+
+/// Records collectives on tensors as a framework issues them and runs them when a result is
+/// needed: `flush`, `wait`, or `consume` (which also declares what the next computation reads).
+///
+/// The model is SPMD, as in the chain vocabulary: every rank of the mesh records the same
+/// calls in the same order, describing the same logical tensors; a rank passes its own local
+/// buffers, and nullptr with 0 bytes for a tensor it does not hold (e.g. the other pipeline
+/// stage's activation). Calls are addressed by mesh axes and change the tensor's layout as the
+/// chain ops of the same name do (`chain.hpp`), which also fixes the buffer sizes: each
+/// buffer holds the rank's local tensor, row-major.
+///
+/// At a flush the Session builds the window's dataflow, joins the calls on one tensor into
+/// chains, and plans every chain whose result carries a consume declaration (Planned mode of
+/// the Executor). A value is *materialised* (written fully, exactly as the recorded call
+/// writes it) when it is read by a later call of the window, read by two calls, has no
+/// consume declaration at the end of its chain, or lives in a buffer that overlaps another
+/// value's buffer (aliasing; decided over all ranks). Declarations therefore only unlock
+/// fusion; without them the results are those of the recorded calls.
+///
+/// After a window with a declaration `consume(t, layout)`, the buffer of `t` holds, on every
+/// rank, the part of `layout`'s local tensor at the place where the recorded calls would have
+/// put it (its box within `t`'s local box); other bytes of that buffer, and the buffers of
+/// the fused chain's intermediate values, are unspecified.
+///
+/// Windows are cached by signature (calls, tensors, layouts, declarations, aliasing): a
+/// repeated training step pays a lookup. On a miss the ranks agree on the window (one
+/// allReduce over the world): a rank with different calls or declarations makes every rank
+/// return Mismatch, no hang (after warm-up only with `checkEveryWindow`).
+///
+/// Not thread-safe. Every call below is recorded locally and communicates nothing, except
+/// `flush`, `wait` and `consume`, which are collective over the world.
+class Session {
+ public:
+  /// Most values (registered tensors plus call results) in one window; recording beyond it
+  /// is InvalidArgument (flush first).
+  static constexpr std::uint32_t kMaxWindowValues = 128;
+
+  /// Creates a session on `backend` (not owned; must outlive the session).
+  [[nodiscard]] static Status create(Backend& backend, const SessionOptions& options, std::unique_ptr<Session>& out);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Describes a tensor the framework holds: logical `spec` placed as `layout` on the
+  /// backend's mesh, this rank's part in `buffer` (`bytes` long; nullptr and 0 on a rank
+  /// that holds nothing). InvalidArgument when the layout does not fit the spec or the mesh,
+  /// or the buffer is smaller than the rank's local tensor.
+  [[nodiscard]] Status tensor(void* buffer, std::size_t bytes, const TensorSpec& spec, const Layout& layout,
+                              TensorHandle& out);
+
+  /// In place: reduces `in` over `axes` (needs `P` or `R` there) with the layout's op.
+  [[nodiscard]] Status allReduce(TensorHandle in, AxisSet axes, TensorHandle& out);
+  /// Reduces `in` over `axes` and keeps this rank's block of `dim` in `output`.
+  [[nodiscard]] Status reduceScatter(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                                     TensorHandle& out);
+  /// Gathers `in`'s shards of `dim` over `axes` into `output`.
+  [[nodiscard]] Status allGather(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                                 TensorHandle& out);
+  /// Re-shards `in` over `axes` from dim `fromDim` to dim `toDim` into `output`.
+  [[nodiscard]] Status allToAll(TensorHandle in, AxisSet axes, int fromDim, int toDim, void* output,
+                                std::size_t outputBytes, TensorHandle& out);
+  /// Local: keeps this rank's block of `dim` over `axes` (`R` there) in `output`.
+  [[nodiscard]] Status slice(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                             TensorHandle& out);
+  /// In place: the member with group index `root` over `axes` copies its value to all.
+  [[nodiscard]] Status broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle& out);
+  /// Pipeline hand-off along the single axis `axis` (the `send:AX` chain op): the ranks of
+  /// stage k (holders of `in`) send, the ranks of stage k+1 receive into `recvBuffer`. Both
+  /// sides make this one call (a sender passes nullptr/0 as `recvBuffer`, a receiver the
+  /// handle of the tensor it does not hold), which stands for a framework's send and recv.
+  [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
+                            TensorHandle& out);
+
+  /// Declares that the next computation reads `t` as `layout` only (a layout readable from
+  /// `t`'s, see `checkConsumable`), then flushes. InvalidArgument when it is not readable.
+  [[nodiscard]] Status consume(TensorHandle t, const Layout& layout);
+  /// The same declaration without the flush, to declare several values of one window.
+  [[nodiscard]] Status declareRead(TensorHandle t, const Layout& layout);
+  /// Plans (or looks up) and runs every call recorded since the last flush. Collective.
+  [[nodiscard]] Status flush();
+  /// Hands `t`'s buffer back: flushes the window `t` belongs to (if not flushed yet).
+  [[nodiscard]] Status wait(TensorHandle t);
+
+  /// The layout `t` has on the current window. InvalidArgument on an expired handle.
+  [[nodiscard]] Status layoutOf(TensorHandle t, Layout& out) const;
+  /// Counters since creation.
+  SessionStats stats() const;
+  /// The options in force.
+  const SessionOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chimera

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recording: every call is checked against the chain semantics and appended to the window.
+#include "chimera/session.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "common/check.hpp"
+#include "session/session_impl.hpp"
+
+namespace chimera {
+namespace {
+
+Status readFlag(const char* name, bool& out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return Status::ok();
+  const std::string_view value(text);
+  CHIMERA_CHECK_ARG(value == "0" || value == "1", "{}={} (expected 0 or 1)", name, value);
+  out = value == "1";
+  return Status::ok();
+}
+
+bool overlapping(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
+  if (a == nullptr || b == nullptr || aBytes == 0 || bBytes == 0) return false;
+  const auto* a0 = static_cast<const std::byte*>(a);
+  const auto* b0 = static_cast<const std::byte*>(b);
+  return a0 < b0 + bBytes && b0 < a0 + aBytes;
+}
+
+// A holder needs a buffer of its local tensor; a rank holding nothing passes none.
+Status checkBuffer(const Layout& layout, const TensorSpec& spec, int rank, const void* buffer, std::size_t bytes,
+                   std::string_view what) {
+  if (!layout.holds(rank)) return Status::ok();
+  const auto need = static_cast<std::size_t>(layout.localBytes(spec));
+  CHIMERA_CHECK_ARG(need == 0 || buffer != nullptr, "{}: rank {} holds {} bytes of {} as {} but passed no buffer",
+                    what, rank, need, spec.toString(), layout.toString());
+  CHIMERA_CHECK_ARG(bytes >= need, "{}: buffer of {} bytes on rank {} is smaller than the local tensor ({} bytes of {} as {})",
+                    what, bytes, rank, need, spec.toString(), layout.toString());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status SessionOptions::fromEnvironment(SessionOptions& out) {
+  SessionOptions options;
+  CHIMERA_RETURN_IF_ERROR(readFlag("CHIMERA_FUSION", options.fusion));
+  CHIMERA_RETURN_IF_ERROR(readFlag("CHIMERA_SESSION_CHECK", options.checkEveryWindow));
+  out = options;
+  return Status::ok();
+}
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Session::~Session() = default;
+
+Status Session::create(Backend& backend, const SessionOptions& options, std::unique_ptr<Session>& out) {
+  out.reset(new Session(std::make_unique<Impl>(backend, options)));
+  return Status::ok();
+}
+
+Status Session::Impl::checkHandle(TensorHandle t) const {
+  CHIMERA_CHECK_ARG(t.window == windowId && t.index < window.values.size(),
+                    "tensor handle {} of window {} is not live (the current window is {}; handles expire at a flush)",
+                    t.index, t.window, windowId);
+  CHIMERA_CHECK_ARG(!window.values[t.index].overwritten,
+                    "tensor handle {} was overwritten by a later in-place call; read the handle that call returned",
+                    t.index);
+  return Status::ok();
+}
+
+Status Session::tensor(void* buffer, std::size_t bytes, const TensorSpec& spec, const Layout& layout,
+                       TensorHandle& out) {
+  Impl& s = *impl_;
+  CHIMERA_CHECK_ARG(layout.mesh().axesEqual(s.backend.mesh()), "tensor layout {} is on mesh {}, the session on {}",
+                    layout.toString(), layout.mesh().toString(), s.backend.mesh().toString());
+  CHIMERA_RETURN_IF_ERROR(layout.validate(spec));
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(layout, spec, s.backend.rank(), buffer, bytes, "tensor"));
+  CHIMERA_CHECK_ARG(s.window.values.size() < kMaxWindowValues,
+                    "window holds {} values, the most a window may hold; flush first", s.window.values.size());
+  detail::WindowValue value;
+  value.spec = spec;
+  value.layout = layout;
+  value.buffer = buffer;
+  value.bytes = bytes;
+  value.storage = s.window.storages++;
+  s.window.values.push_back(std::move(value));
+  out = {static_cast<std::uint32_t>(s.window.values.size() - 1), s.windowId};
+  return Status::ok();
+}
+
+Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, bool inPlace,
+                             TensorHandle& out) {
+  CHIMERA_RETURN_IF_ERROR(checkHandle(in));
+  CHIMERA_CHECK_ARG(window.values.size() < kMaxWindowValues,
+                    "window holds {} values, the most a window may hold; flush first", window.values.size());
+  const detail::WindowValue& input = window.values[in.index];
+  const Mesh& mesh = backend.mesh();
+  CHIMERA_CHECK_ARG(!op.axes.empty() && (op.axes.bits() & ~mesh.allAxes().bits()) == 0,
+                    "{} call names mesh axes (bits {:#x}) the mesh {} does not have", chainOpKindName(op.kind),
+                    op.axes.bits(), mesh.toString());
+  if (op.kind == ChainOp::Kind::Broadcast) {
+    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+      CHIMERA_CHECK_ARG(!op.axes.contains(axis) || input.layout.placement(axis).isReplicate(),
+                        "in-place broadcast needs R on {}, but the tensor is {}", mesh.axis(axis).name,
+                        input.layout.toString());
+    }
+  }
+  OpEffect effect;
+  Status applied = applyChainOp(input.layout, op, input.spec, effect);
+  if (!applied.isOk()) return Status(applied.code(), fmt::format("{}: {}", op.toString(mesh), applied.message()));
+  detail::WindowValue value;
+  value.spec = input.spec;
+  value.layout = effect.output;
+  value.producer = static_cast<int>(window.calls.size());
+  if (inPlace) {
+    value.buffer = input.buffer;
+    value.bytes = input.bytes;
+    value.storage = input.storage;
+  } else {
+    CHIMERA_RETURN_IF_ERROR(
+        checkBuffer(value.layout, value.spec, backend.rank(), output, outputBytes, op.toString(mesh)));
+    CHIMERA_CHECK_ARG(!overlapping(input.buffer, input.bytes, output, outputBytes),
+                      "{}: the output buffer overlaps the input buffer (out-of-place call)", op.toString(mesh));
+    value.buffer = output;
+    value.bytes = outputBytes;
+    value.storage = window.storages++;
+  }
+  if (inPlace) window.values[in.index].overwritten = true;
+  window.calls.push_back({op, in.index, static_cast<std::uint32_t>(window.values.size()), inPlace});
+  window.values.push_back(std::move(value));
+  ++stats.recordedCalls;
+  out = {static_cast<std::uint32_t>(window.values.size() - 1), windowId};
+  return Status::ok();
+}
+
+Status Session::allReduce(TensorHandle in, AxisSet axes, TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::AllReduce, axes, 0, 0, 0}, nullptr, 0, true, out);
+}
+
+Status Session::reduceScatter(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                              TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::ReduceScatter, axes, dim, 0, 0}, output, outputBytes, false, out);
+}
+
+Status Session::allGather(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                          TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::AllGather, axes, dim, 0, 0}, output, outputBytes, false, out);
+}
+
+Status Session::allToAll(TensorHandle in, AxisSet axes, int fromDim, int toDim, void* output, std::size_t outputBytes,
+                         TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::AllToAll, axes, fromDim, toDim, 0}, output, outputBytes, false, out);
+}
+
+Status Session::slice(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
+                      TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::Slice, axes, dim, 0, 0}, output, outputBytes, false, out);
+}
+
+Status Session::broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::Broadcast, axes, 0, 0, root}, nullptr, 0, true, out);
+}
+
+Status Session::send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0}, recvBuffer, recvBytes, false, out);
+}
+
+Status Session::declareRead(TensorHandle t, const Layout& layout) {
+  Impl& s = *impl_;
+  CHIMERA_RETURN_IF_ERROR(s.checkHandle(t));
+  detail::WindowValue& value = s.window.values[t.index];
+  CHIMERA_CHECK_ARG(layout.mesh().axesEqual(s.backend.mesh()), "consumed layout {} is on mesh {}, the session on {}",
+                    layout.toString(), layout.mesh().toString(), s.backend.mesh().toString());
+  CHIMERA_RETURN_IF_ERROR(layout.validate(value.spec));
+  Status readable = checkConsumable(value.layout, layout, value.spec);
+  if (!readable.isOk()) {
+    return Status::invalidArgument(fmt::format("cannot consume tensor {} ({}) as {}: {}", t.index,
+                                               value.layout.toString(), layout.toString(), readable.message()));
+  }
+  value.declared = layout;
+  return Status::ok();
+}
+
+Status Session::consume(TensorHandle t, const Layout& layout) {
+  CHIMERA_RETURN_IF_ERROR(declareRead(t, layout));
+  return impl_->flush();
+}
+
+Status Session::flush() { return impl_->flush(); }
+
+Status Session::wait(TensorHandle t) {
+  if (t.window != impl_->windowId) {
+    CHIMERA_CHECK_ARG(t.window < impl_->windowId, "tensor handle of window {} is from no window yet (current {})",
+                      t.window, impl_->windowId);
+    return Status::ok();  // its window has run
+  }
+  CHIMERA_RETURN_IF_ERROR(impl_->checkHandle(t));
+  return impl_->flush();
+}
+
+Status Session::layoutOf(TensorHandle t, Layout& out) const {
+  CHIMERA_RETURN_IF_ERROR(impl_->checkHandle(t));
+  out = impl_->window.values[t.index].layout;
+  return Status::ok();
+}
+
+SessionStats Session::stats() const { return impl_->stats; }
+
+const SessionOptions& Session::options() const { return impl_->options; }
+
+}  // namespace chimera

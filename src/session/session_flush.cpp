@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// Flushing a window: look its plan up (or plan it, agreeing over the world), then run it.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "common/check.hpp"
+#include "common/log.hpp"
+#include "session/session_impl.hpp"
+
+namespace chimera {
+namespace {
+
+constexpr const char* kLog = "session";
+constexpr std::size_t kAgreementWords = 3 + Session::kMaxWindowValues;
+
+bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
+  if (a.buffer == nullptr || b.buffer == nullptr || a.bytes == 0 || b.bytes == 0) return false;
+  const auto* a0 = static_cast<const std::byte*>(a.buffer);
+  const auto* b0 = static_cast<const std::byte*>(b.buffer);
+  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
+}
+
+}  // namespace
+
+// One MAX allReduce over the world of {hash, -hash, failed, aliased per value}: equal hashes
+// prove every rank recorded the same window; the aliasing verdicts are OR-ed, so every rank
+// materialises a value aliased on any rank.
+Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, std::vector<std::uint8_t>& aliased) {
+  constexpr std::size_t kBytes = kAgreementWords * sizeof(std::int64_t);
+  if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
+  std::array<std::int64_t, kAgreementWords> words{};
+  words[0] = key.sharedHash;
+  words[1] = -key.sharedHash;
+  words[2] = local.isOk() ? 0 : 1;
+  for (std::size_t i = 0; i < key.aliased.size(); ++i) words[3 + i] = key.aliased[i];
+  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, words.data(), kBytes));
+  CHIMERA_RETURN_IF_ERROR(
+      backend.allReduce(agreement, agreement, kAgreementWords, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement, kBytes));
+  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  if (!local.isOk()) return local;
+  if (words[2] != 0) return Status::mismatch("another rank failed to prepare the window this rank flushed");
+  if (words[0] != -words[1]) {
+    return Status::mismatch(fmt::format(
+        "ranks recorded different windows (calls or consume declarations differ): this rank has {} (hash {:#x}), "
+        "the world's hashes range over [{:#x}, {:#x}]",
+        detail::windowText(window), key.sharedHash, -words[1], words[0]));
+  }
+  aliased.assign(key.aliased.size(), 0);
+  for (std::size_t i = 0; i < aliased.size(); ++i) aliased[i] = words[3 + i] != 0 ? 1 : 0;
+  return Status::ok();
+}
+
+// A backend creates a group's communicator on first use, collectively over the world; a
+// direct call is made by the tensor's holders only (one pipeline stage), so every rank first
+// joins a one-element allReduce on the group (the agreement buffer exists by now).
+Status Session::Impl::createGroup(AxisSet axes) {
+  if (std::find(createdGroups.begin(), createdGroups.end(), axes.bits()) != createdGroups.end()) return Status::ok();
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement, agreement, 1, DataType::I64, ReduceOp::Max, axes));
+  createdGroups.push_back(axes.bits());
+  return Status::ok();
+}
+
+Status Session::Impl::planWindow(detail::CachedWindow& out) {
+  const int rank = backend.rank();
+  out.steps = detail::analyseWindow(window, out.agreedAliased, options.fusion);
+  out.fused.assign(out.steps.size(), 0);
+  out.bytesAsRecorded = 0;
+  out.bytesSent = 0;
+  for (std::size_t i = 0; i < out.steps.size(); ++i) {
+    const detail::WindowStep& step = out.steps[i];
+    const ChainPlan* plan = nullptr;
+    CHIMERA_RETURN_IF_ERROR(executor.plan(step.request, plan));
+    if (step.kind != detail::WindowStep::Kind::Chain) CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
+    const bool fused = options.fusion && step.kind == detail::WindowStep::Kind::Chain && plan->useFused;
+    out.fused[i] = fused ? 1 : 0;
+    const auto r = static_cast<std::size_t>(rank);
+    out.bytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.total);
+    out.bytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).total);
+    if (fused) {
+      std::string rewrites;
+      for (const std::string& name : plan->rewrites) rewrites += (rewrites.empty() ? "" : ", ") + name;
+      CHIMERA_LOG_DEBUG(kLog, "rewrite {} from {} consumed as {}: [{}]; bytes this rank {} -> {}, all ranks {} -> {} (saves {})",
+                        step.request.chain.toString(backend.mesh()), step.request.from.toString(),
+                        plan->consumed.toString(), rewrites, plan->baselineBytes.perRank[r],
+                        plan->fusedBytes.perRank[r], plan->baselineBytes.total, plan->fusedBytes.total,
+                        plan->baselineBytes.total - plan->fusedBytes.total);
+    }
+  }
+  return Status::ok();
+}
+
+Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*& out) {
+  auto [first, last] = cache.equal_range(key.hash);
+  for (auto it = first; it != last; ++it) {
+    if (!(it->second->key == key)) continue;
+    out = it->second.get();
+    ++stats.windowCacheHits;
+    if (!options.checkEveryWindow) return Status::ok();
+    std::vector<std::uint8_t> aliased;
+    CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), aliased));
+    if (aliased == out->agreedAliased) return Status::ok();
+    out->agreedAliased = std::move(aliased);  // another rank's aliasing changed: re-derive the steps
+    return planWindow(*out);
+  }
+  auto entry = std::make_unique<detail::CachedWindow>();
+  entry->key = key;
+  CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), entry->agreedAliased));
+  CHIMERA_RETURN_IF_ERROR(planWindow(*entry));
+  CHIMERA_LOG_DEBUG(kLog, "planned window {}: {} steps", detail::windowText(window), entry->steps.size());
+  out = entry.get();
+  cache.emplace(key.hash, std::move(entry));
+  return Status::ok();
+}
+
+Status Session::Impl::ensureStaging(std::size_t bytes) {
+  if (bytes <= stagingBytes) return Status::ok();
+  backend.deallocate(staging);
+  staging = nullptr;
+  stagingBytes = 0;
+  CHIMERA_RETURN_IF_ERROR(backend.allocate(bytes, &staging));
+  stagingBytes = bytes;
+  return Status::ok();
+}
+
+// The consumed part lands in the final buffer where the recorded calls would have put it.
+Status Session::Impl::runStaged(const detail::WindowStep& step, const detail::WindowValue& in,
+                                detail::WindowValue& out) {
+  const int rank = backend.rank();
+  const Layout& consumed = step.request.consume ? *step.request.consume : out.layout;
+  const TensorSpec& spec = in.spec;
+  const bool holds = consumed.holds(rank);
+  const auto bytes = holds ? static_cast<std::size_t>(consumed.localBytes(spec)) : 0;
+  if (bytes > 0) CHIMERA_RETURN_IF_ERROR(ensureStaging(bytes));
+  const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
+  CHIMERA_RETURN_IF_ERROR(
+      executor.runChain(step.request, mode, in.buffer, in.bytes, bytes > 0 ? staging : nullptr, bytes));
+  if (bytes == 0) return Status::ok();
+  const Box finalBox = out.layout.rankBox(rank, spec);
+  const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
+  const std::vector<std::int64_t> shape = out.layout.localShape(spec);
+  if (box.volume() * static_cast<std::int64_t>(dataTypeSize(spec.dtype)) == out.layout.localBytes(spec)) {
+    return backend.copy(out.buffer, staging, bytes);
+  }
+  return backend.unpackBox(staging, out.buffer, shape, box, spec.dtype);
+}
+
+Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
+  const int rank = backend.rank();
+  const detail::WindowValue& in = window.values[step.input];
+  detail::WindowValue& out = window.values[step.output];
+  const ChainOp& op = step.request.chain.ops.front();
+  const auto count = static_cast<std::size_t>(in.layout.localBytes(in.spec)) / dataTypeSize(in.spec.dtype);
+  switch (step.kind) {
+    case detail::WindowStep::Kind::DirectAllReduce:
+      if (!in.layout.holds(rank)) return Status::ok();
+      return backend.allReduce(in.buffer, in.buffer, count, in.spec.dtype, in.layout.partialOp(), op.axes);
+    case detail::WindowStep::Kind::DirectBroadcast:
+      if (!in.layout.holds(rank)) return Status::ok();
+      return backend.broadcast(in.buffer, in.buffer, count, in.spec.dtype, op.root, op.axes);
+    case detail::WindowStep::Kind::Chain:
+      break;
+  }
+  ++stats.chainsRun;
+  if (fused) ++stats.fusedChains;
+  const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
+  if (reshaped || overlapping(in, out)) return runStaged(step, in, out);
+  const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
+  return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes);
+}
+
+Status Session::Impl::flush() {
+  Status status = Status::ok();
+  if (!window.calls.empty()) {
+    const detail::WindowKey key = detail::windowKey(window);
+    detail::CachedWindow* entry = nullptr;
+    status = lookup(key, entry);
+    for (std::size_t i = 0; status.isOk() && i < entry->steps.size(); ++i) {
+      if (entry->steps[i].kind != detail::WindowStep::Kind::Chain) ++stats.chainsRun;
+      status = runStep(entry->steps[i], entry->fused[i] != 0);
+    }
+    if (status.isOk()) {
+      ++stats.windows;
+      stats.bytesAsRecorded += entry->bytesAsRecorded;
+      stats.bytesSent += entry->bytesSent;
+    }
+  }
+  window.values.clear();
+  window.calls.clear();
+  window.storages = 0;
+  ++windowId;
+  return status;
+}
+
+}  // namespace chimera

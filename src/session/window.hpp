@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// The recorded window of a Session (values and calls), its cache key, and the analysis that
+// turns it into the chains to run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "chimera/chain.hpp"
+#include "chimera/executor.hpp"
+#include "chimera/layout.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera::detail {
+
+/// One value of a window: a registered tensor or a call's result.
+struct WindowValue {
+  TensorSpec spec;
+  Layout layout;
+  void* buffer = nullptr;       ///< this rank's local buffer (nullptr where it holds nothing)
+  std::size_t bytes = 0;        ///< its size
+  int producer = -1;            ///< index of the call that wrote it; -1 for a registered tensor
+  int storage = 0;              ///< values written in place share the storage of their input
+  bool overwritten = false;     ///< an in-place call replaced it; it can no longer be read
+  std::optional<Layout> declared;  ///< the consume declaration, if any
+};
+
+/// One recorded call: `op` reads value `input` and writes value `output`.
+struct WindowCall {
+  ChainOp op;
+  std::uint32_t input = 0;
+  std::uint32_t output = 0;
+  bool inPlace = false;
+};
+
+/// Everything recorded since the last flush.
+struct Window {
+  std::vector<WindowValue> values;
+  std::vector<WindowCall> calls;
+  int storages = 0;  ///< storage ids handed out
+};
+
+/// The cache key of a window: the rank-independent description (calls, registered specs and
+/// layouts, declarations) plus this rank's aliasing verdict per value.
+struct WindowKey {
+  std::vector<std::int64_t> words;   ///< calls and specs, rank-independent
+  std::vector<Layout> layouts;       ///< registered layouts, then declared layouts
+  std::vector<std::uint8_t> aliased; ///< per value: its buffer overlaps another storage's (this rank)
+  std::uint64_t hash = 0;            ///< of the three fields above
+  std::int64_t sharedHash = 0;       ///< of words and layouts only (equal on every rank), 62 bits
+  bool operator==(const WindowKey& other) const {
+    return hash == other.hash && words == other.words && aliased == other.aliased && layouts == other.layouts;
+  }
+};
+
+/// Builds the key of `window`, with this rank's aliasing verdict from its buffers.
+WindowKey windowKey(const Window& window);
+
+/// A rank-independent text of the window (for the agreement hash and debug logs).
+std::string windowText(const Window& window);
+
+/// One unit of work of a window: a chain of calls run through the Executor, or a single
+/// in-place call issued on the backend exactly as recorded.
+struct WindowStep {
+  enum class Kind : std::uint8_t { Chain, DirectAllReduce, DirectBroadcast };
+  Kind kind = Kind::Chain;
+  ChainRequest request;             ///< the chain (for Direct: its one op, for bytes and logs)
+  std::vector<int> calls;           ///< indices of the recorded calls it covers
+  std::uint32_t input = 0;          ///< value read
+  std::uint32_t output = 0;         ///< value written (the chain's final value)
+  bool declared = false;            ///< the output carries a consume declaration in force
+};
+
+/// Joins the calls of `window` into steps, given which values are aliased on some rank.
+/// A call's output continues a chain only when exactly one later call reads it, it has no
+/// declaration and is not aliased; a chain of several calls is kept only when its final value
+/// carries a declaration in force (read by no call, not aliased), else it is split into
+/// single calls. With `fusion` false every call is a step of its own and no declaration is in
+/// force. Steps are ordered by their first call, which respects every dependency.
+std::vector<WindowStep> analyseWindow(const Window& window, const std::vector<std::uint8_t>& aliased, bool fusion);
+
+}  // namespace chimera::detail
