@@ -3,7 +3,9 @@
 // per op and message size, on MPI_COMM_WORLD; the numbers behind the choices in
 // docs/performance.md. Not a test: run it by hand under mpirun.
 //
-//   mpirun -np 8 --oversubscribe build/tests/mpi/mpi_algorithm_timing [-r ROUNDS] [sizes...]
+//   mpirun -np 8 --oversubscribe build/tests/mpi/mpi_algorithm_timing [-r ROUNDS] [-o OP] [sizes...]
+//
+// OP keeps one op's rows: allreduce, reducescatter, allgather, alltoall or broadcast.
 //
 // Sizes are per-rank buffer bytes (the full AllReduce/ReduceScatter input, the AllGather
 // output), parseSize syntax; default 64K 1M 32M. Time of a round = max over ranks of the
@@ -169,12 +171,17 @@ int run(int argc, char** argv) {
   int rank = 0;
   int size = 0;
   must(mpiWorld(rank, size));
-  // argv: [-r ROUNDS] sizes...
+  // argv: [-r ROUNDS] [-o OP] sizes...
   int rounds = 5;
+  std::string only;
   std::vector<std::size_t> sizes;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "-r" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
+    if (std::string(argv[i]) == "-o" && i + 1 < argc) {
+      only = argv[++i];
       continue;
     }
     std::size_t bytes = 0;
@@ -201,6 +208,8 @@ int run(int argc, char** argv) {
     std::vector<Entry> entries;
     addReductions(c, entries);
     addDataMovement(c, entries);
+    if (!only.empty())
+      std::erase_if(entries, [&only](const Entry& entry) { return entry.op != only; });
     measure(entries, bytes, iterations, rounds, rank);
   }
   MPI_Comm_free(&c.group.comm);
