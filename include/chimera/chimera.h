@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The C API of chimera, NCCL-style: opaque handles, a result code on every call, text for
+ * meshes, axes, layouts and chain ops (the same text as chimera-plan). Compiles as C11 and C++.
+ * Every collective is collective over its group as in chimera::Backend; session calls record
+ * locally and chimeraSessionFlush/Consume/Wait are collective over the world. */
+#ifndef CHIMERA_CHIMERA_H_
+#define CHIMERA_CHIMERA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Result of every call (mirrors chimera::StatusCode). */
+typedef enum {
+  chimeraSuccess = 0,          /**< success */
+  chimeraInvalidArgument = 1,  /**< malformed input: null pointer, bad text, buffer too small */
+  chimeraUnsupported = 2,      /**< well-formed but not available in this build (e.g. NCCL without CUDA) */
+  chimeraMismatch = 3,         /**< ranks disagree (counts, windows, plans); returned on every rank */
+  chimeraBackendError = 4,     /**< MPI, NCCL or CUDA failed */
+  chimeraTimeout = 5,          /**< an operation stopped making progress */
+  chimeraInternalError = 6     /**< a bug in chimera */
+} chimeraResult_t;
+
+/** Element types (mirror chimera::DataType). */
+typedef enum {
+  chimeraFloat32 = 0,
+  chimeraFloat64 = 1,
+  chimeraFloat16 = 2,
+  chimeraBfloat16 = 3,
+  chimeraInt32 = 4,
+  chimeraInt64 = 5,
+  chimeraUint8 = 6
+} chimeraDataType_t;
+
+/** Reduction operators (mirror chimera::ReduceOp). */
+typedef enum { chimeraSum = 0, chimeraProd = 1, chimeraMin = 2, chimeraMax = 3, chimeraAvg = 4 } chimeraRedOp_t;
+
+/** A communicator: a backend bound to a mesh. */
+typedef struct chimeraComm* chimeraComm_t;
+/** A recording session on a communicator. */
+typedef struct chimeraSession* chimeraSession_t;
+/** A value a session tracks (see chimera::TensorHandle); expires at the next flush. */
+typedef struct {
+  uint32_t index;
+  uint64_t window;
+} chimeraTensor_t;
+/** Rendezvous token of a communicator created without MPI (an NCCL unique id). */
+typedef struct {
+  char internal[128];
+} chimeraUniqueId;
+/** Session counters (see chimera::SessionStats). */
+typedef struct {
+  uint64_t recordedCalls;
+  uint64_t windows;
+  uint64_t windowCacheHits;
+  uint64_t chainsRun;
+  uint64_t fusedChains;
+  uint64_t bytesAsRecorded;
+  uint64_t bytesSent;
+} chimeraSessionStats_t;
+
+/** A static description of `result` ("invalid argument", ...). */
+const char* chimeraGetErrorString(chimeraResult_t result);
+/** The message of the last failed call on this thread (names the problem and its values). */
+const char* chimeraGetLastError(void);
+
+/** Creates an MPI communicator (host memory) over MPI_COMM_WORLD for `mesh` ("pp=2,tp=4"),
+ * initialising MPI if needed. Collective over the world. chimeraUnsupported without MPI. */
+chimeraResult_t chimeraCommInitMpi(chimeraComm_t* comm, const char* mesh);
+/** Creates a fresh unique id on one rank (NCCL); distribute it yourself.
+ * chimeraUnsupported when chimera was built without CUDA. */
+chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id);
+/** Creates an NCCL communicator (device memory) for world rank `rank` of `mesh`, driving CUDA
+ * device `device`, from `id`. Collective. chimeraUnsupported without CUDA. */
+chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device, chimeraUniqueId id);
+/** Frees a communicator (and nothing else: sessions on it must be ended first). NULL is a no-op. */
+chimeraResult_t chimeraCommDestroy(chimeraComm_t comm);
+/** This process's world rank and the world size. */
+chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank);
+chimeraResult_t chimeraCommSize(chimeraComm_t comm, int* size);
+/** Finalises MPI if chimera initialised it. */
+void chimeraFinalize(void);
+
+/** Plain collectives on the group along `axes` ("tp", "dp+tp"); semantics as chimera::Backend. */
+chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
+                                 chimeraRedOp_t op, const char* axes, chimeraComm_t comm);
+chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     chimeraDataType_t datatype, chimeraRedOp_t op, const char* axes,
+                                     chimeraComm_t comm);
+chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
+                                 const char* axes, chimeraComm_t comm);
+chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
+                                chimeraDataType_t datatype, const char* axes, chimeraComm_t comm);
+chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
+                                 int root, const char* axes, chimeraComm_t comm);
+chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
+                            chimeraComm_t comm);
+chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm);
+
+/** Moves a tensor of `shape` ("64,32") placed as layout `from` into layout `to` by the
+ * cheapest plan (cached). Collective over the world; buffers are this rank's local tensors. */
+chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatype, const char* from, const char* to,
+                                    const void* input, size_t inputBytes, void* output, size_t outputBytes,
+                                    chimeraComm_t comm);
+
+/** Begins a session. `fusion`: 1 on, 0 off (runs exactly the recorded calls), -1 from the
+ * environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK). */
+chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session);
+/** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */
+chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
+                                     chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out);
+/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "alltoall:ep:0:1",
+ * "reducescatter:tp:0", "allgather:sp:1", "slice:tp:0", "broadcast:dp:0"). Out-of-place
+ * calls write `output` (`outputBytes` long; NULL/0 on a rank that receives nothing); in-place
+ * calls (allreduce, broadcast) ignore it. */
+chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
+                                     size_t outputBytes, chimeraTensor_t* out);
+/** Declares that the next computation reads `t` as `layout`, then flushes. */
+chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout);
+/** Declares without flushing. */
+chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTensor_t t, const char* layout);
+/** Plans (or looks up) and runs the recorded window. */
+chimeraResult_t chimeraSessionFlush(chimeraSession_t session);
+/** Counters since the session began. */
+chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats);
+/** Ends a session (unflushed calls are dropped). NULL is a no-op. */
+chimeraResult_t chimeraSessionEnd(chimeraSession_t session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHIMERA_CHIMERA_H_ */

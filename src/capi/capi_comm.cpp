@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: Apache-2.0
+// C API: results, communicators, plain collectives, redistribution.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "capi/capi_handles.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "chimera/nccl_backend.hpp"
+#include "common/check.hpp"
+
+namespace chimera::detail {
+namespace {
+thread_local std::string lastError;
+}  // namespace
+
+chimeraResult_t toResult(const Status& status) {
+  if (status.isOk()) return chimeraSuccess;
+  lastError = status.toString();
+  switch (status.code()) {
+    case StatusCode::Ok:
+      return chimeraSuccess;
+    case StatusCode::InvalidArgument:
+      return chimeraInvalidArgument;
+    case StatusCode::Unsupported:
+      return chimeraUnsupported;
+    case StatusCode::Mismatch:
+      return chimeraMismatch;
+    case StatusCode::BackendError:
+      return chimeraBackendError;
+    case StatusCode::Timeout:
+      return chimeraTimeout;
+    case StatusCode::Internal:
+      return chimeraInternalError;
+  }
+  return chimeraInternalError;
+}
+
+Status fromCDataType(chimeraDataType_t datatype, DataType& out) {
+  const int value = static_cast<int>(datatype);
+  CHIMERA_CHECK_ARG(value >= 0 && value <= static_cast<int>(DataType::U8), "unknown chimeraDataType_t {}", value);
+  out = static_cast<DataType>(value);
+  return Status::ok();
+}
+
+const char* lastErrorText() { return lastError.c_str(); }
+
+}  // namespace chimera::detail
+
+namespace {
+
+using chimera::Status;
+using chimera::detail::toResult;
+
+Status checkComm(const chimeraComm* comm) {
+  CHIMERA_CHECK_ARG(comm != nullptr && comm->backend != nullptr, "null communicator");
+  return Status::ok();
+}
+
+Status commonArgs(const chimeraComm* comm, chimeraDataType_t datatype, const char* axesText, chimera::DataType& type,
+                  chimera::AxisSet& axes) {
+  CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+  CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
+  CHIMERA_CHECK_ARG(axesText != nullptr, "null axes text");
+  return comm->mesh.parseAxes(axesText, axes);
+}
+
+Status reduceOp(chimeraRedOp_t op, chimera::ReduceOp& out) {
+  const int value = static_cast<int>(op);
+  CHIMERA_CHECK_ARG(value >= 0 && value <= static_cast<int>(chimera::ReduceOp::Avg), "unknown chimeraRedOp_t {}",
+                    value);
+  out = static_cast<chimera::ReduceOp>(value);
+  return Status::ok();
+}
+
+Status parseMesh(const char* text, int world, chimera::Mesh& out) {
+  CHIMERA_CHECK_ARG(text != nullptr, "null mesh text");
+  return chimera::Mesh::parse(text, world, out);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* chimeraGetErrorString(chimeraResult_t result) {
+  switch (result) {
+    case chimeraSuccess:
+      return "success";
+    case chimeraInvalidArgument:
+      return "invalid argument";
+    case chimeraUnsupported:
+      return "unsupported";
+    case chimeraMismatch:
+      return "ranks disagree (mismatch)";
+    case chimeraBackendError:
+      return "backend error (MPI, NCCL or CUDA)";
+    case chimeraTimeout:
+      return "timeout";
+    case chimeraInternalError:
+      return "internal error";
+  }
+  return "unknown chimeraResult_t";
+}
+
+const char* chimeraGetLastError(void) { return chimera::detail::lastErrorText(); }
+
+chimeraResult_t chimeraCommInitMpi(chimeraComm_t* comm, const char* mesh) {
+#ifdef CHIMERA_HAS_MPI
+  auto run = [&]() -> Status {
+    CHIMERA_CHECK_ARG(comm != nullptr, "null chimeraComm_t* to fill");
+    int rank = 0;
+    int size = 0;
+    CHIMERA_RETURN_IF_ERROR(chimera::mpiWorld(rank, size));
+    auto made = std::make_unique<chimeraComm>();
+    CHIMERA_RETURN_IF_ERROR(parseMesh(mesh, size, made->mesh));
+    CHIMERA_RETURN_IF_ERROR(chimera::createMpiBackend(made->mesh, made->backend));
+    *comm = made.release();
+    return Status::ok();
+  };
+  return toResult(run());
+#else
+  (void)comm;
+  (void)mesh;
+  return toResult(Status::unsupported("chimera was built without MPI (CHIMERA_WITH_MPI=OFF)"));
+#endif
+}
+
+chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id) {
+#ifdef CHIMERA_HAS_CUDA
+  if (id == nullptr) return toResult(Status::invalidArgument("null chimeraUniqueId*"));
+  chimera::NcclUniqueId nccl;
+  const Status status = chimera::createNcclUniqueId(nccl);
+  if (status.isOk()) std::memcpy(id->internal, nccl.bytes.data(), sizeof(id->internal));
+  return toResult(status);
+#else
+  (void)id;
+  return toResult(Status::unsupported("chimera was built without CUDA: no NCCL unique id"));
+#endif
+}
+
+chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device,
+                                    chimeraUniqueId id) {
+#ifdef CHIMERA_HAS_CUDA
+  auto run = [&]() -> Status {
+    CHIMERA_CHECK_ARG(comm != nullptr, "null chimeraComm_t* to fill");
+    CHIMERA_CHECK_ARG(mesh != nullptr, "null mesh text");
+    auto made = std::make_unique<chimeraComm>();
+    // The world size is the product of the axis sizes; Mesh::parse validates the text.
+    int world = 1;
+    for (const char* p = mesh; *p != '\0'; ++p) {
+      if (*p == '=') world *= std::atoi(p + 1);
+    }
+    CHIMERA_RETURN_IF_ERROR(chimera::Mesh::parse(mesh, world, made->mesh));
+    chimera::NcclUniqueId nccl;
+    std::memcpy(nccl.bytes.data(), id.internal, sizeof(id.internal));
+    CHIMERA_RETURN_IF_ERROR(chimera::createNcclBackend(made->mesh, rank, device, nccl, made->backend));
+    *comm = made.release();
+    return Status::ok();
+  };
+  return toResult(run());
+#else
+  (void)comm;
+  (void)mesh;
+  (void)rank;
+  (void)device;
+  (void)id;
+  return toResult(Status::unsupported("chimera was built without CUDA: no NCCL communicator"));
+#endif
+}
+
+chimeraResult_t chimeraCommDestroy(chimeraComm_t comm) {
+  delete comm;
+  return chimeraSuccess;
+}
+
+chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank) {
+  if (Status s = checkComm(comm); !s.isOk()) return toResult(s);
+  if (rank == nullptr) return toResult(Status::invalidArgument("null int* for the rank"));
+  *rank = comm->backend->rank();
+  return chimeraSuccess;
+}
+
+chimeraResult_t chimeraCommSize(chimeraComm_t comm, int* size) {
+  if (Status s = checkComm(comm); !s.isOk()) return toResult(s);
+  if (size == nullptr) return toResult(Status::invalidArgument("null int* for the size"));
+  *size = comm->mesh.size();
+  return chimeraSuccess;
+}
+
+void chimeraFinalize(void) {
+#ifdef CHIMERA_HAS_MPI
+  chimera::finalizeMpi();
+#endif
+}
+
+chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
+                                 chimeraRedOp_t op, const char* axes, chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  chimera::AxisSet set;
+  chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
+  Status s = commonArgs(comm, datatype, axes, type, set);
+  if (s.isOk()) s = reduceOp(op, reduce);
+  if (s.isOk()) s = comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     chimeraDataType_t datatype, chimeraRedOp_t op, const char* axes,
+                                     chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  chimera::AxisSet set;
+  chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
+  Status s = commonArgs(comm, datatype, axes, type, set);
+  if (s.isOk()) s = reduceOp(op, reduce);
+  if (s.isOk()) s = comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
+                                 const char* axes, chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  chimera::AxisSet set;
+  Status s = commonArgs(comm, datatype, axes, type, set);
+  if (s.isOk()) s = comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
+                                chimeraDataType_t datatype, const char* axes, chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  chimera::AxisSet set;
+  Status s = commonArgs(comm, datatype, axes, type, set);
+  if (s.isOk()) s = comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
+                                 int root, const char* axes, chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  chimera::AxisSet set;
+  Status s = commonArgs(comm, datatype, axes, type, set);
+  if (s.isOk()) s = comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
+                            chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  Status s = checkComm(comm);
+  if (s.isOk()) s = chimera::detail::fromCDataType(datatype, type);
+  if (s.isOk()) s = comm->backend->send(sendbuff, count, type, peer);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm) {
+  chimera::DataType type = chimera::DataType::F32;
+  Status s = checkComm(comm);
+  if (s.isOk()) s = chimera::detail::fromCDataType(datatype, type);
+  if (s.isOk()) s = comm->backend->recv(recvbuff, count, type, peer);
+  return toResult(s);
+}
+
+chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatype, const char* from, const char* to,
+                                    const void* input, size_t inputBytes, void* output, size_t outputBytes,
+                                    chimeraComm_t comm) {
+  auto run = [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_CHECK_ARG(shape != nullptr && from != nullptr && to != nullptr, "null shape or layout text");
+    chimera::TensorSpec spec;
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));
+    CHIMERA_RETURN_IF_ERROR(chimera::TensorSpec::parseShape(shape, spec.shape));
+    chimera::Layout source;
+    chimera::Layout target;
+    CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(from, comm->mesh, source));
+    CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(to, comm->mesh, target));
+    if (!comm->executor) comm->executor = std::make_unique<chimera::Executor>(*comm->backend);
+    return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes);
+  };
+  return toResult(run());
+}
+
+}  // extern "C"

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// The objects behind the C API's opaque handles, and the Status -> chimeraResult_t bridge.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "chimera/backend.hpp"
+#include "chimera/chimera.h"
+#include "chimera/executor.hpp"
+#include "chimera/session.hpp"
+
+struct chimeraComm {
+  chimera::Mesh mesh;
+  std::unique_ptr<chimera::Backend> backend;
+  std::unique_ptr<chimera::Executor> executor;  ///< for chimeraRedistribute, made on first use
+};
+
+struct chimeraSession {
+  chimeraComm* comm = nullptr;
+  std::unique_ptr<chimera::Session> session;
+};
+
+namespace chimera::detail {
+
+/// Stores `status`'s text as this thread's last error (when it failed) and maps its code.
+chimeraResult_t toResult(const Status& status);
+
+/// This thread's last error message ("" before any failure).
+const char* lastErrorText();
+
+/// The element type of a C datatype; InvalidArgument naming the value when out of range.
+[[nodiscard]] Status fromCDataType(chimeraDataType_t datatype, DataType& out);
+
+}  // namespace chimera::detail

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+// C API: sessions (begin, describe tensors, record chain-op text, consume, flush).
+#include "capi/capi_handles.hpp"
+#include "chimera/chain.hpp"
+#include "common/check.hpp"
+
+namespace {
+
+using chimera::Status;
+using chimera::detail::toResult;
+
+Status checkSession(const chimeraSession* session) {
+  CHIMERA_CHECK_ARG(session != nullptr && session->session != nullptr, "null session");
+  return Status::ok();
+}
+
+chimera::TensorHandle toHandle(chimeraTensor_t t) { return {t.index, t.window}; }
+chimeraTensor_t fromHandle(chimera::TensorHandle t) { return {t.index, t.window}; }
+
+Status parseLayout(const chimeraSession* session, const char* text, chimera::Layout& out) {
+  CHIMERA_CHECK_ARG(text != nullptr, "null layout text");
+  return chimera::Layout::parse(text, session->comm->mesh, out);
+}
+
+Status record(chimeraSession* s, const char* opText, chimeraTensor_t input, void* output, size_t outputBytes,
+              chimeraTensor_t* out) {
+  CHIMERA_RETURN_IF_ERROR(checkSession(s));
+  CHIMERA_CHECK_ARG(opText != nullptr && out != nullptr, "null op text or chimeraTensor_t* to fill");
+  chimera::Chain chain;
+  CHIMERA_RETURN_IF_ERROR(chimera::Chain::parse(opText, s->comm->mesh, chain));
+  CHIMERA_CHECK_ARG(chain.ops.size() == 1, "record one call at a time, got '{}' ({} ops)", opText, chain.ops.size());
+  const chimera::ChainOp& op = chain.ops[0];
+  chimera::Session& session = *s->session;
+  const chimera::TensorHandle in = toHandle(input);
+  chimera::TensorHandle result;
+  Status status;
+  switch (op.kind) {
+    case chimera::ChainOp::Kind::AllReduce:
+      status = session.allReduce(in, op.axes, result);
+      break;
+    case chimera::ChainOp::Kind::ReduceScatter:
+      status = session.reduceScatter(in, op.axes, op.dim, output, outputBytes, result);
+      break;
+    case chimera::ChainOp::Kind::AllGather:
+      status = session.allGather(in, op.axes, op.dim, output, outputBytes, result);
+      break;
+    case chimera::ChainOp::Kind::AllToAll:
+      status = session.allToAll(in, op.axes, op.dim, op.toDim, output, outputBytes, result);
+      break;
+    case chimera::ChainOp::Kind::Slice:
+      status = session.slice(in, op.axes, op.dim, output, outputBytes, result);
+      break;
+    case chimera::ChainOp::Kind::Send:
+      status = session.send(in, op.axes, output, outputBytes, result);
+      break;
+    case chimera::ChainOp::Kind::Broadcast:
+      status = session.broadcast(in, op.axes, op.root, result);
+      break;
+  }
+  if (status.isOk()) *out = fromHandle(result);
+  return status;
+}
+
+}  // namespace
+
+extern "C" {
+
+chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session) {
+  auto run = [&]() -> Status {
+    CHIMERA_CHECK_ARG(comm != nullptr && comm->backend != nullptr, "null communicator");
+    CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
+    CHIMERA_CHECK_ARG(fusion >= -1 && fusion <= 1, "fusion {} (expected 1 on, 0 off, -1 from the environment)",
+                      fusion);
+    chimera::SessionOptions options;
+    CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
+    if (fusion >= 0) options.fusion = fusion == 1;
+    auto made = std::make_unique<chimeraSession>();
+    made->comm = comm;
+    CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
+    *session = made.release();
+    return Status::ok();
+  };
+  return toResult(run());
+}
+
+chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
+                                     chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out) {
+  auto run = [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    CHIMERA_CHECK_ARG(shape != nullptr && out != nullptr, "null shape text or chimeraTensor_t* to fill");
+    chimera::TensorSpec spec;
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));
+    CHIMERA_RETURN_IF_ERROR(chimera::TensorSpec::parseShape(shape, spec.shape));
+    chimera::Layout placed;
+    CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, placed));
+    chimera::TensorHandle handle;
+    CHIMERA_RETURN_IF_ERROR(session->session->tensor(buffer, bytes, spec, placed, handle));
+    *out = fromHandle(handle);
+    return Status::ok();
+  };
+  return toResult(run());
+}
+
+chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
+                                     size_t outputBytes, chimeraTensor_t* out) {
+  return toResult(record(session, op, input, output, outputBytes, out));
+}
+
+chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
+  auto run = [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    chimera::Layout read;
+    CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
+    return session->session->declareRead(toHandle(t), read);
+  };
+  return toResult(run());
+}
+
+chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
+  const chimeraResult_t declared = chimeraSessionDeclareRead(session, t, layout);
+  if (declared != chimeraSuccess) return declared;
+  return toResult(session->session->flush());
+}
+
+chimeraResult_t chimeraSessionFlush(chimeraSession_t session) {
+  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
+  return toResult(session->session->flush());
+}
+
+chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats) {
+  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
+  if (stats == nullptr) return toResult(Status::invalidArgument("null chimeraSessionStats_t*"));
+  const chimera::SessionStats s = session->session->stats();
+  *stats = {s.recordedCalls, s.windows, s.windowCacheHits, s.chainsRun, s.fusedChains, s.bytesAsRecorded,
+            s.bytesSent};
+  return chimeraSuccess;
+}
+
+chimeraResult_t chimeraSessionEnd(chimeraSession_t session) {
+  delete session;
+  return chimeraSuccess;
+}
+
+}  // extern "C"
