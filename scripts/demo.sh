@@ -31,8 +31,8 @@ for row in json.load(open(sys.argv[1]))["rows"]:
     speedup, predicted = row["speedup"], row["predicted_speedup"]
     verdict = "faster" if speedup >= 1 else "slower"
     factor = speedup if speedup >= 1 else 1 / speedup
-    pred = f"{predicted:.1f}x" if predicted is not None else "n/a"
+    pred = f"{predicted:.2f}x" if predicted is not None else "n/a"
     wrong = "unchecked" if row["wrong"] is None else f'{row["wrong"]} wrong'
-    print(f'{row["scenario"]}: fused {factor:.1f}x {verdict} than baseline (predicted {pred}), {wrong}')
+    print(f'{row["scenario"]}: fused {factor:.2f}x {verdict} than baseline (predicted {pred}), {wrong}')
 PY
 exit "$status"

@@ -8,6 +8,7 @@
 #include "element_codec.hpp"
 #include "options.hpp"
 #include "scenario.hpp"
+#include "scenario_report.hpp"
 
 namespace chimera::bench {
 namespace {
@@ -137,6 +138,35 @@ TEST(BenchScenario, ModeFlags) {
     const Status status = parseOptions(bad, options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad[0] << " " << bad[1];
   }
+}
+
+TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
+  ScenarioRow row;
+  row.scenario = "tp_sp";
+  row.shape = "1024x4096";
+  row.plannerFuses = true;
+  row.predictedSpeedup = 2.0;
+  row.result.bytes = 16 << 20;
+  row.result.count = 4 << 20;
+  row.result.op = ReduceOp::Sum;
+  row.result.timeUs = 100.0;
+  row.result.baselineTimeUs = 170.0;
+  row.result.wrong = 0;
+  ScenarioRow unchecked = row;
+  unchecked.result.wrong.reset();
+  unchecked.predictedSpeedup.reset();
+  const std::string text = scenarioJson({8, "mpi", "host", "median", 20, 5}, {row, unchecked}).dump();
+  for (const char* field : {"\"bytes\":16777216", "\"count\":4194304", "\"op\":\"sum\"", "\"time_us\":100",
+                            "\"baseline_time_us\":170", "\"speedup\":1.7", "\"wrong\":0", "\"scenario\":\"tp_sp\"",
+                            "\"predicted_speedup\":2", "\"planner_fuses\":true", "\"wrong\":null",
+                            "\"predicted_speedup\":null", "\"mode\":\"scenario\"", "\"stat\":\"median\""}) {
+    EXPECT_NE(text.find(field), std::string::npos) << field << " in " << text;
+  }
+  const std::string line = scenarioTableRow(row);
+  EXPECT_NE(line.find("1.70"), std::string::npos) << line;
+  EXPECT_NE(line.find("2.00"), std::string::npos) << line;
+  EXPECT_NE(line.find("fused"), std::string::npos) << line;
+  EXPECT_NE(scenarioTableRow(unchecked).find("N/A"), std::string::npos);
 }
 
 }  // namespace
