@@ -10,6 +10,7 @@
 
 #include "backend/mpi/arg_check.hpp"
 #include "backend/mpi/mpi_group.hpp"
+#include "backend/mpi/ring.hpp"
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 
@@ -28,8 +29,9 @@ struct MpiBackendOptions {
   /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
   bool checkArgs = false;
   /// Segment size in bytes of the ring ReduceScatter, alone or inside AllReduce
-  /// (CHIMERA_MPI_SEGMENT_BYTES).
-  std::size_t segmentBytes = std::size_t{1} << 20;
+  /// (CHIMERA_MPI_SEGMENT_BYTES). Default whole blocks: segments win ~25% on a quiet host
+  /// but lose more than that when the host is loaded (docs/performance.md).
+  std::size_t segmentBytes = kUnsegmented;
 };
 
 /// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),

@@ -114,8 +114,9 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   MPI_Comm p2p = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(p2p));
-  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, segment {} bytes", mesh.toString(),
-                    options.checkArgs ? "on" : "off", options.segmentBytes);
+  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, ReduceScatter segment {}", mesh.toString(),
+                    options.checkArgs ? "on" : "off",
+                    options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
   out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options);
   return Status::ok();
 }
