@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C API on 8 ranks (mesh pp=2,tp=4): results, error strings, bad input, the plain
+// collectives, redistribution and sessions, checked against values every rank computes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "chimera/chimera.h"
+#include "mpi_test_util.hpp"
+
+namespace chimera::testing {
+namespace {
+
+class CApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(chimeraCommInitMpi(&comm_, "pp=2,tp=4"), chimeraSuccess) << chimeraGetLastError();
+    ASSERT_EQ(chimeraCommRank(comm_, &rank_), chimeraSuccess);
+  }
+  void TearDown() override { EXPECT_EQ(chimeraCommDestroy(comm_), chimeraSuccess); }
+  chimeraComm_t comm_ = nullptr;
+  int rank_ = 0;
+};
+
+TEST(CApiErrors, EveryResultHasItsOwnString) {
+  std::vector<std::string> seen;
+  for (int r = chimeraSuccess; r <= chimeraInternalError; ++r) {
+    const std::string text = chimeraGetErrorString(static_cast<chimeraResult_t>(r));
+    EXPECT_FALSE(text.empty());
+    for (const std::string& other : seen) EXPECT_NE(text, other);
+    seen.push_back(text);
+  }
+  EXPECT_EQ(std::string(chimeraGetErrorString(static_cast<chimeraResult_t>(99))), "unknown chimeraResult_t");
+}
+
+TEST(CApiErrors, BadInputNamesTheProblem) {
+  EXPECT_EQ(chimeraCommInitMpi(nullptr, "pp=2,tp=4"), chimeraInvalidArgument);
+  chimeraComm_t comm = nullptr;
+  EXPECT_EQ(chimeraCommInitMpi(&comm, "pp=3,tp=4"), chimeraInvalidArgument);
+  EXPECT_NE(std::string(chimeraGetLastError()).find("pp=3"), std::string::npos) << chimeraGetLastError();
+  EXPECT_EQ(chimeraCommInitMpi(&comm, nullptr), chimeraInvalidArgument);
+  float x = 0;
+  EXPECT_EQ(chimeraAllReduce(&x, &x, 1, chimeraFloat32, chimeraSum, "tp", nullptr), chimeraInvalidArgument);
+  int rank = 0;
+  EXPECT_EQ(chimeraCommRank(nullptr, &rank), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionFlush(nullptr), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraCommDestroy(nullptr), chimeraSuccess);
+#ifndef CHIMERA_HAS_CUDA
+  chimeraUniqueId id;
+  EXPECT_EQ(chimeraGetUniqueId(&id), chimeraUnsupported);
+  EXPECT_EQ(chimeraCommInitRank(&comm, "tp=8", 0, 0, id), chimeraUnsupported);
+#endif
+}
+
+TEST_F(CApi, BadArgumentsOnACommunicator) {
+  float x = 0;
+  EXPECT_EQ(chimeraAllReduce(&x, &x, 1, chimeraFloat32, chimeraSum, "xx", comm_), chimeraInvalidArgument);
+  EXPECT_NE(std::string(chimeraGetLastError()).find("xx"), std::string::npos) << chimeraGetLastError();
+  EXPECT_EQ(chimeraAllReduce(&x, &x, 1, static_cast<chimeraDataType_t>(42), chimeraSum, "tp", comm_),
+            chimeraInvalidArgument);
+  EXPECT_EQ(chimeraAllReduce(&x, &x, 1, chimeraFloat32, static_cast<chimeraRedOp_t>(9), "tp", comm_),
+            chimeraInvalidArgument);
+  chimeraSession_t session = nullptr;
+  EXPECT_EQ(chimeraSessionBegin(comm_, 2, &session), chimeraInvalidArgument);
+  ASSERT_EQ(chimeraSessionBegin(comm_, 1, &session), chimeraSuccess);
+  std::vector<float> buffer(64);
+  chimeraTensor_t t, out;
+  const bool stage0 = rank_ < 4;
+  ASSERT_EQ(chimeraSessionTensor(session, stage0 ? buffer.data() : nullptr, stage0 ? 256 : 0, "8,8", chimeraFloat32,
+                                 "pp=@0,tp=P", &t),
+            chimeraSuccess)
+      << chimeraGetLastError();
+  EXPECT_EQ(chimeraSessionRecord(session, "allreduce", t, nullptr, 0, &out), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionRecord(session, "allreduce:tp,send:pp", t, nullptr, 0, &out), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionRecord(session, "allgather:tp:0", t, nullptr, 0, &out), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionTensor(session, buffer.data(), 256, "8,8", chimeraFloat32, "pp=@0,tp=Q", &t),
+            chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionFlush(session), chimeraSuccess);  // nothing was recorded
+  EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+}
+
+TEST_F(CApi, PlainCollectivesAndRedistribution) {
+  // AllReduce over tp of rank values: the sum of the 4 ranks of this stage.
+  const int stage = rank_ / 4;
+  std::int32_t sum = rank_;
+  ASSERT_EQ(chimeraAllReduce(&sum, &sum, 1, chimeraInt32, chimeraSum, "tp", comm_), chimeraSuccess);
+  // AllGather over the world.
+  std::vector<std::int32_t> all(8, -1);
+  std::int32_t mine = 10 * rank_;
+  ASSERT_EQ(chimeraAllGather(&mine, all.data(), 1, chimeraInt32, "pp+tp", comm_), chimeraSuccess);
+  // Broadcast over pp from stage 1.
+  std::int32_t fromStage1 = rank_;
+  ASSERT_EQ(chimeraBroadcast(&fromStage1, &fromStage1, 1, chimeraInt32, 1, "pp", comm_), chimeraSuccess);
+  // Redistribute a 8x4 tensor from tp=S0 (2 rows each) to tp=R: every rank gets all 8 rows.
+  std::vector<float> shard(2 * 4), full(8 * 4);
+  const int tpIndex = rank_ % 4;
+  for (int i = 0; i < 8; ++i) shard[i] = static_cast<float>(tpIndex * 8 + i);
+  ASSERT_EQ(chimeraRedistribute("8,4", chimeraFloat32, "tp=S0", "tp=R", shard.data(), shard.size() * 4, full.data(),
+                                full.size() * 4, comm_),
+            chimeraSuccess)
+      << chimeraGetLastError();
+  bool ok = sum == 4 * stage * 4 + 6 && fromStage1 == 4 + tpIndex;
+  for (int r = 0; r < 8; ++r) ok = ok && all[r] == 10 * r;
+  for (int i = 0; i < 32; ++i) ok = ok && full[i] == static_cast<float>(i);
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// tp+pp through a C session, fusion off and on: identical results, fewer bytes when fused.
+TEST_F(CApi, SessionFusedEqualsRecorded) {
+  const bool stage0 = rank_ < 4;
+  std::vector<float> input(16 * 8), unfused(16 * 8, -1), fused(16 * 8, -1);
+  chimeraSessionStats_t stats[2];
+  for (int fusion = 0; fusion < 2; ++fusion) {
+    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank_) % 5);
+    chimeraSession_t session = nullptr;
+    ASSERT_EQ(chimeraSessionBegin(comm_, fusion, &session), chimeraSuccess);
+    chimeraTensor_t x, summed, handed;
+    float* out = fusion ? fused.data() : unfused.data();
+    ASSERT_EQ(chimeraSessionTensor(session, stage0 ? input.data() : nullptr, stage0 ? 512 : 0, "16,8",
+                                   chimeraFloat32, "pp=@0,tp=P", &x),
+              chimeraSuccess);
+    ASSERT_EQ(chimeraSessionRecord(session, "allreduce:tp", x, nullptr, 0, &summed), chimeraSuccess);
+    ASSERT_EQ(chimeraSessionRecord(session, "send:pp", summed, stage0 ? nullptr : out, stage0 ? 0 : 512, &handed),
+              chimeraSuccess);
+    EXPECT_EQ(chimeraSessionConsume(session, handed, "pp=@1,tp=R"), chimeraSuccess) << chimeraGetLastError();
+    ASSERT_EQ(chimeraSessionGetStats(session, &stats[fusion]), chimeraSuccess);
+    EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+  }
+  bool ok = unfused == fused;
+  if (!stage0) {  // stage 1 holds the tp sum of stage 0's inputs: ranks 0..3
+    for (std::size_t i = 0; i < unfused.size(); ++i) {
+      float expect = 0;
+      for (int r = 0; r < 4; ++r) expect += static_cast<float>((i + r) % 5);
+      ok = ok && unfused[i] == expect;
+    }
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(stats[0].fusedChains, 0u);
+  EXPECT_EQ(stats[1].fusedChains, 1u);
+  EXPECT_LT(stats[1].bytesSent, stats[0].bytesSent);
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+}  // namespace
+}  // namespace chimera::testing
