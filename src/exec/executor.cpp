@@ -152,8 +152,8 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
       ++impl_->passes;
       local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
     }
-    if (local.isOk()) local = impl_->prepare(entry->plan, entry->prepared);
     CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local));
+    CHIMERA_RETURN_IF_ERROR(impl_->prepare(entry->plan, entry->prepared));  // collective: after agreeing
     CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
     it = impl_->redistributions.emplace(signature, std::move(entry)).first;
   }

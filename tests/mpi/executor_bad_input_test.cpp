@@ -140,6 +140,33 @@ TEST(ExecutorBadInput, RankWithADifferentChain) {
   EXPECT_TRUE(stillWorks(executor, w.mesh));
 }
 
+TEST(ExecutorBadInput, RedistributionDiffersOrFailsOnOneRank) {
+  World w = makeWorld();
+  if (!allRanksAgree(w.status.isOk())) {
+    ADD_FAILURE() << w.status.toString();
+    return;
+  }
+  Executor executor(*w.backend);
+  const bool odd = worldRank() == 1;
+  const TensorSpec spec{{16, 8}, DataType::F32};
+  Layout from;
+  Layout to;
+  Status status = Layout::parse("tp=S0", w.mesh, from);
+  if (status.isOk()) status = Layout::parse(odd ? "tp=S1" : "R", w.mesh, to);
+  auto buffer = makeBuffer(static_cast<std::size_t>(spec.numElements()), DataType::F32);
+  auto output = makeBuffer(static_cast<std::size_t>(spec.numElements()), DataType::F32);
+  const auto bytes = static_cast<std::size_t>(spec.bytes());
+  if (status.isOk()) status = executor.redistribute(spec, from, to, buffer.data(), bytes, output.data(), bytes);
+  EXPECT_EQ(status.code(), StatusCode::Mismatch) << status.toString();
+  // Unreachable on rank 1 only (partial where the start is not).
+  if (odd) status = Layout::parse("tp=P", w.mesh, to);
+  if (!odd) status = Layout::parse("tp=S1", w.mesh, to);
+  if (status.isOk()) status = executor.redistribute(spec, from, to, buffer.data(), bytes, output.data(), bytes);
+  EXPECT_EQ(status.code(), odd ? StatusCode::InvalidArgument : StatusCode::Mismatch) << status.toString();
+  EXPECT_EQ(executor.cachedPlans(), 0u);
+  EXPECT_TRUE(stillWorks(executor, w.mesh));
+}
+
 TEST(ExecutorBadInput, MalformedExplicitPlan) {
   World w = makeWorld();
   if (!allRanksAgree(w.status.isOk())) {
