@@ -32,10 +32,12 @@ Status ncclAvailable() {
 
 std::string defaultBackendName() { return ncclAvailable().isOk() ? "nccl" : "mpi"; }
 
+Status backendAvailable(std::string_view kind) { return kind == "nccl" ? ncclAvailable() : Status::ok(); }
+
 Status createBenchBackend(std::string_view kind, const Mesh& mesh, std::unique_ptr<Backend>& out) {
   if (kind == "mpi") return agreeOnStatus(createMpiBackend(mesh, out));
   CHIMERA_CHECK_ARG(kind == "nccl", "--backend: unknown backend '{}'", kind);
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(ncclAvailable()));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
 #if defined(CHIMERA_HAS_CUDA)
   return agreeOnStatus(createNcclBackendMpi(mesh, out));
 #else

@@ -20,6 +20,10 @@ namespace chimera::bench {
 /// "nccl" when chimera was built with CUDA and this process sees a CUDA device, else "mpi".
 std::string defaultBackendName();
 
+/// Ok when the backend `kind` ("mpi" or "nccl") can run in this process; Unsupported saying
+/// why not (nccl without CUDA in the build, or without a visible device). Local, not collective.
+[[nodiscard]] Status backendAvailable(std::string_view kind);
+
 /// Creates the backend `kind` ("mpi" or "nccl") over MPI_COMM_WORLD on `mesh`. Collective;
 /// the same verdict on every rank. For nccl without CUDA in the build, or without a visible
 /// device, Unsupported saying which.

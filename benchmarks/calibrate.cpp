@@ -121,6 +121,7 @@ Status runCalibration(const Options& options) {
   Topology base;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
   print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; median "
                           "of {} iterations after {} warm-up, slowest rank\n",
                           samples.size(), worldSize, kind, base.name, options.iters, options.warmupIters));

@@ -245,6 +245,7 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadRunTopology(options, worldSize, topology)));
   const TopologyCost cost(topology);
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
   std::ofstream json;
   if (rank == 0 && !options.jsonPath.empty()) json.open(options.jsonPath, std::ios::trunc);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && !options.jsonPath.empty() && !json
