@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "common/check.hpp"
@@ -16,6 +18,22 @@ namespace chimera {
 namespace {
 
 constexpr const char* kLog = "exec";
+
+// CHIMERA_CHECK_ARGS as the backends read it: 1/on/true or 0/off/false; default on unless
+// NDEBUG. Other text keeps the default (the backend reports it when it parses the variable).
+bool checkArgsFromEnv() {
+#ifdef NDEBUG
+  bool on = false;
+#else
+  bool on = true;
+#endif
+  if (const char* text = std::getenv("CHIMERA_CHECK_ARGS")) {
+    const std::string_view value(text);
+    if (value == "1" || value == "on" || value == "true") on = true;
+    if (value == "0" || value == "off" || value == "false") on = false;
+  }
+  return on;
+}
 
 // A planned chain and its two programs, prepared on first use.
 struct ChainEntry {
@@ -41,7 +59,9 @@ struct Executor::Impl {
     backend.deallocate(agreement);
   }
 
-  Status agree(const std::string& signature, const Status& local);
+  Status agree(const std::string& signature, const Status& local, std::string_view failure);
+  Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
+                 std::size_t outputBytes);
   Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot);
   Status findChain(const ChainRequest& request, ChainEntry*& out);
 
@@ -54,11 +74,12 @@ struct Executor::Impl {
   std::size_t prepared = 0;
   std::size_t passes = 0;
   void* agreement = nullptr;  // 3 int64 in the backend's memory space
+  bool checkBuffers = checkArgsFromEnv();
 };
 
 // One MAX allReduce over the world of {hash, -hash, failed}: the MAX and MIN hash and
 // whether any rank failed. Every rank takes part whatever its local verdict.
-Status Executor::Impl::agree(const std::string& signature, const Status& local) {
+Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure) {
   constexpr std::size_t kBytes = 3 * sizeof(std::int64_t);
   if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
   const std::int64_t hash = detail::signatureHash(signature);
@@ -70,7 +91,7 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local) 
   CHIMERA_RETURN_IF_ERROR(backend.synchronize());
   if (!local.isOk()) return local;
   if (values[2] != 0) {
-    return Status::mismatch(fmt::format("another rank failed to plan the request this rank planned as {}", signature));
+    return Status::mismatch(fmt::format("another rank failed to {}; this rank has {}", failure, signature));
   }
   if (values[0] != -values[1]) {
     return Status::mismatch(fmt::format(
@@ -78,6 +99,17 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local) 
         signature, hash, -values[1], values[0]));
   }
   return Status::ok();
+}
+
+// With argument checking on, the buffer sizes are agreed on before running, so a rank with a
+// bad buffer fails every rank instead of leaving its peers waiting in a collective.
+Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
+                               std::size_t outputBytes) {
+  if (checkBuffers) {
+    CHIMERA_RETURN_IF_ERROR(agree("buffers that fit", plan.checkBuffers(input, inputBytes, output, outputBytes),
+                                  "pass buffers that fit the plan"));
+  }
+  return plan.run(input, inputBytes, output, outputBytes);
 }
 
 Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot) {
@@ -103,7 +135,7 @@ Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) 
     ++passes;
     local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan);
   }
-  CHIMERA_RETURN_IF_ERROR(agree(signature, local));
+  CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
   const ChainPlan& p = entry->plan;
   CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
                     p.useFused ? "fused" : "baseline", p.candidates, p.baselineCost.summary, p.fusedCost.summary,
@@ -131,7 +163,7 @@ Status Executor::runChain(const ChainRequest& request, ChainMode mode, const voi
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
   std::unique_ptr<detail::PreparedPlan>& slot = fused ? entry->fused : entry->baseline;
   if (!slot) CHIMERA_RETURN_IF_ERROR(impl_->prepare(fused ? entry->plan.fused : entry->plan.baseline, slot));
-  return slot->run(input, inputBytes, output, outputBytes);
+  return impl_->execute(*slot, input, inputBytes, output, outputBytes);
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
@@ -152,12 +184,12 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
       ++impl_->passes;
       local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
     }
-    CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local));
+    CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution"));
     CHIMERA_RETURN_IF_ERROR(impl_->prepare(entry->plan, entry->prepared));  // collective: after agreeing
     CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
     it = impl_->redistributions.emplace(signature, std::move(entry)).first;
   }
-  return it->second->prepared->run(input, inputBytes, output, outputBytes);
+  return impl_->execute(*it->second->prepared, input, inputBytes, output, outputBytes);
 }
 
 Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
@@ -170,7 +202,7 @@ Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes
     CHIMERA_LOG_DEBUG(kLog, "prepared an explicit plan:\n{}", plan.toString());
     it = impl_->plans.emplace(key, std::move(prepared)).first;
   }
-  return it->second->run(input, inputBytes, output, outputBytes);
+  return impl_->execute(*it->second, input, inputBytes, output, outputBytes);
 }
 
 std::size_t Executor::cachedPlans() const { return impl_->prepared; }

@@ -7,7 +7,8 @@
 
 namespace chimera::detail {
 
-Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+Status PreparedPlan::checkBuffers(const void* input, std::size_t inputBytes, const void* output,
+                                  std::size_t outputBytes) const {
   if (bufferBytes_[0] > 0) {
     CHIMERA_CHECK_ARG(input != nullptr, "null input buffer on rank {}, which holds {} bytes of the input", rank_,
                       bufferBytes_[0]);
@@ -20,6 +21,11 @@ Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output
     CHIMERA_CHECK_ARG(outputBytes >= bufferBytes_[1], "output buffer of {} bytes on rank {}, its local tensor needs {}",
                       outputBytes, rank_, bufferBytes_[1]);
   }
+  return Status::ok();
+}
+
+Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+  CHIMERA_RETURN_IF_ERROR(checkBuffers(input, inputBytes, output, outputBytes));
   // The plan never writes slot 0 (checked by prepare).
   slots_[0] = static_cast<std::byte*>(const_cast<void*>(input));
   slots_[1] = static_cast<std::byte*>(output);

@@ -80,6 +80,10 @@ class PreparedPlan {
   /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
   /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
   [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
+  /// InvalidArgument naming both sizes when a buffer is smaller than this rank's part of the
+  /// input or output, or null where the rank holds some.
+  [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
+                                    std::size_t outputBytes) const;
   /// Runs the prepared plan on this rank's buffers (checked against the local sizes first).
   [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
   /// Bytes of the rank's input / output buffer (0 when it holds none).

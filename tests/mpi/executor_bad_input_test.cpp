@@ -3,6 +3,7 @@
 // still works afterwards.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -110,6 +111,32 @@ TEST(ExecutorBadInput, BuffersTooSmall) {
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << status.toString();
   EXPECT_TRUE(contains(status, "null output")) << status.toString();
   EXPECT_TRUE(stillWorks(executor, w.mesh));
+}
+
+// With CHIMERA_CHECK_ARGS=1 the executor agrees on the buffer check: one rank's small
+// buffer fails every rank instead of leaving the others in a collective.
+TEST(ExecutorBadInput, OneRankWithASmallBufferWhenChecking) {
+  setenv("CHIMERA_CHECK_ARGS", "1", 1);
+  World w = makeWorld();
+  std::unique_ptr<Executor> executor;
+  if (w.status.isOk()) executor = std::make_unique<Executor>(*w.backend);
+  unsetenv("CHIMERA_CHECK_ARGS");
+  if (!allRanksAgree(w.status.isOk())) {
+    ADD_FAILURE() << w.status.toString();
+    return;
+  }
+  const bool odd = worldRank() == 1;
+  ChainRequest req;
+  Status status = request(w.mesh, "tp=P", "allreduce:tp", req);
+  const auto bytes = static_cast<std::size_t>(req.spec.bytes());
+  auto buffer = makeBuffer(static_cast<std::size_t>(req.spec.numElements()), DataType::F32);
+  auto output = makeBuffer(static_cast<std::size_t>(req.spec.numElements()), DataType::F32);
+  if (status.isOk()) {
+    status = executor->runChain(req, ChainMode::Fused, buffer.data(), odd ? bytes / 2 : bytes, output.data(), bytes);
+  }
+  EXPECT_EQ(status.code(), odd ? StatusCode::InvalidArgument : StatusCode::Mismatch) << status.toString();
+  EXPECT_TRUE(contains(status, odd ? std::to_string(bytes / 2) : "another rank")) << status.toString();
+  EXPECT_TRUE(stillWorks(*executor, w.mesh));
 }
 
 TEST(ExecutorBadInput, RankWithADifferentChain) {
