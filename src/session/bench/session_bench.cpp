@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "chimera/chain.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "chimera/planner.hpp"
 #include "chimera/session.hpp"
 #include "session/bench/null_backend.hpp"
 
@@ -104,6 +106,29 @@ double fusionOffOwnTime(std::size_t bytes, int iters) {
   return median(times);
 }
 
+// The planner's share of cold planning: planChain alone on the window's chains (the four
+// chains and two single calls the Session hands the Executor), in us.
+double plannerShare(const Window8& window, int iters) {
+  const char* chains[][3] = {{"pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R"},
+                             {"pp=@0,tp=S0", "allgather:tp:0,send:pp", "pp=@1,tp=R"},
+                             {"pp=@0,tp=S0", "send:pp,alltoall:tp:0:1", "pp=@1,tp=S1"},
+                             {"tp=P", "allreduce:tp", "tp=S0"},
+                             {"tp=P", "reducescatter:tp:0", "tp=S0"}};
+  BytesCost cost;
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    for (const auto& c : chains) {
+      Chain chain;
+      check(Chain::parse(c[1], window.mesh, chain), c[1]);
+      ChainPlan plan;
+      check(planChain(window.spec, window.parse(c[0]), chain, window.parse(c[2]), cost, plan), c[1]);
+    }
+    times.push_back(micros(t0, Clock::now()));
+  }
+  return median(times);
+}
+
 void sessionOverhead(int iters) {
   Window8 window;
   check(Mesh::parse("pp=2,tp=4", 8, window.mesh), "mesh");
@@ -134,6 +159,8 @@ void sessionOverhead(int iters) {
   std::printf("cold planning of the 8-call window: %8.1f us  (median of %zu fresh sessions; target < 500 us; "
               "excludes the agreement allReduce's latency)\n",
               median(cold), cold.size());
+  std::printf("  of which the planner (planChain on the window's 5 chains): %8.1f us\n",
+              plannerShare(window, static_cast<int>(cold.size())));
 }
 
 void fusionOffOverhead(Backend& backend, std::size_t bytes, int iters, int rank, double ownTime) {
