@@ -3,6 +3,7 @@
 // sequences that must not be fused, cache hits and misses, agreement and bad input.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "session_test_support.hpp"
@@ -244,6 +245,37 @@ TEST_F(SessionTp8, BadInputIsInvalidArgument) {
   EXPECT_TRUE(session->flush().isOk());
   EXPECT_EQ(session->allReduce(y, mesh_.allAxes(), z).code(), StatusCode::InvalidArgument);  // expired
   EXPECT_TRUE(bufferIsFullSum());
+}
+
+// wait() hands a buffer back: it runs the window; a handle of a window already run is fine.
+TEST_F(SessionTp8, WaitRunsTheWindow) {
+  auto session = makeSession(true);
+  TensorHandle x, y;
+  ASSERT_TRUE(session->tensor(buffer_.data(), buffer_.size() * 4, spec_, partial_, x).isOk());
+  ASSERT_TRUE(session->allReduce(x, mesh_.allAxes(), y).isOk());
+  const bool before = bufferIsFullSum();
+  EXPECT_TRUE(session->wait(y).isOk());
+  EXPECT_TRUE(session->wait(y).isOk());
+  EXPECT_EQ(session->stats().windows, 1u);
+  EXPECT_TRUE(allRanksAgree(!before && bufferIsFullSum()));
+}
+
+TEST(SessionOptionsTest, EnvironmentFlags) {
+  SessionOptions options;
+  ::setenv("CHIMERA_FUSION", "0", 1);
+  ::setenv("CHIMERA_SESSION_CHECK", "1", 1);
+  EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
+  EXPECT_FALSE(options.fusion);
+  EXPECT_TRUE(options.checkEveryWindow);
+  ::setenv("CHIMERA_FUSION", "yes", 1);
+  const Status bad = SessionOptions::fromEnvironment(options);
+  EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.message().find("CHIMERA_FUSION=yes"), std::string::npos) << bad.message();
+  ::unsetenv("CHIMERA_FUSION");
+  ::unsetenv("CHIMERA_SESSION_CHECK");
+  EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
+  EXPECT_TRUE(options.fusion);
+  EXPECT_FALSE(options.checkEveryWindow);
 }
 
 }  // namespace
