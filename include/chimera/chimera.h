@@ -78,26 +78,35 @@ chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id);
 chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device, chimeraUniqueId id);
 /** Frees a communicator (and nothing else: sessions on it must be ended first). NULL is a no-op. */
 chimeraResult_t chimeraCommDestroy(chimeraComm_t comm);
-/** This process's world rank and the world size. */
+/** This process's world rank. */
 chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank);
+/** The number of ranks of the communicator's mesh. */
 chimeraResult_t chimeraCommSize(chimeraComm_t comm, int* size);
 /** Finalises MPI if chimera initialised it. */
 void chimeraFinalize(void);
 
-/** Plain collectives on the group along `axes` ("tp", "dp+tp"); semantics as chimera::Backend. */
+/* Plain collectives on the group along `axes` ("tp", "dp+tp"); counts in elements; semantics,
+ * in-place rules and errors as chimera::Backend. Collective over the group. */
+/** recvbuff[i] = op over the group of sendbuff[i]. */
 chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
                                  chimeraRedOp_t op, const char* axes, chimeraComm_t comm);
+/** Member g receives block g (recvcount elements) of the reduction. */
 chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                      chimeraDataType_t datatype, chimeraRedOp_t op, const char* axes,
                                      chimeraComm_t comm);
+/** recvbuff = the members' sendbuffs, concatenated by group index. */
 chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
                                  const char* axes, chimeraComm_t comm);
+/** Block j of member i's sendbuff lands in block i of member j's recvbuff (out of place). */
 chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
                                 chimeraDataType_t datatype, const char* axes, chimeraComm_t comm);
+/** The member with group index `root` copies its sendbuff into every member's recvbuff. */
 chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
                                  int root, const char* axes, chimeraComm_t comm);
+/** Point-to-point send to world rank `peer`. */
 chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
                             chimeraComm_t comm);
+/** Point-to-point receive from world rank `peer`. */
 chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm);
 
 /** Moves a tensor of `shape` ("64,32") placed as layout `from` into layout `to` by the
