@@ -3,7 +3,7 @@
 // planner's best plan), through Executor::runChain on the MPI backend. Not a test: run it
 // by hand (chimera-bench --scenario gives the official numbers).
 //
-//   mpirun -np 8 --oversubscribe build/tests/mpi/executor_timing [-i ITERS] [-s SCENARIO] [SIZE]
+//   mpirun -np 8 --oversubscribe build/tests/mpi/executor_timing [-i ITERS] [-s SCENARIO|overhead] [SIZE]
 //
 // SIZE (parseSize syntax, default 16M) is the bytes each rank holds at the chain's start;
 // f32. Each iteration runs baseline then fused, each timed as the max over ranks of one
@@ -137,6 +137,59 @@ int runScenario(const Scenario& s, std::size_t bytes, int iterations, int rank, 
   return wrong == 0 ? 0 : 1;
 }
 
+// Per-call cost of a cached runChain against the same backend calls made by hand, on a
+// tiny tensor (tp_sp baseline: allReduce then a local copy of the own shard), so the
+// difference is the executor's overhead: signature, lookup, pointer resolution.
+void measureOverhead(int rank, int world, int calls) {
+  Mesh mesh;
+  std::unique_ptr<Backend> backend;
+  ChainRequest request;
+  Status status = Mesh::parse("tp=" + std::to_string(world), world, mesh);
+  if (status.isOk()) status = createMpiBackend(mesh, backend);
+  if (status.isOk()) status = buildRequest(kScenarios[0], mesh, std::size_t{32} << 10, request);
+  if (!status.isOk()) {
+    fmt::print("rank {} overhead: {}\n", rank, status.toString());
+    return;
+  }
+  Executor executor(*backend);
+  const std::size_t bytes = static_cast<std::size_t>(request.spec.bytes());
+  std::vector<float> input(bytes / 4, 1.0f);
+  std::vector<float> reduced(bytes / 4);
+  std::vector<float> shard(bytes / 4 / static_cast<std::size_t>(world));
+  const AxisSet axes = mesh.allAxes();
+  auto byHand = [&] {
+    Status s = backend->allReduce(input.data(), reduced.data(), input.size(), DataType::F32, ReduceOp::Sum, axes);
+    std::memcpy(shard.data(), reduced.data() + static_cast<std::size_t>(rank) * shard.size(), shard.size() * 4);
+    return s;
+  };
+  auto viaExecutor = [&] {
+    return executor.runChain(request, ChainMode::Baseline, input.data(), bytes, shard.data(), shard.size() * 4);
+  };
+  std::vector<double> hand;
+  std::vector<double> exec;
+  status = byHand();
+  if (status.isOk()) status = viaExecutor();
+  for (int round = 0; round < 7 && status.isOk(); ++round) {
+    hand.push_back(timeOnce(
+        [&] {
+          for (int i = 0; i < calls && status.isOk(); ++i) status = byHand();
+          return status;
+        },
+        status));
+    exec.push_back(timeOnce(
+        [&] {
+          for (int i = 0; i < calls && status.isOk(); ++i) status = viaExecutor();
+          return status;
+        },
+        status));
+  }
+  if (!status.isOk()) fmt::print("rank {} overhead: {}\n", rank, status.toString());
+  if (rank == 0 && status.isOk()) {
+    fmt::print("overhead: {} B allreduce+copy, {} calls: by hand {:.1f} us/call, runChain {:.1f} us/call\n", bytes,
+               calls, median(hand) / calls * 1e6, median(exec) / calls * 1e6);
+  }
+}
+
 }  // namespace
 }  // namespace chimera
 
@@ -156,7 +209,7 @@ int main(int argc, char** argv) {
     } else if (arg == "-s" && i + 1 < argc) {
       only = argv[++i];
     } else if (!chimera::parseSize(arg, bytes).isOk()) {
-      if (rank == 0) fmt::print(stderr, "usage: executor_timing [-i ITERS] [-s SCENARIO] [SIZE]\n");
+      if (rank == 0) fmt::print(stderr, "usage: executor_timing [-i ITERS] [-s SCENARIO|overhead] [SIZE]\n");
       MPI_Finalize();
       return 2;
     }
@@ -171,6 +224,7 @@ int main(int argc, char** argv) {
   for (const auto& s : chimera::kScenarios) {
     if (only.empty() || only == s.name) failed |= chimera::runScenario(s, bytes, iterations, rank, world);
   }
+  if (only.empty() || only == "overhead") chimera::measureOverhead(rank, world, 200);
   MPI_Finalize();
   return failed;
 }
