@@ -17,6 +17,7 @@ namespace chimera::bench {
 /// wrong = fused consumed elements that differ from the baseline's, summed over ranks;
 /// algbw = bytes / fused time and busbw = algbw (a chain has no bus-bandwidth factor).
 struct ScenarioRow {
+  /// The collective mode's fields (see above for their meaning here).
   ResultRow result;
   /// Preset name or "chain".
   std::string scenario;
@@ -36,9 +37,11 @@ struct ScenarioRunInfo {
   std::string backend;
   /// The cost model's topology name ("host", or a profile's name).
   std::string topology;
-  /// "median" or "mean"; -n and -w.
+  /// "median" or "mean".
   std::string stat;
+  /// -n: timed iterations per program.
   int iters = 0;
+  /// -w: warm-up rounds.
   int warmupIters = 0;
 };
 

@@ -66,9 +66,9 @@ std::uint64_t countDifferences(const std::vector<unsigned char>& fused, const st
 /// One row's buffers: the input and the two consumed outputs, in the backend's memory space.
 struct ChainBuffers {
   explicit ChainBuffers(Backend& backend) : input(backend), baseline(backend), fused(backend) {}
-  BackendBuffer input;
-  BackendBuffer baseline;
-  BackendBuffer fused;
+  BackendBuffer input;     ///< the start layout's local tensor
+  BackendBuffer baseline;  ///< the consumed layout's local tensor, written by the baseline
+  BackendBuffer fused;     ///< the same, written by the fused plan
 };
 
 /// Everything needed to run one row's two programs.
@@ -78,6 +78,7 @@ struct RowRun {
   const ChainRequest& request;
   ChainBuffers& buffers;
 
+  /// Runs the chain in `mode` from the input into `output`.
   Status run(ChainMode mode, BackendBuffer& output) const {
     return executor.runChain(request, mode, buffers.input.data(), buffers.input.size(), output.data(),
                              output.size());
