@@ -135,5 +135,43 @@ TEST(ExecutorCache, SecondRunPlansNothing) {
   EXPECT_EQ(f.executor->planningPasses(), passes + 1);
 }
 
+// A cost that prices plans by the negated bytes, so the planner keeps the chain as written.
+class PreferBaseline final : public PlanCost {
+ public:
+  std::string_view name() const override { return "prefer-baseline"; }
+  CostPrediction predict(const Plan& plan) const override {
+    CostPrediction prediction;
+    prediction.value = -static_cast<double>(planBytes(plan).total);
+    return prediction;
+  }
+};
+
+TEST(ExecutorModes, PlannedFollowsTheCostDecision) {
+  const ChainCase c = chainCases(worldSize()).front();  // tp_sp: fused by bytes
+  Fixture f = makeFixture(c.mesh);
+  PreferBaseline cost;
+  std::unique_ptr<Executor> executor;
+  ChainRequest request;
+  Status status = f.status.isOk() ? makeRequest(f.mesh, c, DataType::F32, request) : f.status;
+  if (status.isOk()) executor = std::make_unique<Executor>(*f.backend, &cost);
+  if (!allRanksAgree(status.isOk())) {
+    ADD_FAILURE() << status.toString();
+    return;
+  }
+  std::string why;
+  EXPECT_TRUE(checkChain(*executor, request, why)) << why;
+  const ChainPlan* plan = nullptr;
+  status = executor->plan(request, plan);
+  EXPECT_TRUE(allRanksAgree(status.isOk())) << status.toString();
+  if (!status.isOk()) return;
+  EXPECT_FALSE(plan->useFused) << plan->explain;
+  // Baseline and fused prepared; Planned ran the baseline program (no third preparation).
+  EXPECT_EQ(executor->cachedPlans(), 2u);
+  const ChainPlan* byBytes = nullptr;
+  status = f.executor->plan(request, byBytes);
+  EXPECT_TRUE(allRanksAgree(status.isOk())) << status.toString();
+  if (status.isOk()) EXPECT_TRUE(byBytes->useFused) << byBytes->explain;
+}
+
 }  // namespace
 }  // namespace chimera::testing
