@@ -37,7 +37,9 @@ enum class ChainMode : std::uint8_t {
 /// hold the step's input (and, for Send/ManyToMany, output) buffer; local work (box
 /// pack/unpack, copies, scaling) runs in the backend's memory space. Each distinct plan is
 /// prepared once: this rank's part resolved, scratch allocated with `backend.allocate`.
-/// Not thread-safe; every rank of the mesh must make the same calls in the same order.
+/// Not thread-safe; every rank of the mesh must make the same calls in the same order. On a
+/// device backend (NCCL) the work is ordered on `backend.stream()` and the run calls return
+/// once it is enqueued: synchronize the backend before reading the output on the host.
 class Executor {
  public:
   /// Runs on `backend` (not owned; must outlive the executor), pricing plans with `cost`
