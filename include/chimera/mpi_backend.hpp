@@ -29,7 +29,7 @@ void finalizeMpi();
 ///   error returns on that rank only and its peers may wait (as in NCCL).
 /// - `CHIMERA_MPI_ALGORITHM=auto|p2p|library`: per-op choice by measured thresholds
 ///   (default), chimera's own ring/pairwise algorithms, or the MPI library's collectives.
-/// - `CHIMERA_MPI_SEGMENT_BYTES` (e.g. `1M`): ring ReduceScatter segment size; default whole blocks.
+/// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): ring ReduceScatter segment size.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
 
 }  // namespace chimera

@@ -29,9 +29,8 @@ struct MpiBackendOptions {
   /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
   bool checkArgs = false;
   /// Segment size in bytes of the ring ReduceScatter, alone or inside AllReduce
-  /// (CHIMERA_MPI_SEGMENT_BYTES). Default whole blocks: segments win ~25% on a quiet host
-  /// but lose more than that when the host is loaded (docs/performance.md).
-  std::size_t segmentBytes = kUnsegmented;
+  /// (CHIMERA_MPI_SEGMENT_BYTES; kUnsegmented = whole blocks). See docs/performance.md.
+  std::size_t segmentBytes = std::size_t{1} << 20;
 };
 
 /// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),

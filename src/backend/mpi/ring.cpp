@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
@@ -68,32 +69,46 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
   if (split.count == 0) return Status::ok();
   const std::size_t segElems = segmentElements(segmentBytes, es);
   const std::size_t largest = split.size(0);
-  const std::size_t segments = (largest + segElems - 1) / segElems;
-  const std::size_t slot = std::min(segElems, largest) * es;
-  void* base = scratch.get(2 * slot);
-  if (base == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of ring scratch", 2 * slot));
-  std::byte* slots[2] = {static_cast<std::byte*>(base), static_cast<std::byte*>(base) + slot};
-
-  for (std::size_t seg = 0; seg < segments; ++seg) {
-    const std::byte* partial = nullptr;  // what this rank sends next: its running sum of block sendBlock
-    for (int step = 0; step < n - 1; ++step) {
-      const int sendBlock = wrap(me - step - 1, n);
-      const int recvBlock = wrap(me - step - 2, n);
-      const std::size_t sendLen = segmentLength(split.size(sendBlock), seg, segElems);
-      const std::size_t recvLen = segmentLength(split.size(recvBlock), seg, segElems);
-      const std::size_t segOffset = seg * segElems;
-      if (step == 0) partial = at(send, split.offset(sendBlock) + segOffset, es);
-      std::byte* incoming = slots[step & 1];
-      CHIMERA_RETURN_IF_ERROR(exchange(partial, sendLen, incoming, recvLen, dtype, group));
-      const std::byte* mine = at(send, split.offset(recvBlock) + segOffset, es);
-      if (step == n - 2) {
-        // recvBlock == me: the last contribution lands straight in the destination.
-        reduceTo(at(out, segOffset, es), incoming, mine, recvLen, dtype, op);
-      } else {
-        reduceInto(incoming, mine, recvLen, dtype, op);
-        partial = incoming;
-      }
+  const std::size_t slotElems = std::min(segElems, largest);
+  // Scratch: two running-sum blocks (the one being sent, the one being built) and one
+  // receive slot of a segment, small enough to stay in cache until it is reduced.
+  void* base = scratch.get((2 * largest + slotElems) * es);
+  if (base == nullptr) return Status::backendError("cannot allocate ring ReduceScatter scratch");
+  std::byte* sums[2] = {static_cast<std::byte*>(base), static_cast<std::byte*>(base) + largest * es};
+  std::byte* slot = sums[1] + largest * es;
+  const MPI_Datatype type = mpiDataType(dtype);
+  const int right = wrap(me + 1, n);
+  const int left = wrap(me - 1, n);
+  std::vector<MPI_Request> sends((largest + segElems - 1) / segElems, MPI_REQUEST_NULL);
+  const std::byte* outgoing = nullptr;  // this rank's running sum of the block it sends next
+  for (int step = 0; step < n - 1; ++step) {
+    const int sendBlock = wrap(me - step - 1, n);
+    const int recvBlock = wrap(me - step - 2, n);
+    if (step == 0) outgoing = at(send, split.offset(sendBlock), es);
+    // Every segment of the step goes out at once: one synchronisation per step, however
+    // many segments. Receives are posted one at a time so that each segment is copied in
+    // right before it is reduced.
+    const std::size_t sendLen = split.size(sendBlock);
+    const std::size_t sendSegments = (sendLen + segElems - 1) / segElems;
+    for (std::size_t k = 0; k < sendSegments; ++k) {
+      const std::size_t len = segmentLength(sendLen, k, segElems);
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(outgoing + k * segElems * es, static_cast<int>(len), type, right,
+                                                  kRingTag, group.comm, &sends[k]),
+                                        "MPI_Isend (ring ReduceScatter)"));
     }
+    std::byte* target = step == n - 2 ? static_cast<std::byte*>(out) : sums[step & 1];  // recvBlock == me last
+    const std::byte* mine = at(send, split.offset(recvBlock), es);
+    const std::size_t recvLen = split.size(recvBlock);
+    for (std::size_t k = 0; k * segElems < recvLen; ++k) {
+      const std::size_t len = segmentLength(recvLen, k, segElems);
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(
+          MPI_Recv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, MPI_STATUS_IGNORE),
+          "MPI_Recv (ring ReduceScatter)"));
+      reduceTo(target + k * segElems * es, slot, mine + k * segElems * es, len, dtype, op);
+    }
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Waitall(static_cast<int>(sendSegments), sends.data(), MPI_STATUSES_IGNORE),
+                                      "MPI_Waitall (ring ReduceScatter)"));
+    outgoing = target;
   }
   return Status::ok();
 }

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Bandwidth-optimal ring collectives over MPI point-to-point with local (host_reduce)
 // reduction. Each of the n-1 steps moves 1/n of the data to the right-hand neighbour.
-// Blocks are cut into segments of at most `segmentBytes`: every segment travels the whole
-// ring before the next one starts. ReduceScatter gains from it (the received segment is
-// still in cache when it is reduced); AllGather does not (more synchronisations, nothing to
-// reduce) and runs unsegmented. Measurements: docs/performance.md.
+// ReduceScatter sends each step's block as segments of at most `segmentBytes`, all at
+// once, and receives them one by one into a segment-sized slot that is reduced while still
+// in cache; a step still costs one synchronisation. AllGather has nothing to reduce and
+// sends whole blocks (`kUnsegmented`); its `segmentBytes` makes every segment travel the
+// whole ring before the next one starts. Measurements: docs/performance.md.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,8 @@ struct BlockSplit {
 
 /// Ring ReduceScatter: `send` holds `split.count` elements; `out` receives block
 /// `group.index` reduced over the group with `op` (Avg is left as the Sum). `out` may
-/// alias that block of `send` exactly. Scratch: two segments. Collective over `group`.
+/// alias that block of `send` exactly. Scratch: two blocks and one segment. Collective
+/// over `group`.
 [[nodiscard]] Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType dtype, ReduceOp op,
                                        const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
 
