@@ -118,9 +118,13 @@ void addReductions(Context& c, std::vector<Entry>& entries) {
        }}};
   for (const std::size_t seg : kSegments) {
     const std::string label = segmentLabel(seg, c.block * sizeof(float));
-    ar.push_back({"ring RS+AG, " + label, [&c, world, seg] {
-                    must(detail::ringAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum,
+    ar.push_back({"direct RS + ring AG, " + label, [&c, world, seg] {
+                    must(detail::pointToPointAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum,
                                                c.group, *c.scratch, seg));
+                  }});
+    rs.push_back({"direct, " + label, [&c, seg, split] {
+                    must(detail::directReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32,
+                                                     ReduceOp::Sum, c.group, *c.scratch, seg));
                   }});
     rs.push_back({"ring, " + label, [&c, world, seg, split] {
                     must(detail::ringReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32, ReduceOp::Sum,

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/mpi/exchange.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/check.hpp"
+#include "common/host_reduce.hpp"
 
 namespace chimera::detail {
 namespace {
 
-constexpr int kAllToAllTag = 0x4141;  // 'AA'
+constexpr int kAllToAllTag = 0x4141;       // 'AA'
+constexpr int kReduceScatterTag = 0x5253;  // 'RS'
 
 }  // namespace
 
@@ -34,6 +37,68 @@ Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, 
                                       "MPI_Sendrecv (pairwise all-to-all)"));
   }
   return Status::ok();
+}
+
+Status directReduceScatter(const void* send, void* out, BlockSplit split, DataType dtype, ReduceOp op,
+                           const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
+  const int n = group.size;
+  const int me = group.index;
+  const std::size_t es = dataTypeSize(dtype);
+  if (n == 1 || split.count == 0) {
+    if (out != send && split.count > 0) std::memcpy(out, send, split.count * es);
+    return Status::ok();
+  }
+  const std::size_t segElems = std::max<std::size_t>(1, std::min(segmentBytes / es, kMaxMpiCount));
+  const std::size_t segments = (split.size(0) + segElems - 1) / segElems;
+  auto* slot = static_cast<std::byte*>(scratch.get(std::min(segElems, split.size(0)) * es));
+  if (slot == nullptr) return Status::backendError("cannot allocate ReduceScatter scratch");
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* result = static_cast<std::byte*>(out);
+  const MPI_Datatype type = mpiDataType(dtype);
+  // Segment-major, peers staggered (me+1, me+2, ...) so that no member is everyone's first.
+  std::vector<MPI_Request> sends;
+  sends.reserve(segments * static_cast<std::size_t>(n - 1));
+  for (std::size_t k = 0; k < segments; ++k) {
+    for (int i = 1; i < n; ++i) {
+      const int to = (me + i) % n;
+      const std::size_t begin = k * segElems;
+      const std::size_t size = split.size(to);
+      if (begin >= size) continue;
+      sends.push_back(MPI_REQUEST_NULL);
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(in + (split.offset(to) + begin) * es,
+                                                  static_cast<int>(std::min(segElems, size - begin)), type, to,
+                                                  kReduceScatterTag, group.comm, &sends.back()),
+                                        "MPI_Isend (direct ReduceScatter)"));
+    }
+  }
+  const std::size_t mySize = split.size(me);
+  const std::byte* mine = in + split.offset(me) * es;
+  for (std::size_t begin = 0; begin < mySize; begin += segElems) {
+    const std::size_t len = std::min(segElems, mySize - begin);
+    for (int i = 1; i < n; ++i) {
+      const int from = (me - i + n) % n;
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Recv(slot, static_cast<int>(len), type, from, kReduceScatterTag,
+                                                 group.comm, MPI_STATUS_IGNORE),
+                                        "MPI_Recv (direct ReduceScatter)"));
+      if (i == 1) {
+        reduceTo(result + begin * es, slot, mine + begin * es, len, dtype, op);
+      } else {
+        reduceInto(result + begin * es, slot, len, dtype, op);
+      }
+    }
+  }
+  return mpiStatus(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
+                   "MPI_Waitall (direct ReduceScatter)");
+}
+
+Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                             const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
+  const BlockSplit split{count, group.size};
+  const std::size_t es = dataTypeSize(dtype);
+  void* mine = static_cast<std::byte*>(recv) + split.offset(group.index) * es;
+  CHIMERA_RETURN_IF_ERROR(directReduceScatter(send, mine, split, dtype, op, group, scratch, segmentBytes));
+  if (op == ReduceOp::Avg) divideByCount(mine, split.size(group.index), dtype, group.size);
+  return ringAllGather(recv, split, dtype, group, kUnsegmented);
 }
 
 Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,

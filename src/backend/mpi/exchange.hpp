@@ -6,6 +6,8 @@
 #include <cstddef>
 
 #include "backend/mpi/mpi_group.hpp"
+#include "backend/mpi/ring.hpp"
+#include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/status.hpp"
 #include "chimera/types.hpp"
 
@@ -16,6 +18,22 @@ namespace chimera::detail {
 /// Out-of-place; `countPerPeer` <= INT_MAX. Collective over `group`.
 [[nodiscard]] Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
                                       const MpiGroup& group);
+
+/// Direct ReduceScatter: every member sends block j of `send` straight to member j (all
+/// segments of at most `segmentBytes` posted at once), and reduces the n-1 incoming copies
+/// of its own block segment by segment into `out`, which stays in cache across peers.
+/// Same bytes on the wire as the ring, one synchronisation instead of n-1, and the partial
+/// sums never leave the cache. `out` receives block `group.index` (Avg left as the Sum) and
+/// may alias that block of `send` exactly. Scratch: one segment. Collective over `group`.
+[[nodiscard]] Status directReduceScatter(const void* send, void* out, BlockSplit split, DataType dtype, ReduceOp op,
+                                         const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
+
+/// AllReduce = direct ReduceScatter (segments of `segmentBytes`) into this rank's block of
+/// `recv`, Avg division of that block, unsegmented ring AllGather of `recv`. In-place when
+/// send == recv. Collective over `group`.
+[[nodiscard]] Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype,
+                                           ReduceOp op, const MpiGroup& group, ScratchBuffer& scratch,
+                                           std::size_t segmentBytes);
 
 /// Broadcast as MPI_Scatterv of the root's buffer into n blocks followed by a ring
 /// AllGather (bandwidth 2(n-1)/n of the message instead of a tree's log n). `send` is read

@@ -102,7 +102,7 @@ Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, Da
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
   if (usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) || !fitsMpiCount(count))
-    return ringAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
+    return pointToPointAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
   return libraryAllReduce(send, recv, count, dtype, op, *group);
 }
 
@@ -140,8 +140,8 @@ Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvC
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
   if (usePointToPoint(CollectiveKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
       !fitsMpiCount(recvCount)) {
-    CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, recv, BlockSplit{total, group->size}, dtype, op, *group, scratch_,
-                                              options_.segmentBytes));
+    CHIMERA_RETURN_IF_ERROR(directReduceScatter(send, recv, BlockSplit{total, group->size}, dtype, op, *group,
+                                                scratch_, options_.segmentBytes));
     if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group->size);
     return Status::ok();
   }

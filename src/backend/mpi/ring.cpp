@@ -134,15 +134,5 @@ Status ringAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup
   return Status::ok();
 }
 
-Status ringAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                     const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
-  const BlockSplit split{count, group.size};
-  const std::size_t es = dataTypeSize(dtype);
-  void* mine = at(recv, split.offset(group.index), es);
-  CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, mine, split, dtype, op, group, scratch, segmentBytes));
-  if (op == ReduceOp::Avg) divideByCount(mine, split.size(group.index), dtype, group.size);
-  return ringAllGather(recv, split, dtype, group, kUnsegmented);
-}
-
 }  // namespace chimera::detail
 

@@ -43,10 +43,4 @@ struct BlockSplit {
 [[nodiscard]] Status ringAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group,
                                    std::size_t segmentBytes);
 
-/// Ring AllReduce = ring ReduceScatter (segments of `segmentBytes`) into this rank's block
-/// of `recv`, Avg division of that block, unsegmented ring AllGather of `recv`. In-place
-/// when send == recv.
-[[nodiscard]] Status ringAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                                   const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
-
 }  // namespace chimera::detail
