@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/check.hpp"
+#include "buffer_check.hpp"
 #include "element_codec.hpp"
 #include "input_pattern.hpp"
 
@@ -177,6 +178,14 @@ void fillScenarioInput(const Layout& from, const TensorSpec& spec, int rank, std
         coords[d] = box.offset[d];
       }
     }
+  });
+}
+
+std::uint64_t countDifferences(const void* result, const void* reference, std::size_t count, DataType dtype) {
+  return dispatchDataType(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::Type;
+    const T* expected = static_cast<const T*>(reference);
+    return countMismatches(result, dtype, count, [&](std::size_t i) { return decodeElement(expected[i]); });
   });
 }
 

@@ -74,4 +74,8 @@ struct Scenario {
 /// replicas hold equal data, partial copies differ, and every sum the chain makes is exact.
 void fillScenarioInput(const Layout& from, const TensorSpec& spec, int rank, std::uint64_t seed, void* host);
 
+/// Number of the `count` elements of `dtype` where `result` differs from `reference` (values
+/// compared as numbers, so a NaN always differs, also from a NaN in the reference).
+std::uint64_t countDifferences(const void* result, const void* reference, std::size_t count, DataType dtype);
+
 }  // namespace chimera::bench

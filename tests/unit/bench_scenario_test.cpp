@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "buffer_check.hpp"
 #include "element_codec.hpp"
 #include "options.hpp"
 #include "scenario.hpp"
@@ -138,6 +139,22 @@ TEST(BenchScenario, ModeFlags) {
     const Status status = parseOptions(bad, options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad[0] << " " << bad[1];
   }
+}
+
+TEST(BenchScenario, DifferencesCountEveryDifferingElementAndEveryNaN) {
+  const std::vector<float> reference{1.0f, 2.0f, 3.0f, 4.0f};
+  std::vector<float> result = reference;
+  EXPECT_EQ(countDifferences(result.data(), reference.data(), 4, DataType::F32), 0u);
+  result[1] = 2.5f;
+  result[3] = -4.0f;
+  EXPECT_EQ(countDifferences(result.data(), reference.data(), 4, DataType::F32), 2u);
+  // Both programs leaving an element unwritten (0xFF poison: NaN) still counts.
+  std::vector<float> poisoned(4);
+  poisonBuffer(poisoned.data(), sizeof(float) * 4);
+  EXPECT_EQ(countDifferences(poisoned.data(), poisoned.data(), 4, DataType::F32), 4u);
+  const std::vector<std::uint16_t> halfRef{0x3c00, 0x4000};  // 1.0, 2.0 in f16
+  const std::vector<std::uint16_t> halfOut{0x3c00, 0x4200};  // 1.0, 3.0
+  EXPECT_EQ(countDifferences(halfOut.data(), halfRef.data(), 2, DataType::F16), 1u);
 }
 
 TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
