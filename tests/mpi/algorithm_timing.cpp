@@ -118,7 +118,7 @@ void addReductions(Context& c, std::vector<Entry>& entries) {
        }}};
   for (const std::size_t seg : kSegments) {
     const std::string label = segmentLabel(seg, c.block * sizeof(float));
-    ar.push_back({"direct RS + ring AG, " + label, [&c, world, seg] {
+    ar.push_back({"direct RS + direct AG, RS " + label, [&c, world, seg] {
                     must(detail::pointToPointAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum,
                                                c.group, *c.scratch, seg));
                   }});
@@ -144,6 +144,7 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
        [&c, world, b] { MPI_Allgather(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allGather(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
+  ag.push_back({"direct", [&c, split] { must(detail::directAllGather(c.recv.data(), split, DataType::F32, c.group)); }});
   for (const std::size_t seg : kSegments)
     ag.push_back({"ring, " + segmentLabel(seg, c.block * sizeof(float)), [&c, seg, split] {
                     must(detail::ringAllGather(c.recv.data(), split, DataType::F32, c.group, seg));

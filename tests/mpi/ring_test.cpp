@@ -40,6 +40,12 @@ TEST(MpiRing, SegmentedAllGatherRingAndDirectReduceScatterOnUnevenBlocks) {
         for (std::size_t i = 0; i < split.size(r); ++i)
           failure.record(gathered[split.offset(r) + i] == patternValue(3, r, i, 100),
                          fmt::format("ring allGather count {} segment {}: block {} element {}", count, segment, r, i));
+      std::vector<float> directGathered(count, -1.0f);
+      for (std::size_t i = 0; i < split.size(me); ++i)
+        directGathered[split.offset(me) + i] = gathered[split.offset(me) + i];
+      const Status dag = detail::directAllGather(directGathered.data(), split, DataType::F32, *group);
+      failure.record(dag.isOk() && directGathered == gathered,
+                     fmt::format("direct allGather count {}: {}", count, dag.toString()));
       // ReduceScatter of the same split: block `me` summed over ranks.
       std::vector<std::int64_t> input(count);
       for (std::size_t i = 0; i < count; ++i) input[i] = patternValue(4, me, i, 1000);

@@ -15,6 +15,7 @@ namespace {
 
 constexpr int kAllToAllTag = 0x4141;       // 'AA'
 constexpr int kReduceScatterTag = 0x5253;  // 'RS'
+constexpr int kAllGatherTag = 0x4147;      // 'AG'
 
 }  // namespace
 
@@ -91,6 +92,33 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
                    "MPI_Waitall (direct ReduceScatter)");
 }
 
+Status directAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group) {
+  const int n = group.size;
+  const int me = group.index;
+  if (n == 1 || split.count == 0) return Status::ok();
+  if (split.size(0) > kMaxMpiCount) return ringAllGather(buf, split, dtype, group, kUnsegmented);
+  const std::size_t es = dataTypeSize(dtype);
+  auto* bytes = static_cast<std::byte*>(buf);
+  const MPI_Datatype type = mpiDataType(dtype);
+  std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(n - 1), MPI_REQUEST_NULL);
+  for (int i = 1; i < n; ++i) {
+    const int from = (me - i + n) % n;
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(bytes + split.offset(from) * es, static_cast<int>(split.size(from)),
+                                                type, from, kAllGatherTag, group.comm,
+                                                &requests[static_cast<std::size_t>(i - 1)]),
+                                      "MPI_Irecv (direct AllGather)"));
+  }
+  for (int i = 1; i < n; ++i) {
+    const int to = (me + i) % n;
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(bytes + split.offset(me) * es, static_cast<int>(split.size(me)), type,
+                                                to, kAllGatherTag, group.comm,
+                                                &requests[static_cast<std::size_t>(n - 2 + i)]),
+                                      "MPI_Isend (direct AllGather)"));
+  }
+  return mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+                   "MPI_Waitall (direct AllGather)");
+}
+
 Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                              const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes) {
   const BlockSplit split{count, group.size};
@@ -98,7 +126,7 @@ Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, Da
   void* mine = static_cast<std::byte*>(recv) + split.offset(group.index) * es;
   CHIMERA_RETURN_IF_ERROR(directReduceScatter(send, mine, split, dtype, op, group, scratch, segmentBytes));
   if (op == ReduceOp::Avg) divideByCount(mine, split.size(group.index), dtype, group.size);
-  return ringAllGather(recv, split, dtype, group, kUnsegmented);
+  return directAllGather(recv, split, dtype, group);
 }
 
 Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,

@@ -28,8 +28,15 @@ namespace chimera::detail {
 [[nodiscard]] Status directReduceScatter(const void* send, void* out, BlockSplit split, DataType dtype, ReduceOp op,
                                          const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
 
+/// Direct AllGather in place: `buf` holds `split.count` elements with this rank's block at
+/// `split.offset(group.index)`; every member sends its block to every other member and
+/// receives theirs straight into `buf`, all transfers posted at once (one synchronisation
+/// instead of the ring's n-1). Blocks over INT_MAX elements fall back to the ring.
+/// Collective over `group`.
+[[nodiscard]] Status directAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group);
+
 /// AllReduce = direct ReduceScatter (segments of `segmentBytes`) into this rank's block of
-/// `recv`, Avg division of that block, unsegmented ring AllGather of `recv`. In-place when
+/// `recv`, Avg division of that block, direct AllGather of `recv`. In-place when
 /// send == recv. Collective over `group`.
 [[nodiscard]] Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype,
                                            ReduceOp op, const MpiGroup& group, ScratchBuffer& scratch,

@@ -163,7 +163,7 @@ Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount
   const bool inPlace = send == mine;
   if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsMpiCount(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
-    return ringAllGather(recv, BlockSplit{total, group->size}, dtype, *group, kUnsegmented);
+    return directAllGather(recv, BlockSplit{total, group->size}, dtype, *group);
   }
   const MPI_Datatype type = mpiDataType(dtype);
   return mpiStatus(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type, recv,
