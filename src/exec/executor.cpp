@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -12,6 +11,7 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "exec/prepared_plan.hpp"
+#include "common/env.hpp"
 #include "exec/signature.hpp"
 
 namespace chimera {
@@ -19,19 +19,11 @@ namespace {
 
 constexpr const char* kLog = "exec";
 
-// CHIMERA_CHECK_ARGS as the backends read it: 1/on/true or 0/off/false; default on unless
-// NDEBUG. Other text keeps the default (the backend reports it when it parses the variable).
-bool checkArgsFromEnv() {
-#ifdef NDEBUG
-  bool on = false;
-#else
-  bool on = true;
-#endif
-  if (const char* text = std::getenv("CHIMERA_CHECK_ARGS")) {
-    const std::string_view value(text);
-    if (value == "1" || value == "on" || value == "true") on = true;
-    if (value == "0" || value == "off" || value == "false") on = false;
-  }
+// CHIMERA_CHECK_ARGS as the backends read it; a malformed value keeps the default here (the
+// backend refused it already when it was created).
+bool checkBuffersFromEnv() {
+  bool on = detail::kCheckArgsByDefault;
+  if (!detail::checkArgsFromEnv(on).isOk()) on = detail::kCheckArgsByDefault;
   return on;
 }
 
@@ -74,7 +66,7 @@ struct Executor::Impl {
   std::size_t prepared = 0;
   std::size_t passes = 0;
   void* agreement = nullptr;  // 3 int64 in the backend's memory space
-  bool checkBuffers = checkArgsFromEnv();
+  bool checkBuffers = checkBuffersFromEnv();
 };
 
 // One MAX allReduce over the world of {hash, -hash, failed}: the MAX and MIN hash and

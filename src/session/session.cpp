@@ -4,23 +4,14 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <string_view>
 
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "session/session_impl.hpp"
 
 namespace chimera {
 namespace {
-
-Status readFlag(const char* name, bool& out) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return Status::ok();
-  const std::string_view value(text);
-  CHIMERA_CHECK_ARG(value == "0" || value == "1", "{}={} (expected 0 or 1)", name, value);
-  out = value == "1";
-  return Status::ok();
-}
 
 bool overlapping(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
   if (a == nullptr || b == nullptr || aBytes == 0 || bBytes == 0) return false;
@@ -45,8 +36,8 @@ Status checkBuffer(const Layout& layout, const TensorSpec& spec, int rank, const
 
 Status SessionOptions::fromEnvironment(SessionOptions& out) {
   SessionOptions options;
-  CHIMERA_RETURN_IF_ERROR(readFlag("CHIMERA_FUSION", options.fusion));
-  CHIMERA_RETURN_IF_ERROR(readFlag("CHIMERA_SESSION_CHECK", options.checkEveryWindow));
+  CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_FUSION", options.fusion, options.fusion));
+  CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
   out = options;
   return Status::ok();
 }

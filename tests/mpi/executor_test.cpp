@@ -170,7 +170,9 @@ TEST(ExecutorModes, PlannedFollowsTheCostDecision) {
   const ChainPlan* byBytes = nullptr;
   status = f.executor->plan(request, byBytes);
   EXPECT_TRUE(allRanksAgree(status.isOk())) << status.toString();
-  if (status.isOk()) EXPECT_TRUE(byBytes->useFused) << byBytes->explain;
+  if (status.isOk()) {
+    EXPECT_TRUE(byBytes->useFused) << byBytes->explain;
+  }
 }
 
 }  // namespace

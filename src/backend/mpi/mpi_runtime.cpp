@@ -9,6 +9,7 @@
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "common/log.hpp"
 
 namespace chimera {
@@ -20,23 +21,6 @@ bool gChimeraInitializedMpi = false;
 Status duplicateWorld(MPI_Comm& out) {
   CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &out), "MPI_Comm_dup"));
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-}
-
-Status parseBoolEnv(const char* name, bool fallback, bool& out) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') {
-    out = fallback;
-    return Status::ok();
-  }
-  const std::string_view value(text);
-  if (value == "1" || value == "on" || value == "true") {
-    out = true;
-  } else if (value == "0" || value == "off" || value == "false") {
-    out = false;
-  } else {
-    return Status::invalidArgument(fmt::format("{}='{}' is not one of 0 1 on off true false", name, value));
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -70,13 +54,8 @@ Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out) {
 namespace detail {
 
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
-#ifdef NDEBUG
-  constexpr bool kCheckByDefault = false;
-#else
-  constexpr bool kCheckByDefault = true;
-#endif
   MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(parseBoolEnv("CHIMERA_CHECK_ARGS", kCheckByDefault, options.checkArgs));
+  CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
     if (value == "auto") {

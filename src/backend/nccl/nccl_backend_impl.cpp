@@ -15,6 +15,7 @@
 #include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
 #include "exec/local_ops.hpp"
@@ -72,18 +73,6 @@ Status firstError(std::initializer_list<Status> checks) {
   return Status::ok();
 }
 
-Status parseSwitch(const char* name, bool fallback, bool& out) {
-  out = fallback;
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return Status::ok();
-  const std::string_view value(text);
-  CHIMERA_CHECK_ARG(value == "0" || value == "1" || value == "on" || value == "off" || value == "true" ||
-                        value == "false",
-                    "{}='{}' is not one of 0 1 on off true false", name, value);
-  out = value == "1" || value == "on" || value == "true";
-  return Status::ok();
-}
-
 cudaStream_t cudaStreamOf(Stream stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace
@@ -99,12 +88,7 @@ Status ncclStatus(ncclResult_t result, const char* what) {
 
 Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
   out = NcclBackendOptions{};
-#ifdef NDEBUG
-  constexpr bool kCheckByDefault = false;
-#else
-  constexpr bool kCheckByDefault = true;
-#endif
-  CHIMERA_RETURN_IF_ERROR(parseSwitch("CHIMERA_CHECK_ARGS", kCheckByDefault, out.checkArgs));
+  CHIMERA_RETURN_IF_ERROR(detail::checkArgsFromEnv(out.checkArgs));
   if (const char* text = std::getenv("CHIMERA_TIMEOUT_MS"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     const long long value = std::strtoll(text, &end, 10);
