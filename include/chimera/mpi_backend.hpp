@@ -28,7 +28,7 @@ void finalizeMpi();
 ///   in builds without NDEBUG, 0 in release builds. With it off, a rank-local argument
 ///   error returns on that rank only and its peers may wait (as in NCCL).
 /// - `CHIMERA_MPI_ALGORITHM=auto|p2p|library`: per-op choice by measured thresholds
-///   (default), chimera's own ring/pairwise algorithms, or the MPI library's collectives.
+///   (default), chimera's own point-to-point algorithms, or the MPI library's collectives.
 /// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): ring ReduceScatter segment size.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
 

@@ -19,7 +19,7 @@ namespace chimera::detail {
 /// Which implementation a collective runs.
 enum class MpiAlgorithm : std::uint8_t {
   Auto,          ///< per op and size, as measured best (docs/performance.md)
-  PointToPoint,  ///< chimera's own: ring ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
+  PointToPoint,  ///< chimera's own: direct ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
   Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
 };
 
