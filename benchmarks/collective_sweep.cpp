@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "buffer_check.hpp"
 #include "common/check.hpp"
+#include "json_report_file.hpp"
 #include "timing.hpp"
 
 namespace chimera::bench {
@@ -170,11 +170,8 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     sendBytes = std::max(sendBytes, row.shape.sendCount * dataTypeSize(row.dtype));
     recvBytes = std::max(recvBytes, row.shape.recvCount * dataTypeSize(row.dtype));
   }
-  std::ofstream json;
-  if (rank == 0 && !options.jsonPath.empty()) json.open(options.jsonPath, std::ios::trunc);
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && !options.jsonPath.empty() && !json
-                                            ? Status::invalidArgument("--json: cannot write '" + options.jsonPath + "'")
-                                            : Status::ok()));
+  JsonReportFile json;
+  CHIMERA_RETURN_IF_ERROR(json.open(options.jsonPath, rank));
   RowBuffers buffers(*group.backend);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.allocate(sendBytes, recvBytes)));
   const std::unique_ptr<CollectiveRunner> runner = createRunner(options.collective, group);
@@ -204,10 +201,7 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     outcome.rows.push_back(result);
   }
   print(rank, tableFooter(outcome.rows));
-  if (json.is_open()) json << reportJson(info, outcome.rows).dump(2) << '\n';
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && json.is_open() && !json.flush()
-                                            ? Status::invalidArgument("--json: writing '" + options.jsonPath + "' failed")
-                                            : Status::ok()));
+  CHIMERA_RETURN_IF_ERROR(json.write(reportJson(info, outcome.rows)));
   out = std::move(outcome);
   return Status::ok();
 }

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "chimera/executor.hpp"
 #include "chimera/topology_cost.hpp"
 #include "common/check.hpp"
+#include "json_report_file.hpp"
 #include "scenario.hpp"
 #include "timing.hpp"
 
@@ -235,11 +235,8 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
   const TopologyCost cost(topology);
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
-  std::ofstream json;
-  if (rank == 0 && !options.jsonPath.empty()) json.open(options.jsonPath, std::ios::trunc);
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && !options.jsonPath.empty() && !json
-                                            ? Status::invalidArgument("--json: cannot write '" + options.jsonPath + "'")
-                                            : Status::ok()));
+  JsonReportFile json;
+  CHIMERA_RETURN_IF_ERROR(json.open(options.jsonPath, rank));
   ScenarioRunInfo info{worldSize, kind, topology.name, "median", options.iters, options.warmupIters};
   if (options.statGiven && options.stat == TimeStatistic::Mean) info.stat = "mean";
   print(rank, scenarioTableHeader(info));
@@ -251,10 +248,7 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
     CHIMERA_RETURN_IF_ERROR(runScenario(options, scenario, cost, kind, outcome));
   }
   print(rank, scenarioTableFooter(outcome.rows));
-  if (json.is_open()) json << scenarioJson(info, outcome.rows).dump(2) << '\n';
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 && json.is_open() && !json.flush()
-                                            ? Status::invalidArgument("--json: writing '" + options.jsonPath + "' failed")
-                                            : Status::ok()));
+  CHIMERA_RETURN_IF_ERROR(json.write(scenarioJson(info, outcome.rows)));
   out = std::move(outcome);
   return Status::ok();
 }
