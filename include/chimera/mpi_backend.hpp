@@ -27,9 +27,10 @@ void finalizeMpi();
 ///   arguments return Mismatch/InvalidArgument on every rank instead of hanging. Default 1
 ///   in builds without NDEBUG, 0 in release builds. With it off, a rank-local argument
 ///   error returns on that rank only and its peers may wait (as in NCCL).
-/// - `CHIMERA_MPI_ALGORITHM=auto|p2p|library`: per-op choice by measured thresholds
-///   (default), chimera's own point-to-point algorithms, or the MPI library's collectives.
-/// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): ring ReduceScatter segment size.
+/// - `CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library`: per-op choice by measured thresholds
+///   (default), chimera's own point-to-point algorithms (direct exchange), the same with
+///   ring ReduceScatter/AllGather/AllReduce, or the MPI library's collectives.
+/// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): segment size of chimera's ReduceScatter.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
 
 }  // namespace chimera

@@ -13,7 +13,7 @@ namespace {
 using detail::MpiAlgorithm;
 
 constexpr std::size_t kCounts[] = {1, 7, 1029};
-constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Library};
+constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring, MpiAlgorithm::Library};
 constexpr int kModulus = 251;  // fits u8; every dtype holds 0..250 exactly
 
 std::byte* blockAt(std::vector<std::uint64_t>& buf, std::size_t block, std::size_t count, DataType dtype) {
@@ -96,7 +96,7 @@ void sweep(PerCase perCase) {
       if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
       for (const DataType dtype : kAllDataTypes)
         for (const std::size_t count : kCounts) perCase(t, dtype, count, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << (algorithm == MpiAlgorithm::Library ? "library" : "p2p") << " on "
+      EXPECT_TRUE(allRanksAgree(failure.ok)) << detail::mpiAlgorithmName(algorithm) << " on "
                                               << group.mesh << " / " << group.axes;
     }
   }

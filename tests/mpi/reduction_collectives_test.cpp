@@ -13,11 +13,7 @@ namespace {
 using detail::MpiAlgorithm;
 
 constexpr std::size_t kCounts[] = {1, 7, 1029};
-constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Library};
-
-const char* algorithmName(MpiAlgorithm algorithm) {
-  return algorithm == MpiAlgorithm::PointToPoint ? "p2p" : algorithm == MpiAlgorithm::Library ? "library" : "auto";
-}
+constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring, MpiAlgorithm::Library};
 
 // Runs one AllReduce and checks every element; returns false on the first wrong one.
 void checkAllReduce(BackendUnderTest& t, DataType dtype, ReduceOp op, std::size_t count, bool inPlace,
@@ -82,7 +78,7 @@ void sweep(Check check) {
         for (const ReduceOp op : kAllReduceOps)
           for (const std::size_t count : kCounts)
             for (const bool inPlace : {false, true}) check(t, dtype, op, count, inPlace, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << algorithmName(algorithm) << " on " << group.mesh << " / "
+      EXPECT_TRUE(allRanksAgree(failure.ok)) << detail::mpiAlgorithmName(algorithm) << " on " << group.mesh << " / "
                                               << group.axes;
     }
   }

@@ -70,6 +70,7 @@ Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const S
 bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const {
   switch (options_.algorithm) {
     case MpiAlgorithm::PointToPoint:
+    case MpiAlgorithm::Ring:
       return true;
     case MpiAlgorithm::Library:
       return false;
@@ -101,9 +102,15 @@ Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, Da
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllReduce, count, dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
-  if (usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) || !fitsMpiCount(count))
+  if (!usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) && fitsMpiCount(count))
+    return libraryAllReduce(send, recv, count, dtype, op, *group);
+  if (options_.algorithm != MpiAlgorithm::Ring)
     return pointToPointAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
-  return libraryAllReduce(send, recv, count, dtype, op, *group);
+  const BlockSplit split{count, group->size};
+  void* mine = static_cast<std::byte*>(recv) + split.offset(group->index) * dataTypeSize(dtype);
+  CHIMERA_RETURN_IF_ERROR(ringReduceScatter(send, mine, split, dtype, op, *group, scratch_, options_.segmentBytes));
+  if (op == ReduceOp::Avg) divideByCount(mine, split.size(group->index), dtype, group->size);
+  return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
 }
 
 Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype,
@@ -140,8 +147,11 @@ Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvC
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
   if (usePointToPoint(CollectiveKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
       !fitsMpiCount(recvCount)) {
-    CHIMERA_RETURN_IF_ERROR(directReduceScatter(send, recv, BlockSplit{total, group->size}, dtype, op, *group,
-                                                scratch_, options_.segmentBytes));
+    const BlockSplit split{total, group->size};
+    CHIMERA_RETURN_IF_ERROR(
+        options_.algorithm == MpiAlgorithm::Ring
+            ? ringReduceScatter(send, recv, split, dtype, op, *group, scratch_, options_.segmentBytes)
+            : directReduceScatter(send, recv, split, dtype, op, *group, scratch_, options_.segmentBytes));
     if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group->size);
     return Status::ok();
   }
@@ -163,7 +173,9 @@ Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount
   const bool inPlace = send == mine;
   if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsMpiCount(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
-    return directAllGather(recv, BlockSplit{total, group->size}, dtype, *group);
+    const BlockSplit split{total, group->size};
+    if (options_.algorithm == MpiAlgorithm::Ring) return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
+    return directAllGather(recv, split, dtype, *group);
   }
   const MPI_Datatype type = mpiDataType(dtype);
   return mpiStatus(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type, recv,

@@ -20,21 +20,26 @@ namespace chimera::detail {
 enum class MpiAlgorithm : std::uint8_t {
   Auto,          ///< per op and size, as measured best (docs/performance.md)
   PointToPoint,  ///< chimera's own: direct ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
+  Ring,          ///< as PointToPoint, but ring ReduceScatter/AllGather/AllReduce (n-1 neighbour steps; fewer
+                 ///< concurrent messages, for fabrics where fan-out costs more than steps)
   Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
 };
+
+/// The CHIMERA_MPI_ALGORITHM spelling of `algorithm`: "auto", "p2p", "ring", "library".
+std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 
 /// Tuning and checking options of the MPI backend.
 struct MpiBackendOptions {
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
   /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
   bool checkArgs = false;
-  /// Segment size in bytes of the ring ReduceScatter, alone or inside AllReduce
+  /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside AllReduce
   /// (CHIMERA_MPI_SEGMENT_BYTES; kUnsegmented = whole blocks). See docs/performance.md.
   std::size_t segmentBytes = std::size_t{1} << 20;
 };
 
 /// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),
-/// CHIMERA_MPI_ALGORITHM=auto|p2p|library, CHIMERA_MPI_SEGMENT_BYTES (parseSize syntax).
+/// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library, CHIMERA_MPI_SEGMENT_BYTES (parseSize syntax).
 /// InvalidArgument naming the variable on malformed values.
 [[nodiscard]] Status mpiBackendOptionsFromEnv(MpiBackendOptions& out);
 

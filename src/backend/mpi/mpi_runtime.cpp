@@ -53,21 +53,29 @@ Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out) {
 
 namespace detail {
 
+std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
+  switch (algorithm) {
+    case MpiAlgorithm::Auto: return "auto";
+    case MpiAlgorithm::PointToPoint: return "p2p";
+    case MpiAlgorithm::Ring: return "ring";
+    case MpiAlgorithm::Library: return "library";
+  }
+  return "unknown";
+}
+
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
-    if (value == "auto") {
-      options.algorithm = MpiAlgorithm::Auto;
-    } else if (value == "p2p") {
-      options.algorithm = MpiAlgorithm::PointToPoint;
-    } else if (value == "library") {
-      options.algorithm = MpiAlgorithm::Library;
-    } else {
-      return Status::invalidArgument(
-          fmt::format("CHIMERA_MPI_ALGORITHM='{}' is not one of auto p2p library", value));
+    bool known = false;
+    for (MpiAlgorithm algorithm : {MpiAlgorithm::Auto, MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring,
+                                   MpiAlgorithm::Library}) {
+      if (value != mpiAlgorithmName(algorithm)) continue;
+      options.algorithm = algorithm;
+      known = true;
     }
+    CHIMERA_CHECK_ARG(known, "CHIMERA_MPI_ALGORITHM='{}' is not one of auto p2p ring library", value);
   }
   if (const char* text = std::getenv("CHIMERA_MPI_SEGMENT_BYTES"); text != nullptr && *text != '\0') {
     std::size_t bytes = 0;
