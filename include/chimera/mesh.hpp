@@ -75,6 +75,10 @@ class Mesh {
 
   /// Coordinates of `rank` (one per axis). Precondition: 0 <= rank < size().
   std::vector<int> coordinates(int rank) const;
+  /// Coordinate of `rank` on axis `axis` alone (no allocation). Preconditions: both in range.
+  int coordinate(int rank, int axis) const {
+    return (rank / strides_[static_cast<std::size_t>(axis)]) % axes_[static_cast<std::size_t>(axis)].size;
+  }
   /// Rank at `coords` (one per axis). Precondition: every coordinate in range.
   int rankOf(std::span<const int> coords) const;
 

@@ -129,14 +129,13 @@ Status checkNoStage(const Layout& in, const ChainOp& op) {
 
 Status applySend(const Layout& in, const ChainOp& op, OpEffect& effect) {
   const Mesh& mesh = in.mesh();
-  const std::string text = op.toString(mesh);
   int axis = 0;
   while (axis < mesh.numAxes() && !op.axes.contains(axis)) ++axis;
-  CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis", text);
+  CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis", op.toString(mesh));
   const Placement& p = in.placement(axis);
-  CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", text,
+  CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", op.toString(mesh),
                     mesh.axis(axis).name, in.toString());
-  CHIMERA_CHECK_ARG(p.stage + 1 < mesh.axis(axis).size, "{}: stage {} is the last stage of {} (size {})", text, p.stage,
+  CHIMERA_CHECK_ARG(p.stage + 1 < mesh.axis(axis).size, "{}: stage {} is the last stage of {} (size {})", op.toString(mesh), p.stage,
                     mesh.axis(axis).name, mesh.axis(axis).size);
   effect.output = in.with(axis, Placement::onStage(p.stage + 1));
   return Status::ok();
@@ -186,7 +185,6 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
   const Mesh& mesh = in.mesh();
   CHIMERA_CHECK_ARG(!op.axes.empty(), "op has an empty axis group");
   OpEffect effect{in, ReduceOp::Sum, 1};
-  const std::string text = op.toString(mesh);
   if (op.kind != ChainOp::Kind::Send && op.kind != ChainOp::Kind::Broadcast) {
     CHIMERA_RETURN_IF_ERROR(checkNoStage(in, op));
   }
@@ -203,16 +201,16 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
     case ChainOp::Kind::AllGather:
       CHIMERA_RETURN_IF_ERROR(checkDim(op, op.dim, spec, mesh));
       CHIMERA_CHECK_ARG(innermostSplitsAre(in, op.dim, op.axes),
-                        "{} needs {} to be the innermost split of dim {}, but the layout is {}", text,
+                        "{} needs {} to be the innermost split of dim {}, but the layout is {}", op.toString(mesh),
                         mesh.axesName(op.axes), op.dim, in.toString());
       effect.output = in.withReplicated(op.axes);
       break;
     case ChainOp::Kind::AllToAll:
       CHIMERA_RETURN_IF_ERROR(checkDim(op, op.dim, spec, mesh));
       CHIMERA_RETURN_IF_ERROR(checkDim(op, op.toDim, spec, mesh));
-      CHIMERA_CHECK_ARG(op.dim != op.toDim, "{} moves a split from dim {} to itself", text, op.dim);
+      CHIMERA_CHECK_ARG(op.dim != op.toDim, "{} moves a split from dim {} to itself", op.toString(mesh), op.dim);
       CHIMERA_CHECK_ARG(innermostSplitsAre(in, op.dim, op.axes),
-                        "{} needs {} to be the innermost split of dim {}, but the layout is {}", text,
+                        "{} needs {} to be the innermost split of dim {}, but the layout is {}", op.toString(mesh),
                         mesh.axesName(op.axes), op.dim, in.toString());
       effect.output = in.withReplicated(op.axes).withShards(op.axes, op.toDim);
       break;
@@ -220,7 +218,7 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
       CHIMERA_RETURN_IF_ERROR(checkDim(op, op.dim, spec, mesh));
       for (int axis = 0; axis < mesh.numAxes(); ++axis) {
         CHIMERA_CHECK_ARG(!op.axes.contains(axis) || in.placement(axis).isReplicate(),
-                          "{} needs {} to be R, but the layout is {}", text, mesh.axis(axis).name, in.toString());
+                          "{} needs {} to be R, but the layout is {}", op.toString(mesh), mesh.axis(axis).name, in.toString());
       }
       effect.output = in.withShards(op.axes, op.dim);
       break;
@@ -232,7 +230,7 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
       break;
   }
   Status fits = effect.output.validate(spec);
-  if (!fits.isOk()) return Status::invalidArgument(fmt::format("{}: {}", text, fits.message()));
+  if (!fits.isOk()) return Status::invalidArgument(fmt::format("{}: {}", op.toString(mesh), fits.message()));
   out = std::move(effect);
   return Status::ok();
 }

@@ -203,9 +203,9 @@ Status Layout::validate(const TensorSpec& spec) const {
 }
 
 bool Layout::holds(int rank) const {
-  const auto coords = mesh_.coordinates(rank);
   for (std::size_t axis = 0; axis < placements_.size(); ++axis) {
-    if (placements_[axis].isStage() && coords[axis] != placements_[axis].stage) return false;
+    const Placement& p = placements_[axis];
+    if (p.isStage() && mesh_.coordinate(rank, static_cast<int>(axis)) != p.stage) return false;
   }
   return true;
 }

@@ -190,6 +190,19 @@ AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<Bo
   return {};
 }
 
+namespace {
+
+// True when every axis of `axes` is placed as `wanted` says in `layout`.
+template <typename Wanted>
+bool everyAxis(const Layout& layout, AxisSet axes, Wanted wanted) {
+  for (int axis = 0; axis < layout.mesh().numAxes(); ++axis) {
+    if (axes.contains(axis) && !wanted(layout.placement(axis))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, const TensorSpec& spec) {
   const Mesh& mesh = from.mesh();
   std::vector<ChainOp> found;
@@ -197,16 +210,24 @@ std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, co
     OpEffect effect;
     if (applyChainOp(from, op, spec, effect).isOk() && effect.output == to && effect.scale == 1) found.push_back(op);
   };
+  // Cheap necessary conditions on the placements first: applyChainOp stays the judge, but it
+  // formats an error message for every candidate it rejects, which dominated cold planning.
+  const auto shardOf = [](int dim) { return [dim](const Placement& p) { return p.isShard() && p.dim == dim; }; };
+  const auto replicated = [](const Placement& p) { return p.isReplicate(); };
   const std::uint32_t all = mesh.allAxes().bits();
   for (std::uint32_t bits = 1; bits <= all; ++bits) {
     const AxisSet axes = AxisSet::fromBits(bits);
     for (int d = 0; d < spec.rank(); ++d) {
-      tryOp({ChainOp::Kind::AllGather, axes, d, 0, 0});
+      if (!everyAxis(from, axes, shardOf(d))) continue;
+      if (everyAxis(to, axes, replicated)) tryOp({ChainOp::Kind::AllGather, axes, d, 0, 0});
       for (int e = 0; e < spec.rank(); ++e) {
-        if (e != d) tryOp({ChainOp::Kind::AllToAll, axes, d, e, 0});
+        if (e != d && everyAxis(to, axes, shardOf(e))) tryOp({ChainOp::Kind::AllToAll, axes, d, e, 0});
       }
     }
-    tryOp({ChainOp::Kind::Send, axes, 0, 0, 0});
+    if (everyAxis(from, axes, [](const Placement& p) { return p.isStage(); })) {
+      tryOp({ChainOp::Kind::Send, axes, 0, 0, 0});
+    }
+    if (!everyAxis(to, axes, replicated)) continue;
     // Broadcast from the stage coordinates the tensor lives on (0 on replicated axes).
     int root = 0;
     for (int axis = 0; axis < mesh.numAxes(); ++axis) {
