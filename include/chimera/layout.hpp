@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,7 +58,8 @@ class Layout {
   /// malformed placement text, a stage out of range, or partial axes with different ops.
   [[nodiscard]] static Status parse(std::string_view text, const Mesh& mesh, Layout& out);
 
-  const Mesh& mesh() const { return mesh_; }
+  /// The mesh the layout is on (an empty mesh for a default-constructed layout).
+  const Mesh& mesh() const;
   /// Placement of mesh axis `axis`.
   const Placement& placement(int axis) const { return placements_[static_cast<std::size_t>(axis)]; }
   /// The axes splitting tensor dimension `dim`, outer first (empty when `dim` is whole).
@@ -97,7 +99,8 @@ class Layout {
   bool operator==(const Layout& other) const;
 
  private:
-  Mesh mesh_;
+  // Shared, immutable: planning copies layouts by the thousand, and a Mesh holds strings.
+  std::shared_ptr<const Mesh> mesh_;
   std::vector<Placement> placements_;
   // splits_[d]: axes splitting dim d, outer first; no trailing empty entries.
   std::vector<std::vector<int>> splits_;

@@ -102,7 +102,7 @@ bool Placement::operator==(const Placement& other) const {
 
 Layout Layout::replicated(const Mesh& mesh) {
   Layout layout;
-  layout.mesh_ = mesh;
+  layout.mesh_ = std::make_shared<const Mesh>(mesh);
   layout.placements_.assign(static_cast<std::size_t>(mesh.numAxes()), Placement::replicate());
   return layout;
 }
@@ -188,9 +188,9 @@ Status Layout::validate(const TensorSpec& spec) const {
     std::string names;
     std::int64_t shards = 1;
     for (int axis : axes) {
-      shards *= mesh_.axis(axis).size;
+      shards *= mesh().axis(axis).size;
       if (!names.empty()) names += '+';
-      names += mesh_.axis(axis).name;
+      names += mesh().axis(axis).name;
     }
     CHIMERA_CHECK_ARG(dim < spec.rank(), "layout {} shards dim {} but the tensor {} has {} dimensions", toString(), dim,
                       spec.toString(), spec.rank());
@@ -202,17 +202,23 @@ Status Layout::validate(const TensorSpec& spec) const {
   return Status::ok();
 }
 
+const Mesh& Layout::mesh() const {
+  static const Mesh kNoMesh;
+  return mesh_ ? *mesh_ : kNoMesh;
+}
+
 bool Layout::holds(int rank) const {
+  const Mesh& grid = mesh();
   for (std::size_t axis = 0; axis < placements_.size(); ++axis) {
     const Placement& p = placements_[axis];
-    if (p.isStage() && mesh_.coordinate(rank, static_cast<int>(axis)) != p.stage) return false;
+    if (p.isStage() && grid.coordinate(rank, static_cast<int>(axis)) != p.stage) return false;
   }
   return true;
 }
 
 std::vector<int> Layout::holders() const {
   std::vector<int> ranks;
-  for (int rank = 0; rank < mesh_.size(); ++rank) {
+  for (int rank = 0; rank < mesh().size(); ++rank) {
     if (holds(rank)) ranks.push_back(rank);
   }
   return ranks;
@@ -224,12 +230,12 @@ Box Layout::rankBox(int rank, const TensorSpec& spec) const {
     std::fill(box.extent.begin(), box.extent.end(), 0);
     return box;
   }
-  const auto coords = mesh_.coordinates(rank);
+  const auto coords = mesh().coordinates(rank);
   for (int dim = 0; dim <= maxShardDim() && dim < spec.rank(); ++dim) {
     std::int64_t index = 0;
     std::int64_t shards = 1;
     for (int axis : splits_[static_cast<std::size_t>(dim)]) {
-      const int size = mesh_.axis(axis).size;
+      const int size = mesh().axis(axis).size;
       index = index * size + coords[static_cast<std::size_t>(axis)];
       shards *= size;
     }
@@ -243,7 +249,7 @@ Box Layout::rankBox(int rank, const TensorSpec& spec) const {
 std::vector<std::int64_t> Layout::localShape(const TensorSpec& spec) const {
   std::vector<std::int64_t> shape = spec.shape;
   for (int dim = 0; dim <= maxShardDim() && dim < spec.rank(); ++dim) {
-    for (int axis : splits_[static_cast<std::size_t>(dim)]) shape[static_cast<std::size_t>(dim)] /= mesh_.axis(axis).size;
+    for (int axis : splits_[static_cast<std::size_t>(dim)]) shape[static_cast<std::size_t>(dim)] /= mesh().axis(axis).size;
   }
   return shape;
 }
@@ -273,7 +279,7 @@ Layout Layout::with(int axis, Placement placement) const {
 
 Layout Layout::withShards(AxisSet axes, int dim) const {
   Layout out = *this;
-  for (int axis = 0; axis < mesh_.numAxes(); ++axis) {
+  for (int axis = 0; axis < mesh().numAxes(); ++axis) {
     if (axes.contains(axis)) out = out.with(axis, Placement::shard(dim));
   }
   return out;
@@ -281,7 +287,7 @@ Layout Layout::withShards(AxisSet axes, int dim) const {
 
 Layout Layout::withReplicated(AxisSet axes) const {
   Layout out = *this;
-  for (int axis = 0; axis < mesh_.numAxes(); ++axis) {
+  for (int axis = 0; axis < mesh().numAxes(); ++axis) {
     if (axes.contains(axis)) out = out.with(axis, Placement::replicate());
   }
   return out;
@@ -299,15 +305,15 @@ std::string Layout::toString() const {
       std::string names;
       for (int a : splits_[static_cast<std::size_t>(p.dim)]) {
         if (!names.empty()) names += '+';
-        names += mesh_.axis(a).name;
+        names += mesh().axis(a).name;
         done[static_cast<std::size_t>(a)] = true;
       }
       entries.push_back(fmt::format("{}={}", names, p.toString()));
     } else {
-      entries.push_back(fmt::format("{}={}", mesh_.axis(axis).name, p.toString()));
+      entries.push_back(fmt::format("{}={}", mesh().axis(axis).name, p.toString()));
     }
   }
-  if (entries.empty()) return fmt::format("{}=R", mesh_.numAxes() > 0 ? mesh_.axis(0).name : std::string("?"));
+  if (entries.empty()) return fmt::format("{}=R", mesh().numAxes() > 0 ? mesh().axis(0).name : std::string("?"));
   std::string text;
   for (const auto& e : entries) {
     if (!text.empty()) text += ',';
@@ -317,7 +323,7 @@ std::string Layout::toString() const {
 }
 
 bool Layout::operator==(const Layout& other) const {
-  return mesh_.axesEqual(other.mesh_) && placements_ == other.placements_ && splits_ == other.splits_;
+  return mesh().axesEqual(other.mesh()) && placements_ == other.placements_ && splits_ == other.splits_;
 }
 
 }  // namespace chimera
