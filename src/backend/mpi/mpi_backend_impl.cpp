@@ -274,14 +274,10 @@ Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
 Status MpiBackend::allocate(std::size_t bytes, void** out) {
   CHIMERA_CHECK_ARG(out != nullptr, "allocate: out pointer is null");
   CHIMERA_CHECK_ARG(bytes > 0, "allocate: 0 bytes requested");
-  constexpr std::size_t kAlignment = 64;
-  void* memory = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  if (memory == nullptr) return Status::backendError(fmt::format("allocate: out of host memory for {} bytes", bytes));
-  *out = memory;
-  return Status::ok();
+  return memory_.allocate(bytes, out);
 }
 
-void MpiBackend::deallocate(void* ptr) { std::free(ptr); }
+void MpiBackend::deallocate(void* ptr) { memory_.release(ptr); }
 
 Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return Status::ok();

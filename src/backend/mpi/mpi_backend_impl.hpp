@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/mpi/arg_check.hpp"
+#include "backend/mpi/host_memory.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/ring.hpp"
 #include "backend/mpi/scratch_buffer.hpp"
@@ -106,6 +107,7 @@ class MpiBackend final : public Backend {
   MpiBackendOptions options_;
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
+  HostMemory memory_;
 };
 
 }  // namespace chimera::detail
