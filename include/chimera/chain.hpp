@@ -21,7 +21,8 @@ struct ChainOp {
     AllGather,      ///< `allgather:AX:DIM`: S(DIM) (innermost splits) on AX -> R
     AllToAll,       ///< `alltoall:AX:FROM:TO`: S(FROM) on AX -> S(TO)
     Slice,          ///< `slice:AX:DIM`: R on AX -> S(DIM), each rank keeps its own shard (local)
-    Send,           ///< `send:AX`: @k on the single axis AX -> @k+1 (pipeline hand-off)
+    Send,           ///< `send:AX`: @k on the single axis AX -> @k+1 (pipeline hand-off);
+                    ///< `send:AX:prev`: @k -> @k-1 (the backward pass)
     Broadcast,      ///< `broadcast:AX:ROOT`: @ROOT (or R) on AX -> R
   };
   Kind kind = Kind::AllReduce;
@@ -29,6 +30,7 @@ struct ChainOp {
   int dim = 0;    ///< ReduceScatter/AllGather/Slice: the dim; AllToAll: FROM
   int toDim = 0;  ///< AllToAll: TO
   int root = 0;   ///< Broadcast: group index of the root
+  int stageStep = 1;  ///< Send: +1 to the next stage (`send:AX`), -1 to the previous (`send:AX:prev`)
 
   /// The text form ("alltoall:ep+tp:0:1") on `mesh`.
   std::string toString(const Mesh& mesh) const;

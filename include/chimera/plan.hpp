@@ -45,8 +45,8 @@ struct PlanStep {
     AllToAll,       ///< member i splits input along `toDim` into n blocks, block j goes to member j,
                     ///< which concatenates what it receives along `dim` (= FROM) by sender index
     Broadcast,      ///< the member with group index `root` copies its input to every member
-    Send,           ///< along the single axis `axes`: each input holder at stage k sends its
-                    ///< buffer to the rank at stage k+1 with equal other coordinates
+    Send,           ///< along the single axis `axes`: each input holder sends its buffer to the
+                    ///< rank at the output's stage with equal other coordinates
     ManyToMany,     ///< the explicit `transfers`, issued together
     LocalCopy,      ///< each output holder copies its output box out of its input (no communication)
     Scale,          ///< output = input * `scale` elementwise (no communication)

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <utility>
 
@@ -30,14 +31,19 @@ std::vector<std::vector<int>> holdingGroups(const PlanBuffer& buffer, AxisSet ax
   return groups;
 }
 
-Status sendTransfers(const PlanBuffer& buffer, const PlanStep& step, std::vector<Transfer>& out) {
-  const Mesh& mesh = buffer.layout.mesh();
+// The input holders send their whole buffer to the rank of the output's stage along the axis.
+Status sendTransfers(const PlanBuffer& input, const PlanBuffer& output, const PlanStep& step,
+                     std::vector<Transfer>& out) {
+  const Mesh& mesh = input.layout.mesh();
   const int stages = mesh.groupSize(step.axes);
-  for (const int rank : buffer.layout.holders()) {
-    const int stage = mesh.groupIndex(rank, step.axes);
-    CHIMERA_CHECK_ARG(stage + 1 < stages, "send from rank {} at stage {} of {}: there is no next stage", rank,
-                      stage, stages);
-    out.push_back({rank, mesh.groupPeer(rank, step.axes, stage + 1), static_cast<std::uint64_t>(buffer.localBytes)});
+  const int axis = std::countr_zero(step.axes.bits());
+  CHIMERA_CHECK_ARG(std::popcount(step.axes.bits()) == 1 && output.layout.placement(axis).isStage(),
+                    "send along axis set {:#x} into layout {}: needs one axis and a stage placement",
+                    step.axes.bits(), output.layout.toString());
+  const int target = output.layout.placement(axis).stage;
+  CHIMERA_CHECK_ARG(target >= 0 && target < stages, "send to stage {} of {}", target, stages);
+  for (const int rank : input.layout.holders()) {
+    out.push_back({rank, mesh.groupPeer(rank, step.axes, target), static_cast<std::uint64_t>(input.localBytes)});
   }
   return Status::ok();
 }
@@ -67,8 +73,10 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
       break;
     }
     case PlanStep::Kind::Send: {
+      CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
+                        "plan step 'send' writes buffer {} of {}", step.output, plan.buffers.size());
       std::vector<Transfer> transfers;
-      CHIMERA_RETURN_IF_ERROR(sendTransfers(input, step, transfers));
+      CHIMERA_RETURN_IF_ERROR(sendTransfers(input, plan.buffers[static_cast<std::size_t>(step.output)], step, transfers));
       out.push_back(CommStep::manyToMany(std::move(transfers)));
       break;
     }

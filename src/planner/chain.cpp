@@ -51,14 +51,23 @@ Status parseOp(std::string_view text, const Mesh& mesh, ChainOp& out) {
                     "unknown op '{}' in \"{}\" (expected allreduce, reducescatter, allgather, alltoall, slice, send or "
                     "broadcast)",
                     parts[0], text);
+  int stageStep = 1;
+  if (info->kind == ChainOp::Kind::Send && parts.size() == 3) {
+    CHIMERA_CHECK_ARG(parts[2] == "next" || parts[2] == "prev",
+                      "malformed op \"{}\": the direction of send is 'next' or 'prev', not '{}'", text, parts[2]);
+    stageStep = parts[2] == "next" ? 1 : -1;
+    parts.pop_back();
+  }
   CHIMERA_CHECK_ARG(static_cast<int>(parts.size()) == 2 + info->numbers, "malformed op \"{}\": {} takes {} fields", text,
                     info->name,
-                    info->numbers == 0   ? std::string("AX")
+                    info->kind == ChainOp::Kind::Send ? std::string("AX[:next|:prev]")
+                    : info->numbers == 0                    ? std::string("AX")
                     : info->kind == ChainOp::Kind::AllToAll ? std::string("AX:FROMDIM:TODIM")
                     : info->kind == ChainOp::Kind::Broadcast ? std::string("AX:ROOT")
                                                             : std::string("AX:DIM"));
   ChainOp op;
   op.kind = info->kind;
+  op.stageStep = stageStep;
   CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(parts[1], op.axes));
   std::array<int, 2> numbers{0, 0};
   for (int i = 0; i < info->numbers; ++i) {
@@ -135,9 +144,13 @@ Status applySend(const Layout& in, const ChainOp& op, OpEffect& effect) {
   const Placement& p = in.placement(axis);
   CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", op.toString(mesh),
                     mesh.axis(axis).name, in.toString());
-  CHIMERA_CHECK_ARG(p.stage + 1 < mesh.axis(axis).size, "{}: stage {} is the last stage of {} (size {})", op.toString(mesh), p.stage,
-                    mesh.axis(axis).name, mesh.axis(axis).size);
-  effect.output = in.with(axis, Placement::onStage(p.stage + 1));
+  CHIMERA_CHECK_ARG(op.stageStep == 1 || op.stageStep == -1, "{}: stage step {} (expected +1 or -1)",
+                    op.toString(mesh), op.stageStep);
+  const int target = p.stage + op.stageStep;
+  CHIMERA_CHECK_ARG(target >= 0 && target < mesh.axis(axis).size, "{}: stage {} is the {} stage of {} (size {})",
+                    op.toString(mesh), p.stage, op.stageStep > 0 ? "last" : "first", mesh.axis(axis).name,
+                    mesh.axis(axis).size);
+  effect.output = in.with(axis, Placement::onStage(target));
   return Status::ok();
 }
 
@@ -167,8 +180,9 @@ std::string ChainOp::toString(const Mesh& mesh) const {
   const std::string head = fmt::format("{}:{}", chainOpKindName(kind), mesh.axesName(axes));
   switch (kind) {
     case Kind::AllReduce:
-    case Kind::Send:
       return head;
+    case Kind::Send:
+      return stageStep == 1 ? head : fmt::format("{}:prev", head);
     case Kind::ReduceScatter:
     case Kind::AllGather:
     case Kind::Slice:

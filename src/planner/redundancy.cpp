@@ -94,7 +94,7 @@ struct OpLiveness {
           break;
         case ChainOp::Kind::Send: {
           auto coords = mesh.coordinates(s);
-          for (int axis = 0; axis < mesh.numAxes(); ++axis) coords[static_cast<std::size_t>(axis)] += op.axes.contains(axis) ? 1 : 0;
+          for (int axis = 0; axis < mesh.numAxes(); ++axis) coords[static_cast<std::size_t>(axis)] += op.axes.contains(axis) ? op.stageStep : 0;
           const int peer = mesh.rankOf(coords);
           live = after[static_cast<std::size_t>(peer)];
           const Mask peerBox = grid.mask(out.rankBox(peer, spec));

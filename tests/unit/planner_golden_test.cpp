@@ -106,6 +106,15 @@ TEST(PlannerGolden, TpPpGoesFromTenToSevenLocalTensors) {
   EXPECT_EQ(kinds(p.fused), (std::vector<K>{K::ReduceScatter, K::Send, K::AllGather}));
 }
 
+TEST(PlannerGolden, TpPpBackwardMirrorsTheForwardHandOff) {
+  // The backward pass: the input gradient reduced over tp on stage 1, sent back to stage 0.
+  const auto p = planOf({"pp=2,tp=4", "4096,1024", "pp=@1,tp=P", "allreduce:tp,send:pp:prev", "pp=@0,tp=R"});
+  EXPECT_EQ(p.baselineBytes.total, 10 * 16 * kMiB);
+  EXPECT_EQ(p.fusedBytes.total, 7 * 16 * kMiB);
+  EXPECT_EQ(p.fusedBytes.maxPerRank, 16 * kMiB);
+  EXPECT_TRUE(p.useFused);
+}
+
 TEST(PlannerGolden, TpEpReducesScattersThenSmallerAllToAll) {
   // L = 16 MiB. Baseline: AllReduce 24 MiB + AllToAll on 4 MiB 3.5 MiB = 27.5 MiB per rank.
   // Fused: ReduceScatter 12 MiB + the same AllToAll 3.5 MiB = 15.5 MiB per rank.

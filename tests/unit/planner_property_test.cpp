@@ -103,6 +103,7 @@ class Generator {
     op.dim = uniform(0, spec.rank() - 1);
     op.toDim = uniform(0, spec.rank() - 1);
     op.root = uniform(0, mesh.groupSize(op.axes) - 1);
+    if (op.kind == ChainOp::Kind::Send && coin(0.5)) op.stageStep = -1;
     return op;
   }
 

@@ -2,6 +2,7 @@
 #include "sim/simulator.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -120,14 +121,17 @@ RankTensors slice(const Context& c, const RankTensors& in, AxisSet axes, int dim
   return out;
 }
 
-RankTensors send(const Context& c, const RankTensors& in, AxisSet axes) {
+// Every holder sends to the rank `stageStep` stages along `axes` (one axis).
+RankTensors send(const Context& c, const RankTensors& in, AxisSet axes, int stageStep) {
   RankTensors out(in.size());
   for (int r = 0; r < c.mesh.size(); ++r) {
     if (!in[static_cast<std::size_t>(r)]) continue;
     auto coords = c.mesh.coordinates(r);
     for (int axis = 0; axis < c.mesh.numAxes(); ++axis) {
       if (!axes.contains(axis)) continue;
-      if (++coords[static_cast<std::size_t>(axis)] >= c.mesh.axis(axis).size) throw std::logic_error("send past the last stage");
+      int& coord = coords[static_cast<std::size_t>(axis)];
+      coord += stageStep;
+      if (coord < 0 || coord >= c.mesh.axis(axis).size) throw std::logic_error("send past the first or last stage");
     }
     const int peer = c.mesh.rankOf(coords);
     if (out[static_cast<std::size_t>(peer)]) throw std::logic_error("two senders for one receiver");
@@ -163,7 +167,7 @@ RankTensors runOp(const Context& c, const ChainOp& op, ReduceOp reduceOp, const 
     case ChainOp::Kind::Slice:
       return slice(c, in, op.axes, op.dim);
     case ChainOp::Kind::Send:
-      return send(c, in, op.axes);
+      return send(c, in, op.axes, op.stageStep);
     case ChainOp::Kind::Broadcast:
       return broadcast(c, in, op.axes, op.root);
   }
@@ -299,8 +303,10 @@ RankTensors runStep(const Plan& plan, const PlanStep& step, const RankTensors& i
       return allToAll(c, in, step.axes, step.dim, step.toDim);
     case PlanStep::Kind::Broadcast:
       return broadcast(c, in, step.axes, step.root);
-    case PlanStep::Kind::Send:
-      return send(c, in, step.axes);
+    case PlanStep::Kind::Send: {
+      const int axis = std::countr_zero(step.axes.bits());
+      return send(c, in, step.axes, outLayout.placement(axis).stage - inLayout.placement(axis).stage);
+    }
     case PlanStep::Kind::ManyToMany:
       return runManyToMany(plan, step, in, c);
     case PlanStep::Kind::LocalCopy:
