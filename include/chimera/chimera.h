@@ -121,8 +121,9 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
 /** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */
 chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
                                      chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out);
-/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "alltoall:ep:0:1",
- * "reducescatter:tp:0", "allgather:sp:1", "slice:tp:0", "broadcast:dp:0"). Out-of-place
+/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "send:pp:prev",
+ * "alltoall:ep:0:1", "reducescatter:tp:0", "allgather:sp:1", "slice:tp:0", "broadcast:dp:0"),
+ * "send:pp:prev" being the backward hand-off to the previous stage. Out-of-place
  * calls write `output` (`outputBytes` long; NULL/0 on a rank that receives nothing); in-place
  * calls (allreduce, broadcast) ignore it. */
 chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
@@ -131,6 +132,13 @@ chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, c
 chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout);
 /** Declares without flushing. */
 chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTensor_t t, const char* layout);
+/** Declares that this rank's next computation reads only bytes [offset, offset + bytes) of
+ * `t`'s buffer (0 bytes: nothing), then flushes. The ranks agree on the smallest layout that
+ * holds every rank's range. */
+chimeraResult_t chimeraSessionConsumeRange(chimeraSession_t session, chimeraTensor_t t, size_t offset, size_t bytes);
+/** The byte-range declaration without the flush. */
+chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimeraTensor_t t, size_t offset,
+                                               size_t bytes);
 /** Plans (or looks up) and runs the recorded window. */
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session);
 /** Counters since the session began. */

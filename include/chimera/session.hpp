@@ -75,7 +75,8 @@ struct SessionStats {
 /// After a window with a declaration `consume(t, layout)`, the buffer of `t` holds, on every
 /// rank, the part of `layout`'s local tensor at the place where the recorded calls would have
 /// put it (its box within `t`'s local box); other bytes of that buffer, and the buffers of
-/// the fused chain's intermediate values, are unspecified.
+/// the fused chain's intermediate values, are unspecified. A byte-range declaration
+/// `consume(t, offset, bytes)` resolves to such a layout (the same on every rank).
 ///
 /// Windows are cached by signature (calls, tensors, layouts, declarations, aliasing): a
 /// repeated training step pays a lookup. On a miss the ranks agree on the window (one
@@ -125,12 +126,27 @@ class Session {
   /// handle of the tensor it does not hold), which stands for a framework's send and recv.
   [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                             TensorHandle& out);
+  /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
+  /// stage k-1.
+  [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
+                                TensorHandle& out);
 
   /// Declares that the next computation reads `t` as `layout` only (a layout readable from
-  /// `t`'s, see `checkConsumable`), then flushes. InvalidArgument when it is not readable.
+  /// `t`'s, see `checkConsumable`), then flushes. InvalidArgument when it is not readable;
+  /// the window is then dropped, and ranks that flush it on a first planning get Mismatch.
   [[nodiscard]] Status consume(TensorHandle t, const Layout& layout);
   /// The same declaration without the flush, to declare several values of one window.
   [[nodiscard]] Status declareRead(TensorHandle t, const Layout& layout);
+  /// Declares that the next computation on this rank reads only bytes [offset, offset + bytes)
+  /// of `t`'s buffer, then flushes. A rank that reads nothing (or holds nothing) passes 0
+  /// bytes. Ranks may declare different ranges; at the flush they agree on the smallest
+  /// layout readable from `t`'s (sharding some of its `R` axes) whose part on every rank holds
+  /// that rank's range, and the range holds what the recorded calls would have put there.
+  /// InvalidArgument when the range leaves the local tensor, splits an element, or is not
+  /// empty on a rank that holds nothing.
+  [[nodiscard]] Status consume(TensorHandle t, std::size_t offset, std::size_t bytes);
+  /// The byte-range declaration without the flush.
+  [[nodiscard]] Status declareRead(TensorHandle t, std::size_t offset, std::size_t bytes);
   /// Plans (or looks up) and runs every call recorded since the last flush. Collective.
   [[nodiscard]] Status flush();
   /// Hands `t`'s buffer back: flushes the window `t` belongs to (if not flushed yet).

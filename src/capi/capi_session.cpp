@@ -51,7 +51,8 @@ Status record(chimeraSession* s, const char* opText, chimeraTensor_t input, void
       status = session.slice(in, op.axes, op.dim, output, outputBytes, result);
       break;
     case chimera::ChainOp::Kind::Send:
-      status = session.send(in, op.axes, output, outputBytes, result);
+      status = op.stageStep == 1 ? session.send(in, op.axes, output, outputBytes, result)
+                                 : session.sendBack(in, op.axes, output, outputBytes, result);
       break;
     case chimera::ChainOp::Kind::Broadcast:
       status = session.broadcast(in, op.axes, op.root, result);
@@ -117,9 +118,24 @@ chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTenso
 }
 
 chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
-  const chimeraResult_t declared = chimeraSessionDeclareRead(session, t, layout);
-  if (declared != chimeraSuccess) return declared;
-  return toResult(session->session->flush());
+  auto run = [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    chimera::Layout read;
+    CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
+    return session->session->consume(toHandle(t), read);
+  };
+  return toResult(run());
+}
+
+chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimeraTensor_t t, size_t offset,
+                                               size_t bytes) {
+  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
+  return toResult(session->session->declareRead(toHandle(t), offset, bytes));
+}
+
+chimeraResult_t chimeraSessionConsumeRange(chimeraSession_t session, chimeraTensor_t t, size_t offset, size_t bytes) {
+  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
+  return toResult(session->session->consume(toHandle(t), offset, bytes));
 }
 
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session) {

@@ -155,7 +155,11 @@ Status Session::broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle&
 }
 
 Status Session::send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0}, recvBuffer, recvBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, 1}, recvBuffer, recvBytes, false, out);
+}
+
+Status Session::sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
+  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, -1}, recvBuffer, recvBytes, false, out);
 }
 
 Status Session::declareRead(TensorHandle t, const Layout& layout) {
@@ -171,12 +175,33 @@ Status Session::declareRead(TensorHandle t, const Layout& layout) {
                                                value.layout.toString(), layout.toString(), readable.message()));
   }
   value.declared = layout;
+  value.declaredRange.reset();
   return Status::ok();
 }
 
+Status Session::declareRead(TensorHandle t, std::size_t offset, std::size_t bytes) {
+  Impl& s = *impl_;
+  CHIMERA_RETURN_IF_ERROR(s.checkHandle(t));
+  detail::WindowValue& value = s.window.values[t.index];
+  const detail::ByteRange range{offset, bytes};
+  Status valid = detail::checkByteRange(value.layout, value.spec, s.backend.rank(), range);
+  if (!valid.isOk()) {
+    return Status::invalidArgument(fmt::format("cannot consume tensor {} ({}): {}", t.index, value.layout.toString(),
+                                               valid.message()));
+  }
+  value.declaredRange = range;
+  value.declared.reset();
+  return Status::ok();
+}
+
+Status Session::consume(TensorHandle t, std::size_t offset, std::size_t bytes) {
+  const Status declared = declareRead(t, offset, bytes);
+  return declared.isOk() ? impl_->flush() : impl_->abandon(declared);
+}
+
 Status Session::consume(TensorHandle t, const Layout& layout) {
-  CHIMERA_RETURN_IF_ERROR(declareRead(t, layout));
-  return impl_->flush();
+  const Status declared = declareRead(t, layout);
+  return declared.isOk() ? impl_->flush() : impl_->abandon(declared);
 }
 
 Status Session::flush() { return impl_->flush(); }

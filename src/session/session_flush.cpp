@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "common/check.hpp"
@@ -25,22 +24,32 @@ bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
 
 }  // namespace
 
-// One MAX allReduce over the world of {hash, -hash, failed, aliased per value}: equal hashes
-// prove every rank recorded the same window; the aliasing verdicts are OR-ed, so every rank
-// materialises a value aliased on any rank.
-Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, std::vector<std::uint8_t>& aliased) {
-  constexpr std::size_t kBytes = kAgreementWords * sizeof(std::int64_t);
-  if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
-  std::array<std::int64_t, kAgreementWords> words{};
+Status Session::Impl::ensureAgreement(std::size_t bytes) {
+  if (bytes <= agreementBytes) return Status::ok();
+  backend.deallocate(agreement);
+  agreement = nullptr;
+  agreementBytes = 0;
+  CHIMERA_RETURN_IF_ERROR(backend.allocate(bytes, &agreement));
+  agreementBytes = bytes;
+  return Status::ok();
+}
+
+// One MAX allReduce over the world of {hash, -hash, failed, aliased per value} (a fixed size,
+// so ranks with different windows still meet): equal hashes prove every rank recorded the
+// same window; the aliasing verdicts are OR-ed, so every rank materialises a value aliased on
+// any rank. A window with byte-range declarations then OR-s the flags of their candidate
+// layouts (equal windows have equal candidate lists), so every rank resolves a range to a
+// layout that holds every rank's range.
+Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, Verdicts& out) {
+  const std::size_t count = std::max(kAgreementWords, key.uncovered.size());
+  CHIMERA_RETURN_IF_ERROR(ensureAgreement(count * sizeof(std::int64_t)));
+  std::vector<std::int64_t>& words = agreementWords;
+  words.assign(kAgreementWords, 0);
   words[0] = key.sharedHash;
   words[1] = -key.sharedHash;
   words[2] = local.isOk() ? 0 : 1;
-  for (std::size_t i = 0; i < key.aliased.size(); ++i) words[3 + i] = key.aliased[i];
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, words.data(), kBytes));
-  CHIMERA_RETURN_IF_ERROR(
-      backend.allReduce(agreement, agreement, kAgreementWords, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement, kBytes));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  std::copy(key.aliased.begin(), key.aliased.end(), words.begin() + 3);
+  CHIMERA_RETURN_IF_ERROR(allReduceMax(words));
   if (!local.isOk()) return local;
   if (words[2] != 0) return Status::mismatch("another rank failed to prepare the window this rank flushed");
   if (words[0] != -words[1]) {
@@ -49,9 +58,41 @@ Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, s
         "the world's hashes range over [{:#x}, {:#x}]",
         detail::windowText(window), key.sharedHash, -words[1], words[0]));
   }
-  aliased.assign(key.aliased.size(), 0);
-  for (std::size_t i = 0; i < aliased.size(); ++i) aliased[i] = words[3 + i] != 0 ? 1 : 0;
+  const auto flag = [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); };
+  out.aliased.resize(key.aliased.size());
+  std::transform(words.begin() + 3, words.begin() + 3 + static_cast<std::ptrdiff_t>(key.aliased.size()),
+                 out.aliased.begin(), flag);
+  out.uncovered.clear();
+  if (key.uncovered.empty()) return Status::ok();
+  words.assign(key.uncovered.begin(), key.uncovered.end());
+  CHIMERA_RETURN_IF_ERROR(allReduceMax(words));
+  out.uncovered.resize(words.size());
+  std::transform(words.begin(), words.end(), out.uncovered.begin(), flag);
   return Status::ok();
+}
+
+Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words) {
+  const std::size_t bytes = words.size() * sizeof(std::int64_t);
+  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, words.data(), bytes));
+  CHIMERA_RETURN_IF_ERROR(
+      backend.allReduce(agreement, agreement, words.size(), DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement, bytes));
+  return backend.synchronize();
+}
+
+// Turns every byte-range declaration into the layout the world agreed on.
+void Session::Impl::resolveRanges(const std::vector<std::uint8_t>& uncovered) {
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < window.values.size(); ++i) {
+    detail::WindowValue& v = window.values[i];
+    if (!v.declaredRange) continue;
+    const std::vector<Layout> candidates = detail::rangeCandidates(v.layout, v.spec);
+    v.declared = detail::chooseRangeLayout(candidates, v.spec, uncovered.data() + at);
+    at += candidates.size();
+    CHIMERA_LOG_DEBUG(kLog, "consume v{} bytes [{}, +{}) on rank {} of {}: read as {} (of {} candidate layouts)", i,
+                      v.declaredRange->offset, v.declaredRange->bytes, backend.rank(), v.layout.toString(),
+                      v.declared->toString(), candidates.size());
+  }
 }
 
 // A backend creates a group's communicator on first use, collectively over the world; a
@@ -66,6 +107,7 @@ Status Session::Impl::createGroup(AxisSet axes) {
 
 Status Session::Impl::planWindow(detail::CachedWindow& out) {
   const int rank = backend.rank();
+  resolveRanges(out.agreedUncovered);
   out.steps = detail::analyseWindow(window, out.agreedAliased, options.fusion);
   out.fused.assign(out.steps.size(), 0);
   out.bytesAsRecorded = 0;
@@ -100,15 +142,20 @@ Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*
     out = it->second.get();
     ++stats.windowCacheHits;
     if (!options.checkEveryWindow) return Status::ok();
-    std::vector<std::uint8_t> aliased;
-    CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), aliased));
-    if (aliased == out->agreedAliased) return Status::ok();
-    out->agreedAliased = std::move(aliased);  // another rank's aliasing changed: re-derive the steps
+    Verdicts verdicts;
+    CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), verdicts));
+    if (verdicts.aliased == out->agreedAliased && verdicts.uncovered == out->agreedUncovered) return Status::ok();
+    // Another rank's aliasing or byte range changed: re-derive the steps.
+    out->agreedAliased = std::move(verdicts.aliased);
+    out->agreedUncovered = std::move(verdicts.uncovered);
     return planWindow(*out);
   }
   auto entry = std::make_unique<detail::CachedWindow>();
   entry->key = key;
-  CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), entry->agreedAliased));
+  Verdicts verdicts;
+  CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), verdicts));
+  entry->agreedAliased = std::move(verdicts.aliased);
+  entry->agreedUncovered = std::move(verdicts.uncovered);
   CHIMERA_RETURN_IF_ERROR(planWindow(*entry));
   CHIMERA_LOG_DEBUG(kLog, "planned window {}: {} steps", detail::windowText(window), entry->steps.size());
   out = entry.get();
@@ -175,7 +222,7 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
 Status Session::Impl::flush() {
   Status status = Status::ok();
   if (!window.calls.empty()) {
-    const detail::WindowKey key = detail::windowKey(window);
+    const detail::WindowKey key = detail::windowKey(window, backend.rank());
     detail::CachedWindow* entry = nullptr;
     status = lookup(key, entry);
     for (std::size_t i = 0; status.isOk() && i < entry->steps.size(); ++i) {
@@ -193,6 +240,20 @@ Status Session::Impl::flush() {
   window.storages = 0;
   ++windowId;
   return status;
+}
+
+// A consume whose declaration failed on this rank still meets the other ranks' agreement
+// (with the failure flag), so ranks planning the window return Mismatch instead of waiting.
+Status Session::Impl::abandon(const Status& reason) {
+  if (!window.calls.empty()) {
+    Verdicts ignored;
+    (void)agree(detail::windowKey(window, backend.rank()), reason, ignored);
+  }
+  window.values.clear();
+  window.calls.clear();
+  window.storages = 0;
+  ++windowId;
+  return reason;
 }
 
 }  // namespace chimera

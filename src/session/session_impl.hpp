@@ -17,6 +17,7 @@ namespace chimera::detail {
 struct CachedWindow {
   detail::WindowKey key;
   std::vector<std::uint8_t> agreedAliased;  ///< per value: aliased on some rank
+  std::vector<std::uint8_t> agreedUncovered;  ///< per range candidate: misses some rank's range
   std::vector<detail::WindowStep> steps;
   std::vector<std::uint8_t> fused;  ///< per step: runs a fused plan
   std::uint64_t bytesAsRecorded = 0;
@@ -33,14 +34,23 @@ struct Session::Impl {
     backend.deallocate(staging);
     backend.deallocate(agreement);
   }
+  Status ensureAgreement(std::size_t bytes);
 
   Status checkHandle(TensorHandle t) const;
   Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, bool inPlace,
                 TensorHandle& out);
   Status flush();
+  Status abandon(const Status& reason);
   Status lookup(const detail::WindowKey& key, detail::CachedWindow*& out);
   Status planWindow(detail::CachedWindow& out);
-  Status agree(const detail::WindowKey& key, const Status& local, std::vector<std::uint8_t>& aliased);
+  /// The world's verdicts on the window (see `agree` in session_flush.cpp).
+  struct Verdicts {
+    std::vector<std::uint8_t> aliased;
+    std::vector<std::uint8_t> uncovered;
+  };
+  Status agree(const detail::WindowKey& key, const Status& local, Verdicts& out);
+  Status allReduceMax(std::vector<std::int64_t>& words);
+  void resolveRanges(const std::vector<std::uint8_t>& uncovered);
   Status runStep(const detail::WindowStep& step, bool fused);
   Status runStaged(const detail::WindowStep& step, const detail::WindowValue& in, detail::WindowValue& out);
   Status ensureStaging(std::size_t bytes);
@@ -56,6 +66,8 @@ struct Session::Impl {
   void* staging = nullptr;
   std::size_t stagingBytes = 0;
   void* agreement = nullptr;
+  std::size_t agreementBytes = 0;
+  std::vector<std::int64_t> agreementWords;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };
 

@@ -12,6 +12,7 @@
 #include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/tensor_spec.hpp"
+#include "session/range_declaration.hpp"
 
 namespace chimera::detail {
 
@@ -24,7 +25,8 @@ struct WindowValue {
   int producer = -1;            ///< index of the call that wrote it; -1 for a registered tensor
   int storage = 0;              ///< values written in place share the storage of their input
   bool overwritten = false;     ///< an in-place call replaced it; it can no longer be read
-  std::optional<Layout> declared;  ///< the consume declaration, if any
+  std::optional<Layout> declared;  ///< the consume declaration by layout, if any
+  std::optional<ByteRange> declaredRange;  ///< the consume declaration by byte range, if any
 };
 
 /// One recorded call: `op` reads value `input` and writes value `output`.
@@ -43,20 +45,25 @@ struct Window {
 };
 
 /// The cache key of a window: the rank-independent description (calls, registered specs and
-/// layouts, declarations) plus this rank's aliasing verdict per value.
+/// layouts, declarations) plus this rank's verdicts: aliasing per value, and per byte-range
+/// declaration which of its candidate layouts miss this rank's range.
 struct WindowKey {
   std::vector<std::int64_t> words;   ///< calls and specs, rank-independent
   std::vector<Layout> layouts;       ///< registered layouts, then declared layouts
   std::vector<std::uint8_t> aliased; ///< per value: its buffer overlaps another storage's (this rank)
-  std::uint64_t hash = 0;            ///< of the three fields above
+  /// Per byte-range declaration (in value order), per candidate (`rangeCandidates`): 1 when
+  /// the candidate's part on this rank does not hold the declared range.
+  std::vector<std::uint8_t> uncovered;
+  std::uint64_t hash = 0;            ///< of the four fields above
   std::int64_t sharedHash = 0;       ///< of words and layouts only (equal on every rank), 62 bits
   bool operator==(const WindowKey& other) const {
-    return hash == other.hash && words == other.words && aliased == other.aliased && layouts == other.layouts;
+    return hash == other.hash && words == other.words && aliased == other.aliased &&
+           uncovered == other.uncovered && layouts == other.layouts;
   }
 };
 
-/// Builds the key of `window`, with this rank's aliasing verdict from its buffers.
-WindowKey windowKey(const Window& window);
+/// Builds the key of `window` with the verdicts of `rank` from its buffers and byte ranges.
+WindowKey windowKey(const Window& window, int rank);
 
 /// A rank-independent text of the window (for the agreement hash and debug logs).
 std::string windowText(const Window& window);

@@ -32,9 +32,9 @@ bool overlaps(const WindowValue& a, const WindowValue& b) {
 
 }  // namespace
 
-WindowKey windowKey(const Window& window) {
+WindowKey windowKey(const Window& window, int rank) {
   WindowKey key;
-  key.words.reserve(window.values.size() * 4 + window.calls.size() * 8);
+  key.words.reserve(window.values.size() * 4 + window.calls.size() * 9);
   for (const WindowValue& v : window.values) {
     if (v.producer >= 0) continue;
     key.words.push_back(static_cast<std::int64_t>(v.spec.dtype));
@@ -45,13 +45,19 @@ WindowKey windowKey(const Window& window) {
   for (const WindowCall& c : window.calls) {
     key.words.insert(key.words.end(),
                      {static_cast<std::int64_t>(c.op.kind), static_cast<std::int64_t>(c.op.axes.bits()), c.op.dim,
-                      c.op.toDim, c.op.root, static_cast<std::int64_t>(c.input), static_cast<std::int64_t>(c.output),
+                      c.op.toDim, c.op.root, c.op.stageStep, static_cast<std::int64_t>(c.input), static_cast<std::int64_t>(c.output),
                       c.inPlace ? 1 : 0});
   }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (!window.values[i].declared) continue;
     key.words.push_back(-1 - static_cast<std::int64_t>(i));
     key.layouts.push_back(*window.values[i].declared);
+  }
+  for (std::size_t i = 0; i < window.values.size(); ++i) {
+    const WindowValue& v = window.values[i];
+    if (!v.declaredRange) continue;
+    key.words.push_back(-1 - static_cast<std::int64_t>(window.values.size() + i));
+    appendUncovered(v.layout, v.spec, rank, *v.declaredRange, rangeCandidates(v.layout, v.spec), key.uncovered);
   }
   key.aliased.assign(window.values.size(), 0);
   for (std::size_t i = 0; i < window.values.size(); ++i) {
@@ -67,6 +73,7 @@ WindowKey windowKey(const Window& window) {
   for (const Layout& l : key.layouts) hash = layoutHash(hash, l);
   key.sharedHash = static_cast<std::int64_t>(hash >> 2);
   for (std::uint8_t a : key.aliased) hash = mix(hash, a);
+  for (std::uint8_t u : key.uncovered) hash = mix(hash, u);
   key.hash = hash;
   return key;
 }
@@ -83,6 +90,7 @@ std::string windowText(const Window& window) {
   }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (window.values[i].declared) text += fmt::format("consume v{} as {}; ", i, window.values[i].declared->toString());
+    if (window.values[i].declaredRange) text += fmt::format("consume v{} bytes; ", i);
   }
   return text;
 }

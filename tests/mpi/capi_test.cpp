@@ -144,5 +144,45 @@ TEST_F(CApi, SessionFusedEqualsRecorded) {
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// The backward hand-off (stage 1 -> 0) with a byte-range consume: each stage-0 rank reads
+// its tp rows only, which the ranks agree is pp=@0,tp=S0, so the chain fuses.
+TEST_F(CApi, SessionBackwardSendWithByteRange) {
+  const bool stage1 = rank_ >= 4;
+  const std::size_t rows = 4 * 8 * 4;  // 4 rows of 8 floats: one tp shard of 16 rows
+  const std::size_t offset = stage1 ? 0 : static_cast<std::size_t>(rank_ % 4) * rows;
+  std::vector<float> input(16 * 8), unfused(16 * 8, -1), fused(16 * 8, -1);
+  chimeraSessionStats_t stats[2];
+  for (int fusion = 0; fusion < 2; ++fusion) {
+    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank_) % 5);
+    chimeraSession_t session = nullptr;
+    ASSERT_EQ(chimeraSessionBegin(comm_, fusion, &session), chimeraSuccess);
+    chimeraTensor_t x, summed, handed;
+    float* out = fusion ? fused.data() : unfused.data();
+    ASSERT_EQ(chimeraSessionTensor(session, stage1 ? input.data() : nullptr, stage1 ? 512 : 0, "16,8",
+                                   chimeraFloat32, "pp=@1,tp=P", &x),
+              chimeraSuccess);
+    ASSERT_EQ(chimeraSessionRecord(session, "allreduce:tp", x, nullptr, 0, &summed), chimeraSuccess);
+    ASSERT_EQ(chimeraSessionRecord(session, "send:pp:prev", summed, stage1 ? nullptr : out, stage1 ? 0 : 512,
+                                   &handed),
+              chimeraSuccess)
+        << chimeraGetLastError();
+    EXPECT_EQ(chimeraSessionConsumeRange(session, handed, offset, stage1 ? 0 : rows), chimeraSuccess)
+        << chimeraGetLastError();
+    ASSERT_EQ(chimeraSessionGetStats(session, &stats[fusion]), chimeraSuccess);
+    EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+  }
+  bool ok = true;
+  for (std::size_t i = offset / 4; !stage1 && i < (offset + rows) / 4; ++i) {
+    float expect = 0;  // the tp sum of stage 1's inputs: ranks 4..7
+    for (int r = 4; r < 8; ++r) expect += static_cast<float>((i + r) % 5);
+    ok = ok && unfused[i] == expect && fused[i] == expect;
+  }
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(stats[0].fusedChains, 0u);
+  EXPECT_EQ(stats[1].fusedChains, 1u);
+  EXPECT_LT(stats[1].bytesSent, stats[0].bytesSent);
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
 }  // namespace
 }  // namespace chimera::testing

@@ -25,6 +25,8 @@ std::vector<SessionCase> fusedCases() {
       {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", flat},
       {"tp_sp_2d", "dp=2,tp=4", "tp=P", "allreduce:tp", "tp=S1", flat},
       {"tp_pp_4", "pp=4,tp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", cube},
+      {"tp_pp_backward", "pp=2,tp=4", "pp=@1,tp=P", "allreduce:tp,send:pp:prev", "pp=@0,tp=R", flat},
+      {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:prev", "pp=@1,sp=R", cube},
       {"rs_ag", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat, false},
       {"ar_ar", "dp=2,tp=4", "dp=P,tp=P", "allreduce:tp,allreduce:dp", "dp=R,tp=S0", flat, false},
       {"ar_bcast", "dp=2,tp=4", "tp=P", "allreduce:tp,broadcast:dp:1", "tp=S0", flat, false},

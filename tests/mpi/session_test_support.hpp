@@ -107,7 +107,8 @@ inline Status recordOp(Session& session, TensorHandle in, const ChainOp& op, con
     case ChainOp::Kind::Slice:
       return session.slice(in, op.axes, op.dim, buffer, bytes, out);
     case ChainOp::Kind::Send:
-      return session.send(in, op.axes, buffer, bytes, out);
+      return op.stageStep == 1 ? session.send(in, op.axes, buffer, bytes, out)
+                               : session.sendBack(in, op.axes, buffer, bytes, out);
     case ChainOp::Kind::Broadcast:
       return session.broadcast(in, op.axes, op.root, out);
   }
