@@ -9,16 +9,19 @@
 //       the sequence-parallel LayerNorm reads only its rows:     declareRead(pp=@0,tp=S0)
 //     MLP output projection (row-parallel)          -> allReduce(tp), then send(pp) to stage 1;
 //       stage 1 reads the whole activation:                      declareRead(pp=@1,tp=R)
-//   backward, stage 1:
-//     input gradient of a column-parallel layer     -> allReduce(tp);
-//       the sequence-parallel region reads its rows:             consume(pp=@1,tp=S0)
+//   backward, stage 1 back to stage 0:
+//     input gradient of a column-parallel layer     -> allReduce(tp), then sendBack(pp) to stage 0;
+//       stage 0's sequence-parallel region reads its rows, which the framework knows as a
+//       byte range of the received buffer:                       consume(buffer, offset, bytes)
 //     sequence-parallel activations for recompute   -> allGather(tp) (read in full: no declaration)
 //
 // What chimera does with it: with CHIMERA_FUSION=0 (or fusion off) it runs exactly those calls.
 // With fusion on it sees, at the flush, that the first AllReduce is read as a row shard only
 // (a ReduceScatter delivers it: TP+SP), that the AllReduce + send is read replicated on stage 1
-// (reduce-scatter, send the shards, gather on stage 1: TP+PP), and that the AllGather has no
-// declaration, so it runs as written. Results are compared element by element.
+// (reduce-scatter, send the shards, gather on stage 1: TP+PP), that the backward AllReduce +
+// sendBack is read as the row shard each stage-0 rank's byte range covers (reduce-scatter on
+// stage 1, send each shard to the one rank that reads it: TP+PP+SP), and that the AllGather has
+// no declaration, so it runs as written. Results are compared element by element.
 //
 // Run: mpirun -np 8 transformer_layer [--seq 4096] [--hidden 1024] [--iters 10]
 #include <cstdio>
@@ -37,7 +40,7 @@ using example::check;
 
 // One stage's buffers (a rank of the other stage leaves its part empty).
 struct Buffers {
-  std::vector<float> attention, mlp, mlpOnStage1, gradient, activations, gathered;
+  std::vector<float> attention, mlp, mlpOnStage1, gradient, gradientOnStage0, activations, gathered;
 };
 
 struct Setup {
@@ -52,12 +55,21 @@ struct Setup {
   }
   std::size_t bytes(const Layout& l) const { return l.holds(rank) ? static_cast<std::size_t>(l.localBytes(spec)) : 0; }
   std::vector<float> buffer(const char* text) const { return std::vector<float>(bytes(layout(text)) / 4); }
+  // The bytes of this rank's rows (its tp shard of dim 0) in a stage-`stage` buffer; none off it.
+  std::size_t rowsOffset(int stage) const {
+    const std::vector<int> at = mesh.coordinates(rank);
+    return at[0] == stage ? static_cast<std::size_t>(at[1]) * rowsBytes(stage) : 0;
+  }
+  std::size_t rowsBytes(int stage) const {
+    const std::int64_t shard = spec.numElements() / mesh.axis(1).size;  // elements of one tp shard
+    return mesh.coordinates(rank)[0] == stage ? static_cast<std::size_t>(shard) * sizeof(float) : 0;
+  }
   float* data(std::vector<float>& b) const { return b.empty() ? nullptr : b.data(); }
 };
 
 // What each consumer reads after one step (for the comparison of the two runs).
 struct Read {
-  std::vector<float> attention, mlp, gradient, gathered;
+  std::vector<float> attention, mlp, gradientRows, gathered;
   bool operator==(const Read&) const = default;
 };
 
@@ -67,7 +79,8 @@ Read layerStep(Session& session, const Setup& s, Buffers& b, int seed) {
   example::fill(b.mlp, seed + 1, s.rank);
   example::fill(b.gradient, seed + 2, s.rank);
   example::fill(b.activations, seed + 3, 0);
-  TensorHandle attention, attentionSum, mlp, mlpSum, mlpNext, gradient, gradientSum, activations, gathered;
+  TensorHandle attention, attentionSum, mlp, mlpSum, mlpNext, gradient, gradientSum, gradientBack, activations,
+      gathered;
   // Forward, stage 0.
   check(session.tensor(s.data(b.attention), b.attention.size() * 4, s.spec, s.layout("pp=@0,tp=P"), attention), "t");
   check(session.allReduce(attention, s.tp, attentionSum), "attention allReduce");
@@ -77,18 +90,21 @@ Read layerStep(Session& session, const Setup& s, Buffers& b, int seed) {
   check(session.send(mlpSum, s.pp, s.data(b.mlpOnStage1), b.mlpOnStage1.size() * 4, mlpNext), "send");
   check(session.declareRead(mlpNext, s.layout("pp=@1,tp=R")), "declare");
   check(session.flush(), "forward flush");
-  // Backward, stage 1.
+  // Backward, stage 1 back to stage 0.
   check(session.tensor(s.data(b.gradient), b.gradient.size() * 4, s.spec, s.layout("pp=@1,tp=P"), gradient), "t");
   check(session.allReduce(gradient, s.tp, gradientSum), "gradient allReduce");
+  check(session.sendBack(gradientSum, s.pp, s.data(b.gradientOnStage0), b.gradientOnStage0.size() * 4, gradientBack),
+        "sendBack");
   check(session.tensor(s.data(b.activations), b.activations.size() * 4, s.spec, s.layout("pp=@1,tp=S0"), activations),
         "t");
   check(session.allGather(activations, s.tp, 0, s.data(b.gathered), b.gathered.size() * 4, gathered), "allGather");
-  check(session.consume(gradientSum, s.layout("pp=@1,tp=S0")), "backward consume");
+  check(session.consume(gradientBack, s.rowsOffset(0), s.rowsBytes(0)), "backward consume");
 
   Read read;
   read.attention = example::consumedPart(b.attention, s.layout("pp=@0,tp=R"), s.layout("pp=@0,tp=S0"), s.spec, s.rank);
   read.mlp = b.mlpOnStage1;
-  read.gradient = example::consumedPart(b.gradient, s.layout("pp=@1,tp=R"), s.layout("pp=@1,tp=S0"), s.spec, s.rank);
+  const auto rows = b.gradientOnStage0.begin() + static_cast<std::ptrdiff_t>(s.rowsOffset(0) / 4);
+  read.gradientRows.assign(rows, rows + static_cast<std::ptrdiff_t>(s.rowsBytes(0) / 4));
   read.gathered = b.gathered;
   return read;
 }
@@ -118,8 +134,8 @@ int main(int argc, char** argv) {
   check(Session::create(*backend, off, unfused), "session");
   check(Session::create(*backend, on, fused), "session");
   auto buffers = [&] {
-    return Buffers{s.buffer("pp=@0,tp=R"), s.buffer("pp=@0,tp=R"), s.buffer("pp=@1,tp=R"),
-                   s.buffer("pp=@1,tp=R"), s.buffer("pp=@1,tp=S0"), s.buffer("pp=@1,tp=R")};
+    return Buffers{s.buffer("pp=@0,tp=R"), s.buffer("pp=@0,tp=R"),  s.buffer("pp=@1,tp=R"), s.buffer("pp=@1,tp=R"),
+                   s.buffer("pp=@0,tp=R"), s.buffer("pp=@1,tp=S0"), s.buffer("pp=@1,tp=R")};
   };
   Buffers a = buffers(), b = buffers();
   std::vector<double> timeOff, timeOn;
