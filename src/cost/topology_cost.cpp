@@ -76,7 +76,8 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
       CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
                         "plan step 'send' writes buffer {} of {}", step.output, plan.buffers.size());
       std::vector<Transfer> transfers;
-      CHIMERA_RETURN_IF_ERROR(sendTransfers(input, plan.buffers[static_cast<std::size_t>(step.output)], step, transfers));
+      const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
+      CHIMERA_RETURN_IF_ERROR(sendTransfers(input, output, step, transfers));
       out.push_back(CommStep::manyToMany(std::move(transfers)));
       break;
     }

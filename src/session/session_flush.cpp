@@ -24,16 +24,6 @@ bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
 
 }  // namespace
 
-Status Session::Impl::ensureAgreement(std::size_t bytes) {
-  if (bytes <= agreementBytes) return Status::ok();
-  backend.deallocate(agreement);
-  agreement = nullptr;
-  agreementBytes = 0;
-  CHIMERA_RETURN_IF_ERROR(backend.allocate(bytes, &agreement));
-  agreementBytes = bytes;
-  return Status::ok();
-}
-
 // One MAX allReduce over the world of {hash, -hash, failed, aliased per value} (a fixed size,
 // so ranks with different windows still meet): equal hashes prove every rank recorded the
 // same window; the aliasing verdicts are OR-ed, so every rank materialises a value aliased on
@@ -42,7 +32,7 @@ Status Session::Impl::ensureAgreement(std::size_t bytes) {
 // layout that holds every rank's range.
 Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, Verdicts& out) {
   const std::size_t count = std::max(kAgreementWords, key.uncovered.size());
-  CHIMERA_RETURN_IF_ERROR(ensureAgreement(count * sizeof(std::int64_t)));
+  CHIMERA_RETURN_IF_ERROR(agreement.reserve(count * sizeof(std::int64_t)));
   std::vector<std::int64_t>& words = agreementWords;
   words.assign(kAgreementWords, 0);
   words[0] = key.sharedHash;
@@ -73,10 +63,10 @@ Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, V
 
 Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words) {
   const std::size_t bytes = words.size() * sizeof(std::int64_t);
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, words.data(), bytes));
-  CHIMERA_RETURN_IF_ERROR(
-      backend.allReduce(agreement, agreement, words.size(), DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement, bytes));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement.data(), words.data(), bytes));
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement.data(), agreement.data(), words.size(), DataType::I64,
+                                            ReduceOp::Max, backend.mesh().allAxes()));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement.data(), bytes));
   return backend.synchronize();
 }
 
@@ -100,7 +90,7 @@ void Session::Impl::resolveRanges(const std::vector<std::uint8_t>& uncovered) {
 // joins a one-element allReduce on the group (the agreement buffer exists by now).
 Status Session::Impl::createGroup(AxisSet axes) {
   if (std::find(createdGroups.begin(), createdGroups.end(), axes.bits()) != createdGroups.end()) return Status::ok();
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement, agreement, 1, DataType::I64, ReduceOp::Max, axes));
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement.data(), agreement.data(), 1, DataType::I64, ReduceOp::Max, axes));
   createdGroups.push_back(axes.bits());
   return Status::ok();
 }
@@ -163,16 +153,6 @@ Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*
   return Status::ok();
 }
 
-Status Session::Impl::ensureStaging(std::size_t bytes) {
-  if (bytes <= stagingBytes) return Status::ok();
-  backend.deallocate(staging);
-  staging = nullptr;
-  stagingBytes = 0;
-  CHIMERA_RETURN_IF_ERROR(backend.allocate(bytes, &staging));
-  stagingBytes = bytes;
-  return Status::ok();
-}
-
 // The consumed part lands in the final buffer where the recorded calls would have put it.
 Status Session::Impl::runStaged(const detail::WindowStep& step, const detail::WindowValue& in,
                                 detail::WindowValue& out) {
@@ -181,18 +161,18 @@ Status Session::Impl::runStaged(const detail::WindowStep& step, const detail::Wi
   const TensorSpec& spec = in.spec;
   const bool holds = consumed.holds(rank);
   const auto bytes = holds ? static_cast<std::size_t>(consumed.localBytes(spec)) : 0;
-  if (bytes > 0) CHIMERA_RETURN_IF_ERROR(ensureStaging(bytes));
+  if (bytes > 0) CHIMERA_RETURN_IF_ERROR(staging.reserve(bytes));
   const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
   CHIMERA_RETURN_IF_ERROR(
-      executor.runChain(step.request, mode, in.buffer, in.bytes, bytes > 0 ? staging : nullptr, bytes));
+      executor.runChain(step.request, mode, in.buffer, in.bytes, bytes > 0 ? staging.data() : nullptr, bytes));
   if (bytes == 0) return Status::ok();
   const Box finalBox = out.layout.rankBox(rank, spec);
   const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
   const std::vector<std::int64_t> shape = out.layout.localShape(spec);
   if (box.volume() * static_cast<std::int64_t>(dataTypeSize(spec.dtype)) == out.layout.localBytes(spec)) {
-    return backend.copy(out.buffer, staging, bytes);
+    return backend.copy(out.buffer, staging.data(), bytes);
   }
-  return backend.unpackBox(staging, out.buffer, shape, box, spec.dtype);
+  return backend.unpackBox(staging.data(), out.buffer, shape, box, spec.dtype);
 }
 
 Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {

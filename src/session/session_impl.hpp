@@ -9,6 +9,7 @@
 
 #include "chimera/executor.hpp"
 #include "chimera/session.hpp"
+#include "session/backend_buffer.hpp"
 #include "session/window.hpp"
 
 namespace chimera::detail {
@@ -29,12 +30,8 @@ struct CachedWindow {
 namespace chimera {
 
 struct Session::Impl {
-  Impl(Backend& b, const SessionOptions& o) : backend(b), options(o), executor(b, o.cost) {}
-  ~Impl() {
-    backend.deallocate(staging);
-    backend.deallocate(agreement);
-  }
-  Status ensureAgreement(std::size_t bytes);
+  Impl(Backend& b, const SessionOptions& o)
+      : backend(b), options(o), executor(b, o.cost), staging(b), agreement(b) {}
 
   Status checkHandle(TensorHandle t) const;
   Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, bool inPlace,
@@ -53,7 +50,6 @@ struct Session::Impl {
   void resolveRanges(const std::vector<std::uint8_t>& uncovered);
   Status runStep(const detail::WindowStep& step, bool fused);
   Status runStaged(const detail::WindowStep& step, const detail::WindowValue& in, detail::WindowValue& out);
-  Status ensureStaging(std::size_t bytes);
   Status createGroup(AxisSet axes);
 
   Backend& backend;
@@ -63,10 +59,8 @@ struct Session::Impl {
   std::uint64_t windowId = 1;
   std::unordered_multimap<std::uint64_t, std::unique_ptr<detail::CachedWindow>> cache;
   SessionStats stats;
-  void* staging = nullptr;
-  std::size_t stagingBytes = 0;
-  void* agreement = nullptr;
-  std::size_t agreementBytes = 0;
+  detail::BackendBuffer staging;    ///< a consumed part on its way into the final buffer
+  detail::BackendBuffer agreement;  ///< the agreement's words
   std::vector<std::int64_t> agreementWords;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };

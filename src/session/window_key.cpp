@@ -45,8 +45,8 @@ WindowKey windowKey(const Window& window, int rank) {
   for (const WindowCall& c : window.calls) {
     key.words.insert(key.words.end(),
                      {static_cast<std::int64_t>(c.op.kind), static_cast<std::int64_t>(c.op.axes.bits()), c.op.dim,
-                      c.op.toDim, c.op.root, c.op.stageStep, static_cast<std::int64_t>(c.input), static_cast<std::int64_t>(c.output),
-                      c.inPlace ? 1 : 0});
+                      c.op.toDim, c.op.root, c.op.stageStep, static_cast<std::int64_t>(c.input),
+                      static_cast<std::int64_t>(c.output), c.inPlace ? 1 : 0});
   }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (!window.values[i].declared) continue;

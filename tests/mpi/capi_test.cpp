@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -108,35 +109,53 @@ TEST_F(CApi, PlainCollectivesAndRedistribution) {
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// A 16x8 f32 partial sum on one pipeline stage, reduced over tp and handed to the other stage
+// through a C session; `consume` declares what the receivers read.
+struct HandOff {
+  const char* from;     ///< "pp=@0,tp=P" or "pp=@1,tp=P"
+  const char* handOff;  ///< "send:pp" or "send:pp:prev"
+  std::function<chimeraResult_t(chimeraSession_t, chimeraTensor_t)> consume;
+};
+
+// Runs `h` with fusion off (0) or on (1); this rank's received tensor lands in `out`.
+void runHandOff(chimeraComm_t comm, int rank, int fusion, const HandOff& h, std::vector<float>& out,
+                chimeraSessionStats_t& stats) {
+  const bool sender = (rank < 4) == (std::string(h.from).find("@0") != std::string::npos);
+  std::vector<float> input(16 * 8);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank) % 5);
+  out.assign(16 * 8, -1);
+  chimeraSession_t session = nullptr;
+  ASSERT_EQ(chimeraSessionBegin(comm, fusion, &session), chimeraSuccess);
+  chimeraTensor_t x, summed, handed;
+  ASSERT_EQ(chimeraSessionTensor(session, sender ? input.data() : nullptr, sender ? 512 : 0, "16,8", chimeraFloat32,
+                                 h.from, &x),
+            chimeraSuccess);
+  ASSERT_EQ(chimeraSessionRecord(session, "allreduce:tp", x, nullptr, 0, &summed), chimeraSuccess);
+  ASSERT_EQ(chimeraSessionRecord(session, h.handOff, summed, sender ? nullptr : out.data(), sender ? 0 : 512, &handed),
+            chimeraSuccess)
+      << chimeraGetLastError();
+  EXPECT_EQ(h.consume(session, handed), chimeraSuccess) << chimeraGetLastError();
+  ASSERT_EQ(chimeraSessionGetStats(session, &stats), chimeraSuccess);
+  EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+}
+
+// The tp sum of the sending stage's inputs at element i (senders: ranks `first`..`first`+3).
+float handedSum(std::size_t i, int first) {
+  float sum = 0;
+  for (int r = first; r < first + 4; ++r) sum += static_cast<float>((i + r) % 5);
+  return sum;
+}
+
 // tp+pp through a C session, fusion off and on: identical results, fewer bytes when fused.
 TEST_F(CApi, SessionFusedEqualsRecorded) {
-  const bool stage0 = rank_ < 4;
-  std::vector<float> input(16 * 8), unfused(16 * 8, -1), fused(16 * 8, -1);
+  const HandOff h{"pp=@0,tp=P", "send:pp",
+                  [](chimeraSession_t s, chimeraTensor_t t) { return chimeraSessionConsume(s, t, "pp=@1,tp=R"); }};
+  std::vector<float> unfused, fused;
   chimeraSessionStats_t stats[2];
-  for (int fusion = 0; fusion < 2; ++fusion) {
-    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank_) % 5);
-    chimeraSession_t session = nullptr;
-    ASSERT_EQ(chimeraSessionBegin(comm_, fusion, &session), chimeraSuccess);
-    chimeraTensor_t x, summed, handed;
-    float* out = fusion ? fused.data() : unfused.data();
-    ASSERT_EQ(chimeraSessionTensor(session, stage0 ? input.data() : nullptr, stage0 ? 512 : 0, "16,8",
-                                   chimeraFloat32, "pp=@0,tp=P", &x),
-              chimeraSuccess);
-    ASSERT_EQ(chimeraSessionRecord(session, "allreduce:tp", x, nullptr, 0, &summed), chimeraSuccess);
-    ASSERT_EQ(chimeraSessionRecord(session, "send:pp", summed, stage0 ? nullptr : out, stage0 ? 0 : 512, &handed),
-              chimeraSuccess);
-    EXPECT_EQ(chimeraSessionConsume(session, handed, "pp=@1,tp=R"), chimeraSuccess) << chimeraGetLastError();
-    ASSERT_EQ(chimeraSessionGetStats(session, &stats[fusion]), chimeraSuccess);
-    EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
-  }
+  runHandOff(comm_, rank_, 0, h, unfused, stats[0]);
+  runHandOff(comm_, rank_, 1, h, fused, stats[1]);
   bool ok = unfused == fused;
-  if (!stage0) {  // stage 1 holds the tp sum of stage 0's inputs: ranks 0..3
-    for (std::size_t i = 0; i < unfused.size(); ++i) {
-      float expect = 0;
-      for (int r = 0; r < 4; ++r) expect += static_cast<float>((i + r) % 5);
-      ok = ok && unfused[i] == expect;
-    }
-  }
+  for (std::size_t i = 0; rank_ >= 4 && i < unfused.size(); ++i) ok = ok && unfused[i] == handedSum(i, 0);
   EXPECT_TRUE(ok);
   EXPECT_EQ(stats[0].fusedChains, 0u);
   EXPECT_EQ(stats[1].fusedChains, 1u);
@@ -150,32 +169,16 @@ TEST_F(CApi, SessionBackwardSendWithByteRange) {
   const bool stage1 = rank_ >= 4;
   const std::size_t rows = 4 * 8 * 4;  // 4 rows of 8 floats: one tp shard of 16 rows
   const std::size_t offset = stage1 ? 0 : static_cast<std::size_t>(rank_ % 4) * rows;
-  std::vector<float> input(16 * 8), unfused(16 * 8, -1), fused(16 * 8, -1);
+  const HandOff h{"pp=@1,tp=P", "send:pp:prev", [&](chimeraSession_t s, chimeraTensor_t t) {
+                    return chimeraSessionConsumeRange(s, t, offset, stage1 ? 0 : rows);
+                  }};
+  std::vector<float> unfused, fused;
   chimeraSessionStats_t stats[2];
-  for (int fusion = 0; fusion < 2; ++fusion) {
-    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank_) % 5);
-    chimeraSession_t session = nullptr;
-    ASSERT_EQ(chimeraSessionBegin(comm_, fusion, &session), chimeraSuccess);
-    chimeraTensor_t x, summed, handed;
-    float* out = fusion ? fused.data() : unfused.data();
-    ASSERT_EQ(chimeraSessionTensor(session, stage1 ? input.data() : nullptr, stage1 ? 512 : 0, "16,8",
-                                   chimeraFloat32, "pp=@1,tp=P", &x),
-              chimeraSuccess);
-    ASSERT_EQ(chimeraSessionRecord(session, "allreduce:tp", x, nullptr, 0, &summed), chimeraSuccess);
-    ASSERT_EQ(chimeraSessionRecord(session, "send:pp:prev", summed, stage1 ? nullptr : out, stage1 ? 0 : 512,
-                                   &handed),
-              chimeraSuccess)
-        << chimeraGetLastError();
-    EXPECT_EQ(chimeraSessionConsumeRange(session, handed, offset, stage1 ? 0 : rows), chimeraSuccess)
-        << chimeraGetLastError();
-    ASSERT_EQ(chimeraSessionGetStats(session, &stats[fusion]), chimeraSuccess);
-    EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
-  }
+  runHandOff(comm_, rank_, 0, h, unfused, stats[0]);
+  runHandOff(comm_, rank_, 1, h, fused, stats[1]);
   bool ok = true;
   for (std::size_t i = offset / 4; !stage1 && i < (offset + rows) / 4; ++i) {
-    float expect = 0;  // the tp sum of stage 1's inputs: ranks 4..7
-    for (int r = 4; r < 8; ++r) expect += static_cast<float>((i + r) % 5);
-    ok = ok && unfused[i] == expect && fused[i] == expect;
+    ok = ok && unfused[i] == handedSum(i, 4) && fused[i] == handedSum(i, 4);
   }
   EXPECT_TRUE(ok);
   EXPECT_EQ(stats[0].fusedChains, 0u);
