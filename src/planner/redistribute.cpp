@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
-#include <unordered_map>
 
 #include "common/check.hpp"
 
@@ -22,99 +20,153 @@ struct Grid {
     for (std::size_t d = 0; d < chunks.size(); ++d) cell = cell * chunks[d] + box.offset[d] / chunkExtent[d];
     return cell;
   }
+  std::int64_t cells() const {
+    std::int64_t n = 1;
+    for (auto c : chunks) n *= c;
+    return n;
+  }
 };
 
 Grid gridOf(const Layout& layout, const TensorSpec& spec) {
   Grid grid;
-  const auto local = layout.localShape(spec);
-  for (std::size_t d = 0; d < spec.shape.size(); ++d) {
-    grid.chunks.push_back(spec.shape[d] / local[d]);
-    grid.chunkExtent.push_back(local[d]);
-  }
+  grid.chunkExtent = layout.localShape(spec);
+  grid.chunks.reserve(spec.shape.size());
+  for (std::size_t d = 0; d < spec.shape.size(); ++d) grid.chunks.push_back(spec.shape[d] / grid.chunkExtent[d]);
   return grid;
 }
 
-int coordinateDistance(const std::vector<std::vector<int>>& coords, int a, int b) {
-  int distance = 0;
-  for (std::size_t i = 0; i < coords[static_cast<std::size_t>(a)].size(); ++i) {
-    distance += coords[static_cast<std::size_t>(a)][i] != coords[static_cast<std::size_t>(b)][i] ? 1 : 0;
-  }
-  return distance;
-}
-
 // Appends the transfers delivering `need` (logical box of `dst`) from the holders of `from`.
+// Built once per (from, spec) and reused for every destination, so the per-transfer work
+// allocates only the transfer's own two boxes.
 struct TransferBuilder {
   const Layout& from;
-  const TensorSpec& spec;
   Grid grid;
   AxisSet pinned;
   std::int64_t pinCount = 1;
-  std::unordered_map<std::int64_t, std::vector<int>> holders;  // (cell, pin) -> ranks ascending
-  std::vector<std::vector<int>> coords;
+  int numAxes = 0;
+  std::vector<int> coords;                // [rank * numAxes + axis]
+  std::vector<int> pinIndex;              // rank -> group index on the pinned axes
+  std::vector<std::int32_t> holderBegin;  // (cell, pin) key -> first entry in holderRanks
+  std::vector<int> holderRanks;           // per key, the ranks holding it, ascending
   std::vector<std::int64_t> load;
   std::vector<Box> fromBoxes;
   std::int64_t elementSize = 1;
+  std::vector<std::int64_t> lo, hi, index;  // deliver's scratch
 
-  TransferBuilder(const Layout& f, const TensorSpec& s) : from(f), spec(s), grid(gridOf(f, s)) {
+  TransferBuilder(const Layout& f, const TensorSpec& spec) : from(f), grid(gridOf(f, spec)) {
     const Mesh& mesh = from.mesh();
+    const int world = mesh.size();
     pinned = from.axesOfKind(Placement::Kind::Partial);
     pinCount = mesh.groupSize(pinned);
+    numAxes = mesh.numAxes();
     elementSize = static_cast<std::int64_t>(dataTypeSize(spec.dtype));
-    load.assign(static_cast<std::size_t>(mesh.size()), 0);
-    for (int rank = 0; rank < mesh.size(); ++rank) {
-      coords.push_back(mesh.coordinates(rank));
+    load.assign(static_cast<std::size_t>(world), 0);
+    coords.resize(static_cast<std::size_t>(world) * static_cast<std::size_t>(numAxes));
+    pinIndex.resize(static_cast<std::size_t>(world));
+    fromBoxes.reserve(static_cast<std::size_t>(world));
+    std::vector<std::int64_t> keyOf(static_cast<std::size_t>(world), -1);
+    holderBegin.assign(static_cast<std::size_t>(grid.cells() * pinCount) + 1, 0);
+    for (int rank = 0; rank < world; ++rank) {
+      for (int axis = 0; axis < numAxes; ++axis) coords[flat(rank, axis)] = mesh.coordinate(rank, axis);
+      pinIndex[static_cast<std::size_t>(rank)] = mesh.groupIndex(rank, pinned);
       fromBoxes.push_back(from.rankBox(rank, spec));
       if (!from.holds(rank)) continue;
-      holders[key(grid.cellOf(fromBoxes.back()), rank)].push_back(rank);
+      keyOf[static_cast<std::size_t>(rank)] = key(grid.cellOf(fromBoxes.back()), rank);
+      ++holderBegin[static_cast<std::size_t>(keyOf[static_cast<std::size_t>(rank)]) + 1];
     }
+    for (std::size_t k = 1; k < holderBegin.size(); ++k) holderBegin[k] += holderBegin[k - 1];
+    holderRanks.resize(static_cast<std::size_t>(holderBegin.back()));
+    std::vector<std::int32_t> next(holderBegin.begin(), holderBegin.end() - 1);
+    for (int rank = 0; rank < world; ++rank) {
+      const std::int64_t k = keyOf[static_cast<std::size_t>(rank)];
+      if (k >= 0) holderRanks[static_cast<std::size_t>(next[static_cast<std::size_t>(k)]++)] = rank;
+    }
+    lo.resize(grid.chunks.size());
+    hi.resize(grid.chunks.size());
+    index.resize(grid.chunks.size());
+  }
+
+  std::size_t flat(int rank, int axis) const {
+    return static_cast<std::size_t>(rank) * static_cast<std::size_t>(numAxes) + static_cast<std::size_t>(axis);
   }
 
   std::int64_t key(std::int64_t cell, int rank) const {
-    return cell * pinCount + from.mesh().groupIndex(rank, pinned);
+    return cell * pinCount + pinIndex[static_cast<std::size_t>(rank)];
   }
 
-  int chooseSource(const std::vector<int>& candidates, int dst) const {
+  int coordinateDistance(int a, int b) const {
+    int distance = 0;
+    for (int axis = 0; axis < numAxes; ++axis) distance += coords[flat(a, axis)] != coords[flat(b, axis)] ? 1 : 0;
+    return distance;
+  }
+
+  // The holder of one key to send to `dst`: `dst` itself, else the nearest, then least loaded.
+  int chooseSource(std::int64_t k, int dst) const {
+    const auto begin = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k)];
+    const auto end = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k) + 1];
     int best = -1;
-    for (int src : candidates) {
+    int dBest = 0;
+    for (auto it = begin; it != end; ++it) {
+      const int src = *it;
       if (src == dst) return dst;
-      if (best < 0) {
+      const int dSrc = coordinateDistance(src, dst);
+      if (best < 0 || dSrc < dBest ||
+          (dSrc == dBest && load[static_cast<std::size_t>(src)] < load[static_cast<std::size_t>(best)])) {
         best = src;
-        continue;
-      }
-      const int dSrc = coordinateDistance(coords, src, dst);
-      const int dBest = coordinateDistance(coords, best, dst);
-      if (dSrc < dBest || (dSrc == dBest && load[static_cast<std::size_t>(src)] < load[static_cast<std::size_t>(best)])) {
-        best = src;
+        dBest = dSrc;
       }
     }
     return best;
   }
 
+  Box cellBox() const {
+    Box box;
+    for (std::size_t d = 0; d < index.size(); ++d) {
+      box.offset.push_back(index[d] * grid.chunkExtent[d]);
+      box.extent.push_back(grid.chunkExtent[d]);
+    }
+    return box;
+  }
+
+  // The transfer of the part of the current cell (`index`) that `need` overlaps, from `src`.
+  BoxTransfer piece(int src, int dst, const Box& need) const {
+    const std::size_t dims = index.size();
+    const Box& source = fromBoxes[static_cast<std::size_t>(src)];
+    BoxTransfer t{src, dst, {}, {}, elementSize};
+    t.srcBox.offset.resize(dims);
+    t.srcBox.extent.resize(dims);
+    t.dstBox.offset.resize(dims);
+    t.dstBox.extent.resize(dims);
+    for (std::size_t d = 0; d < dims; ++d) {
+      const std::int64_t cellLo = index[d] * grid.chunkExtent[d];
+      const std::int64_t low = std::max(cellLo, need.offset[d]);
+      const std::int64_t high = std::min(cellLo + grid.chunkExtent[d], need.offset[d] + need.extent[d]);
+      const std::int64_t extent = std::max<std::int64_t>(0, high - low);
+      t.srcBox.offset[d] = low - source.offset[d];
+      t.dstBox.offset[d] = low - need.offset[d];
+      t.srcBox.extent[d] = extent;
+      t.dstBox.extent[d] = extent;
+      t.bytes *= extent;
+    }
+    return t;
+  }
+
   Status deliver(int dst, const Box& need, std::vector<BoxTransfer>& out) {
     const std::size_t dims = grid.chunks.size();
-    std::vector<std::int64_t> lo(dims), hi(dims), index(dims);
     for (std::size_t d = 0; d < dims; ++d) {
       lo[d] = need.offset[d] / grid.chunkExtent[d];
       hi[d] = (need.offset[d] + need.extent[d] + grid.chunkExtent[d] - 1) / grid.chunkExtent[d];
       index[d] = lo[d];
     }
     while (true) {
-      Box cellBox;
       std::int64_t cell = 0;
-      for (std::size_t d = 0; d < dims; ++d) {
-        cellBox.offset.push_back(index[d] * grid.chunkExtent[d]);
-        cellBox.extent.push_back(grid.chunkExtent[d]);
-        cell = cell * grid.chunks[d] + index[d];
-      }
-      const auto found = holders.find(key(cell, dst));
-      CHIMERA_CHECK_ARG(found != holders.end(), "no rank holding layout {} has box {} for rank {}", from.toString(),
-                        cellBox.toString(), dst);
-      const int src = chooseSource(found->second, dst);
-      const Box piece = cellBox.intersect(need);
-      BoxTransfer t{src, dst, piece.relativeTo(fromBoxes[static_cast<std::size_t>(src)].offset),
-                    piece.relativeTo(need.offset), piece.volume() * elementSize};
-      if (src != dst) load[static_cast<std::size_t>(src)] += t.bytes;
-      out.push_back(std::move(t));
+      for (std::size_t d = 0; d < dims; ++d) cell = cell * grid.chunks[d] + index[d];
+      const std::int64_t k = key(cell, dst);
+      CHIMERA_CHECK_ARG(holderBegin[static_cast<std::size_t>(k)] < holderBegin[static_cast<std::size_t>(k) + 1],
+                        "no rank holding layout {} has box {} for rank {}", from.toString(), cellBox().toString(), dst);
+      const int src = chooseSource(k, dst);
+      out.push_back(piece(src, dst, need));
+      if (src != dst) load[static_cast<std::size_t>(src)] += out.back().bytes;
       std::size_t d = dims;
       while (d > 0 && ++index[d - 1] == hi[d - 1]) {
         index[d - 1] = lo[d - 1];
@@ -153,32 +205,34 @@ Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpe
 
 AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers) {
   const Mesh& mesh = from.mesh();
-  const std::vector<int> holders = from.holders();
-  if (transfers.empty() || holders != to.holders()) return {};
+  if (transfers.empty()) return {};
   const std::int64_t block = transfers.front().bytes;
   for (const auto& t : transfers) {
     if (t.bytes != block) return {};
   }
-  // Candidate groups in increasing size; the transfer count must be holders * n.
-  std::vector<std::uint32_t> sets;
-  for (std::uint32_t bits = 1; bits <= mesh.allAxes().bits(); ++bits) sets.push_back(bits);
-  std::stable_sort(sets.begin(), sets.end(), [&](std::uint32_t a, std::uint32_t b) {
-    return mesh.groupSize(AxisSet::fromBits(a)) < mesh.groupSize(AxisSet::fromBits(b));
-  });
-  for (std::uint32_t bits : sets) {
+  std::size_t holders = 0;
+  for (int rank = 0; rank < mesh.size(); ++rank) {
+    const bool holds = from.holds(rank);
+    if (holds != to.holds(rank)) return {};
+    holders += holds ? 1 : 0;
+  }
+  // The transfer count must be holders * n: only groups of that size n can match. Of those,
+  // the first in axis-bit order wins (the smallest group, ties broken by bits).
+  if (holders == 0 || transfers.size() % holders != 0) return {};
+  const std::size_t n = transfers.size() / holders;
+  if (n < 2) return {};
+  std::vector<std::uint8_t> seen;  // [(src, member index of dst)] seen once each
+  for (std::uint32_t bits = 1; bits <= mesh.allAxes().bits(); ++bits) {
     const AxisSet group = AxisSet::fromBits(bits);
-    const int n = mesh.groupSize(group);
-    if (n < 2 || transfers.size() != holders.size() * static_cast<std::size_t>(n)) continue;
-    // pair[(src, member index of dst)] seen once each.
-    std::vector<std::uint8_t> seen(static_cast<std::size_t>(mesh.size()) * static_cast<std::size_t>(n), 0);
+    if (static_cast<std::size_t>(mesh.groupSize(group)) != n) continue;
+    seen.assign(static_cast<std::size_t>(mesh.size()) * n, 0);
     bool ok = true;
     for (const auto& t : transfers) {
       if (mesh.groupColor(t.src, group) != mesh.groupColor(t.dst, group)) {
         ok = false;
         break;
       }
-      auto& mark = seen[static_cast<std::size_t>(t.src) * static_cast<std::size_t>(n) +
-                        static_cast<std::size_t>(mesh.groupIndex(t.dst, group))];
+      auto& mark = seen[static_cast<std::size_t>(t.src) * n + static_cast<std::size_t>(mesh.groupIndex(t.dst, group))];
       if (mark != 0) {
         ok = false;
         break;
