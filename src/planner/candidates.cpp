@@ -23,6 +23,14 @@ ProgramStep collectiveStep(PlanStep::Kind kind, AxisSet axes, ReduceOp op, int d
   return {std::move(step), std::move(output)};
 }
 
+// A program of the one step `step`. (A braced `{{step, layout}}` would go through an
+// initializer_list, which copies the step and its transfers.)
+Program oneStep(ProgramStep step) {
+  Program program;
+  program.push_back(std::move(step));
+  return program;
+}
+
 // Direct ways from `from` to `to`: nothing, a local copy, a many-to-many, or a collective.
 Status directOptions(const Layout& from, const Layout& to, const TensorSpec& spec, std::vector<Program>& out) {
   if (from == to) {
@@ -42,14 +50,14 @@ Status directOptions(const Layout& from, const Layout& to, const TensorSpec& spe
     step.transfers = std::move(transfers);
     step.origin = "send each destination the intersection of its box with each source's";
   }
-  out.push_back({{std::move(step), to}});
+  out.push_back(oneStep({std::move(step), to}));
   if (local) return Status::ok();
   for (const ChainOp& op : collectivesBetween(from, to, spec)) {
     OpEffect effect;
     CHIMERA_RETURN_IF_ERROR(applyChainOp(from, op, spec, effect));
     PlanStep collective = stepForChainOp(op, effect);
     collective.origin = "the many-to-many is exactly this collective";
-    out.push_back({{std::move(collective), to}});
+    out.push_back(oneStep({std::move(collective), to}));
   }
   return Status::ok();
 }
@@ -121,13 +129,13 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const La
   const Mesh& mesh = from.mesh();
   const ReduceOp op = from.partialOp();
   const std::string group = mesh.axesName(axes);
-  options.push_back({collectiveStep(PlanStep::Kind::AllReduce, axes, op, 0, from.withReplicated(axes),
-                                    fmt::format("reduce the partial sums over {}", group))});
+  options.push_back(oneStep(collectiveStep(PlanStep::Kind::AllReduce, axes, op, 0, from.withReplicated(axes),
+                                          fmt::format("reduce the partial sums over {}", group))));
   for (int dim = 0; dim < spec.rank(); ++dim) {
     Layout sharded = from.withShards(axes, dim);
     if (!sharded.validate(spec).isOk()) continue;
-    options.push_back({collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
-                                      fmt::format("reduce over {} straight into shards of dim {}", group, dim))});
+    options.push_back(oneStep(collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
+                                            fmt::format("reduce over {} straight into shards of dim {}", group, dim))));
   }
   Program toward = reductionTowardTarget(from, axes, to, spec);
   if (!toward.empty()) options.push_back(std::move(toward));
@@ -143,7 +151,7 @@ std::vector<Program> reductionPrefixes(const Layout& from, const Layout& to, Axi
     PlanStep slice;
     slice.kind = PlanStep::Kind::LocalCopy;
     slice.origin = "keep only the part the consumer's shards need";
-    starts.push_back({{std::move(slice), trimmed}});
+    starts.push_back(oneStep({std::move(slice), trimmed}));
   }
   std::vector<Program> prefixes;
   for (const auto& start : starts) {
@@ -185,15 +193,17 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
   return Status::ok();
 }
 
-Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, const Program& program,
+Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
                   std::int64_t scale) {
   Plan plan;
   plan.spec = spec;
+  plan.buffers.reserve(program.size() + 1);
+  plan.steps.reserve(program.size() + 1);
   plan.addBuffer(from);
   plan.addBuffer(to);
   int current = Plan::kInput;
   for (std::size_t i = 0; i < program.size(); ++i) {
-    PlanStep step = program[i].step;
+    PlanStep step = std::move(program[i].step);
     const bool last = i + 1 == program.size();
     if (last) CHIMERA_ASSERT(program[i].output == to);
     step.input = current;

@@ -51,7 +51,8 @@ std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, co
                                      std::vector<Program>& out);
 
 /// Turns a program into a Plan from `from` to `to`, appending a Scale step when scale != 1.
-Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, const Program& program,
+/// The program's steps move into the plan (a many-to-many's transfers are not copied).
+Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
                   std::int64_t scale);
 
 }  // namespace chimera::detail

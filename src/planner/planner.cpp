@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
 #include <tuple>
 
 #include "common/check.hpp"
@@ -24,9 +25,19 @@ struct Score {
   }
 };
 
+// The point-to-point messages of the plan's ManyToMany steps (as planBytes counts them).
+std::int64_t messagesOf(const Plan& plan) {
+  std::int64_t messages = 0;
+  for (const auto& step : plan.steps) {
+    if (step.kind != PlanStep::Kind::ManyToMany) continue;
+    for (const auto& t : step.transfers) messages += t.src != t.dst ? 1 : 0;
+  }
+  return messages;
+}
+
 Score scoreOf(const Plan& plan, const PlanCost& cost) {
   const CostPrediction p = cost.predict(plan);
-  return {p.value, p.tieBreak, plan.steps.size(), planBytes(plan).messages};
+  return {p.value, p.tieBreak, plan.steps.size(), messagesOf(plan)};
 }
 
 Status checkReachable(const Layout& from, const Layout& to) {
@@ -93,10 +104,12 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
     const Layout& reduced = reduction.empty() ? from : reduction.back().output;
     std::vector<detail::Program> moves;
     CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reduced, to, spec, moves));
-    for (const auto& move : moves) {
-      detail::Program program = reduction;
-      program.insert(program.end(), move.begin(), move.end());
-      Plan plan = detail::assemblePlan(spec, from, to, program, scale);
+    for (auto& move : moves) {
+      detail::Program program;
+      program.reserve(reduction.size() + move.size());
+      program.insert(program.end(), reduction.begin(), reduction.end());
+      program.insert(program.end(), std::make_move_iterator(move.begin()), std::make_move_iterator(move.end()));
+      Plan plan = detail::assemblePlan(spec, from, to, std::move(program), scale);
       const Score score = scoreOf(plan, cost);
       ++priced;
       if (!best || score < bestScore) {
@@ -129,7 +142,7 @@ Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layou
     program.push_back({std::move(copy), consumed});
   }
   // Scales are part of the ops' definitions here (a sum over replicated copies).
-  out = detail::assemblePlan(spec, trace.layouts.front(), consumed, program, 1);
+  out = detail::assemblePlan(spec, trace.layouts.front(), consumed, std::move(program), 1);
   return Status::ok();
 }
 
