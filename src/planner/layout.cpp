@@ -185,19 +185,21 @@ Status Layout::validate(const TensorSpec& spec) const {
   for (int dim = 0; dim <= maxShardDim(); ++dim) {
     const auto& axes = splits_[static_cast<std::size_t>(dim)];
     if (axes.empty()) continue;
-    std::string names;
     std::int64_t shards = 1;
-    for (int axis : axes) {
-      shards *= mesh().axis(axis).size;
-      if (!names.empty()) names += '+';
-      names += mesh().axis(axis).name;
-    }
+    for (int axis : axes) shards *= mesh().axis(axis).size;
     CHIMERA_CHECK_ARG(dim < spec.rank(), "layout {} shards dim {} but the tensor {} has {} dimensions", toString(), dim,
                       spec.toString(), spec.rank());
     const std::int64_t size = spec.shape[static_cast<std::size_t>(dim)];
-    CHIMERA_CHECK_ARG(size % shards == 0,
-                      "dim {} of size {} is not divisible by {} shards over {} (uneven splits are not supported)", dim,
-                      size, shards, names);
+    if (size % shards == 0) continue;
+    // The names only for the message: validate runs for every candidate layout of a plan.
+    std::string names;
+    for (int axis : axes) {
+      if (!names.empty()) names += '+';
+      names += mesh().axis(axis).name;
+    }
+    return Status::invalidArgument(fmt::format(
+        "dim {} of size {} is not divisible by {} shards over {} (uneven splits are not supported)", dim, size, shards,
+        names));
   }
   return Status::ok();
 }
@@ -230,13 +232,13 @@ Box Layout::rankBox(int rank, const TensorSpec& spec) const {
     std::fill(box.extent.begin(), box.extent.end(), 0);
     return box;
   }
-  const auto coords = mesh().coordinates(rank);
+  const Mesh& grid = mesh();
   for (int dim = 0; dim <= maxShardDim() && dim < spec.rank(); ++dim) {
     std::int64_t index = 0;
     std::int64_t shards = 1;
     for (int axis : splits_[static_cast<std::size_t>(dim)]) {
-      const int size = mesh().axis(axis).size;
-      index = index * size + coords[static_cast<std::size_t>(axis)];
+      const int size = grid.axis(axis).size;
+      index = index * size + grid.coordinate(rank, axis);
       shards *= size;
     }
     const auto d = static_cast<std::size_t>(dim);
