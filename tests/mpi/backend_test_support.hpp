@@ -56,6 +56,27 @@ inline detail::MpiBackendOptions testOptions(detail::MpiAlgorithm algorithm) {
   return options;
 }
 
+/// A named set of backend options the sweeps run every case on.
+struct BackendConfig {
+  std::string name;
+  detail::MpiBackendOptions options;
+};
+
+/// Each algorithm family, and the library family with MPI messages of at most 5 elements, so
+/// that the split of transfers larger than one MPI call (beyond INT_MAX elements in real use)
+/// runs on small counts.
+inline std::vector<BackendConfig> backendConfigs() {
+  std::vector<BackendConfig> configs;
+  for (const auto algorithm : {detail::MpiAlgorithm::PointToPoint, detail::MpiAlgorithm::Ring,
+                               detail::MpiAlgorithm::Library}) {
+    configs.push_back({std::string(detail::mpiAlgorithmName(algorithm)), testOptions(algorithm)});
+  }
+  BackendConfig split{"library, messages of 5 elements", testOptions(detail::MpiAlgorithm::Library)};
+  split.options.maxMessageCount = 5;
+  configs.push_back(split);
+  return configs;
+}
+
 /// Creates the backend; `status` holds the first error.
 inline BackendUnderTest makeBackend(const GroupCase& group, const detail::MpiBackendOptions& options) {
   BackendUnderTest out;

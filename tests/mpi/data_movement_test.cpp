@@ -10,10 +10,8 @@
 namespace chimera::testing {
 namespace {
 
-using detail::MpiAlgorithm;
 
 constexpr std::size_t kCounts[] = {1, 7, 1029};
-constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring, MpiAlgorithm::Library};
 constexpr int kModulus = 251;  // fits u8; every dtype holds 0..250 exactly
 
 std::byte* blockAt(std::vector<std::uint64_t>& buf, std::size_t block, std::size_t count, DataType dtype) {
@@ -88,15 +86,15 @@ void checkBroadcast(BackendUnderTest& t, DataType dtype, std::size_t count, bool
 template <typename PerCase>
 void sweep(PerCase perCase) {
   std::uint32_t seed = 1000;
-  for (const MpiAlgorithm algorithm : kAlgorithms) {
+  for (const BackendConfig& config : backendConfigs()) {
     for (const GroupCase& group : groupCases(worldSize())) {
-      BackendUnderTest t = makeBackend(group, testOptions(algorithm));
+      BackendUnderTest t = makeBackend(group, config.options);
       FirstFailure failure;
       failure.record(t.status.isOk(), "setup " + group.mesh + " " + group.axes + ": " + t.status.toString());
       if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
       for (const DataType dtype : kAllDataTypes)
         for (const std::size_t count : kCounts) perCase(t, dtype, count, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << detail::mpiAlgorithmName(algorithm) << " on "
+      EXPECT_TRUE(allRanksAgree(failure.ok)) << config.name << " on "
                                               << group.mesh << " / " << group.axes;
     }
   }

@@ -11,14 +11,19 @@ namespace {
 
 constexpr int kModulus = 251;
 
-BackendUnderTest worldBackend() {
-  return makeBackend(GroupCase{"world=" + std::to_string(worldSize()), "world"},
-                     testOptions(detail::MpiAlgorithm::Auto));
+// The world group, with MPI messages of any size or of at most 5 elements (the split of
+// transfers beyond one MPI call's int count, on small counts).
+BackendUnderTest worldBackend(bool smallMessages) {
+  detail::MpiBackendOptions options = testOptions(detail::MpiAlgorithm::Auto);
+  if (smallMessages) options.maxMessageCount = 5;
+  return makeBackend(GroupCase{"world=" + std::to_string(worldSize()), "world"}, options);
 }
 
+class MpiPointToPoint : public ::testing::TestWithParam<bool> {};
+
 // Even ranks send to the next odd rank, which receives, then the direction flips.
-TEST(MpiBackend, SendRecvBetweenPairs) {
-  BackendUnderTest t = worldBackend();
+TEST_P(MpiPointToPoint, SendRecvBetweenPairs) {
+  BackendUnderTest t = worldBackend(GetParam());
   FirstFailure failure;
   failure.record(t.status.isOk(), t.status.toString());
   const int me = worldRank();
@@ -46,8 +51,8 @@ TEST(MpiBackend, SendRecvBetweenPairs) {
 
 // Each rank sends one block to every rank (itself included) and receives one from each:
 // a many-to-many exchange in one grouped call, two messages per pair to check ordering.
-TEST(MpiBackend, GroupedP2PManyToManyKeepsPairOrder) {
-  BackendUnderTest t = worldBackend();
+TEST_P(MpiPointToPoint, GroupedP2PManyToManyKeepsPairOrder) {
+  BackendUnderTest t = worldBackend(GetParam());
   FirstFailure failure;
   failure.record(t.status.isOk(), t.status.toString());
   const int me = worldRank();
@@ -89,6 +94,9 @@ TEST(MpiBackend, GroupedP2PManyToManyKeepsPairOrder) {
   }
   EXPECT_TRUE(allRanksAgree(failure.ok));
 }
+
+INSTANTIATE_TEST_SUITE_P(MessageSizes, MpiPointToPoint, ::testing::Bool(),
+                         [](const auto& test) { return test.param ? "SplitInto5" : "Whole"; });
 
 }  // namespace
 }  // namespace chimera::testing

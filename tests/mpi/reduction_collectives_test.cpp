@@ -13,7 +13,6 @@ namespace {
 using detail::MpiAlgorithm;
 
 constexpr std::size_t kCounts[] = {1, 7, 1029};
-constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring, MpiAlgorithm::Library};
 
 // Runs one AllReduce and checks every element; returns false on the first wrong one.
 void checkAllReduce(BackendUnderTest& t, DataType dtype, ReduceOp op, std::size_t count, bool inPlace,
@@ -68,9 +67,9 @@ void checkReduceScatter(BackendUnderTest& t, DataType dtype, ReduceOp op, std::s
 template <typename Check>
 void sweep(Check check) {
   std::uint32_t seed = 1;
-  for (const MpiAlgorithm algorithm : kAlgorithms) {
+  for (const BackendConfig& config : backendConfigs()) {
     for (const GroupCase& group : groupCases(worldSize())) {
-      BackendUnderTest t = makeBackend(group, testOptions(algorithm));
+      BackendUnderTest t = makeBackend(group, config.options);
       FirstFailure failure;
       failure.record(t.status.isOk(), "setup " + group.mesh + " " + group.axes + ": " + t.status.toString());
       if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
@@ -78,7 +77,7 @@ void sweep(Check check) {
         for (const ReduceOp op : kAllReduceOps)
           for (const std::size_t count : kCounts)
             for (const bool inPlace : {false, true}) check(t, dtype, op, count, inPlace, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << detail::mpiAlgorithmName(algorithm) << " on " << group.mesh << " / "
+      EXPECT_TRUE(allRanksAgree(failure.ok)) << config.name << " on " << group.mesh << " / "
                                               << group.axes;
     }
   }

@@ -20,22 +20,26 @@ constexpr int kAllGatherTag = 0x4147;      // 'AG'
 }  // namespace
 
 Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
-                        const MpiGroup& group) {
+                        const MpiGroup& group, std::size_t maxMessageCount) {
   const int n = group.size;
   const int me = group.index;
-  const std::size_t blockBytes = countPerPeer * dataTypeSize(dtype);
+  const std::size_t es = dataTypeSize(dtype);
+  const std::size_t blockBytes = countPerPeer * es;
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   if (blockBytes > 0) std::memcpy(out + me * blockBytes, in + me * blockBytes, blockBytes);
   const MPI_Datatype type = mpiDataType(dtype);
-  const int count = static_cast<int>(countPerPeer);
+  const std::size_t piece = std::max<std::size_t>(1, std::min(maxMessageCount, kMaxMpiCount));
   for (int step = 1; step < n; ++step) {
     const int to = (me + step) % n;
     const int from = (me - step + n) % n;
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Sendrecv(in + to * blockBytes, count, type, to, kAllToAllTag,
-                                                   out + from * blockBytes, count, type, from, kAllToAllTag,
-                                                   group.comm, MPI_STATUS_IGNORE),
-                                      "MPI_Sendrecv (pairwise all-to-all)"));
+    for (std::size_t begin = 0; begin < countPerPeer; begin += piece) {
+      const int count = static_cast<int>(std::min(piece, countPerPeer - begin));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Sendrecv(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag,
+                                                     out + from * blockBytes + begin * es, count, type, from,
+                                                     kAllToAllTag, group.comm, MPI_STATUS_IGNORE),
+                                        "MPI_Sendrecv (pairwise all-to-all)"));
+    }
   }
   return Status::ok();
 }

@@ -14,10 +14,10 @@
 namespace chimera::detail {
 
 /// Pairwise-exchange AllToAll: in step s (1..n-1) member i sends its block (i+s) mod n and
-/// receives block (i-s) mod n, one MPI_Sendrecv each; the own block is copied locally.
-/// Out-of-place; `countPerPeer` <= INT_MAX. Collective over `group`.
+/// receives block (i-s) mod n, as MPI_Sendrecv calls of at most `maxMessageCount` elements;
+/// the own block is copied locally. Out-of-place. Collective over `group`.
 [[nodiscard]] Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
-                                      const MpiGroup& group);
+                                      const MpiGroup& group, std::size_t maxMessageCount);
 
 /// Direct ReduceScatter: every member sends block j of `send` straight to member j (all
 /// segments of at most `segmentBytes` posted at once), and reduces the n-1 incoming copies

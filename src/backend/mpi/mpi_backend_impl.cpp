@@ -38,8 +38,6 @@ std::size_t pointToPointThreshold(CollectiveKind kind) {
   return std::numeric_limits<std::size_t>::max();
 }
 
-bool fitsMpiCount(std::size_t count) { return count <= kMaxMpiCount; }
-
 Status checkTotal(std::size_t perRank, int parts, const char* what) {
   CHIMERA_CHECK_ARG(perRank <= std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(parts),
                     "{} {} times {} ranks overflows", what, perRank, parts);
@@ -102,7 +100,7 @@ Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, Da
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllReduce, count, dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
-  if (!usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) && fitsMpiCount(count))
+  if (!usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) && fitsOneCall(count))
     return libraryAllReduce(send, recv, count, dtype, op, *group);
   if (options_.algorithm != MpiAlgorithm::Ring)
     return pointToPointAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
@@ -146,7 +144,7 @@ Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvC
   if (recvCount == 0) return Status::ok();
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
   if (usePointToPoint(CollectiveKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
-      !fitsMpiCount(recvCount)) {
+      !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};
     CHIMERA_RETURN_IF_ERROR(
         options_.algorithm == MpiAlgorithm::Ring
@@ -171,7 +169,7 @@ Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount
   const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
   auto* mine = static_cast<std::byte*>(recv) + static_cast<std::size_t>(group->index) * sendCount * es;
   const bool inPlace = send == mine;
-  if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsMpiCount(total)) {
+  if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};
     if (options_.algorithm == MpiAlgorithm::Ring) return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
@@ -192,14 +190,12 @@ Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPe
   if (local.isOk()) local = checkBuffer(recv, countPerPeer, "allToAll recv buffer");
   if (local.isOk() && countPerPeer > 0 && send == recv)
     local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
-  if (local.isOk() && !fitsMpiCount(countPerPeer * static_cast<std::size_t>(group->size)))
-    local = Status::unsupported(fmt::format("allToAll of {} elements per peer exceeds MPI's int count", countPerPeer));
   CHIMERA_RETURN_IF_ERROR(
       prepare(axes, {CollectiveKind::AllToAll, countPerPeer, dtype, ReduceOp::Sum, 0}, local, group));
   if (countPerPeer == 0) return Status::ok();
   const std::size_t total = countPerPeer * static_cast<std::size_t>(group->size);
-  if (usePointToPoint(CollectiveKind::AllToAll, total * dataTypeSize(dtype), group->size))
-    return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group);
+  if (usePointToPoint(CollectiveKind::AllToAll, total * dataTypeSize(dtype), group->size) || !fitsOneCall(total))
+    return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group, options_.maxMessageCount);
   const MPI_Datatype type = mpiDataType(dtype);
   const int count = static_cast<int>(countPerPeer);
   return mpiStatus(MPI_Alltoall(send, count, type, recv, count, type, group->comm), "MPI_Alltoall");
@@ -216,37 +212,42 @@ Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, Da
                     group->size));
   if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
   if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
-  if (local.isOk() && !fitsMpiCount(count))
-    local = Status::unsupported(fmt::format("broadcast of {} elements exceeds MPI's int count", count));
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
   if (count == 0) return Status::ok();
-  if (usePointToPoint(CollectiveKind::Broadcast, count * dataTypeSize(dtype), group->size))
+  const std::size_t es = dataTypeSize(dtype);
+  if (usePointToPoint(CollectiveKind::Broadcast, count * es, group->size) && fitsOneCall(count))
     return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group);
-  if (group->index == root && send != recv) std::memcpy(recv, send, count * dataTypeSize(dtype));
-  return mpiStatus(MPI_Bcast(recv, static_cast<int>(count), mpiDataType(dtype), root, group->comm), "MPI_Bcast");
+  if (group->index == root && send != recv) std::memcpy(recv, send, count * es);
+  return forEachMessage(count, es, [&](std::size_t offset, int n) {
+    return mpiStatus(MPI_Bcast(static_cast<std::byte*>(recv) + offset, n, mpiDataType(dtype), root, group->comm),
+                     "MPI_Bcast");
+  });
 }
 
 Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const {
   CHIMERA_RETURN_IF_ERROR(checkDataType(dtype));
   CHIMERA_CHECK_ARG(peer >= 0 && peer < mesh_.size(), "peer {} is not a world rank (world size {})", peer,
                     mesh_.size());
-  CHIMERA_RETURN_IF_ERROR(checkBuffer(buf, count, "point-to-point buffer"));
-  if (!fitsMpiCount(count))
-    return Status::unsupported(fmt::format("point-to-point transfer of {} elements exceeds MPI's int count", count));
-  return Status::ok();
+  return checkBuffer(buf, count, "point-to-point buffer");
 }
 
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
   CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
   CHIMERA_CHECK_ARG(peer != rank_, "send to self (rank {}) would block; use groupedP2P", peer);
-  return mpiStatus(MPI_Send(buf, static_cast<int>(count), mpiDataType(dtype), peer, kP2PTag, p2p_), "MPI_Send");
+  return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
+    return mpiStatus(MPI_Send(static_cast<const std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_),
+                     "MPI_Send");
+  });
 }
 
 Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
   CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
   CHIMERA_CHECK_ARG(peer != rank_, "recv from self (rank {}) would block; use groupedP2P", peer);
-  return mpiStatus(MPI_Recv(buf, static_cast<int>(count), mpiDataType(dtype), peer, kP2PTag, p2p_, MPI_STATUS_IGNORE),
-                   "MPI_Recv");
+  return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
+    return mpiStatus(MPI_Recv(static_cast<std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_,
+                              MPI_STATUS_IGNORE),
+                     "MPI_Recv");
+  });
 }
 
 Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
@@ -254,17 +255,25 @@ Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
     const Status status = checkPeer(ops[i].peer, ops[i].count, ops[i].dtype, ops[i].buffer);
     if (!status.isOk()) return Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
   }
-  std::vector<MPI_Request> requests(ops.size(), MPI_REQUEST_NULL);
+  // An op larger than one message is posted as several, in order: messages between two ranks
+  // on one communicator and tag match in the order they were posted.
+  std::vector<MPI_Request>& requests = p2pRequests_;
+  requests.clear();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
-    const int count = static_cast<int>(op.count);
-    const int rc = op.kind == P2POp::Kind::Send
-                       ? MPI_Isend(op.buffer, count, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &requests[i])
-                       : MPI_Irecv(op.buffer, count, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &requests[i]);
-    if (rc != MPI_SUCCESS) {
-      // Complete what was posted so no request outlives the call, then report the failure.
-      MPI_Waitall(static_cast<int>(i), requests.data(), MPI_STATUSES_IGNORE);
+    const Status posted = forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
+      auto* at = static_cast<std::byte*>(op.buffer) + offset;
+      MPI_Request& request = requests.emplace_back(MPI_REQUEST_NULL);
+      const int rc = op.kind == P2POp::Kind::Send
+                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request)
+                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request);
+      if (rc == MPI_SUCCESS) return Status::ok();
       return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
+    });
+    if (!posted.isOk()) {
+      // Complete what was posted so no request outlives the call, then report the failure.
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+      return posted;
     }
   }
   return mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),

@@ -5,15 +5,19 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "backend/mpi/arg_check.hpp"
 #include "backend/mpi/host_memory.hpp"
 #include "backend/mpi/mpi_group.hpp"
+#include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
+#include "common/check.hpp"
 
 namespace chimera::detail {
 
@@ -37,6 +41,10 @@ struct MpiBackendOptions {
   /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside AllReduce
   /// (CHIMERA_MPI_SEGMENT_BYTES; kUnsegmented = whole blocks). See docs/performance.md.
   std::size_t segmentBytes = std::size_t{1} << 20;
+  /// Most elements one MPI message or library call carries (MPI's count is an int); larger
+  /// transfers are split into messages of at most this many, or run on chimera's own
+  /// algorithms. Tests lower it to exercise the split without gigabyte buffers.
+  std::size_t maxMessageCount = kMaxMpiCount;
 };
 
 /// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),
@@ -94,6 +102,21 @@ class MpiBackend final : public Backend {
   // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
   bool usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const;
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
+  // Whether `count` elements fit one MPI call (options_.maxMessageCount).
+  bool fitsOneCall(std::size_t count) const { return count <= messageCount(); }
+  std::size_t messageCount() const {
+    return std::max<std::size_t>(1, std::min(options_.maxMessageCount, kMaxMpiCount));
+  }
+  // Calls send(byteOffset, count) for consecutive messages of at most messageCount() elements
+  // of `elementSize` bytes covering `count` elements (none for 0); stops at the first error.
+  template <typename Send>
+  Status forEachMessage(std::size_t count, std::size_t elementSize, Send send) const {
+    const std::size_t most = messageCount();
+    for (std::size_t begin = 0; begin < count; begin += most) {
+      CHIMERA_RETURN_IF_ERROR(send(begin * elementSize, static_cast<int>(std::min(most, count - begin))));
+    }
+    return Status::ok();
+  }
 
   Status libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                           const MpiGroup& group);
@@ -108,6 +131,7 @@ class MpiBackend final : public Backend {
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
   HostMemory memory_;
+  std::vector<MPI_Request> p2pRequests_;  // groupedP2P's requests, kept to avoid allocating per call
 };
 
 }  // namespace chimera::detail
