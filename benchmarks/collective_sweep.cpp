@@ -9,13 +9,15 @@
 
 #include "buffer_check.hpp"
 #include "common/check.hpp"
+#include "in_place.hpp"
 #include "json_report_file.hpp"
 #include "timing.hpp"
 
 namespace chimera::bench {
 namespace {
 
-/// Backend-allocated send and receive buffers, large enough for every row.
+/// Backend-allocated send and receive buffers for the out-of-place calls, and the one buffer
+/// of the in-place calls, each large enough for every row.
 class RowBuffers {
  public:
   explicit RowBuffers(Backend& backend) : backend_(backend) {}
@@ -24,27 +26,44 @@ class RowBuffers {
   ~RowBuffers() {
     backend_.deallocate(send_);
     backend_.deallocate(recv_);
+    backend_.deallocate(inPlace_);
   }
-  Status allocate(std::size_t sendBytes, std::size_t recvBytes) {
+  Status allocate(std::size_t sendBytes, std::size_t recvBytes, std::size_t inPlaceBytes) {
     CHIMERA_RETURN_IF_ERROR(backend_.allocate(std::max<std::size_t>(sendBytes, 1), &send_));
-    return backend_.allocate(std::max<std::size_t>(recvBytes, 1), &recv_);
+    CHIMERA_RETURN_IF_ERROR(backend_.allocate(std::max<std::size_t>(recvBytes, 1), &recv_));
+    return backend_.allocate(std::max<std::size_t>(inPlaceBytes, 1), &inPlace_);
   }
   void* send() const { return send_; }
   void* recv() const { return recv_; }
+  void* inPlace() const { return inPlace_; }
 
  private:
   Backend& backend_;
   void* send_ = nullptr;
   void* recv_ = nullptr;
+  void* inPlace_ = nullptr;
 };
 
 /// One row's measurement on this rank before agreement.
 struct LocalRow {
   std::uint64_t wrong = 0;
+  std::uint64_t inPlaceWrong = 0;
   std::uint64_t baselineWrong = 0;
+  bool inPlaceRan = false;
   bool baselineRan = true;
   double seconds = 0.0;
+  double inPlaceSeconds = 0.0;
   double baselineSeconds = 0.0;
+};
+
+/// This rank's in-place call of one row: send and recv inside one buffer, per `layout`.
+struct InPlaceCall {
+  const RowCase& row;
+  InPlaceLayout layout;
+  void* buffer = nullptr;
+
+  const void* send() const { return elementAt(buffer, row.dtype, layout.sendOffset); }
+  void* recv() const { return elementAt(buffer, row.dtype, layout.recvOffset); }
 };
 
 /// Every row of the sweep in nccl-tests order: dtype, then op, then size.
@@ -90,6 +109,23 @@ Status checkRow(CollectiveRunner& runner, const InputPattern& inputs, const RowC
   return Status::ok();
 }
 
+/// Poisons the in-place buffer and writes this rank's input (member `groupIndex`) into the
+/// call's send slot: the result overwrites the input, so every checked run needs this.
+void writeInPlaceInputOf(const InPlaceCall& call, const InputPattern& inputs, int groupIndex) {
+  writeInPlaceInput(call.buffer, call.row.dtype, call.layout, [&](std::size_t i) { return inputs.value(groupIndex, i); });
+}
+
+/// Runs ours in place once on freshly written input and counts the elements of the result
+/// slot (where the call must leave it) that differ from the expected values.
+Status checkInPlace(CollectiveRunner& runner, const InputPattern& inputs, const InPlaceCall& call, int groupIndex,
+                    LocalRow& local) {
+  writeInPlaceInputOf(call, inputs, groupIndex);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(runner.runOurs(call.row, call.send(), call.recv())));
+  local.inPlaceWrong = countInPlaceMismatches(call.buffer, call.row.dtype, call.layout,
+                                              [&](std::size_t i) { return runner.expected(inputs, call.row, i); });
+  return Status::ok();
+}
+
 double statistic(TimeStatistic stat, const TimingSamples& samples) {
   return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
 }
@@ -114,20 +150,55 @@ Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& 
   return Status::ok();
 }
 
+/// Times ours in place with the same warm-up, barrier and statistic as timeRow. The input is
+/// written fresh first, but every iteration then overwrites it with its result, so later
+/// iterations reduce already-reduced data: fine for timing (nccl-tests does the same); the
+/// check (checkInPlace) always runs on fresh input.
+Status timeInPlace(const Options& options, CollectiveRunner& runner, const InputPattern& inputs,
+                   const InPlaceCall& call, int groupIndex, LocalRow& local) {
+  const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
+  writeInPlaceInputOf(call, inputs, groupIndex);
+  TimingSamples samples;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
+    return runner.runOurs(call.row, call.send(), call.recv());
+  }, samples)));
+  local.inPlaceSeconds = statistic(options.stat, samples);
+  local.inPlaceRan = true;
+  return Status::ok();
+}
+
+/// Checks (-c 1) and times one row: ours out of place, the baseline, then ours in place
+/// when the collective has an in-place form.
+Status measureRow(const Options& options, CollectiveRunner& runner, const InputPattern& inputs, const RowCase& row,
+                  const RowBuffers& buffers, int groupIndex, LocalRow& local) {
+  if (options.check) CHIMERA_RETURN_IF_ERROR(checkRow(runner, inputs, row, buffers, local));
+  CHIMERA_RETURN_IF_ERROR(timeRow(options, runner, row, buffers, local));
+  const std::optional<InPlaceLayout> layout = inPlaceLayout(options.collective, row.shape, groupIndex);
+  if (!layout) return Status::ok();
+  const InPlaceCall call{row, *layout, buffers.inPlace()};
+  if (options.check) CHIMERA_RETURN_IF_ERROR(checkInPlace(runner, inputs, call, groupIndex, local));
+  return timeInPlace(options, runner, inputs, call, groupIndex, local);
+}
+
 /// Times: max over ranks; wrong elements: sum over ranks (collective over the world).
 ResultRow agreeRow(const Options& options, const RowCase& row, const LocalRow& local, int groupSize) {
-  double seconds[2] = {local.seconds, local.baselineSeconds};
-  MPI_Allreduce(MPI_IN_PLACE, seconds, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  std::uint64_t wrong[2] = {local.wrong, local.baselineWrong};
-  MPI_Allreduce(MPI_IN_PLACE, wrong, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  double seconds[3] = {local.seconds, local.baselineSeconds, local.inPlaceSeconds};
+  MPI_Allreduce(MPI_IN_PLACE, seconds, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  std::uint64_t wrong[3] = {local.wrong, local.baselineWrong, local.inPlaceWrong};
+  MPI_Allreduce(MPI_IN_PLACE, wrong, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   ResultRow result;
   result.bytes = row.shape.bytes;
   result.count = row.shape.paramCount;
   result.dtype = row.dtype;
   result.op = row.op;
   result.timeUs = seconds[0] * 1e6;
-  computeBandwidth(result, busBandwidthFactor(options.collective, groupSize));
   if (options.check) result.wrong = wrong[0];
+  if (local.inPlaceRan) {
+    result.inPlace = InPlaceResult{};
+    result.inPlace->timeUs = seconds[2] * 1e6;
+    if (options.check) result.inPlace->wrong = wrong[2];
+  }
+  computeBandwidth(result, busBandwidthFactor(options.collective, groupSize));
   if (local.baselineRan) {
     result.baselineTimeUs = seconds[1] * 1e6;
     if (options.check) result.baselineWrong = wrong[1];
@@ -170,10 +241,11 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     sendBytes = std::max(sendBytes, row.shape.sendCount * dataTypeSize(row.dtype));
     recvBytes = std::max(recvBytes, row.shape.recvCount * dataTypeSize(row.dtype));
   }
+  const std::size_t inPlaceBytes = hasInPlaceForm(options.collective) ? std::max(sendBytes, recvBytes) : 0;
   JsonReportFile json;
   CHIMERA_RETURN_IF_ERROR(json.open(options.jsonPath, rank));
   RowBuffers buffers(*group.backend);
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.allocate(sendBytes, recvBytes)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.allocate(sendBytes, recvBytes, inPlaceBytes)));
   const std::unique_ptr<CollectiveRunner> runner = createRunner(options.collective, group);
   const RunInfo info = runInfo(options, context);
   print(rank, tableHeader(info));
@@ -189,15 +261,15 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     fillBuffer(buffers.send(), row.dtype, row.shape.sendCount,
                [&](std::size_t i) { return inputs.value(group.groupIndex, i); });
     LocalRow local;
-    if (options.check) CHIMERA_RETURN_IF_ERROR(checkRow(*runner, inputs, row, buffers, local));
-    CHIMERA_RETURN_IF_ERROR(timeRow(options, *runner, row, buffers, local));
+    CHIMERA_RETURN_IF_ERROR(measureRow(options, *runner, inputs, row, buffers, group.groupIndex, local));
     const ResultRow result = agreeRow(options, row, local, group.groupSize());
     print(rank, tableRow(result));
     if (result.baselineWrong.value_or(0) > 0) {
       print(rank, fmt::format("# warning: the baseline {} returned {} wrong elements in the row above\n",
                               info.baseline, *result.baselineWrong));
     }
-    outcome.anyWrong |= result.wrong.value_or(0) > 0 || result.baselineWrong.value_or(0) > 0;
+    const std::uint64_t inPlaceWrong = result.inPlace ? result.inPlace->wrong.value_or(0) : 0;
+    outcome.anyWrong |= result.wrong.value_or(0) > 0 || inPlaceWrong > 0 || result.baselineWrong.value_or(0) > 0;
     outcome.rows.push_back(result);
   }
   print(rank, tableFooter(outcome.rows));

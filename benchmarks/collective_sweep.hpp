@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The collective mode of chimera-bench (-C): for every dtype x op x size, check ours and the
-// baseline once (-c 1), time both, agree over ranks, print a row (rank 0), and at the end
-// write --json. Other modes (scenarios) get their own file next to this one.
+// The collective mode of chimera-bench (-C): for every dtype x op x size, check ours out of
+// place, the baseline and ours in place once each (-c 1), time all three, agree over ranks,
+// print a row (rank 0), and at the end write --json. Other modes (scenarios) get their own file next to this one.
 #pragma once
 
 #include <vector>
@@ -16,7 +16,7 @@ namespace chimera::bench {
 struct SweepOutcome {
   /// The rows, in the order they were printed.
   std::vector<ResultRow> rows;
-  /// Some element of ours or of the baseline was wrong on some rank.
+  /// Some element of ours (out-of-place or in-place) or of the baseline was wrong on some rank.
   bool anyWrong = false;
 };
 

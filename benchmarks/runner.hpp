@@ -51,7 +51,8 @@ struct RowCase {
 
 /// Runs one collective kind. Every rank of every group calls the same methods in the same
 /// order (they are collective). Send buffers hold shape.sendCount elements, receive buffers
-/// shape.recvCount; both are out of place.
+/// shape.recvCount; they are separate, except that runOurs is also called in place, with
+/// send and recv inside one buffer as in_place.hpp lays them out.
 class CollectiveRunner {
  public:
   virtual ~CollectiveRunner() = default;

@@ -17,6 +17,9 @@ ResultRow sampleRow() {
   row.op = ReduceOp::Sum;
   row.timeUs = 20000.0;
   row.wrong = 0;
+  row.inPlace = InPlaceResult{};
+  row.inPlace->timeUs = 25000.0;
+  row.inPlace->wrong = 1;
   row.baselineTimeUs = 30000.0;
   row.baselineWrong = 2;
   computeBandwidth(row, busBandwidthFactor(Collective::AllReduce, 8));
@@ -27,6 +30,9 @@ TEST(BenchReport, BandwidthAndSpeedup) {
   const ResultRow row = sampleRow();
   EXPECT_NEAR(row.algbwGBps, 33554432.0 / 0.02 / 1e9, 1e-12);
   EXPECT_NEAR(row.busbwGBps, row.algbwGBps * 1.75, 1e-12);
+  ASSERT_TRUE(row.inPlace.has_value());
+  EXPECT_NEAR(row.inPlace->algbwGBps, 33554432.0 / 0.025 / 1e9, 1e-12);
+  EXPECT_NEAR(row.inPlace->busbwGBps, row.inPlace->algbwGBps * 1.75, 1e-12);
   ASSERT_TRUE(speedup(row).has_value());
   EXPECT_DOUBLE_EQ(*speedup(row), 1.5);
   ResultRow noBaseline = row;
@@ -37,19 +43,43 @@ TEST(BenchReport, BandwidthAndSpeedup) {
 TEST(BenchReport, TableRowShowsEveryColumn) {
   ResultRow row = sampleRow();
   const std::string line = tableRow(row);
-  EXPECT_EQ(line, "    33554432       8388608     float     sum     20000.0     1.68     2.94       0      30000.0     1.50\n");
+  EXPECT_EQ(line,
+            "    33554432       8388608     float     sum     20000.0     1.68     2.94       0     25000.0     1.34     "
+            "2.35       1      30000.0     1.50\n");
+  ResultRow outOfPlaceOnly = row;
+  outOfPlaceOnly.inPlace.reset();
+  EXPECT_EQ(tableRow(outOfPlaceOnly),
+            "    33554432       8388608     float     sum     20000.0     1.68     2.94       0         n/a      n/a      "
+            "n/a     n/a      30000.0     1.50\n");
   row.wrong.reset();
+  row.inPlace->wrong.reset();
   row.baselineTimeUs.reset();
   row.op.reset();
   const std::string unchecked = tableRow(row);
   EXPECT_NE(unchecked.find(" none "), std::string::npos);
-  EXPECT_NE(unchecked.find(" N/A "), std::string::npos);
+  EXPECT_NE(unchecked.find(" N/A     25000.0 "), std::string::npos) << unchecked;
+  EXPECT_NE(unchecked.find(" N/A      "), std::string::npos) << unchecked;
   EXPECT_NE(unchecked.find(" n/a "), std::string::npos);
   RunInfo info;
   info.collective = "allreduce";
   info.root = 2;
   const std::string header = tableHeader(info);
   EXPECT_NE(header.find("#wrong"), std::string::npos);
+  // The captions stand over their groups, and the columns line up with the rows.
+  const std::size_t captions = header.find("out-of-place");
+  ASSERT_NE(captions, std::string::npos);
+  const std::size_t lineStart = header.rfind('\n', captions) + 1;
+  const std::size_t outOfPlaceColumn = captions - lineStart;
+  const std::size_t inPlaceColumn = header.find("in-place", captions) - lineStart;
+  EXPECT_GT(outOfPlaceColumn, line.find("20000.0") - 10);
+  EXPECT_LT(outOfPlaceColumn, line.find(" 0 "));
+  EXPECT_GT(inPlaceColumn, line.find("25000.0") - 10);
+  EXPECT_LT(inPlaceColumn, line.find(" 1 "));
+  const std::size_t columns = header.find("#       size");
+  ASSERT_NE(columns, std::string::npos);
+  const std::string columnLine = header.substr(columns, header.find('\n', columns) - columns);
+  EXPECT_EQ(columnLine.size(), line.size() - 1) << columnLine;
+  EXPECT_EQ(columnLine.rfind("#wrong") + 6, line.find(" 1 ") + 2);
   EXPECT_NE(header.find("baseline"), std::string::npos);
   EXPECT_NE(header.find("root (group index) 2"), std::string::npos);
 }
@@ -60,12 +90,21 @@ TEST(BenchReport, FooterSumsWrongAndAveragesBusBandwidth) {
   ResultRow second = sampleRow();
   second.busbwGBps = 1.0;
   second.baselineWrong.reset();
+  // Ours = out-of-place 3 + 0 and in-place 1 + 1.
   const std::string footer = tableFooter({first, second});
-  EXPECT_NE(footer.find("Wrong elements     : 3 (baseline 2)"), std::string::npos) << footer;
+  EXPECT_NE(footer.find("Wrong elements     : 5 (out-of-place 3, in-place 2; baseline 2)"), std::string::npos)
+      << footer;
   EXPECT_NE(footer.find(fmt::format("{:.3f} GB/s", (first.busbwGBps + 1.0) / 2)), std::string::npos) << footer;
+  ResultRow inPlaceOnlyWrong = sampleRow();
+  inPlaceOnlyWrong.baselineWrong = 0;
+  EXPECT_NE(tableFooter({inPlaceOnlyWrong}).find(": 1 (out-of-place 0, in-place 1; baseline 0)"), std::string::npos);
+  ResultRow noInPlace = sampleRow();
+  noInPlace.inPlace.reset();
+  EXPECT_NE(tableFooter({noInPlace}).find(": 0 (out-of-place 0, in-place n/a; baseline 2)"), std::string::npos);
   first.wrong.reset();
+  first.inPlace->wrong.reset();
   first.baselineWrong.reset();
-  EXPECT_NE(tableFooter({first}).find(": N/A (baseline N/A)"), std::string::npos);
+  EXPECT_NE(tableFooter({first}).find(": N/A (out-of-place N/A, in-place N/A; baseline N/A)"), std::string::npos);
 }
 
 TEST(BenchReport, JsonHasTheContractFields) {
@@ -77,29 +116,43 @@ TEST(BenchReport, JsonHasTheContractFields) {
   unchecked.wrong.reset();
   unchecked.baselineWrong.reset();
   unchecked.baselineTimeUs.reset();
-  const detail::Json json = reportJson(info, {sampleRow(), unchecked});
+  unchecked.inPlace->wrong.reset();
+  ResultRow noInPlace = sampleRow();
+  noInPlace.inPlace.reset();
+  const detail::Json json = reportJson(info, {sampleRow(), unchecked, noInPlace});
   ASSERT_NE(json.find("collective"), nullptr);
   EXPECT_EQ(json.find("collective")->asString(), "allreduce");
   EXPECT_EQ(json.find("nranks")->asInt(), 8);
   EXPECT_EQ(json.find("backend")->asString(), "mpi");
-  EXPECT_EQ(json.find("baseline_wrong")->asInt(), 2);
+  EXPECT_EQ(json.find("baseline_wrong")->asInt(), 4);  // 2 + unchecked + 2
   const detail::Json* rows = json.find("rows");
   ASSERT_NE(rows, nullptr);
-  ASSERT_EQ(rows->size(), 2u);
+  ASSERT_EQ(rows->size(), 3u);
   const detail::Json& first = rows->items()[0];
   std::vector<std::string> keys;
   for (const auto& [key, value] : first.members()) keys.push_back(key);
   EXPECT_EQ(keys, (std::vector<std::string>{"bytes", "count", "dtype", "op", "time_us", "algbw_gbps", "busbw_gbps",
-                                            "wrong", "baseline_time_us", "speedup"}));
+                                            "wrong", "in_place_time_us", "in_place_algbw_gbps", "in_place_busbw_gbps",
+                                            "in_place_wrong", "baseline_time_us", "speedup"}));
   EXPECT_EQ(first.find("bytes")->asInt(), 32 << 20);
   EXPECT_EQ(first.find("dtype")->asString(), "float");
   EXPECT_EQ(first.find("op")->asString(), "sum");
   EXPECT_DOUBLE_EQ(first.find("speedup")->asDouble(), 1.5);
   EXPECT_EQ(first.find("wrong")->asInt(), 0);
+  EXPECT_DOUBLE_EQ(first.find("in_place_time_us")->asDouble(), 25000.0);
+  EXPECT_DOUBLE_EQ(first.find("in_place_busbw_gbps")->asDouble(), sampleRow().inPlace->busbwGBps);
+  EXPECT_EQ(first.find("in_place_wrong")->asInt(), 1);
   const detail::Json& second = rows->items()[1];
   EXPECT_TRUE(second.find("wrong")->isNull());
   EXPECT_TRUE(second.find("baseline_time_us")->isNull());
   EXPECT_TRUE(second.find("speedup")->isNull());
+  EXPECT_TRUE(second.find("in_place_wrong")->isNull());
+  EXPECT_FALSE(second.find("in_place_time_us")->isNull());
+  const detail::Json& third = rows->items()[2];
+  for (const char* key : {"in_place_time_us", "in_place_algbw_gbps", "in_place_busbw_gbps", "in_place_wrong"}) {
+    ASSERT_NE(third.find(key), nullptr) << key;
+    EXPECT_TRUE(third.find(key)->isNull()) << key;
+  }
   detail::Json reparsed;
   ASSERT_TRUE(detail::parseJson(json.dump(2), reparsed).isOk());
   EXPECT_EQ(reparsed, json);
