@@ -10,97 +10,98 @@
 namespace chimera::detail {
 namespace {
 
-// The grid of boxes `from` cuts the tensor into: per dim the number of chunks and their extent.
-struct Grid {
-  std::vector<std::int64_t> chunks;
-  std::vector<std::int64_t> chunkExtent;
-
-  std::int64_t cellOf(const Box& box) const {
-    std::int64_t cell = 0;
-    for (std::size_t d = 0; d < chunks.size(); ++d) cell = cell * chunks[d] + box.offset[d] / chunkExtent[d];
-    return cell;
+// The offsets of every rank's box of `layout` (the boxes of Layout::rankBox, all of extent
+// localShape), flat: [rank * dims + d]. Non-holders get offset 0, as rankBox gives them.
+std::vector<std::int64_t> rankOffsets(const Layout& layout, const TensorSpec& spec) {
+  const Mesh& mesh = layout.mesh();
+  const auto dims = static_cast<std::size_t>(spec.rank());
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(mesh.size()) * dims, 0);
+  for (int dim = 0; dim <= layout.maxShardDim() && dim < spec.rank(); ++dim) {
+    const std::vector<int> axes = layout.splitAxes(dim);
+    if (axes.empty()) continue;
+    std::int64_t shards = 1;
+    for (int axis : axes) shards *= mesh.axis(axis).size;
+    const std::int64_t extent = spec.shape[static_cast<std::size_t>(dim)] / shards;
+    for (int rank = 0; rank < mesh.size(); ++rank) {
+      if (!layout.holds(rank)) continue;
+      std::int64_t index = 0;
+      for (int axis : axes) index = index * mesh.axis(axis).size + mesh.coordinate(rank, axis);
+      offsets[static_cast<std::size_t>(rank) * dims + static_cast<std::size_t>(dim)] = index * extent;
+    }
   }
-  std::int64_t cells() const {
-    std::int64_t n = 1;
-    for (auto c : chunks) n *= c;
-    return n;
-  }
-};
-
-Grid gridOf(const Layout& layout, const TensorSpec& spec) {
-  Grid grid;
-  grid.chunkExtent = layout.localShape(spec);
-  grid.chunks.reserve(spec.shape.size());
-  for (std::size_t d = 0; d < spec.shape.size(); ++d) grid.chunks.push_back(spec.shape[d] / grid.chunkExtent[d]);
-  return grid;
+  return offsets;
 }
 
-// Appends the transfers delivering `need` (logical box of `dst`) from the holders of `from`.
-// Built once per (from, spec) and reused for every destination, so the per-transfer work
-// allocates only the transfer's own two boxes.
+// Appends the transfers delivering each destination's box from the holders of `from`. The
+// boxes of `from` cut the tensor into a grid of cells (per dim `chunks` of `extent`); each
+// (cell, coordinates on the pinned axes) key lists the ranks holding it. Built once per
+// many-to-many, so the per-transfer work allocates only the transfer's own two boxes.
 struct TransferBuilder {
   const Layout& from;
-  Grid grid;
+  std::size_t dims = 0;
+  std::vector<std::int64_t> extent;        // of every box of `from`
+  std::vector<std::int64_t> chunks;        // cells per dim
+  std::vector<std::int64_t> offsets;       // rankOffsets of `from`
   AxisSet pinned;
   std::int64_t pinCount = 1;
-  int numAxes = 0;
-  std::vector<int> coords;                // [rank * numAxes + axis]
-  std::vector<int> pinIndex;              // rank -> group index on the pinned axes
-  std::vector<std::int32_t> holderBegin;  // (cell, pin) key -> first entry in holderRanks
-  std::vector<int> holderRanks;           // per key, the ranks holding it, ascending
-  std::vector<std::int64_t> load;
-  std::vector<Box> fromBoxes;
+  std::vector<int> pinIndex;               // rank -> group index on the pinned axes
+  std::vector<std::int32_t> holderBegin;   // key -> first entry in holderRanks (prefix sums)
+  std::vector<int> holderRanks;            // per key, the ranks holding it, ascending
+  std::vector<std::int64_t> load;          // bytes each rank sends so far
+  std::vector<std::int64_t> lo, hi, index;  // deliver's cell range and cursor
   std::int64_t elementSize = 1;
-  std::vector<std::int64_t> lo, hi, index;  // deliver's scratch
 
-  TransferBuilder(const Layout& f, const TensorSpec& spec) : from(f), grid(gridOf(f, spec)) {
+  TransferBuilder(const Layout& f, const TensorSpec& spec)
+      : from(f), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
+        lo(dims), hi(dims), index(dims) {
     const Mesh& mesh = from.mesh();
     const int world = mesh.size();
+    chunks.resize(dims);
+    std::int64_t cells = 1;
+    for (std::size_t d = 0; d < dims; ++d) cells *= chunks[d] = spec.shape[d] / extent[d];
     pinned = from.axesOfKind(Placement::Kind::Partial);
     pinCount = mesh.groupSize(pinned);
-    numAxes = mesh.numAxes();
     elementSize = static_cast<std::int64_t>(dataTypeSize(spec.dtype));
     load.assign(static_cast<std::size_t>(world), 0);
-    coords.resize(static_cast<std::size_t>(world) * static_cast<std::size_t>(numAxes));
     pinIndex.resize(static_cast<std::size_t>(world));
-    fromBoxes.reserve(static_cast<std::size_t>(world));
-    std::vector<std::int64_t> keyOf(static_cast<std::size_t>(world), -1);
-    holderBegin.assign(static_cast<std::size_t>(grid.cells() * pinCount) + 1, 0);
+    for (int rank = 0; rank < world; ++rank) pinIndex[static_cast<std::size_t>(rank)] = mesh.groupIndex(rank, pinned);
+    holderBegin.assign(static_cast<std::size_t>(cells * pinCount) + 1, 0);
     for (int rank = 0; rank < world; ++rank) {
-      for (int axis = 0; axis < numAxes; ++axis) coords[flat(rank, axis)] = mesh.coordinate(rank, axis);
-      pinIndex[static_cast<std::size_t>(rank)] = mesh.groupIndex(rank, pinned);
-      fromBoxes.push_back(from.rankBox(rank, spec));
-      if (!from.holds(rank)) continue;
-      keyOf[static_cast<std::size_t>(rank)] = key(grid.cellOf(fromBoxes.back()), rank);
-      ++holderBegin[static_cast<std::size_t>(keyOf[static_cast<std::size_t>(rank)]) + 1];
+      if (from.holds(rank)) ++holderBegin[static_cast<std::size_t>(heldKey(rank)) + 1];
     }
     for (std::size_t k = 1; k < holderBegin.size(); ++k) holderBegin[k] += holderBegin[k - 1];
     holderRanks.resize(static_cast<std::size_t>(holderBegin.back()));
     std::vector<std::int32_t> next(holderBegin.begin(), holderBegin.end() - 1);
     for (int rank = 0; rank < world; ++rank) {
-      const std::int64_t k = keyOf[static_cast<std::size_t>(rank)];
-      if (k >= 0) holderRanks[static_cast<std::size_t>(next[static_cast<std::size_t>(k)]++)] = rank;
+      if (!from.holds(rank)) continue;
+      holderRanks[static_cast<std::size_t>(next[static_cast<std::size_t>(heldKey(rank))]++)] = rank;
     }
-    lo.resize(grid.chunks.size());
-    hi.resize(grid.chunks.size());
-    index.resize(grid.chunks.size());
   }
 
-  std::size_t flat(int rank, int axis) const {
-    return static_cast<std::size_t>(rank) * static_cast<std::size_t>(numAxes) + static_cast<std::size_t>(axis);
-  }
-
+  // The key of (cell, rank's coordinates on the pinned axes).
   std::int64_t key(std::int64_t cell, int rank) const {
     return cell * pinCount + pinIndex[static_cast<std::size_t>(rank)];
   }
 
+  // The key of the cell `rank` holds in `from`.
+  std::int64_t heldKey(int rank) const {
+    std::int64_t cell = 0;
+    for (std::size_t d = 0; d < dims; ++d) cell = cell * chunks[d] + offsetOf(rank, d) / extent[d];
+    return key(cell, rank);
+  }
+
+  std::int64_t offsetOf(int rank, std::size_t d) const { return offsets[static_cast<std::size_t>(rank) * dims + d]; }
+
   int coordinateDistance(int a, int b) const {
+    const Mesh& mesh = from.mesh();
     int distance = 0;
-    for (int axis = 0; axis < numAxes; ++axis) distance += coords[flat(a, axis)] != coords[flat(b, axis)] ? 1 : 0;
+    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+      distance += mesh.coordinate(a, axis) != mesh.coordinate(b, axis) ? 1 : 0;
+    }
     return distance;
   }
 
-  // The holder of one key to send to `dst`: `dst` itself, else the nearest, then least loaded.
+  // The holder of key `k` to send to `dst`: `dst` itself, else the nearest, then least loaded.
   int chooseSource(std::int64_t k, int dst) const {
     const auto begin = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k)];
     const auto end = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k) + 1];
@@ -121,51 +122,50 @@ struct TransferBuilder {
 
   Box cellBox() const {
     Box box;
-    for (std::size_t d = 0; d < index.size(); ++d) {
-      box.offset.push_back(index[d] * grid.chunkExtent[d]);
-      box.extent.push_back(grid.chunkExtent[d]);
+    for (std::size_t d = 0; d < dims; ++d) {
+      box.offset.push_back(index[d] * extent[d]);
+      box.extent.push_back(extent[d]);
     }
     return box;
   }
 
   // The transfer of the part of the current cell (`index`) that `need` overlaps, from `src`.
-  BoxTransfer piece(int src, int dst, const Box& need) const {
-    const std::size_t dims = index.size();
-    const Box& source = fromBoxes[static_cast<std::size_t>(src)];
+  BoxTransfer piece(int src, int dst, const std::int64_t* needOffset, const std::int64_t* needExtent) const {
     BoxTransfer t{src, dst, {}, {}, elementSize};
     t.srcBox.offset.resize(dims);
     t.srcBox.extent.resize(dims);
     t.dstBox.offset.resize(dims);
     t.dstBox.extent.resize(dims);
     for (std::size_t d = 0; d < dims; ++d) {
-      const std::int64_t cellLo = index[d] * grid.chunkExtent[d];
-      const std::int64_t low = std::max(cellLo, need.offset[d]);
-      const std::int64_t high = std::min(cellLo + grid.chunkExtent[d], need.offset[d] + need.extent[d]);
-      const std::int64_t extent = std::max<std::int64_t>(0, high - low);
-      t.srcBox.offset[d] = low - source.offset[d];
-      t.dstBox.offset[d] = low - need.offset[d];
-      t.srcBox.extent[d] = extent;
-      t.dstBox.extent[d] = extent;
-      t.bytes *= extent;
+      const std::int64_t cellLo = index[d] * extent[d];
+      const std::int64_t low = std::max(cellLo, needOffset[d]);
+      const std::int64_t high = std::min(cellLo + extent[d], needOffset[d] + needExtent[d]);
+      const std::int64_t size = std::max<std::int64_t>(0, high - low);
+      t.srcBox.offset[d] = low - offsetOf(src, d);
+      t.dstBox.offset[d] = low - needOffset[d];
+      t.srcBox.extent[d] = size;
+      t.dstBox.extent[d] = size;
+      t.bytes *= size;
     }
     return t;
   }
 
-  Status deliver(int dst, const Box& need, std::vector<BoxTransfer>& out) {
-    const std::size_t dims = grid.chunks.size();
+  // Appends the transfers of the box at `needOffset` of extent `needExtent` that `dst` needs.
+  Status deliver(int dst, const std::int64_t* needOffset, const std::int64_t* needExtent,
+                 std::vector<BoxTransfer>& out) {
     for (std::size_t d = 0; d < dims; ++d) {
-      lo[d] = need.offset[d] / grid.chunkExtent[d];
-      hi[d] = (need.offset[d] + need.extent[d] + grid.chunkExtent[d] - 1) / grid.chunkExtent[d];
+      lo[d] = needOffset[d] / extent[d];
+      hi[d] = (needOffset[d] + needExtent[d] + extent[d] - 1) / extent[d];
       index[d] = lo[d];
     }
     while (true) {
       std::int64_t cell = 0;
-      for (std::size_t d = 0; d < dims; ++d) cell = cell * grid.chunks[d] + index[d];
+      for (std::size_t d = 0; d < dims; ++d) cell = cell * chunks[d] + index[d];
       const std::int64_t k = key(cell, dst);
       CHIMERA_CHECK_ARG(holderBegin[static_cast<std::size_t>(k)] < holderBegin[static_cast<std::size_t>(k) + 1],
                         "no rank holding layout {} has box {} for rank {}", from.toString(), cellBox().toString(), dst);
       const int src = chooseSource(k, dst);
-      out.push_back(piece(src, dst, need));
+      out.push_back(piece(src, dst, needOffset, needExtent));
       if (src != dst) load[static_cast<std::size_t>(src)] += out.back().bytes;
       std::size_t d = dims;
       while (d > 0 && ++index[d - 1] == hi[d - 1]) {
@@ -195,9 +195,14 @@ Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpe
                       from.toString(), mesh.axis(axis).name, to.toString());
   }
   TransferBuilder builder(from, spec);
+  const std::vector<std::int64_t> needExtent = to.localShape(spec);
+  const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec);
+  const auto dims = static_cast<std::size_t>(spec.rank());
   std::vector<BoxTransfer> transfers;
-  for (int dst : to.holders()) {
-    CHIMERA_RETURN_IF_ERROR(builder.deliver(dst, to.rankBox(dst, spec), transfers));
+  for (int dst = 0; dst < mesh.size(); ++dst) {
+    if (!to.holds(dst)) continue;
+    CHIMERA_RETURN_IF_ERROR(
+        builder.deliver(dst, needOffsets.data() + static_cast<std::size_t>(dst) * dims, needExtent.data(), transfers));
   }
   out = std::move(transfers);
   return Status::ok();
