@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "chimera/plan.hpp"
 
 namespace chimera::detail {
 
@@ -15,5 +18,9 @@ inline std::int64_t reduceScatterBytes(std::int64_t L, std::int64_t n) { return 
 inline std::int64_t allGatherBytes(std::int64_t L, std::int64_t n) { return (n - 1) * L; }
 /// AllToAll: (n-1)/n * L.
 inline std::int64_t allToAllBytes(std::int64_t L, std::int64_t n) { return (n - 1) * L / n; }
+
+/// Adds the bytes each rank sends in `step` of `plan` to `perRank` (one entry per world
+/// rank): what stepBytesPerRank returns, without a vector per step.
+void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64_t>& perRank);
 
 }  // namespace chimera::detail

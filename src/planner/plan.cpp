@@ -53,7 +53,8 @@ std::string describeStep(const Plan& plan, const PlanStep& step) {
 std::string_view planStepKindName(PlanStep::Kind kind) { return kStepNames[static_cast<std::size_t>(kind)]; }
 
 int Plan::addBuffer(const Layout& layout) {
-  PlanBuffer buffer{layout, layout.localShape(spec), layout.localBytes(spec)};
+  PlanBuffer buffer{layout, layout.localShape(spec), static_cast<std::int64_t>(dataTypeSize(spec.dtype))};
+  for (auto e : buffer.localShape) buffer.localBytes *= e;  // = layout.localBytes(spec), one shape less
   buffers.push_back(std::move(buffer));
   return static_cast<int>(buffers.size()) - 1;
 }
@@ -79,39 +80,40 @@ std::string Plan::toString() const {
   return text;
 }
 
-std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& step) {
+namespace detail {
+
+void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64_t>& perRank) {
   const Layout& in = plan.buffers[static_cast<std::size_t>(step.input)].layout;
   const Mesh& mesh = in.mesh();
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
   const std::int64_t L = plan.buffers[static_cast<std::size_t>(step.input)].localBytes;
   const std::int64_t n = mesh.groupSize(step.axes);
   for (int rank = 0; rank < mesh.size(); ++rank) {
-    auto& b = bytes[static_cast<std::size_t>(rank)];
+    auto& b = perRank[static_cast<std::size_t>(rank)];
     if (step.kind == PlanStep::Kind::Broadcast) {
       // Pipelined broadcast from the root: every member forwards L except the last one,
       // whether or not it held the input (a stage broadcast fills the other stages).
       const bool rootHolds = in.holds(mesh.groupPeer(rank, step.axes, step.root));
       const bool last = (mesh.groupIndex(rank, step.axes) + n - step.root) % n == n - 1;
-      b = rootHolds && !last ? L : 0;
+      b += rootHolds && !last ? L : 0;
       continue;
     }
     if (!in.holds(rank)) continue;
     switch (step.kind) {
       case PlanStep::Kind::AllReduce:
-        b = detail::allReduceBytes(L, n);
+        b += allReduceBytes(L, n);
         break;
       case PlanStep::Kind::ReduceScatter:
-        b = detail::reduceScatterBytes(L, n);
+        b += reduceScatterBytes(L, n);
         break;
       case PlanStep::Kind::AllGather:
-        b = detail::allGatherBytes(L, n);
+        b += allGatherBytes(L, n);
         break;
       case PlanStep::Kind::AllToAll:
-        b = detail::allToAllBytes(L, n);
+        b += allToAllBytes(L, n);
         break;
       case PlanStep::Kind::Broadcast:
       case PlanStep::Kind::Send:
-        b = L;
+        b += L;
         break;
       case PlanStep::Kind::ManyToMany:
       case PlanStep::Kind::LocalCopy:
@@ -121,9 +123,17 @@ std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& ste
   }
   if (step.kind == PlanStep::Kind::ManyToMany) {
     for (const auto& t : step.transfers) {
-      if (t.src != t.dst) bytes[static_cast<std::size_t>(t.src)] += t.bytes;
+      if (t.src != t.dst) perRank[static_cast<std::size_t>(t.src)] += t.bytes;
     }
   }
+}
+
+}  // namespace detail
+
+std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& step) {
+  const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
+  detail::addStepBytes(plan, step, bytes);
   return bytes;
 }
 

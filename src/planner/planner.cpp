@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iterator>
 #include <tuple>
 
 #include "common/check.hpp"
+#include "planner/byte_formulas.hpp"
 #include "planner/candidates.hpp"
 #include "planner/redistribute.hpp"
 #include "planner/rewrites/rewrites.hpp"
@@ -82,9 +84,17 @@ std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
 }  // namespace
 
 CostPrediction BytesCost::predict(const Plan& plan) const {
-  const PlanBytes bytes = planBytes(plan);
-  return {static_cast<double>(bytes.total), static_cast<double>(bytes.maxPerRank),
-          fmt::format("{} B total, {} B max per rank", bytes.total, bytes.maxPerRank)};
+  // planBytes' total and maxPerRank, without its per-step vectors: this prices every candidate.
+  std::vector<std::int64_t> perRank(static_cast<std::size_t>(plan.buffers.front().layout.mesh().size()), 0);
+  for (const auto& step : plan.steps) detail::addStepBytes(plan, step, perRank);
+  std::int64_t total = 0;
+  std::int64_t maxPerRank = 0;
+  for (auto b : perRank) {
+    total += b;
+    maxPerRank = std::max(maxPerRank, b);
+  }
+  return {static_cast<double>(total), static_cast<double>(maxPerRank),
+          fmt::format("{} B total, {} B max per rank", total, maxPerRank)};
 }
 
 Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to, std::int64_t scale,
