@@ -27,6 +27,10 @@ bool checkBuffersFromEnv() {
   return on;
 }
 
+// True when the exec logger prints debug messages: the plan texts logged below are built
+// only then (formatting them took about 5 % of a cold Session window).
+bool debugLogging() { return detail::logger(kLog)->should_log(spdlog::level::debug); }
+
 // A planned chain and its two programs, prepared on first use.
 struct ChainEntry {
   ChainPlan plan;
@@ -129,9 +133,11 @@ Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) 
   }
   CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
   const ChainPlan& p = entry->plan;
-  CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
-                    p.useFused ? "fused" : "baseline", p.candidates, p.baselineCost.summary, p.fusedCost.summary,
-                    p.baseline.toString(), p.fused.toString());
+  if (debugLogging()) {
+    CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
+                      p.useFused ? "fused" : "baseline", p.candidates, p.baselineCost.summary, p.fusedCost.summary,
+                      p.baseline.toString(), p.fused.toString());
+  }
   out = entry.get();
   chains.emplace(signature, std::move(entry));
   return Status::ok();
@@ -178,7 +184,7 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
     }
     CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution"));
     CHIMERA_RETURN_IF_ERROR(impl_->prepare(entry->plan, entry->prepared));  // collective: after agreeing
-    CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
+    if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
     it = impl_->redistributions.emplace(signature, std::move(entry)).first;
   }
   return impl_->execute(*it->second->prepared, input, inputBytes, output, outputBytes);
@@ -191,7 +197,7 @@ Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes
   if (it == impl_->plans.end()) {
     std::unique_ptr<detail::PreparedPlan> prepared;
     CHIMERA_RETURN_IF_ERROR(impl_->prepare(plan, prepared));
-    CHIMERA_LOG_DEBUG(kLog, "prepared an explicit plan:\n{}", plan.toString());
+    if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "prepared an explicit plan:\n{}", plan.toString());
     it = impl_->plans.emplace(key, std::move(prepared)).first;
   }
   return impl_->execute(*it->second, input, inputBytes, output, outputBytes);
