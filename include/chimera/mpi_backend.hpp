@@ -26,7 +26,10 @@ void finalizeMpi();
 ///   are valid") across the group before every collective, so that mismatched or bad
 ///   arguments return Mismatch/InvalidArgument on every rank instead of hanging. Default 1
 ///   in builds without NDEBUG, 0 in release builds. With it off, a rank-local argument
-///   error returns on that rank only and its peers may wait (as in NCCL).
+///   error returns on that rank only and its peers may wait (as in NCCL). Point-to-point
+///   calls (send, recv, groupedP2P) are checked pairwise: each pair exchanges the list of
+///   its transfers first, so differing counts, dtypes or numbers of messages give Mismatch at
+///   both ends; a rank-local error still returns at once on that rank.
 /// - `CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library`: per-op choice by measured thresholds
 ///   (default), chimera's own point-to-point algorithms (direct exchange), the same with
 ///   ring ReduceScatter/AllGather/AllReduce, or the MPI library's collectives.

@@ -95,6 +95,40 @@ TEST_P(MpiPointToPoint, GroupedP2PManyToManyKeepsPairOrder) {
   EXPECT_TRUE(allRanksAgree(failure.ok));
 }
 
+// With argument checking on, a pair whose sends and receives differ (count, dtype or number)
+// gets Mismatch on both ends before any payload moves, and the backend stays usable.
+TEST(MpiBackend, MismatchedPointToPointIsCaughtOnBothEnds) {
+  BackendUnderTest t = worldBackend(false);
+  ASSERT_TRUE(t.status.isOk()) << t.status.toString();
+  const int me = worldRank();
+  const int peer = me ^ 1;
+  const bool sender = me % 2 == 0;
+  std::vector<float> data(16, 1.0f);
+  auto exchange = [&](std::size_t sendCount, std::size_t recvCount, DataType recvType, int recvMessages) {
+    std::vector<P2POp> ops;
+    if (sender) ops.push_back({P2POp::Kind::Send, data.data(), sendCount, DataType::F32, peer});
+    for (int m = 0; !sender && m < recvMessages; ++m) {
+      ops.push_back({P2POp::Kind::Recv, data.data(), recvCount, recvType, peer});
+    }
+    return t.backend->groupedP2P(ops);
+  };
+  const Status count = exchange(8, 9, DataType::F32, 1);
+  const Status dtype = exchange(8, 8, DataType::I32, 1);
+  const Status number = exchange(8, 8, DataType::F32, 2);
+  const Status fine = exchange(8, 8, DataType::F32, 1);
+  const std::string expected = sender ? fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]", me,
+                                                    peer, peer)
+                                      : fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]",
+                                                    peer, me, me);
+  const bool ok = count.code() == StatusCode::Mismatch && count.message().find(expected) != std::string::npos &&
+                  dtype.code() == StatusCode::Mismatch && dtype.message().find("[8 int32]") != std::string::npos &&
+                  number.code() == StatusCode::Mismatch &&
+                  number.message().find("[8 float, 8 float]") != std::string::npos && fine.isOk();
+  EXPECT_TRUE(ok) << count.toString() << " | " << dtype.toString() << " | " << number.toString() << " | "
+                  << fine.toString();
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
 INSTANTIATE_TEST_SUITE_P(MessageSizes, MpiPointToPoint, ::testing::Bool(),
                          [](const auto& test) { return test.param ? "SplitInto5" : "Whole"; });
 

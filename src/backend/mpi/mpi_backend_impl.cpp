@@ -9,6 +9,7 @@
 
 #include "backend/mpi/exchange.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/check.hpp"
 #include "common/host_reduce.hpp"
@@ -231,9 +232,18 @@ Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const 
   return checkBuffer(buf, count, "point-to-point buffer");
 }
 
+Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
+  if (!options_.checkArgs || !local.isOk()) return local;
+  return agreeOnTransfers(p2p_, rank_, ops);
+}
+
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
-  CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
-  CHIMERA_CHECK_ARG(peer != rank_, "send to self (rank {}) would block; use groupedP2P", peer);
+  Status local = checkPeer(peer, count, dtype, buf);
+  if (local.isOk() && peer == rank_) {
+    local = Status::invalidArgument(fmt::format("send to self (rank {}) would block; use groupedP2P", peer));
+  }
+  const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
+  CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local));
   return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
     return mpiStatus(MPI_Send(static_cast<const std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_),
                      "MPI_Send");
@@ -241,8 +251,12 @@ Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int 
 }
 
 Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
-  CHIMERA_RETURN_IF_ERROR(checkPeer(peer, count, dtype, buf));
-  CHIMERA_CHECK_ARG(peer != rank_, "recv from self (rank {}) would block; use groupedP2P", peer);
+  Status local = checkPeer(peer, count, dtype, buf);
+  if (local.isOk() && peer == rank_) {
+    local = Status::invalidArgument(fmt::format("recv from self (rank {}) would block; use groupedP2P", peer));
+  }
+  const P2POp op{P2POp::Kind::Recv, buf, count, dtype, peer};
+  CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local));
   return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
     return mpiStatus(MPI_Recv(static_cast<std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_,
                               MPI_STATUS_IGNORE),
@@ -251,10 +265,12 @@ Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) 
 }
 
 Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
-  for (std::size_t i = 0; i < ops.size(); ++i) {
+  Status local = Status::ok();
+  for (std::size_t i = 0; i < ops.size() && local.isOk(); ++i) {
     const Status status = checkPeer(ops[i].peer, ops[i].count, ops[i].dtype, ops[i].buffer);
-    if (!status.isOk()) return Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
+    if (!status.isOk()) local = Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
   }
+  CHIMERA_RETURN_IF_ERROR(agreeOnP2P(ops, local));
   // An op larger than one message is posted as several, in order: messages between two ranks
   // on one communicator and tag match in the order they were posted.
   std::vector<MPI_Request>& requests = p2pRequests_;

@@ -102,6 +102,9 @@ class MpiBackend final : public Backend {
   // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
   bool usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const;
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
+  // `local` when it is an error (returned at once: the peers of a point-to-point call may
+  // wait, as in NCCL); else, with checking on, agrees with the peers of `ops` (p2p_check.hpp).
+  Status agreeOnP2P(std::span<const P2POp> ops, const Status& local);
   // Whether `count` elements fit one MPI call (options_.maxMessageCount).
   bool fitsOneCall(std::size_t count) const { return count <= messageCount(); }
   std::size_t messageCount() const {
