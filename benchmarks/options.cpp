@@ -208,14 +208,16 @@ std::vector<std::size_t> sizeSeries(const Options& options) {
 
 std::string usageText() {
   return R"(usage: mpirun -np N chimera-bench [options]
-Measures one collective of chimera's MPI backend against the plain MPI call, nccl-tests style,\nor a chain of collectives as written against chimera's fused plan (--scenario, --chain).
+Measures one collective of chimera's MPI backend (out-of-place and in-place) against the plain
+MPI call, nccl-tests style, or a chain of collectives as written against chimera's fused plan
+(--scenario, --chain).
   -C, --collective NAME    allreduce|reducescatter|allgather|alltoall|broadcast|sendrecv (allreduce)
   -b, --minbytes SIZE      smallest size per rank, K/M/G suffixes (32M)
   -e, --maxbytes SIZE      largest size per rank (32M)
   -f, --stepfactor N       multiply the size by N between rows (2)
   -n, --iters N            timed iterations per row (20)
   -w, --warmup_iters N     untimed iterations before timing (5)
-  -c, --check 0|1          check every element of ours and of the baseline (1)
+  -c, --check 0|1          check every element of ours (out-of-place, in-place) and of the baseline (1)
   -d, --datatype LIST      float,double,half,bfloat16,int32,int64,uint8 (or f32,...), or all (float)
   -o, --op LIST            sum,prod,min,max,avg or all; reducing collectives only (sum)
   -r, --root N             broadcast root, as an index in the group (0)
@@ -234,7 +236,7 @@ Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
 Calibration:
       --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 1M -e 16M)
   -h, --help               this text
-Exit status: 0 ok, 1 some element was wrong (ours or the baseline's), 2 bad usage or a failed call.
+Exit status: 0 ok, 1 some element was wrong (ours, out-of-place or in-place, or the baseline's), 2 bad usage or a failed call.
 )";
 }
 
