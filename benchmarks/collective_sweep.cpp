@@ -126,6 +126,9 @@ Status checkInPlace(CollectiveRunner& runner, const InputPattern& inputs, const 
   return Status::ok();
 }
 
+/// The barrier between warm-up and the timed loop.
+Status barrier() { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
 double statistic(TimeStatistic stat, const TimingSamples& samples) {
   return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
 }
@@ -133,7 +136,6 @@ double statistic(TimeStatistic stat, const TimingSamples& samples) {
 /// Times ours, then the baseline (unless it could not run), each after its own warm-up.
 Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& row, const RowBuffers& buffers,
                LocalRow& local) {
-  const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
   TimingSamples samples;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
     return runner.runOurs(row, buffers.send(), buffers.recv());
@@ -156,7 +158,6 @@ Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& 
 /// check (checkInPlace) always runs on fresh input.
 Status timeInPlace(const Options& options, CollectiveRunner& runner, const InputPattern& inputs,
                    const InPlaceCall& call, int groupIndex, LocalRow& local) {
-  const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
   writeInPlaceInputOf(call, inputs, groupIndex);
   TimingSamples samples;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
