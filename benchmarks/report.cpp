@@ -110,16 +110,22 @@ std::string tableFooter(const std::vector<ResultRow>& rows) {
   const auto add = [](std::optional<std::uint64_t>& sum, const std::optional<std::uint64_t>& value) {
     if (value) sum = sum.value_or(0) + *value;
   };
+  // Like nccl-tests, the average runs over every measured group: out-of-place and in-place.
   double busbwSum = 0.0;
+  std::size_t groups = 0;
   for (const ResultRow& row : rows) {
     add(outOfPlaceWrong, row.wrong);
-    if (row.inPlace) add(inPlaceWrong, row.inPlace->wrong);
     add(baselineWrong, row.baselineWrong);
     busbwSum += row.busbwGBps;
+    ++groups;
+    if (!row.inPlace) continue;
+    add(inPlaceWrong, row.inPlace->wrong);
+    busbwSum += row.inPlace->busbwGBps;
+    ++groups;
   }
   std::optional<std::uint64_t> ours = outOfPlaceWrong;
   add(ours, inPlaceWrong);
-  const double average = rows.empty() ? 0.0 : busbwSum / static_cast<double>(rows.size());
+  const double average = groups == 0 ? 0.0 : busbwSum / static_cast<double>(groups);
   return fmt::format(
       "# Wrong elements     : {} (out-of-place {}, in-place {}; baseline {})\n# Avg bus bandwidth  : {:.3f} GB/s\n",
       wrongText(ours), wrongText(outOfPlaceWrong), inPlaceText(rows, inPlaceWrong), wrongText(baselineWrong), average);

@@ -94,7 +94,12 @@ TEST(BenchReport, FooterSumsWrongAndAveragesBusBandwidth) {
   const std::string footer = tableFooter({first, second});
   EXPECT_NE(footer.find("Wrong elements     : 5 (out-of-place 3, in-place 2; baseline 2)"), std::string::npos)
       << footer;
-  EXPECT_NE(footer.find(fmt::format("{:.3f} GB/s", (first.busbwGBps + 1.0) / 2)), std::string::npos) << footer;
+  // Both rows' out-of-place and in-place groups (sampleRow has both).
+  const double average = (first.busbwGBps + first.inPlace->busbwGBps + 1.0 + second.inPlace->busbwGBps) / 4;
+  EXPECT_NE(footer.find(fmt::format("{:.3f} GB/s", average)), std::string::npos) << footer;
+  ResultRow noInPlaceGroup = second;
+  noInPlaceGroup.inPlace.reset();
+  EXPECT_NE(tableFooter({noInPlaceGroup}).find("1.000 GB/s"), std::string::npos);  // n/a groups do not count
   ResultRow inPlaceOnlyWrong = sampleRow();
   inPlaceOnlyWrong.baselineWrong = 0;
   EXPECT_NE(tableFooter({inPlaceOnlyWrong}).find(": 1 (out-of-place 0, in-place 1; baseline 0)"), std::string::npos);
