@@ -31,14 +31,16 @@ Program oneStep(ProgramStep step) {
   return program;
 }
 
-// Direct ways from `from` to `to`: nothing, a local copy, a many-to-many, or a collective.
-Status directOptions(const Layout& from, const Layout& to, const TensorSpec& spec, std::vector<Program>& out) {
+// Direct ways from `from` (the layout of `source`) to `to`: nothing, a local copy, a
+// many-to-many, or a collective.
+Status directOptions(TransferSource& source, const Layout& from, const Layout& to, const TensorSpec& spec,
+                     std::vector<Program>& out) {
   if (from == to) {
     out.push_back({});
     return Status::ok();
   }
   std::vector<BoxTransfer> transfers;
-  CHIMERA_RETURN_IF_ERROR(manyToManyTransfers(from, to, spec, transfers));
+  CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
   const bool local = std::all_of(transfers.begin(), transfers.end(), [](const BoxTransfer& t) { return t.src == t.dst; });
   PlanStep step;
   if (local) {
@@ -171,7 +173,8 @@ std::vector<Program> reductionPrefixes(const Layout& from, const Layout& to, Axi
 
 Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec, std::vector<Program>& out) {
   std::vector<Program> options;
-  CHIMERA_RETURN_IF_ERROR(directOptions(from, to, spec, options));
+  TransferSource source(from, spec);  // one index of `from` for every target below
+  CHIMERA_RETURN_IF_ERROR(directOptions(source, from, to, spec, options));
   const Mesh& mesh = from.mesh();
   const std::uint32_t replicated = to.axesOfKind(Placement::Kind::Replicate).bits();
   // Gather at the destination: deliver shards over a subset X of to's R axes, then AllGather(X).
@@ -181,7 +184,7 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
       Layout sharded = to.withShards(gather, dim);
       if (!sharded.validate(spec).isOk()) continue;
       std::vector<Program> heads;
-      CHIMERA_RETURN_IF_ERROR(directOptions(from, sharded, spec, heads));
+      CHIMERA_RETURN_IF_ERROR(directOptions(source, from, sharded, spec, heads));
       for (auto& head : heads) {
         head.push_back(collectiveStep(PlanStep::Kind::AllGather, gather, ReduceOp::Sum, dim, to,
                                       fmt::format("gather at the destination over {}", mesh.axesName(gather))));

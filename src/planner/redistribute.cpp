@@ -32,11 +32,13 @@ std::vector<std::int64_t> rankOffsets(const Layout& layout, const TensorSpec& sp
   return offsets;
 }
 
+}  // namespace
+
 // Appends the transfers delivering each destination's box from the holders of `from`. The
 // boxes of `from` cut the tensor into a grid of cells (per dim `chunks` of `extent`); each
 // (cell, coordinates on the pinned axes) key lists the ranks holding it. Built once per
-// many-to-many, so the per-transfer work allocates only the transfer's own two boxes.
-struct TransferBuilder {
+// source layout, so the per-transfer work allocates only the transfer's own two boxes.
+struct TransferSource::Index {
   const Layout& from;
   std::size_t dims = 0;
   std::vector<std::int64_t> extent;        // of every box of `from`
@@ -51,7 +53,7 @@ struct TransferBuilder {
   std::vector<std::int64_t> lo, hi, index;  // deliver's cell range and cursor
   std::int64_t elementSize = 1;
 
-  TransferBuilder(const Layout& f, const TensorSpec& spec)
+  Index(const Layout& f, const TensorSpec& spec)
       : from(f), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
         lo(dims), hi(dims), index(dims) {
     const Mesh& mesh = from.mesh();
@@ -178,34 +180,42 @@ struct TransferBuilder {
   }
 };
 
-}  // namespace
+TransferSource::TransferSource(const Layout& from, const TensorSpec& spec) : from_(from), spec_(spec) {}
 
-Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpec& spec,
-                           std::vector<BoxTransfer>& out) {
-  CHIMERA_RETURN_IF_ERROR(from.validate(spec));
-  CHIMERA_RETURN_IF_ERROR(to.validate(spec));
-  const Mesh& mesh = from.mesh();
+TransferSource::~TransferSource() = default;
+
+Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& out) {
+  CHIMERA_RETURN_IF_ERROR(from_.validate(spec_));
+  CHIMERA_RETURN_IF_ERROR(to.validate(spec_));
+  const Mesh& mesh = from_.mesh();
   for (int axis = 0; axis < mesh.numAxes(); ++axis) {
-    const Placement& f = from.placement(axis);
+    const Placement& f = from_.placement(axis);
     const Placement& t = to.placement(axis);
     CHIMERA_CHECK_ARG(!f.isPartial() || (t.isPartial() && t.op == f.op),
-                      "cannot move partial data of layout {} into layout {}: reduce {} first", from.toString(),
+                      "cannot move partial data of layout {} into layout {}: reduce {} first", from_.toString(),
                       to.toString(), mesh.axis(axis).name);
     CHIMERA_CHECK_ARG(!t.isPartial() || f.isPartial(), "layout {} is not partial on {} like the target {}",
-                      from.toString(), mesh.axis(axis).name, to.toString());
+                      from_.toString(), mesh.axis(axis).name, to.toString());
   }
-  TransferBuilder builder(from, spec);
-  const std::vector<std::int64_t> needExtent = to.localShape(spec);
-  const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec);
-  const auto dims = static_cast<std::size_t>(spec.rank());
+  if (!index_) index_ = std::make_unique<Index>(from_, spec_);
+  std::fill(index_->load.begin(), index_->load.end(), 0);
+  const std::vector<std::int64_t> needExtent = to.localShape(spec_);
+  const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
+  const auto dims = static_cast<std::size_t>(spec_.rank());
   std::vector<BoxTransfer> transfers;
   for (int dst = 0; dst < mesh.size(); ++dst) {
     if (!to.holds(dst)) continue;
-    CHIMERA_RETURN_IF_ERROR(
-        builder.deliver(dst, needOffsets.data() + static_cast<std::size_t>(dst) * dims, needExtent.data(), transfers));
+    CHIMERA_RETURN_IF_ERROR(index_->deliver(dst, needOffsets.data() + static_cast<std::size_t>(dst) * dims,
+                                            needExtent.data(), transfers));
   }
   out = std::move(transfers);
   return Status::ok();
+}
+
+Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpec& spec,
+                           std::vector<BoxTransfer>& out) {
+  TransferSource source(from, spec);
+  return source.transfersTo(to, out);
 }
 
 AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers) {

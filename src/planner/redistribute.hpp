@@ -4,6 +4,7 @@
 // the same job when the transfers happen to form one.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "chimera/chain.hpp"
@@ -25,6 +26,26 @@ namespace chimera::detail {
 /// Transfers are ordered by destination rank, then by source box (row-major).
 [[nodiscard]] Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpec& spec,
                                          std::vector<BoxTransfer>& out);
+
+/// The many-to-many transfers out of one layout into several targets: manyToManyTransfers
+/// for each, with the index of what each holder of `from` holds built once for all.
+class TransferSource {
+ public:
+  /// A source of the tensor `spec` placed as `from`; both must outlive it.
+  TransferSource(const Layout& from, const TensorSpec& spec);
+  ~TransferSource();
+  TransferSource(const TransferSource&) = delete;
+  TransferSource& operator=(const TransferSource&) = delete;
+
+  /// What manyToManyTransfers(from, to, spec, out) returns.
+  [[nodiscard]] Status transfersTo(const Layout& to, std::vector<BoxTransfer>& out);
+
+ private:
+  struct Index;
+  const Layout& from_;
+  const TensorSpec& spec_;
+  std::unique_ptr<Index> index_;  // built on first use, once `from` is known valid
+};
 
 /// The smallest group along which `transfers` (moving `from` into `to`) form an AllToAll:
 /// both layouts held by the same ranks, and every rank sends exactly one block of one
