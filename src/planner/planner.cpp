@@ -107,17 +107,34 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
   const std::vector<detail::Program> reductions = detail::reductionPrefixes(from, to, reduce, spec);
+  const auto reducedBy = [&](std::size_t i) -> const Layout& {
+    return reductions[i].empty() ? from : reductions[i].back().output;
+  };
+  // Prefixes ending in the same layout (a ReduceScatter and the reduction toward `to` often
+  // do) share one movementOptions: the first computes it and keeps a copy for the others.
+  std::vector<std::vector<detail::Program>> shared(reductions.size());
   std::optional<Plan> best;
   Score bestScore;
   int priced = 0;
-  for (const auto& reduction : reductions) {
-    const Layout& reduced = reduction.empty() ? from : reduction.back().output;
+  for (std::size_t i = 0; i < reductions.size(); ++i) {
+    std::size_t first = 0;
+    while (!(reducedBy(first) == reducedBy(i))) ++first;
     std::vector<detail::Program> moves;
-    CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reduced, to, spec, moves));
+    if (first < i) {
+      moves = shared[first];
+    } else {
+      CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reducedBy(i), to, spec, moves));
+      for (std::size_t j = i + 1; j < reductions.size(); ++j) {
+        if (reducedBy(j) == reducedBy(i)) {
+          shared[i] = moves;
+          break;
+        }
+      }
+    }
     for (auto& move : moves) {
       detail::Program program;
-      program.reserve(reduction.size() + move.size());
-      program.insert(program.end(), reduction.begin(), reduction.end());
+      program.reserve(reductions[i].size() + move.size());
+      program.insert(program.end(), reductions[i].begin(), reductions[i].end());
       program.insert(program.end(), std::make_move_iterator(move.begin()), std::make_move_iterator(move.end()));
       Plan plan = detail::assemblePlan(spec, from, to, std::move(program), scale);
       const Score score = scoreOf(plan, cost);
