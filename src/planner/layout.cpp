@@ -297,30 +297,29 @@ Layout Layout::withReplicated(AxisSet axes) const {
 
 std::string Layout::toString() const {
   // One entry per non-R axis in mesh order; the axes of a shard dim form one group entry,
-  // printed where its first (mesh-order) axis would be.
-  std::vector<std::string> entries;
+  // printed where its first (mesh-order) axis would be. Written into one string: the
+  // Executor's signatures print layouts on every call.
+  std::string text;
   std::vector<bool> done(placements_.size(), false);
   for (int axis = 0; axis < static_cast<int>(placements_.size()); ++axis) {
     const auto& p = placements_[static_cast<std::size_t>(axis)];
     if (done[static_cast<std::size_t>(axis)] || p.isReplicate()) continue;
+    if (!text.empty()) text += ',';
     if (p.isShard()) {
-      std::string names;
+      bool first = true;
       for (int a : splits_[static_cast<std::size_t>(p.dim)]) {
-        if (!names.empty()) names += '+';
-        names += mesh().axis(a).name;
+        if (!first) text += '+';
+        first = false;
+        text += mesh().axis(a).name;
         done[static_cast<std::size_t>(a)] = true;
       }
-      entries.push_back(fmt::format("{}={}", names, p.toString()));
     } else {
-      entries.push_back(fmt::format("{}={}", mesh().axis(axis).name, p.toString()));
+      text += mesh().axis(axis).name;
     }
+    text += '=';
+    text += p.toString();
   }
-  if (entries.empty()) return fmt::format("{}=R", mesh().numAxes() > 0 ? mesh().axis(0).name : std::string("?"));
-  std::string text;
-  for (const auto& e : entries) {
-    if (!text.empty()) text += ',';
-    text += e;
-  }
+  if (text.empty()) return fmt::format("{}=R", mesh().numAxes() > 0 ? mesh().axis(0).name : std::string("?"));
   return text;
 }
 
