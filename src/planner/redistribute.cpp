@@ -16,6 +16,8 @@ std::vector<std::int64_t> rankOffsets(const Layout& layout, const TensorSpec& sp
   const Mesh& mesh = layout.mesh();
   const auto dims = static_cast<std::size_t>(spec.rank());
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(mesh.size()) * dims, 0);
+  std::vector<bool> holds(static_cast<std::size_t>(mesh.size()));
+  for (int rank = 0; rank < mesh.size(); ++rank) holds[static_cast<std::size_t>(rank)] = layout.holds(rank);
   for (int dim = 0; dim <= layout.maxShardDim() && dim < spec.rank(); ++dim) {
     const std::vector<int> axes = layout.splitAxes(dim);
     if (axes.empty()) continue;
@@ -23,7 +25,7 @@ std::vector<std::int64_t> rankOffsets(const Layout& layout, const TensorSpec& sp
     for (int axis : axes) shards *= mesh.axis(axis).size;
     const std::int64_t extent = spec.shape[static_cast<std::size_t>(dim)] / shards;
     for (int rank = 0; rank < mesh.size(); ++rank) {
-      if (!layout.holds(rank)) continue;
+      if (!holds[static_cast<std::size_t>(rank)]) continue;
       std::int64_t index = 0;
       for (int axis : axes) index = index * mesh.axis(axis).size + mesh.coordinate(rank, axis);
       offsets[static_cast<std::size_t>(rank) * dims + static_cast<std::size_t>(dim)] = index * extent;
@@ -40,6 +42,7 @@ std::vector<std::int64_t> rankOffsets(const Layout& layout, const TensorSpec& sp
 // source layout, so the per-transfer work allocates only the transfer's own two boxes.
 struct TransferSource::Index {
   const Layout& from;
+  const Mesh& mesh;
   std::size_t dims = 0;
   std::vector<std::int64_t> extent;        // of every box of `from`
   std::vector<std::int64_t> chunks;        // cells per dim
@@ -54,9 +57,8 @@ struct TransferSource::Index {
   std::int64_t elementSize = 1;
 
   Index(const Layout& f, const TensorSpec& spec)
-      : from(f), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
+      : from(f), mesh(f.mesh()), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
         lo(dims), hi(dims), index(dims) {
-    const Mesh& mesh = from.mesh();
     const int world = mesh.size();
     chunks.resize(dims);
     std::int64_t cells = 1;
@@ -95,7 +97,6 @@ struct TransferSource::Index {
   std::int64_t offsetOf(int rank, std::size_t d) const { return offsets[static_cast<std::size_t>(rank) * dims + d]; }
 
   int coordinateDistance(int a, int b) const {
-    const Mesh& mesh = from.mesh();
     int distance = 0;
     for (int axis = 0; axis < mesh.numAxes(); ++axis) {
       distance += mesh.coordinate(a, axis) != mesh.coordinate(b, axis) ? 1 : 0;
