@@ -39,9 +39,10 @@ Status directOptions(TransferSource& source, const Layout& from, const Layout& t
     out.push_back({});
     return Status::ok();
   }
+  bool local = false;
+  CHIMERA_RETURN_IF_ERROR(source.isLocal(to, local));
   std::vector<BoxTransfer> transfers;
-  CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
-  const bool local = std::all_of(transfers.begin(), transfers.end(), [](const BoxTransfer& t) { return t.src == t.dst; });
+  if (!local) CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
   PlanStep step;
   if (local) {
     step.kind = PlanStep::Kind::LocalCopy;

@@ -185,7 +185,7 @@ TransferSource::TransferSource(const Layout& from, const TensorSpec& spec) : fro
 
 TransferSource::~TransferSource() = default;
 
-Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& out) {
+Status TransferSource::checkTarget(const Layout& to) const {
   CHIMERA_RETURN_IF_ERROR(from_.validate(spec_));
   CHIMERA_RETURN_IF_ERROR(to.validate(spec_));
   const Mesh& mesh = from_.mesh();
@@ -198,8 +198,14 @@ Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& o
     CHIMERA_CHECK_ARG(!t.isPartial() || f.isPartial(), "layout {} is not partial on {} like the target {}",
                       from_.toString(), mesh.axis(axis).name, to.toString());
   }
+  return Status::ok();
+}
+
+Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& out) {
+  CHIMERA_RETURN_IF_ERROR(checkTarget(to));
   if (!index_) index_ = std::make_unique<Index>(from_, spec_);
   std::fill(index_->load.begin(), index_->load.end(), 0);
+  const Mesh& mesh = from_.mesh();
   const std::vector<std::int64_t> needExtent = to.localShape(spec_);
   const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
   const auto dims = static_cast<std::size_t>(spec_.rank());
@@ -210,6 +216,32 @@ Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& o
                                             needExtent.data(), transfers));
   }
   out = std::move(transfers);
+  return Status::ok();
+}
+
+Status TransferSource::isLocal(const Layout& to, bool& out) const {
+  CHIMERA_RETURN_IF_ERROR(checkTarget(to));
+  // transfersTo sends a piece from another rank exactly when the destination does not hold
+  // the cell of `from` that piece lies in; a rank holds one cell, so all is local when each
+  // destination's box lies inside its own box of `from`.
+  const Mesh& mesh = from_.mesh();
+  const std::vector<std::int64_t> haveExtent = from_.localShape(spec_);
+  const std::vector<std::int64_t> haveOffsets = rankOffsets(from_, spec_);
+  const std::vector<std::int64_t> needExtent = to.localShape(spec_);
+  const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
+  const auto dims = static_cast<std::size_t>(spec_.rank());
+  out = false;
+  for (int dst = 0; dst < mesh.size(); ++dst) {
+    if (!to.holds(dst)) continue;
+    if (!from_.holds(dst)) return Status::ok();
+    for (std::size_t d = 0; d < dims; ++d) {
+      const std::size_t i = static_cast<std::size_t>(dst) * dims + d;
+      if (needOffsets[i] < haveOffsets[i] || needOffsets[i] + needExtent[d] > haveOffsets[i] + haveExtent[d]) {
+        return Status::ok();
+      }
+    }
+  }
+  out = true;
   return Status::ok();
 }
 

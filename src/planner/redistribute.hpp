@@ -40,8 +40,14 @@ class TransferSource {
   /// What manyToManyTransfers(from, to, spec, out) returns.
   [[nodiscard]] Status transfersTo(const Layout& to, std::vector<BoxTransfer>& out);
 
+  /// Whether every transfer of transfersTo(to) would be local (src == dst: each holder of
+  /// `to` already holds its box), found without building them. Fails as transfersTo does
+  /// on bad layouts; a false answer may still meet transfersTo's other errors.
+  [[nodiscard]] Status isLocal(const Layout& to, bool& out) const;
+
  private:
   struct Index;
+  Status checkTarget(const Layout& to) const;
   const Layout& from_;
   const TensorSpec& spec_;
   std::unique_ptr<Index> index_;  // built on first use, once `from` is known valid
