@@ -210,10 +210,11 @@ const Mesh& Layout::mesh() const {
 }
 
 bool Layout::holds(int rank) const {
-  const Mesh& grid = mesh();
+  // Called per rank for every candidate step while planning: the mesh is read only for a
+  // stage axis (a layout with placements always has its mesh).
   for (std::size_t axis = 0; axis < placements_.size(); ++axis) {
     const Placement& p = placements_[axis];
-    if (p.isStage() && grid.coordinate(rank, static_cast<int>(axis)) != p.stage) return false;
+    if (p.isStage() && mesh_->coordinate(rank, static_cast<int>(axis)) != p.stage) return false;
   }
   return true;
 }
