@@ -151,10 +151,10 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   return Status::ok();
 }
 
-Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
-  CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1,
-                    "baseline needs a traced, non-empty chain");
-  CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
+namespace {
+
+// The chain as written, for a traced, non-empty chain whose result `consumed` can read.
+Plan writtenPlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed) {
   const Mesh& mesh = consumed.mesh();
   detail::Program program;
   for (std::size_t i = 0; i < trace.ops.size(); ++i) {
@@ -169,7 +169,17 @@ Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layou
     program.push_back({std::move(copy), consumed});
   }
   // Scales are part of the ops' definitions here (a sum over replicated copies).
-  out = detail::assemblePlan(spec, trace.layouts.front(), consumed, std::move(program), 1);
+  return detail::assemblePlan(spec, trace.layouts.front(), consumed, std::move(program), 1);
+}
+
+constexpr const char* kUntraced = "baseline needs a traced, non-empty chain";
+
+}  // namespace
+
+Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
+  CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1, "{}", kUntraced);
+  CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
+  out = writtenPlan(spec, trace, consumed);
   return Status::ok();
 }
 
@@ -179,7 +189,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   CHIMERA_RETURN_IF_ERROR(traceChain(from, chain, spec, result.trace));
   result.consumed = consumed.value_or(result.trace.final());
   CHIMERA_RETURN_IF_ERROR(checkConsumable(result.trace.final(), result.consumed, spec));
-  CHIMERA_RETURN_IF_ERROR(baselinePlan(spec, result.trace, result.consumed, result.baseline));
+  // baselinePlan's checks, without checking consumability a second time.
+  CHIMERA_CHECK_ARG(!result.trace.ops.empty(), "{}", kUntraced);
+  result.baseline = writtenPlan(spec, result.trace, result.consumed);
   CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
                                              &result.candidates));
   result.baselineBytes = planBytes(result.baseline);
