@@ -154,7 +154,8 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
        [&c, world, b] { MPI_Alltoall(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
       {"pairwise exchange",
        [&c, world, b] {
-         must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group));
+         must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group,
+                                      detail::kMaxMpiCount));
        }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
