@@ -327,7 +327,8 @@ std::vector<ChainOp> collectivesBetween(const Layout& from, const Layout& to, co
       }
     }
     if (everyAxis(from, axes, [](const Placement& p) { return p.isStage(); })) {
-      tryOp({ChainOp::Kind::Send, axes, 0, 0, 0});
+      tryOp({ChainOp::Kind::Send, axes, 0, 0, 0, 1});
+      tryOp({ChainOp::Kind::Send, axes, 0, 0, 0, -1});
     }
     if (!everyAxis(to, axes, replicated)) continue;
     // Broadcast from the stage coordinates the tensor lives on (0 on replicated axes).

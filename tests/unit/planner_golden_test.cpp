@@ -113,6 +113,7 @@ TEST(PlannerGolden, TpPpBackwardMirrorsTheForwardHandOff) {
   EXPECT_EQ(p.fusedBytes.total, 7 * 16 * kMiB);
   EXPECT_EQ(p.fusedBytes.maxPerRank, 16 * kMiB);
   EXPECT_TRUE(p.useFused);
+  EXPECT_EQ(kinds(p.fused), (std::vector<K>{K::ReduceScatter, K::Send, K::AllGather}));
 }
 
 TEST(PlannerGolden, TpEpReducesScattersThenSmallerAllToAll) {
