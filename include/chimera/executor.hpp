@@ -36,7 +36,11 @@ enum class ChainMode : std::uint8_t {
 /// Runs Plans on a Backend. Every plan step becomes backend calls made by the ranks that
 /// hold the step's input (and, for Send/ManyToMany, output) buffer; local work (box
 /// pack/unpack, copies, scaling) runs in the backend's memory space. Each distinct plan is
-/// prepared once: this rank's part resolved, scratch allocated with `backend.allocate`.
+/// prepared once: this rank's part resolved, scratch allocated with `backend.allocate`. At most
+/// `setPreparedPlanLimit` prepared plans are kept (default kDefaultPreparedPlanLimit): beyond
+/// it the least recently run one is freed, with its scratch, and prepared again (collectively,
+/// no new planning pass) when it runs next. Every rank frees the same plans, since all make
+/// the same calls.
 /// Not thread-safe; every rank of the mesh must make the same calls in the same order. On a
 /// device backend (NCCL) the work is ordered on `backend.stream()` and the run calls return
 /// once it is enqueued: synchronize the backend before reading the output on the host.
@@ -66,8 +70,15 @@ class Executor {
   /// Runs an explicit plan (prepared once per distinct plan and cached).
   [[nodiscard]] Status run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
                            std::size_t outputBytes);
-  /// Number of cached prepared plans.
+  /// Prepared plans an executor keeps unless told otherwise.
+  static constexpr std::size_t kDefaultPreparedPlanLimit = 256;
+  /// Keeps at most `limit` prepared plans, freeing the least recently run ones beyond it now and
+  /// later. Call it with the same value on every rank. InvalidArgument when `limit` is 0.
+  [[nodiscard]] Status setPreparedPlanLimit(std::size_t limit);
+  /// Number of prepared plans held now.
   std::size_t cachedPlans() const;
+  /// Number of prepared plans freed so far to stay within the limit.
+  std::size_t evictedPlans() const;
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
 

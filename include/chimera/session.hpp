@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "chimera/backend.hpp"
+#include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/planner.hpp"
 #include "chimera/status.hpp"
@@ -33,10 +34,13 @@ struct SessionOptions {
   bool checkEveryWindow = false;
   /// Prices plans (not owned; must outlive the session). Default: bytes alone.
   const PlanCost* cost = nullptr;
+  /// Prepared plans (each with its scratch) the session's executor keeps; the least recently
+  /// run are freed beyond it and prepared again when needed (`Executor::setPreparedPlanLimit`).
+  std::size_t preparedPlanLimit = Executor::kDefaultPreparedPlanLimit;
 
   /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
-  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`. InvalidArgument naming the variable
-  /// when a value is not 0 or 1.
+  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLANS=N` sets
+  /// `preparedPlanLimit`. InvalidArgument naming the variable when a value is malformed.
   [[nodiscard]] static Status fromEnvironment(SessionOptions& out);
 };
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "common/env.hpp"
 
+#include <charconv>
 #include <cstdlib>
 #include <string_view>
 
@@ -19,6 +20,21 @@ Status readEnvSwitch(const char* name, bool fallback, bool& out) {
   const bool off = value == "0" || value == "off" || value == "false";
   CHIMERA_CHECK_ARG(on || off, "{}='{}' is not one of 0 1 on off true false", name, value);
   out = on;
+  return Status::ok();
+}
+
+Status readEnvCount(const char* name, std::size_t fallback, std::size_t& out) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    out = fallback;
+    return Status::ok();
+  }
+  const std::string_view value(text);
+  std::size_t parsed = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  CHIMERA_CHECK_ARG(error == std::errc() && end == value.data() + value.size() && parsed >= 1,
+                    "{}='{}' is not an integer >= 1", name, value);
+  out = parsed;
   return Status::ok();
 }
 

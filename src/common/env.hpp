@@ -3,6 +3,8 @@
 // backends, the executor and the Session accept the same spellings.
 #pragma once
 
+#include <cstddef>
+
 #include "chimera/status.hpp"
 
 namespace chimera::detail {
@@ -11,6 +13,10 @@ namespace chimera::detail {
 /// `0`, `off`, `false` are accepted; anything else is InvalidArgument naming the variable and
 /// its value.
 [[nodiscard]] Status readEnvSwitch(const char* name, bool fallback, bool& out);
+
+/// Reads the positive integer variable `name`: unset or empty gives `fallback`; anything but
+/// a decimal integer >= 1 is InvalidArgument naming the variable and its value.
+[[nodiscard]] Status readEnvCount(const char* name, std::size_t fallback, std::size_t& out);
 
 /// Default of CHIMERA_CHECK_ARGS: on in debug builds, off when NDEBUG is defined.
 inline constexpr bool kCheckArgsByDefault =

@@ -11,6 +11,7 @@
 #include "common/check.hpp"
 #include "common/log.hpp"
 #include "exec/prepared_plan.hpp"
+#include "exec/prepared_plan_cache.hpp"
 #include "common/env.hpp"
 #include "exec/signature.hpp"
 
@@ -59,6 +60,10 @@ struct Executor::Impl {
   Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
                  std::size_t outputBytes);
   Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot);
+  // Prepares `slot` from `plan` unless it holds a plan (freed ones are prepared again), then
+  // runs it.
+  Status runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
+                 std::size_t inputBytes, void* output, std::size_t outputBytes);
   Status findChain(const ChainRequest& request, ChainEntry*& out);
 
   Backend& backend;
@@ -67,7 +72,7 @@ struct Executor::Impl {
   std::unordered_map<std::string, std::unique_ptr<ChainEntry>> chains;
   std::unordered_map<std::string, std::unique_ptr<RedistributionEntry>> redistributions;
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
-  std::size_t prepared = 0;
+  detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
   std::size_t passes = 0;
   void* agreement = nullptr;  // 3 int64 in the backend's memory space
   bool checkBuffers = checkBuffersFromEnv();
@@ -112,8 +117,18 @@ Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::Prepare
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
   CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan));
   slot = std::move(preparedPlan);
-  ++prepared;
+  preparedPlans.added(slot);
   return Status::ok();
+}
+
+Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
+                               std::size_t inputBytes, void* output, std::size_t outputBytes) {
+  if (slot) {
+    preparedPlans.ran(slot);
+  } else {
+    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot));
+  }
+  return execute(*slot, input, inputBytes, output, outputBytes);
 }
 
 Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) {
@@ -159,9 +174,8 @@ Status Executor::runChain(const ChainRequest& request, ChainMode mode, const voi
   ChainEntry* entry = nullptr;
   CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
-  std::unique_ptr<detail::PreparedPlan>& slot = fused ? entry->fused : entry->baseline;
-  if (!slot) CHIMERA_RETURN_IF_ERROR(impl_->prepare(fused ? entry->plan.fused : entry->plan.baseline, slot));
-  return impl_->execute(*slot, input, inputBytes, output, outputBytes);
+  return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline,
+                        input, inputBytes, output, outputBytes);
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
@@ -183,11 +197,11 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
       local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
     }
     CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution"));
-    CHIMERA_RETURN_IF_ERROR(impl_->prepare(entry->plan, entry->prepared));  // collective: after agreeing
     if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
     it = impl_->redistributions.emplace(signature, std::move(entry)).first;
   }
-  return impl_->execute(*it->second->prepared, input, inputBytes, output, outputBytes);
+  RedistributionEntry& entry = *it->second;  // prepared (collectively) after agreeing
+  return impl_->runSlot(entry.plan, entry.prepared, input, inputBytes, output, outputBytes);
 }
 
 Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
@@ -195,15 +209,21 @@ Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes
   const std::string key = detail::planKey(plan);
   auto it = impl_->plans.find(key);
   if (it == impl_->plans.end()) {
-    std::unique_ptr<detail::PreparedPlan> prepared;
-    CHIMERA_RETURN_IF_ERROR(impl_->prepare(plan, prepared));
-    if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "prepared an explicit plan:\n{}", plan.toString());
-    it = impl_->plans.emplace(key, std::move(prepared)).first;
+    if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "preparing an explicit plan:\n{}", plan.toString());
+    it = impl_->plans.emplace(key, nullptr).first;  // the slot keeps its address in the map
   }
-  return impl_->execute(*it->second, input, inputBytes, output, outputBytes);
+  return impl_->runSlot(plan, it->second, input, inputBytes, output, outputBytes);
 }
 
-std::size_t Executor::cachedPlans() const { return impl_->prepared; }
+std::size_t Executor::cachedPlans() const { return impl_->preparedPlans.size(); }
+
+std::size_t Executor::evictedPlans() const { return impl_->preparedPlans.evictions(); }
+
+Status Executor::setPreparedPlanLimit(std::size_t limit) {
+  CHIMERA_CHECK_ARG(limit >= 1, "prepared-plan limit {} (must be at least 1)", limit);
+  impl_->preparedPlans.setLimit(limit);
+  return Status::ok();
+}
 
 std::size_t Executor::planningPasses() const { return impl_->passes; }
 

@@ -38,6 +38,8 @@ Status SessionOptions::fromEnvironment(SessionOptions& out) {
   SessionOptions options;
   CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_FUSION", options.fusion, options.fusion));
   CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::readEnvCount("CHIMERA_PREPARED_PLANS", options.preparedPlanLimit, options.preparedPlanLimit));
   out = options;
   return Status::ok();
 }
@@ -47,7 +49,9 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 Status Session::create(Backend& backend, const SessionOptions& options, std::unique_ptr<Session>& out) {
-  out.reset(new Session(std::make_unique<Impl>(backend, options)));
+  auto impl = std::make_unique<Impl>(backend, options);
+  CHIMERA_RETURN_IF_ERROR(impl->executor.setPreparedPlanLimit(options.preparedPlanLimit));
+  out.reset(new Session(std::move(impl)));
   return Status::ok();
 }
 

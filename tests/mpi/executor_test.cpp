@@ -135,6 +135,32 @@ TEST(ExecutorCache, SecondRunPlansNothing) {
   EXPECT_EQ(f.executor->planningPasses(), passes + 1);
 }
 
+// With a limit of 3 prepared plans, three signatures (6 programs) keep only the 3 most
+// recently run; running them all again prepares the freed ones anew (no new planning pass) and
+// still gives the reference results.
+TEST(ExecutorCache, LimitFreesTheLeastRecentlyRunPlans) {
+  const ChainCase c = chainCases(worldSize()).front();
+  Fixture f = makeFixture(c.mesh);
+  ASSERT_TRUE(allRanksAgree(f.status.isOk())) << f.status.toString();
+  EXPECT_EQ(f.executor->setPreparedPlanLimit(0).code(), StatusCode::InvalidArgument);
+  ASSERT_TRUE(f.executor->setPreparedPlanLimit(3).isOk());
+  std::vector<ChainRequest> requests;
+  for (DataType dtype : kDtypes) {
+    ChainRequest request;
+    ASSERT_TRUE(allRanksAgree(makeRequest(f.mesh, c, dtype, request).isOk()));
+    requests.push_back(request);
+  }
+  std::string why;
+  for (int round = 0; round < 2; ++round) {
+    for (const ChainRequest& request : requests) EXPECT_TRUE(checkChain(*f.executor, request, why)) << why;
+    EXPECT_EQ(f.executor->cachedPlans(), 3u);
+  }
+  EXPECT_EQ(f.executor->planningPasses(), 3u);
+  EXPECT_EQ(f.executor->evictedPlans(), 9u);  // 12 preparations (6 per round), 3 kept
+  ASSERT_TRUE(f.executor->setPreparedPlanLimit(1).isOk());
+  EXPECT_EQ(f.executor->cachedPlans(), 1u);
+}
+
 // A cost that prices plans by the negated bytes, so the planner keeps the chain as written.
 class PreferBaseline final : public PlanCost {
  public:

@@ -266,9 +266,18 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   SessionOptions options;
   ::setenv("CHIMERA_FUSION", "0", 1);
   ::setenv("CHIMERA_SESSION_CHECK", "1", 1);
+  ::setenv("CHIMERA_PREPARED_PLANS", "12", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_FALSE(options.fusion);
   EXPECT_TRUE(options.checkEveryWindow);
+  EXPECT_EQ(options.preparedPlanLimit, 12u);
+  for (const char* bad : {"0", "-3", "12x", "many"}) {
+    ::setenv("CHIMERA_PREPARED_PLANS", bad, 1);
+    const Status status = SessionOptions::fromEnvironment(options);
+    EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad;
+    EXPECT_NE(status.message().find("CHIMERA_PREPARED_PLANS"), std::string::npos) << status.message();
+  }
+  ::unsetenv("CHIMERA_PREPARED_PLANS");
   ::setenv("CHIMERA_FUSION", "yes", 1);
   const Status bad = SessionOptions::fromEnvironment(options);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
@@ -278,6 +287,7 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_TRUE(options.fusion);
   EXPECT_FALSE(options.checkEveryWindow);
+  EXPECT_EQ(options.preparedPlanLimit, Executor::kDefaultPreparedPlanLimit);
 }
 
 }  // namespace
