@@ -134,6 +134,10 @@ class Session {
   /// stage k-1.
   [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                                 TensorHandle& out);
+  /// Records `op` given as a chain op (e.g. parsed from "alltoall:ep:0:1"): the same as the
+  /// call of its kind above. In-place kinds (allreduce, broadcast) ignore `output`.
+  [[nodiscard]] Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,
+                              TensorHandle& out);
 
   /// Declares that the next computation reads `t` as `layout` only (a layout readable from
   /// `t`'s, see `checkConsumable`), then flushes. InvalidArgument when it is not readable;

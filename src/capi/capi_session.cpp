@@ -29,35 +29,8 @@ Status record(chimeraSession* s, const char* opText, chimeraTensor_t input, void
   chimera::Chain chain;
   CHIMERA_RETURN_IF_ERROR(chimera::Chain::parse(opText, s->comm->mesh, chain));
   CHIMERA_CHECK_ARG(chain.ops.size() == 1, "record one call at a time, got '{}' ({} ops)", opText, chain.ops.size());
-  const chimera::ChainOp& op = chain.ops[0];
-  chimera::Session& session = *s->session;
-  const chimera::TensorHandle in = toHandle(input);
   chimera::TensorHandle result;
-  Status status;
-  switch (op.kind) {
-    case chimera::ChainOp::Kind::AllReduce:
-      status = session.allReduce(in, op.axes, result);
-      break;
-    case chimera::ChainOp::Kind::ReduceScatter:
-      status = session.reduceScatter(in, op.axes, op.dim, output, outputBytes, result);
-      break;
-    case chimera::ChainOp::Kind::AllGather:
-      status = session.allGather(in, op.axes, op.dim, output, outputBytes, result);
-      break;
-    case chimera::ChainOp::Kind::AllToAll:
-      status = session.allToAll(in, op.axes, op.dim, op.toDim, output, outputBytes, result);
-      break;
-    case chimera::ChainOp::Kind::Slice:
-      status = session.slice(in, op.axes, op.dim, output, outputBytes, result);
-      break;
-    case chimera::ChainOp::Kind::Send:
-      status = op.stageStep == 1 ? session.send(in, op.axes, output, outputBytes, result)
-                                 : session.sendBack(in, op.axes, output, outputBytes, result);
-      break;
-    case chimera::ChainOp::Kind::Broadcast:
-      status = session.broadcast(in, op.axes, op.root, result);
-      break;
-  }
+  const Status status = s->session->record(toHandle(input), chain.ops[0], output, outputBytes, result);
   if (status.isOk()) *out = fromHandle(result);
   return status;
 }

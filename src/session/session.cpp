@@ -85,9 +85,10 @@ Status Session::tensor(void* buffer, std::size_t bytes, const TensorSpec& spec, 
   return Status::ok();
 }
 
-Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, bool inPlace,
+Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,
                              TensorHandle& out) {
   CHIMERA_RETURN_IF_ERROR(checkHandle(in));
+  const bool inPlace = op.kind == ChainOp::Kind::AllReduce || op.kind == ChainOp::Kind::Broadcast;
   CHIMERA_CHECK_ARG(window.values.size() < kMaxWindowValues,
                     "window holds {} values, the most a window may hold; flush first", window.values.size());
   const detail::WindowValue& input = window.values[in.index];
@@ -131,39 +132,43 @@ Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, s
 }
 
 Status Session::allReduce(TensorHandle in, AxisSet axes, TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::AllReduce, axes, 0, 0, 0}, nullptr, 0, true, out);
+  return impl_->record(in, {ChainOp::Kind::AllReduce, axes, 0, 0, 0}, nullptr, 0, out);
 }
 
 Status Session::reduceScatter(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
                               TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::ReduceScatter, axes, dim, 0, 0}, output, outputBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::ReduceScatter, axes, dim, 0, 0}, output, outputBytes, out);
 }
 
 Status Session::allGather(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
                           TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::AllGather, axes, dim, 0, 0}, output, outputBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::AllGather, axes, dim, 0, 0}, output, outputBytes, out);
 }
 
 Status Session::allToAll(TensorHandle in, AxisSet axes, int fromDim, int toDim, void* output, std::size_t outputBytes,
                          TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::AllToAll, axes, fromDim, toDim, 0}, output, outputBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::AllToAll, axes, fromDim, toDim, 0}, output, outputBytes, out);
 }
 
 Status Session::slice(TensorHandle in, AxisSet axes, int dim, void* output, std::size_t outputBytes,
                       TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::Slice, axes, dim, 0, 0}, output, outputBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::Slice, axes, dim, 0, 0}, output, outputBytes, out);
 }
 
 Status Session::broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::Broadcast, axes, 0, 0, root}, nullptr, 0, true, out);
+  return impl_->record(in, {ChainOp::Kind::Broadcast, axes, 0, 0, root}, nullptr, 0, out);
 }
 
 Status Session::send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, 1}, recvBuffer, recvBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, 1}, recvBuffer, recvBytes, out);
 }
 
 Status Session::sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
-  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, -1}, recvBuffer, recvBytes, false, out);
+  return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, -1}, recvBuffer, recvBytes, out);
+}
+
+Status Session::record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, TensorHandle& out) {
+  return impl_->record(in, op, output, outputBytes, out);
 }
 
 Status Session::declareRead(TensorHandle t, const Layout& layout) {

@@ -215,10 +215,7 @@ Status Session::Impl::flush() {
       stats.bytesSent += entry->bytesSent;
     }
   }
-  window.values.clear();
-  window.calls.clear();
-  window.storages = 0;
-  ++windowId;
+  startWindow();
   return status;
 }
 
@@ -229,11 +226,16 @@ Status Session::Impl::abandon(const Status& reason) {
     Verdicts ignored;
     (void)agree(detail::windowKey(window, backend.rank()), reason, ignored);
   }
+  startWindow();
+  return reason;
+}
+
+// Drops the recorded window; its handles expire.
+void Session::Impl::startWindow() {
   window.values.clear();
   window.calls.clear();
   window.storages = 0;
   ++windowId;
-  return reason;
 }
 
 }  // namespace chimera

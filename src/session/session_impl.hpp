@@ -34,10 +34,11 @@ struct Session::Impl {
       : backend(b), options(o), executor(b, o.cost), staging(b), agreement(b) {}
 
   Status checkHandle(TensorHandle t) const;
-  Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, bool inPlace,
-                TensorHandle& out);
+  // Records `op`; in-place kinds (allreduce, broadcast) ignore `output`.
+  Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, TensorHandle& out);
   Status flush();
   Status abandon(const Status& reason);
+  void startWindow();
   Status lookup(const detail::WindowKey& key, detail::CachedWindow*& out);
   Status planWindow(detail::CachedWindow& out);
   /// The world's verdicts on the window (see `agree` in session_flush.cpp).

@@ -95,24 +95,7 @@ inline Status recordOp(Session& session, TensorHandle in, const ChainOp& op, con
     storage.push_back(makeBuffer(bytes / dataTypeSize(spec.dtype), spec.dtype));
     buffer = storage.back().data();
   }
-  switch (op.kind) {
-    case ChainOp::Kind::AllReduce:
-      return session.allReduce(in, op.axes, out);
-    case ChainOp::Kind::ReduceScatter:
-      return session.reduceScatter(in, op.axes, op.dim, buffer, bytes, out);
-    case ChainOp::Kind::AllGather:
-      return session.allGather(in, op.axes, op.dim, buffer, bytes, out);
-    case ChainOp::Kind::AllToAll:
-      return session.allToAll(in, op.axes, op.dim, op.toDim, buffer, bytes, out);
-    case ChainOp::Kind::Slice:
-      return session.slice(in, op.axes, op.dim, buffer, bytes, out);
-    case ChainOp::Kind::Send:
-      return op.stageStep == 1 ? session.send(in, op.axes, buffer, bytes, out)
-                               : session.sendBack(in, op.axes, buffer, bytes, out);
-    case ChainOp::Kind::Broadcast:
-      return session.broadcast(in, op.axes, op.root, out);
-  }
-  return Status::internal("unknown chain op");
+  return session.record(in, op, buffer, bytes, out);
 }
 
 /// Runs `c` through a fresh session `steps` times (inputs from `seed`), each step one window
