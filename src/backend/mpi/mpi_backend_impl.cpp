@@ -238,29 +238,26 @@ Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
 }
 
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
-  Status local = checkPeer(peer, count, dtype, buf);
-  if (local.isOk() && peer == rank_) {
-    local = Status::invalidArgument(fmt::format("send to self (rank {}) would block; use groupedP2P", peer));
-  }
-  const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
-  CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local));
-  return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
-    return mpiStatus(MPI_Send(static_cast<const std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_),
-                     "MPI_Send");
-  });
+  return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer});
 }
 
 Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
-  Status local = checkPeer(peer, count, dtype, buf);
-  if (local.isOk() && peer == rank_) {
-    local = Status::invalidArgument(fmt::format("recv from self (rank {}) would block; use groupedP2P", peer));
+  return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer});
+}
+
+Status MpiBackend::blockingP2P(const P2POp& op) {
+  const bool sending = op.kind == P2POp::Kind::Send;
+  Status local = checkPeer(op.peer, op.count, op.dtype, op.buffer);
+  if (local.isOk() && op.peer == rank_) {
+    local = Status::invalidArgument(
+        fmt::format("{} self (rank {}) would block; use groupedP2P", sending ? "send to" : "recv from", op.peer));
   }
-  const P2POp op{P2POp::Kind::Recv, buf, count, dtype, peer};
   CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local));
-  return forEachMessage(count, dataTypeSize(dtype), [&](std::size_t offset, int n) {
-    return mpiStatus(MPI_Recv(static_cast<std::byte*>(buf) + offset, n, mpiDataType(dtype), peer, kP2PTag, p2p_,
-                              MPI_STATUS_IGNORE),
-                     "MPI_Recv");
+  return forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
+    auto* at = static_cast<std::byte*>(op.buffer) + offset;
+    const MPI_Datatype type = mpiDataType(op.dtype);
+    return sending ? mpiStatus(MPI_Send(at, n, type, op.peer, kP2PTag, p2p_), "MPI_Send")
+                   : mpiStatus(MPI_Recv(at, n, type, op.peer, kP2PTag, p2p_, MPI_STATUS_IGNORE), "MPI_Recv");
   });
 }
 

@@ -102,6 +102,8 @@ class MpiBackend final : public Backend {
   // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
   bool usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const;
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
+  // send and recv: one blocking transfer (checked, agreed, split into messages).
+  Status blockingP2P(const P2POp& op);
   // `local` when it is an error (returned at once: the peers of a point-to-point call may
   // wait, as in NCCL); else, with checking on, agrees with the peers of `ops` (p2p_check.hpp).
   Status agreeOnP2P(std::span<const P2POp> ops, const Status& local);
