@@ -152,4 +152,20 @@ struct FirstFailure {
   }
 };
 
+/// Runs `perBackend(t, failure)` on a backend of every configuration (`backendConfigs`) and
+/// every group of this world size (`groupCases`), expecting every rank to pass each one.
+template <typename PerBackend>
+void forEachBackend(PerBackend perBackend) {
+  for (const BackendConfig& config : backendConfigs()) {
+    for (const GroupCase& group : groupCases(worldSize())) {
+      BackendUnderTest t = makeBackend(group, config.options);
+      FirstFailure failure;
+      failure.record(t.status.isOk(), "setup " + group.mesh + " " + group.axes + ": " + t.status.toString());
+      if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
+      perBackend(t, failure);
+      EXPECT_TRUE(allRanksAgree(failure.ok)) << config.name << " on " << group.mesh << " / " << group.axes;
+    }
+  }
+}
+
 }  // namespace chimera::testing

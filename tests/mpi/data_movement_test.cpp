@@ -86,18 +86,10 @@ void checkBroadcast(BackendUnderTest& t, DataType dtype, std::size_t count, bool
 template <typename PerCase>
 void sweep(PerCase perCase) {
   std::uint32_t seed = 1000;
-  for (const BackendConfig& config : backendConfigs()) {
-    for (const GroupCase& group : groupCases(worldSize())) {
-      BackendUnderTest t = makeBackend(group, config.options);
-      FirstFailure failure;
-      failure.record(t.status.isOk(), "setup " + group.mesh + " " + group.axes + ": " + t.status.toString());
-      if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
-      for (const DataType dtype : kAllDataTypes)
-        for (const std::size_t count : kCounts) perCase(t, dtype, count, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << config.name << " on "
-                                              << group.mesh << " / " << group.axes;
-    }
-  }
+  forEachBackend([&](BackendUnderTest& t, FirstFailure& failure) {
+    for (const DataType dtype : kAllDataTypes)
+      for (const std::size_t count : kCounts) perCase(t, dtype, count, seed++, failure);
+  });
 }
 
 TEST(MpiBackend, AllGatherEveryTypeCountAndGroup) {

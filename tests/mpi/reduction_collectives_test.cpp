@@ -67,20 +67,12 @@ void checkReduceScatter(BackendUnderTest& t, DataType dtype, ReduceOp op, std::s
 template <typename Check>
 void sweep(Check check) {
   std::uint32_t seed = 1;
-  for (const BackendConfig& config : backendConfigs()) {
-    for (const GroupCase& group : groupCases(worldSize())) {
-      BackendUnderTest t = makeBackend(group, config.options);
-      FirstFailure failure;
-      failure.record(t.status.isOk(), "setup " + group.mesh + " " + group.axes + ": " + t.status.toString());
-      if (!t.status.isOk()) continue;  // uniform across ranks: every rank parsed the same text
-      for (const DataType dtype : kAllDataTypes)
-        for (const ReduceOp op : kAllReduceOps)
-          for (const std::size_t count : kCounts)
-            for (const bool inPlace : {false, true}) check(t, dtype, op, count, inPlace, seed++, failure);
-      EXPECT_TRUE(allRanksAgree(failure.ok)) << config.name << " on " << group.mesh << " / "
-                                              << group.axes;
-    }
-  }
+  forEachBackend([&](BackendUnderTest& t, FirstFailure& failure) {
+    for (const DataType dtype : kAllDataTypes)
+      for (const ReduceOp op : kAllReduceOps)
+        for (const std::size_t count : kCounts)
+          for (const bool inPlace : {false, true}) check(t, dtype, op, count, inPlace, seed++, failure);
+  });
 }
 
 TEST(MpiBackend, AllReduceEveryTypeOpCountAndGroup) { sweep(checkAllReduce); }
