@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Small helpers shared by the examples: timing, integer-valued inputs, agreement on a verdict,
-// and reading back the part of a buffer a consumer reads. Public chimera API only.
+// Small helpers shared by the examples: the fusion off/on A/B harness, timing, integer-valued
+// inputs, agreement on a verdict, and reading back the part of a buffer a consumer reads.
+// Public chimera API only.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,51 @@ inline std::vector<float> consumedPart(const std::vector<float>& buffer, const c
     out.push_back(buffer[static_cast<std::size_t>(linear)]);
   }
   return out;
+}
+
+/// The A/B harness of the examples: runs one training step's communication,
+/// `step(session, buffers, i)` returning what the consumers read, `iters` + 1 times on a
+/// fusion-off session (with `off` buffers) and a fusion-on session (with `on` buffers),
+/// interleaved, and compares what was read. Rank 0 prints `title`, the median step times
+/// (step 0 plans the windows and is not timed), the bytes each variant sent and the verdict.
+/// Returns true when the results were identical on every rank.
+template <typename Buffers, typename Step>
+bool compareFusion(chimera::Backend& backend, const std::string& title, int iters, Buffers off, Buffers on,
+                   Step step) {
+  chimera::SessionOptions offOptions;
+  offOptions.fusion = false;
+  std::unique_ptr<chimera::Session> unfused, fused;
+  check(chimera::Session::create(backend, offOptions, unfused), "session");
+  check(chimera::Session::create(backend, chimera::SessionOptions{}, fused), "session");
+  std::vector<double> timeOff, timeOn;
+  bool identical = true;
+  for (int i = 0; i < iters + 1; ++i) {
+    check(backend.synchronize(), "sync");
+    auto start = std::chrono::steady_clock::now();
+    const auto expected = step(*unfused, off, i);
+    if (i > 0) timeOff.push_back(microsSince(start));
+    start = std::chrono::steady_clock::now();
+    const auto got = step(*fused, on, i);
+    if (i > 0) timeOn.push_back(microsSince(start));
+    identical = identical && expected == got;
+  }
+  identical = allRanks(backend, identical);
+  const chimera::SessionStats so = unfused->stats(), sf = fused->stats();
+  const auto perStep = [&](std::uint64_t total) { return static_cast<unsigned long long>(total / (iters + 1)); };
+  if (backend.rank() == 0) {
+    std::printf("%s, %d steps\n", title.c_str(), iters);
+    std::printf("  fusion off: %9.1f us/step  %10llu bytes/step sent (all ranks)\n", median(timeOff),
+                perStep(so.bytesSent));
+    std::printf("  fusion on : %9.1f us/step  %10llu bytes/step sent (all ranks), %llu of %llu chains fused, "
+                "%llu/%llu windows from the cache\n",
+                median(timeOn), perStep(sf.bytesSent), static_cast<unsigned long long>(sf.fusedChains),
+                static_cast<unsigned long long>(sf.chainsRun), static_cast<unsigned long long>(sf.windowCacheHits),
+                static_cast<unsigned long long>(sf.windows));
+    std::printf("  speedup %.2fx, bytes %.2fx fewer, results %s\n", median(timeOff) / median(timeOn),
+                static_cast<double>(so.bytesSent) / static_cast<double>(sf.bytesSent),
+                identical ? "identical on every rank" : "DIFFER");
+  }
+  return identical;
 }
 
 /// Reads "--name value" from argv as an integer, or `fallback`.

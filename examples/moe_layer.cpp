@@ -91,43 +91,17 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("ep+tp", s.eptp), "ep+tp");
   std::unique_ptr<chimera::Backend> backend;
   check(chimera::createMpiBackend(s.mesh, backend), "backend");
-  chimera::SessionOptions off;
-  off.fusion = false;
-  std::unique_ptr<Session> unfused, fused;
-  check(Session::create(*backend, off, unfused), "session");
-  check(Session::create(*backend, chimera::SessionOptions{}, fused), "session");
   auto buffers = [&] {
     return Buffers{s.buffer("ep=S0,tp=R"), s.buffer("ep=S0,tp=S0"), s.buffer("ep+tp=S1"),
                    s.buffer("ep+tp=S1"),   s.buffer("ep+tp=S0"),    s.buffer("ep=S0,tp=R")};
   };
-  Buffers a = buffers(), b = buffers();
-  std::vector<double> timeOff, timeOn;
-  bool identical = true;
-  for (int i = 0; i < iters + 1; ++i) {  // step 0 plans the windows: not timed
-    auto start = std::chrono::steady_clock::now();
-    const Read expected = moeStep(*unfused, s, a, i);
-    if (i > 0) timeOff.push_back(example::microsSince(start));
-    start = std::chrono::steady_clock::now();
-    const Read got = moeStep(*fused, s, b, i);
-    if (i > 0) timeOn.push_back(example::microsSince(start));
-    identical = identical && expected == got;
-  }
-  identical = example::allRanks(*backend, identical);
-  const chimera::SessionStats so = unfused->stats(), sf = fused->stats();
-  if (rank == 0) {
-    std::printf("MoE layer, TP+EP on ep=2,tp=4, tokens %ldx%ld f32 (%ld KiB), %d steps\n", tokens, hidden,
-                tokens * hidden * 4 / 1024, iters);
-    std::printf("  fusion off: %9.1f us/step  %10llu bytes/step sent (all ranks)\n", example::median(timeOff),
-                static_cast<unsigned long long>(so.bytesSent / so.windows * 2));
-    std::printf("  fusion on : %9.1f us/step  %10llu bytes/step sent (all ranks), %llu of %llu chains fused\n",
-                example::median(timeOn), static_cast<unsigned long long>(sf.bytesSent / sf.windows * 2),
-                static_cast<unsigned long long>(sf.fusedChains), static_cast<unsigned long long>(sf.chainsRun));
-    std::printf("  speedup %.2fx, bytes %.2fx fewer, results %s\n", example::median(timeOff) / example::median(timeOn),
-                static_cast<double>(so.bytesSent) / static_cast<double>(sf.bytesSent),
-                identical ? "identical on every rank" : "DIFFER");
-  }
-  unfused.reset();
-  fused.reset();
+  char title[160];
+  std::snprintf(title, sizeof title, "MoE layer, TP+EP on ep=2,tp=4, tokens %ldx%ld f32 (%ld KiB)", tokens, hidden,
+                tokens * hidden * 4 / 1024);
+  const bool identical = example::compareFusion(*backend, title, iters, buffers(), buffers(),
+                                                [&](Session& session, Buffers& b, int i) {
+                                                  return moeStep(session, s, b, i);
+                                                });
   backend.reset();
   chimera::finalizeMpi();
   return identical ? 0 : 1;
