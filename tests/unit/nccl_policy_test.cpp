@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA-free decisions of the NCCL backend, checked on every machine: which GPU a rank
+// drives, what the NCCL library found at run time can do, and the parsing of its settings.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "backend/nccl/device_choice.hpp"
+#include "backend/nccl/nccl_options.hpp"
+#include "backend/nccl/nccl_version.hpp"
+
+namespace chimera {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(CudaDeviceChoice, OneVisibleGpuPerProcessIsDeviceZeroOnEveryRank) {
+  // SLURM / Kubernetes / per-rank CUDA_VISIBLE_DEVICES: 8 ranks on a node, each sees one GPU.
+  for (int localRank = 0; localRank < 8; ++localRank) {
+    int device = -1;
+    ASSERT_TRUE(detail::chooseCudaDevice(localRank, 8, 1, device).isOk()) << localRank;
+    EXPECT_EQ(device, 0) << localRank;
+  }
+}
+
+TEST(CudaDeviceChoice, AllGpusVisibleGivesTheNodeLocalRank) {
+  for (int localRank = 0; localRank < 8; ++localRank) {
+    int device = -1;
+    ASSERT_TRUE(detail::chooseCudaDevice(localRank, 8, 8, device).isOk());
+    EXPECT_EQ(device, localRank);
+  }
+  int device = -1;
+  ASSERT_TRUE(detail::chooseCudaDevice(3, 4, 8, device).isOk()) << "more GPUs than ranks";
+  EXPECT_EQ(device, 3);
+}
+
+TEST(CudaDeviceChoice, AmbiguousOrImpossibleMappingsAreNamed) {
+  int device = -1;
+  const Status fewer = detail::chooseCudaDevice(5, 8, 4, device);
+  EXPECT_EQ(fewer.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(fewer.message().find("8 ranks on this node but 4 CUDA devices"), std::string::npos) << fewer.message();
+  const Status none = detail::chooseCudaDevice(0, 1, 0, device);
+  EXPECT_EQ(none.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(none.message().find("no CUDA device"), std::string::npos) << none.message();
+  EXPECT_EQ(detail::chooseCudaDevice(2, 2, 2, device).code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(detail::chooseCudaDevice(-1, 2, 2, device).code(), StatusCode::InvalidArgument);
+}
+
+TEST(NcclVersion, FeaturesFollowTheRuntimeVersion) {
+  detail::NcclFeatures f;
+  ASSERT_TRUE(detail::ncclFeaturesFor(detail::ncclVersionCode(2, 18, 1), f).isOk());
+  EXPECT_EQ(f.text, "2.18.1");
+  EXPECT_FALSE(f.allToAll);
+  EXPECT_FALSE(f.groupedAbort);
+  EXPECT_FALSE(f.multiRankPerGpu);
+  ASSERT_TRUE(detail::ncclFeaturesFor(detail::ncclVersionCode(2, 28, 9), f).isOk());
+  EXPECT_TRUE(f.allToAll);
+  EXPECT_TRUE(f.groupedAbort);
+  EXPECT_FALSE(f.multiRankPerGpu);
+  ASSERT_TRUE(detail::ncclFeaturesFor(detail::ncclVersionCode(2, 31, 0), f).isOk());
+  EXPECT_TRUE(f.multiRankPerGpu);
+  ASSERT_TRUE(detail::ncclFeaturesFor(detail::ncclVersionCode(3, 0, 0), f).isOk());
+  EXPECT_EQ(f.text, "3.0.0");
+  EXPECT_TRUE(f.allToAll && f.groupedAbort && f.multiRankPerGpu);
+}
+
+TEST(NcclVersion, TooOldLibraryIsAClearUnsupported) {
+  detail::NcclFeatures f;
+  const Status old = detail::ncclFeaturesFor(detail::ncclVersionCode(2, 17, 1), f);
+  EXPECT_EQ(old.code(), StatusCode::Unsupported);
+  EXPECT_NE(old.message().find("2.17.1"), std::string::npos) << old.message();
+  EXPECT_NE(old.message().find(">= 2.18.0"), std::string::npos) << old.message();
+  // Before 2.9 NCCL encoded versions as major*1000 + minor*100 + patch.
+  const Status ancient = detail::ncclFeaturesFor(2708, f);
+  EXPECT_EQ(ancient.code(), StatusCode::Unsupported);
+  EXPECT_NE(ancient.message().find("2.7.8"), std::string::npos) << ancient.message();
+}
+
+TEST(NcclOptions, TimeoutAcceptsOnlyPlainMillisecondsInRange) {
+  milliseconds value{0};
+  ASSERT_TRUE(detail::parseTimeoutMs("1", value).isOk());
+  EXPECT_EQ(value, milliseconds(1));
+  ASSERT_TRUE(detail::parseTimeoutMs("600000", value).isOk());
+  EXPECT_EQ(value, milliseconds(600000));
+  ASSERT_TRUE(detail::parseTimeoutMs(std::to_string(detail::kMaxNcclTimeout.count()), value).isOk());
+  // Overflowing values used to saturate to LLONG_MAX and overflow the deadline arithmetic.
+  for (const char* bad : {"", "0", "-5", "+5", " 5", "5 ", "5ms", "1e3", "soon", "99999999999999999999",
+                          "604800001"}) {
+    const Status status = detail::parseTimeoutMs(bad, value);
+    EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << "'" << bad << "'";
+    EXPECT_NE(status.message().find(std::string("'") + bad + "'"), std::string::npos) << status.message();
+  }
+}
+
+TEST(NcclOptions, EnvironmentIsReadAndMalformedValuesNamed) {
+  ::setenv("CHIMERA_TIMEOUT_MS", "2500", 1);
+  ::setenv("CHIMERA_NCCL_ALLTOALL", "grouped", 1);
+  ::setenv("CHIMERA_CHECK_ARGS", "on", 1);
+  detail::NcclBackendOptions options;
+  ASSERT_TRUE(detail::ncclBackendOptionsFromEnv(options).isOk());
+  EXPECT_EQ(options.timeout, milliseconds(2500));
+  EXPECT_TRUE(options.groupedAllToAll);
+  EXPECT_TRUE(options.checkArgs);
+  ::setenv("CHIMERA_TIMEOUT_MS", "18446744073709551616", 1);
+  const Status overflow = detail::ncclBackendOptionsFromEnv(options);
+  EXPECT_EQ(overflow.code(), StatusCode::InvalidArgument);
+  ::setenv("CHIMERA_TIMEOUT_MS", "100", 1);
+  ::setenv("CHIMERA_NCCL_ALLTOALL", "pairwise", 1);
+  const Status mode = detail::ncclBackendOptionsFromEnv(options);
+  EXPECT_EQ(mode.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(mode.message().find("pairwise"), std::string::npos) << mode.message();
+  ::unsetenv("CHIMERA_TIMEOUT_MS");
+  ::unsetenv("CHIMERA_NCCL_ALLTOALL");
+  ::unsetenv("CHIMERA_CHECK_ARGS");
+  ASSERT_TRUE(detail::ncclBackendOptionsFromEnv(options).isOk());
+  EXPECT_EQ(options.timeout, milliseconds(600000));
+  EXPECT_FALSE(options.groupedAllToAll);
+}
+
+}  // namespace
+}  // namespace chimera
