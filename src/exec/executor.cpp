@@ -128,6 +128,8 @@ Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::Prepare
   } else {
     CHIMERA_RETURN_IF_ERROR(prepare(plan, slot));
   }
+  // A graph captured now replays this plan's scratch addresses: keep the plan alive.
+  if (backend.capturing()) preparedPlans.pin(slot);
   return execute(*slot, input, inputBytes, output, outputBytes);
 }
 
@@ -226,5 +228,9 @@ Status Executor::setPreparedPlanLimit(std::size_t limit) {
 }
 
 std::size_t Executor::planningPasses() const { return impl_->passes; }
+
+std::size_t Executor::pinnedPlans() const { return impl_->preparedPlans.pinned(); }
+
+void Executor::releaseCapturedPlans() { impl_->preparedPlans.unpinAll(); }
 
 }  // namespace chimera

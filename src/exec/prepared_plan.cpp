@@ -46,6 +46,35 @@ LocalAction scaleAction(SlotRef src, SlotRef dst, std::size_t count, double fact
   return action;
 }
 
+namespace {
+
+bool sameTensor(const LocalAction& a, const LocalAction& b) {
+  const SlotRef& at = a.kind == LocalAction::Kind::Pack ? a.src : a.dst;
+  const SlotRef& bt = b.kind == LocalAction::Kind::Pack ? b.src : b.dst;
+  return a.kind == b.kind && at.slot == bt.slot && at.offset == bt.offset && a.shape == b.shape;
+}
+
+}  // namespace
+
+void mergeBoxActions(std::vector<LocalAction>& actions) {
+  std::vector<LocalAction> merged;
+  for (LocalAction& action : actions) {
+    const bool boxAction = action.kind == LocalAction::Kind::Pack || action.kind == LocalAction::Kind::Unpack;
+    const SlotRef packed = action.kind == LocalAction::Kind::Pack ? action.dst : action.src;
+    if (boxAction && !merged.empty() && !merged.back().boxes.empty() && sameTensor(merged.back(), action)) {
+      merged.back().boxes.push_back(std::move(action.box));
+      merged.back().packed.push_back(packed);
+      continue;
+    }
+    if (boxAction) {
+      action.boxes = {action.box};
+      action.packed = {packed};
+    }
+    merged.push_back(std::move(action));
+  }
+  actions = std::move(merged);
+}
+
 PreparedPlan::~PreparedPlan() {
   for (void* ptr : owned_) backend_->deallocate(ptr);
 }
@@ -104,6 +133,8 @@ Status PreparedPlan::resolve(const Plan& plan) {
       return Status(status.code(),
                     fmt::format("plan step {} ({}): {}", i + 1, planStepKindName(step.kind), status.message()));
     }
+    mergeBoxActions(prepared.before);
+    mergeBoxActions(prepared.after);
     steps_.push_back(std::move(prepared));
   }
   slots_.assign(plan.buffers.size() + 2, nullptr);

@@ -32,7 +32,24 @@ struct LocalAction {
   double factor = 1;                ///< Scale: the factor
   std::vector<std::int64_t> shape;  ///< Pack/Unpack: the tensor's local shape
   Box box;                          ///< Pack/Unpack: the box, local coordinates
+  /// Pack/Unpack after mergeBoxActions: every box of this call (`box` first) and, per box, its
+  /// packed operand (`dst` of a Pack, `src` of an Unpack first): one backend call for all.
+  std::vector<Box> boxes;
+  std::vector<SlotRef> packed;
 };
+
+/// Byte alignment of every box's offset in a staging area: cudaMalloc's alignment, so the
+/// pack kernels take their 16-byte vector path for every box, not only the first.
+inline constexpr std::size_t kStagingAlignment = 256;
+/// `offset` rounded up to kStagingAlignment.
+constexpr std::size_t alignStaging(std::size_t offset) {
+  return (offset + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+}
+
+/// Merges each run of consecutive Packs of one tensor (same source and shape), and of
+/// consecutive Unpacks into one tensor, into its first action (filling `boxes`/`packed`),
+/// so the backend moves them in one call; single Packs/Unpacks get one-element lists.
+void mergeBoxActions(std::vector<LocalAction>& actions);
 
 /// A Copy of `bytes` from `src` to `dst`.
 LocalAction copyAction(SlotRef src, SlotRef dst, std::size_t bytes);
@@ -117,6 +134,7 @@ class PreparedPlan {
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;
   std::vector<P2POp> ops_;  // reused by every grouped call
+  std::vector<void*> pointers_;  // reused by every batched pack/unpack
 };
 
 }  // namespace chimera::detail

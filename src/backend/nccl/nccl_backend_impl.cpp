@@ -448,7 +448,7 @@ Status NcclBackend::packBox(const void* tensor, std::span<const std::int64_t> sh
   copy.tensor = const_cast<void*>(tensor);  // read only by packBoxes
   copy.packed = packed;
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return packBoxes(&copy, 1, dtype, stream());
+  return detail::packBoxes(&copy, 1, dtype, stream());
 }
 
 Status NcclBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
@@ -458,7 +458,41 @@ Status NcclBackend::unpackBox(const void* packed, void* tensor, std::span<const 
   copy.tensor = tensor;
   copy.packed = const_cast<void*>(packed);  // read only by unpackBoxes
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return unpackBoxes(&copy, 1, dtype, stream());
+  return detail::unpackBoxes(&copy, 1, dtype, stream());
+}
+
+Status NcclBackend::packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
+                              std::span<void* const> packed, DataType dtype) {
+  CHIMERA_CHECK_ARG(boxes.size() == packed.size(), "packBoxes: {} boxes but {} packed buffers", boxes.size(),
+                    packed.size());
+  std::vector<BoxCopy> copies(boxes.size());
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, boxes[i], copies[i].box));
+    copies[i].tensor = const_cast<void*>(tensor);  // read only by packBoxes
+    copies[i].packed = packed[i];
+  }
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  return detail::packBoxes(copies.data(), copies.size(), dtype, stream());
+}
+
+Status NcclBackend::unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
+                                std::span<const Box> boxes, DataType dtype) {
+  CHIMERA_CHECK_ARG(boxes.size() == packed.size(), "unpackBoxes: {} boxes but {} packed buffers", boxes.size(),
+                    packed.size());
+  std::vector<BoxCopy> copies(boxes.size());
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, boxes[i], copies[i].box));
+    copies[i].tensor = tensor;
+    copies[i].packed = const_cast<void*>(packed[i]);  // read only by unpackBoxes
+  }
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  return detail::unpackBoxes(copies.data(), copies.size(), dtype, stream());
+}
+
+bool NcclBackend::capturing() const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(cudaStreamOf(stream()), &capture) == cudaSuccess &&
+         capture != cudaStreamCaptureStatusNone;
 }
 
 Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {

@@ -74,6 +74,11 @@ class NcclBackend final : public Backend {
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
                    DataType dtype) override;
+  Status packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
+                   std::span<void* const> packed, DataType dtype) override;
+  Status unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
+                     std::span<const Box> boxes, DataType dtype) override;
+  bool capturing() const override;
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
