@@ -8,6 +8,7 @@
 
 #include "common/box_pack.hpp"
 #include "common/check.hpp"
+#include "copy_split.cuh"
 #include "cuda_check.hpp"
 #include "dispatch.cuh"
 #include "launch_config.hpp"
@@ -45,43 +46,62 @@ struct PackBatch {
 static_assert(sizeof(PackBatch) < 4000, "kernel parameters must stay under 4 KiB");
 
 // ---------------------------------------------------------------------------------------
+// copyVectors<V>: one warp copies `count` aligned vectors of type V (16, 8 or 4 bytes) from
+// src to dst. 16-byte vectors: each lane keeps 4 loads (64 bytes, a whole 2 KiB piece per
+// warp) in flight before its stores; the narrower, misaligned paths move one vector per lane
+// per step (unrolling them too made ptxas spill within the 64-register bound).
+// Preconditions: src and dst aligned to sizeof(V); count * sizeof(V) <= kPieceBytes (32-bit
+// indices: fewer registers than 64-bit ones).
+// ---------------------------------------------------------------------------------------
+template <typename V>
+__device__ void copyVectors(V* __restrict__ dst, const V* __restrict__ src, int count, int lane) {
+  constexpr int kUnroll = sizeof(V) == kVectorBytes ? kPieceBytes / (kWarpSize * kVectorBytes) : 1;
+  for (int first = 0; first < count; first += kWarpSize * kUnroll) {
+    V held[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = first + u * kWarpSize + lane;
+      if (v < count) held[u] = src[v];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = first + u * kWarpSize + lane;
+      if (v < count) dst[v] = held[u];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // copyPiece: one warp copies n elements of type T from src to dst.
-// Preconditions: src and dst aligned to sizeof(T); no overlap; n * sizeof(T) <= kPieceBytes
-// (so every index inside a piece is a 32-bit int: fewer registers than 64-bit ones).
-// When src and dst agree modulo 16 bytes: scalar head up to the 16-byte boundary, 16-byte
-// vectors (each lane keeps its loads in registers before storing), scalar tail. Otherwise
-// scalar (still coalesced across the warp). O(n / 32) steps per lane.
+// Preconditions: src and dst aligned to sizeof(T); no overlap; n * sizeof(T) <= kPieceBytes.
+// copySplit (copy_split.cuh, shared with the CPU tests) picks the widest vector width at
+// which the two addresses agree (16, 8 or 4 bytes): scalar head up to that boundary, vectors,
+// scalar tail; only addresses that differ modulo 4 (possible for 1- and 2-byte elements)
+// copy element by element (still coalesced across the warp). O(n / 32) steps per lane.
 // ---------------------------------------------------------------------------------------
 template <typename T>
 __device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, int n, int lane) {
-  constexpr int kPerVector = kVectorBytes / sizeof(T);
-  constexpr int kUnroll = kPieceBytes / (kWarpSize * kVectorBytes);
-  const auto srcAddress = reinterpret_cast<std::uintptr_t>(src);
-  const auto dstAddress = reinterpret_cast<std::uintptr_t>(dst);
-  int head = n;
-  int vectors = 0;
-  if (((srcAddress ^ dstAddress) % kVectorBytes) == 0) {
-    const auto toBoundary = static_cast<int>((kVectorBytes - srcAddress % kVectorBytes) % kVectorBytes);
-    head = min(n, toBoundary / static_cast<int>(sizeof(T)));
-    vectors = (n - head) / kPerVector;
-  }
+  const CopySplit split = copySplit(reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), n,
+                                    static_cast<int>(sizeof(T)));
+  const int head = static_cast<int>(split.head);
+  const int vectors = static_cast<int>(split.vectors);
   for (int i = lane; i < head; i += kWarpSize) dst[i] = src[i];
-  const auto* srcVectors = reinterpret_cast<const uint4*>(src + head);
-  auto* dstVectors = reinterpret_cast<uint4*>(dst + head);
-  for (int first = 0; first < vectors; first += kWarpSize * kUnroll) {
-    uint4 held[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = first + u * kWarpSize + lane;
-      if (v < vectors) held[u] = srcVectors[v];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = first + u * kWarpSize + lane;
-      if (v < vectors) dstVectors[v] = held[u];
-    }
+  switch (split.width) {
+    case 16:
+      copyVectors(reinterpret_cast<uint4*>(dst + head), reinterpret_cast<const uint4*>(src + head), vectors, lane);
+      break;
+    case 8:
+      copyVectors(reinterpret_cast<uint2*>(dst + head), reinterpret_cast<const uint2*>(src + head), vectors, lane);
+      break;
+    case 4:
+      copyVectors(reinterpret_cast<unsigned*>(dst + head), reinterpret_cast<const unsigned*>(src + head), vectors,
+                  lane);
+      break;
+    default:
+      break;  // everything was head
   }
-  for (int i = head + vectors * kPerVector + lane; i < n; i += kWarpSize) dst[i] = src[i];
+  const int done = head + vectors * (split.width / static_cast<int>(sizeof(T)));
+  for (int i = done + lane; i < n; i += kWarpSize) dst[i] = src[i];
 }
 
 // ---------------------------------------------------------------------------------------

@@ -88,6 +88,14 @@ class Executor {
   /// Unpins every pinned plan, once the graphs captured over them are destroyed; plans beyond
   /// the limit are freed then. Call it with the same timing on every rank.
   void releaseCapturedPlans();
+  /// Caps the scratch memory the backend's scratch pool holds (one pool per backend, shared
+  /// by the prepared plans of every executor on it; default CHIMERA_SCRATCH_LIMIT_BYTES, else
+  /// no cap). Free pool blocks beyond it are returned at once; preparing a plan that would
+  /// pass it fails with BackendError naming the cap. Call it with the same value on every
+  /// rank. InvalidArgument when `bytes` is 0; the environment's errors otherwise.
+  [[nodiscard]] Status setScratchLimit(std::size_t bytes);
+  /// Bytes the backend's scratch pool holds now (in use by prepared plans + free for reuse).
+  std::size_t scratchBytes() const;
 
  private:
   struct Impl;

@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
+#include "exec/scratch_pool.hpp"
 #include "common/env.hpp"
 #include "exec/signature.hpp"
 
@@ -67,6 +68,7 @@ struct Executor::Impl {
   Status findChain(const ChainRequest& request, ChainEntry*& out);
 
   Backend& backend;
+  std::shared_ptr<detail::ScratchPool> scratch;  // the backend's; declared first, destroyed after the plans
   BytesCost bytesCost;
   const PlanCost* cost;
   std::unordered_map<std::string, std::unique_ptr<ChainEntry>> chains;
@@ -115,7 +117,8 @@ Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, st
 
 Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot) {
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
-  CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan));
+  if (!scratch) CHIMERA_RETURN_IF_ERROR(detail::scratchPoolFor(backend, scratch));
+  CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan, scratch.get()));
   slot = std::move(preparedPlan);
   preparedPlans.added(slot);
   return Status::ok();
@@ -232,5 +235,14 @@ std::size_t Executor::planningPasses() const { return impl_->passes; }
 std::size_t Executor::pinnedPlans() const { return impl_->preparedPlans.pinned(); }
 
 void Executor::releaseCapturedPlans() { impl_->preparedPlans.unpinAll(); }
+
+Status Executor::setScratchLimit(std::size_t bytes) {
+  CHIMERA_CHECK_ARG(bytes >= 1, "scratch limit of 0 bytes (must be at least 1)");
+  if (!impl_->scratch) CHIMERA_RETURN_IF_ERROR(detail::scratchPoolFor(impl_->backend, impl_->scratch));
+  impl_->scratch->setLimit(bytes);
+  return Status::ok();
+}
+
+std::size_t Executor::scratchBytes() const { return impl_->scratch ? impl_->scratch->heldBytes() : 0; }
 
 }  // namespace chimera

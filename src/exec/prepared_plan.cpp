@@ -76,7 +76,19 @@ void mergeBoxActions(std::vector<LocalAction>& actions) {
 }
 
 PreparedPlan::~PreparedPlan() {
-  for (void* ptr : owned_) backend_->deallocate(ptr);
+  for (void* ptr : owned_) {
+    if (pool_ != nullptr) {
+      pool_->release(ptr);
+    } else {
+      backend_->deallocate(ptr);
+    }
+  }
+}
+
+Status PreparedPlan::allocateScratch(std::size_t bytes, void** out) {
+  CHIMERA_RETURN_IF_ERROR(pool_ != nullptr ? pool_->acquire(bytes, out) : backend_->allocate(bytes, out));
+  owned_.push_back(*out);
+  return Status::ok();
 }
 
 void PreparedPlan::needStaging(int which, std::size_t bytes) {
@@ -86,14 +98,14 @@ void PreparedPlan::needStaging(int which, std::size_t bytes) {
 
 // Every rank resolves its part, then all agree on the verdict (one MAX allReduce over the
 // world), so a plan that fails on some ranks only fails everywhere instead of hanging.
-Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
+Status PreparedPlan::prepare(Backend& backend, const Plan& plan, ScratchPool* pool) {
   backend_ = &backend;
+  pool_ = pool;
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
   void* probe = nullptr;
-  CHIMERA_RETURN_IF_ERROR(backend.allocate(sizeof(std::int64_t), &probe));
-  owned_.push_back(probe);
+  CHIMERA_RETURN_IF_ERROR(allocateScratch(sizeof(std::int64_t), &probe));
   probe_ = probe;
   const Status local = resolve(plan);
   std::int64_t failed = local.isOk() ? 0 : 1;
@@ -141,8 +153,7 @@ Status PreparedPlan::resolve(const Plan& plan) {
   auto allocateSlot = [&](std::size_t slot, std::size_t bytes) -> Status {
     if (bytes == 0) return Status::ok();
     void* ptr = nullptr;
-    CHIMERA_RETURN_IF_ERROR(backend_->allocate(bytes, &ptr));
-    owned_.push_back(ptr);
+    CHIMERA_RETURN_IF_ERROR(allocateScratch(bytes, &ptr));
     slots_[slot] = static_cast<std::byte*>(ptr);
     return Status::ok();
   };

@@ -11,6 +11,7 @@
 #include "chimera/backend.hpp"
 #include "chimera/plan.hpp"
 #include "chimera/status.hpp"
+#include "exec/scratch_pool.hpp"
 
 namespace chimera::detail {
 
@@ -84,7 +85,8 @@ struct PreparedStep {
   std::vector<LocalAction> after;
 };
 
-/// A plan prepared for this rank of `backend`. Owns its scratch (freed by the destructor).
+/// A plan prepared for this rank of `backend`. Owns its scratch (returned to the pool, or
+/// freed, by the destructor).
 class PreparedPlan {
  public:
   PreparedPlan() = default;
@@ -92,11 +94,12 @@ class PreparedPlan {
   PreparedPlan& operator=(const PreparedPlan&) = delete;
   ~PreparedPlan();
 
-  /// Resolves `plan` for `backend.rank()` and allocates its scratch. Collective over the
+  /// Resolves `plan` for `backend.rank()` and takes its scratch from `pool` (the backend's
+  /// scratch pool; nullptr: straight from backend.allocate). Collective over the
   /// world: every rank must prepare the same plan; a failure on any rank fails all (Mismatch
   /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
   /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
-  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
+  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan, ScratchPool* pool = nullptr);
   /// InvalidArgument naming both sizes when a buffer is smaller than this rank's part of the
   /// input or output, or null where the rank holds some.
   [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
@@ -121,6 +124,7 @@ class PreparedPlan {
   std::byte* resolve(SlotRef ref) const { return slots_[static_cast<std::size_t>(ref.slot)] + ref.offset; }
   int stagingSlot(int which) const { return static_cast<int>(bufferBytes_.size()) + which; }
   void needStaging(int which, std::size_t bytes);
+  Status allocateScratch(std::size_t bytes, void** out);
 
   Backend* backend_ = nullptr;
   DataType dtype_ = DataType::F32;
@@ -130,7 +134,8 @@ class PreparedPlan {
   std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
   std::size_t stagingBytes_[2] = {0, 0};
   void* probe_ = nullptr;          // one int64 for the prepare-time allReduces
-  std::vector<void*> owned_;       // scratch from backend.allocate
+  ScratchPool* pool_ = nullptr;
+  std::vector<void*> owned_;       // scratch from pool_ (or backend.allocate without one)
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;
   std::vector<P2POp> ops_;  // reused by every grouped call
