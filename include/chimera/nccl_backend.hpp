@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
@@ -48,5 +49,20 @@ struct NcclUniqueId {
 /// GPUs; BackendError when CUDA, NCCL or MPI fail; Unsupported when chimera was built
 /// without MPI (use the unique-id overload then).
 [[nodiscard]] Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+/// Creates the NCCL backend for a rank started by a launcher without MPI (such as
+/// `chimera-rank-launch`, or your own): reads CHIMERA_RANK, CHIMERA_WORLD_SIZE,
+/// CHIMERA_LOCAL_RANK and CHIMERA_LOCAL_WORLD_SIZE (default: the global ones) and
+/// CHIMERA_NCCL_UNIQUE_ID (the id as 256 hex digits), picks the device as
+/// createNcclBackendMpi does (one visible GPU: device 0; else the local rank), and calls
+/// createNcclBackend. Collective over the launched ranks. InvalidArgument naming the variable
+/// when one is missing or malformed, or when mesh.size() differs from CHIMERA_WORLD_SIZE;
+/// otherwise as createNcclBackend.
+[[nodiscard]] Status createNcclBackendFromEnv(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+/// The NCCL library loaded at run time: its version as "major.minor.patch" in `text` and
+/// as NCCL's version code in `code`. Unsupported (with both filled) when it is older than
+/// chimera needs (2.18); BackendError when ncclGetVersion fails.
+[[nodiscard]] Status ncclLibraryVersion(std::string& text, int& code);
 
 }  // namespace chimera

@@ -319,9 +319,9 @@ TEST_F(NcclSingleRank, ArgumentAgreementKeepsResultsAndLocalErrors) {
 
 // One thread per GPU, each a rank of one NCCL world; checks are collected per rank and
 // asserted after every thread joined (an early return on one rank would hang the others).
-std::string runRank(const Mesh& mesh, int rank, const NcclUniqueId& id) {
+std::string runRank(const Mesh& mesh, int rank, int device, const NcclUniqueId& id) {
   std::unique_ptr<Backend> backend;
-  Status status = createNcclBackend(mesh, rank, rank, id, backend);
+  Status status = createNcclBackend(mesh, rank, device, id, backend);
   if (!status.isOk()) return status.toString();
   const int n = mesh.size();
   const std::size_t count = 1 << 16;
@@ -398,10 +398,45 @@ TEST(NcclMultiRank, CollectivesAndRingAcrossAllGpus) {
   std::vector<std::string> results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = runRank(mesh, rank, id); });
+    threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = runRank(mesh, rank, rank, id); });
   }
   for (auto& thread : threads) thread.join();
   for (int rank = 0; rank < n; ++rank) EXPECT_EQ(results[static_cast<std::size_t>(rank)], "") << "rank " << rank;
+}
+
+// The same checks with one process per rank (chimera-rank-launch), several of them on one
+// GPU where NCCL allows it (NCCL_MULTI_RANK_GPU_ENABLE=1 from 2.31).
+TEST(NcclProcesses, CollectivesAndRingAcrossLaunchedRanks) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 2);
+  const int n = env.worldSize;
+  Mesh mesh;
+  if (n % 2 == 0 && n >= 4) {
+    ASSERT_TRUE(Mesh::create({{"x", 2}, {"y", n / 2}}, n, mesh).isOk());
+  } else {
+    mesh = Mesh::flat(n);
+  }
+  NcclUniqueId id;
+  const Status fresh = test::launchedWorldId(env, device, id);
+  ASSERT_TRUE(fresh.isOk()) << fresh.toString();
+  ScopedEnv checkArgs("CHIMERA_CHECK_ARGS", "1");
+  EXPECT_EQ(runRank(mesh, env.rank, device, id), "") << "rank " << env.rank << " of " << n;
+}
+
+TEST(NcclBackend, LauncherEnvironmentIsCheckedBeforeCuda) {
+  // No device needed: the variables are read before CUDA or NCCL is touched.
+  for (const char* name : {"CHIMERA_RANK", "CHIMERA_WORLD_SIZE", "CHIMERA_NCCL_UNIQUE_ID"}) unsetenv(name);
+  std::unique_ptr<Backend> backend;
+  Status status = createNcclBackendFromEnv(Mesh::flat(2), backend);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("CHIMERA_RANK is not set"), std::string::npos) << status.message();
+  ScopedEnv rank("CHIMERA_RANK", "0");
+  ScopedEnv world("CHIMERA_WORLD_SIZE", "4");
+  ScopedEnv id("CHIMERA_NCCL_UNIQUE_ID", std::string(2 * kNcclUniqueIdBytes, 'a').c_str());
+  status = createNcclBackendFromEnv(Mesh::flat(2), backend);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("CHIMERA_WORLD_SIZE=4"), std::string::npos) << status.message();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/nccl/device_choice.hpp"
+#include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_options.hpp"
 #include "backend/nccl/nccl_version.hpp"
 
@@ -117,6 +118,60 @@ TEST(NcclOptions, EnvironmentIsReadAndMalformedValuesNamed) {
   ASSERT_TRUE(detail::ncclBackendOptionsFromEnv(options).isOk());
   EXPECT_EQ(options.timeout, milliseconds(600000));
   EXPECT_FALSE(options.groupedAllToAll);
+}
+
+TEST(NcclBootstrapEnv, UniqueIdRoundTripsThroughHex) {
+  NcclUniqueId id;
+  for (std::size_t i = 0; i < id.bytes.size(); ++i) id.bytes[i] = static_cast<char>(i * 37 + 5);
+  const std::string hex = detail::uniqueIdToHex(id);
+  ASSERT_EQ(hex.size(), 2 * kNcclUniqueIdBytes);
+  NcclUniqueId back;
+  ASSERT_TRUE(detail::uniqueIdFromHex(hex, back).isOk());
+  EXPECT_EQ(back.bytes, id.bytes);
+  EXPECT_EQ(detail::uniqueIdFromHex(hex.substr(1), back).code(), StatusCode::InvalidArgument);
+  std::string bad = hex;
+  bad[17] = 'g';
+  const Status status = detail::uniqueIdFromHex(bad, back);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("position 17"), std::string::npos) << status.message();
+}
+
+TEST(NcclBootstrapEnv, LauncherVariablesAreReadAndCheckedWithNames) {
+  NcclUniqueId id;
+  id.bytes[0] = 42;
+  ::setenv("CHIMERA_NCCL_UNIQUE_ID", detail::uniqueIdToHex(id).c_str(), 1);
+  ::setenv("CHIMERA_RANK", "5", 1);
+  ::setenv("CHIMERA_WORLD_SIZE", "8", 1);
+  ::unsetenv("CHIMERA_LOCAL_RANK");
+  ::unsetenv("CHIMERA_LOCAL_WORLD_SIZE");
+  detail::NcclBootstrapEnv env;
+  ASSERT_TRUE(detail::readNcclBootstrapEnv(env).isOk());
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.worldSize, 8);
+  EXPECT_EQ(env.localRank, 5) << "defaults to the global rank (one node)";
+  EXPECT_EQ(env.localWorldSize, 8);
+  EXPECT_EQ(env.id.bytes[0], 42);
+  ::setenv("CHIMERA_LOCAL_RANK", "1", 1);
+  ::setenv("CHIMERA_LOCAL_WORLD_SIZE", "4", 1);
+  ASSERT_TRUE(detail::readNcclBootstrapEnv(env).isOk());
+  EXPECT_EQ(env.localRank, 1);
+  EXPECT_EQ(env.localWorldSize, 4);
+  ::setenv("CHIMERA_RANK", "8", 1);
+  Status status = detail::readNcclBootstrapEnv(env);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("CHIMERA_RANK=8 outside CHIMERA_WORLD_SIZE=8"), std::string::npos)
+      << status.message();
+  ::setenv("CHIMERA_RANK", "x1", 1);
+  status = detail::readNcclBootstrapEnv(env);
+  EXPECT_NE(status.message().find("CHIMERA_RANK='x1'"), std::string::npos) << status.message();
+  ::setenv("CHIMERA_RANK", "1", 1);
+  ::unsetenv("CHIMERA_NCCL_UNIQUE_ID");
+  status = detail::readNcclBootstrapEnv(env);
+  EXPECT_NE(status.message().find("CHIMERA_NCCL_UNIQUE_ID is not set"), std::string::npos) << status.message();
+  ::unsetenv("CHIMERA_WORLD_SIZE");
+  status = detail::readNcclBootstrapEnv(env);
+  EXPECT_NE(status.message().find("CHIMERA_WORLD_SIZE is not set"), std::string::npos) << status.message();
+  for (const char* name : {"CHIMERA_RANK", "CHIMERA_LOCAL_RANK", "CHIMERA_LOCAL_WORLD_SIZE"}) ::unsetenv(name);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/nccl/device_choice.hpp"
+#include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_api.hpp"
 #include "backend/nccl/nccl_backend_impl.hpp"
 #include "backend/nccl/nccl_check.hpp"
@@ -77,6 +78,26 @@ Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqu
                    mesh.toString(), api->features.text);
   out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, *api, options);
   return Status::ok();
+}
+
+Status createNcclBackendFromEnv(const Mesh& mesh, std::unique_ptr<Backend>& out) {
+  detail::NcclBootstrapEnv env;
+  CHIMERA_RETURN_IF_ERROR(detail::readNcclBootstrapEnv(env));
+  CHIMERA_CHECK_ARG(mesh.size() == env.worldSize, "mesh {} has {} ranks but CHIMERA_WORLD_SIZE={}", mesh.toString(),
+                    mesh.size(), env.worldSize);
+  int devices = 0;
+  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
+  int device = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::chooseCudaDevice(env.localRank, env.localWorldSize, devices, device));
+  return createNcclBackend(mesh, env.rank, device, env.id, out);
+}
+
+Status ncclLibraryVersion(std::string& text, int& code) {
+  const detail::NcclApi* api = nullptr;
+  const Status status = detail::ncclApi(api);
+  text = api->features.text;
+  code = api->features.code;
+  return status;
 }
 
 #if CHIMERA_HAS_MPI
