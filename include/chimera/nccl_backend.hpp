@@ -14,10 +14,12 @@
 // Its buffers are device memory; `Backend::stream()` is a cudaStream_t. Operations are
 // enqueued on that stream and return without waiting; `synchronize()` waits, polls NCCL for
 // asynchronous errors, and aborts the communicators when the stream makes no progress for
-// CHIMERA_TIMEOUT_MS milliseconds (default 600000), returning Timeout.
+// CHIMERA_TIMEOUT_MS milliseconds (default 600000), returning Timeout. Communicators are
+// non-blocking: creation, splits, enqueues and teardown are bounded by the same timeout.
 // Sub-communicators per axis group come from ncclCommSplit of the world communicator, made
-// on first use and cached: like any collective, every rank must first-use the same groups
-// in the same order.
+// when the groups are created (or on a group's first use) and cached: like any collective,
+// every rank must create the same groups in the same order. The NCCL library is the one
+// loaded at run time (>= 2.18; older gives Unsupported at creation, never a load failure).
 
 namespace chimera {
 
