@@ -136,6 +136,8 @@ run() {
   local version_rc=$?
   local code
   code=$(sed -n 's/.*(code \([0-9]*\)).*/\1/p' <<<"$version")
+  local vtext
+  vtext=$(sed -n 's/^NCCL \([0-9.]*\).*/\1/p' <<<"$version")
   say "NCCL: $version (from ${nccl:-the system library path})"
   local gpu="unknown"
   command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n1)
@@ -154,6 +156,11 @@ run() {
   for test in $tests; do
     [ "$(remaining)" -gt 70 ] || { record test "$test" not_run reason="budget"; continue; }
     status=$(run_one "$test" 60 "$out/logs/$test.log" "$bin/gpu_tests" --gtest_filter="$test")
+    # On a GPU machine only the multi-GPU test may skip (one GPU); any other skip is a failure.
+    if [ "$status" = skipped ] && [ "$devices" -ge 1 ] && [[ $test != NcclMultiRank.* ]]; then
+      status=failed
+      grep -h "SKIPPED\|Skipped" "$out/logs/$test.log" | head -n 2 | sed 's/^/[gpu-check]   unexpected skip: /'
+    fi
     record test "$test" "$status" ranks=1
     say "1 rank  $test: $status"
     [ "$status" = failed ] || [ "$status" = timeout ] && failures=$((failures + 1))
@@ -168,9 +175,9 @@ run() {
   elif [ "$devices" -ge 2 ]; then
     local n
     for n in 2 4 8; do [ "$n" -le "$devices" ] && counts+=("$n"); done
-    why="NCCL ${code:-?} < 2.31 cannot share a GPU between ranks: multi-rank limited to $devices GPUs"
+    why="NCCL ${vtext:-?} < 2.31 cannot share a GPU between ranks: multi-rank limited to $devices GPUs"
   else
-    why="NCCL ${code:-?} < 2.31 cannot put several ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE needs 2.31): multi-rank tests skipped"
+    why="NCCL ${vtext:-?} < 2.31 cannot put several ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE needs 2.31): multi-rank tests skipped"
   fi
   [ -n "$why" ] && { say "$why"; record note multi_rank skipped reason="$why"; }
   local n
@@ -197,7 +204,8 @@ run() {
         # Per scenario and dtype: wrong elements summed over ranks, slowest rank's medians.
         cat "$prefix".rank*.log | grep "^SCENARIO " | awk '
           { for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
-            k = v["name"] " " v["dtype"]; wrong[k] += v["wrong"]; eq[k] = (k in eq ? eq[k] : 1) * v["fused_equal"];
+            k = v["name"] " " v["dtype"]; wrong[k] += v["wrong"]; if (!(k in seen)) { seen[k] = 1; eq[k] = 1 }
+            eq[k] *= v["fused_equal"];
             if (v["baseline_ms"] > b[k]) b[k] = v["baseline_ms"]; if (v["fused_ms"] > f[k]) f[k] = v["fused_ms"] }
           END { for (k in wrong) { split(k, p, " "); printf "%s %s %d %d %.3f %.3f\n", p[1], p[2], wrong[k], eq[k], b[k], f[k] } }' |
           sort | while read -r name dtype wrong equal base fused; do
