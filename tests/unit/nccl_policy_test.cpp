@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/device_choice.hpp"
 #include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_options.hpp"
@@ -172,6 +173,34 @@ TEST(NcclBootstrapEnv, LauncherVariablesAreReadAndCheckedWithNames) {
   status = detail::readNcclBootstrapEnv(env);
   EXPECT_NE(status.message().find("CHIMERA_WORLD_SIZE is not set"), std::string::npos) << status.message();
   for (const char* name : {"CHIMERA_RANK", "CHIMERA_LOCAL_RANK", "CHIMERA_LOCAL_WORLD_SIZE"}) ::unsetenv(name);
+}
+
+TEST(DeadlinePoll, SettledStatesReturnAtOnceAndPendingEndsAtTheDeadline) {
+  using detail::PollState;
+  int polls = 0;
+  EXPECT_EQ(detail::pollUntilSettled([&] { return ++polls < 5 ? PollState::Pending : PollState::Done; },
+                                     milliseconds(10000)),
+            PollState::Done);
+  EXPECT_EQ(polls, 5);
+  EXPECT_EQ(detail::pollUntilSettled([] { return PollState::Failed; }, milliseconds(10000)), PollState::Failed);
+  // A peer that never answers: the wait ends at the deadline, not before and not long after.
+  const auto start = std::chrono::steady_clock::now();
+  polls = 0;
+  EXPECT_EQ(detail::pollUntilSettled([&] { return ++polls, PollState::Pending; }, milliseconds(200)),
+            PollState::Pending);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, milliseconds(200));
+  EXPECT_LT(waited, milliseconds(2000)) << "polls back off to 1 ms, so the overshoot is small (loaded machine: 10x)";
+  EXPECT_GT(polls, 10);
+  // Work that finishes at the deadline still counts: one more poll after it.
+  const auto begin = std::chrono::steady_clock::now();
+  EXPECT_EQ(detail::pollUntilSettled(
+                [&] {
+                  return std::chrono::steady_clock::now() - begin >= milliseconds(50) ? PollState::Done
+                                                                                        : PollState::Pending;
+                },
+                milliseconds(50)),
+            PollState::Done);
 }
 
 }  // namespace

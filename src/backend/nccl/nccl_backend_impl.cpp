@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "common/check.hpp"
@@ -87,27 +88,30 @@ Status ncclStatus(ncclResult_t result, const char* what) {
 }
 
 Status awaitNccl(std::span<const ncclComm_t> comms, std::chrono::milliseconds timeout, std::string_view what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(1);
-  while (true) {
-    bool pending = false;
-    for (ncclComm_t comm : comms) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t queried = ncclCommGetAsyncError(comm, &state);
-      if (queried != ncclSuccess) return ncclStatus(queried, "ncclCommGetAsyncError");
-      if (state == ncclInProgress) {
-        pending = true;
-      } else if (state != ncclSuccess) {
-        return ncclStatus(state, std::string(what).c_str());
-      }
-    }
-    if (!pending) return Status::ok();
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Status::timeout(fmt::format("{} did not complete within CHIMERA_TIMEOUT_MS={} ms", what, timeout.count()));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
+  Status failure;
+  const PollState state = pollUntilSettled(
+      [&] {
+        bool pending = false;
+        for (ncclComm_t comm : comms) {
+          ncclResult_t result = ncclSuccess;
+          const ncclResult_t queried = ncclCommGetAsyncError(comm, &result);
+          if (queried != ncclSuccess) {
+            failure = ncclStatus(queried, "ncclCommGetAsyncError");
+            return PollState::Failed;
+          }
+          if (result == ncclInProgress) {
+            pending = true;
+          } else if (result != ncclSuccess) {
+            failure = ncclStatus(result, std::string(what).c_str());
+            return PollState::Failed;
+          }
+        }
+        return pending ? PollState::Pending : PollState::Done;
+      },
+      timeout);
+  if (state == PollState::Done) return Status::ok();
+  if (state == PollState::Failed) return failure;
+  return Status::timeout(fmt::format("{} did not complete within CHIMERA_TIMEOUT_MS={} ms", what, timeout.count()));
 }
 
 NcclBackend::NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, const NcclApi& api,
