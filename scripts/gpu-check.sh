@@ -16,13 +16,13 @@
 # else the system; its version is reported. Then, each test bounded at 60 s and the whole run
 # at GPU_CHECK_BUDGET_S seconds (default 480):
 #   1. every single-rank GPU test (gpu_tests, one process per test);
-#   2. the multi-process tests (chimera-rank-launch, no MPI) at 1, 2, 4 and 8 ranks on one GPU
+#   2. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at 64 and
+#      128 MiB against cudaMemcpyAsync;
+#   3. the multi-process tests (chimera-rank-launch, no MPI) at 1, 2, 4 and 8 ranks on one GPU
 #      when NCCL >= 2.31 (NCCL_MULTI_RANK_GPU_ENABLE=1), or up to the number of GPUs when
 #      there are several; otherwise a line saying why multi-rank was skipped;
-#   3. the six chimera-bench scenarios at 8 ranks on NCCL (wrong elements, baseline and fused
-#      median times) when 8 ranks can run;
-#   4. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at
-#      64..256 MiB against cudaMemcpyAsync.
+#   4. the six chimera-bench scenarios at 8 ranks on NCCL, f32 and bf16 (wrong elements,
+#      baseline and fused median times) when 8 ranks can run.
 # Exit status 0 only when nothing failed (skips with a stated reason are not failures).
 set -uo pipefail
 
@@ -167,7 +167,27 @@ run() {
   done
   summarize
 
-  # 2./3. multi-process tests.
+  # 2. kernel benchmark rows (before the multi-process tests: fixed, short cost).
+  if [ "$(remaining)" -gt 40 ]; then
+    local limit=$(( $(remaining) - 10 ))
+    [ "$limit" -gt 100 ] && limit=100
+    timeout -k 5 "$limit" "$bin/chimera-kernel-bench" -b 64M -e 128M -n 10 -w 3 >"$out/kernel-bench.txt" 2>&1
+    local rc=$?
+    cat "$out/kernel-bench.txt"
+    awk '/^  /{ printf "%s %s %s %s %s %s %s %s %s %s\n", $1, $2, $3, $4, $5, $6, $7, $9, $11, $13 }' "$out/kernel-bench.txt" |
+      while read -r shape dtype run offset bytes copy pack unpack packn wrong; do
+        record kernel "$shape" "$([ "$wrong" = 0 ] && echo passed || echo failed)" dtype="$dtype" run_bytes="$run" \
+          offset_bytes="$offset" bytes="$bytes" memcpy_gbs="$copy" pack_gbs="$pack" unpack_gbs="$unpack" \
+          packn_gbs="$packn" wrong="$wrong"
+      done
+    record bench kernel-bench "$([ $rc -eq 0 ] && echo passed || echo failed)" exit="$rc"
+    [ "$rc" -ne 0 ] && failures=$((failures + 1))
+  else
+    record bench kernel-bench not_run reason="budget"
+  fi
+  summarize
+
+  # 3./4. multi-process tests.
   local counts=(1) why=""
   if [ "${code:-0}" -ge 23100 ]; then
     export NCCL_MULTI_RANK_GPU_ENABLE=1
@@ -184,7 +204,8 @@ run() {
   for n in "${counts[@]}"; do
     for test in NcclProcesses.CollectivesAndRingAcrossLaunchedRanks \
                 ExecutorOnNcclProcesses.PaperChainsMatchTheReferenceOnEveryLaunchedRank \
-                ExecutorOnNcclProcesses.SixScenariosBaselineVsFusedAtEightRanks; do
+                ExecutorOnNcclProcesses.SixScenariosF32AtEightRanks \
+                ExecutorOnNcclProcesses.SixScenariosBf16AtEightRanks; do
       [ "$n" -lt 8 ] && [[ $test == *SixScenarios* ]] && continue
       [ "$n" -lt 2 ] && [[ $test == NcclProcesses.* ]] && continue
       [ "$(remaining)" -gt 75 ] || { record test "$test" not_run ranks="$n" reason="budget"; continue; }
@@ -221,24 +242,6 @@ run() {
     summarize
   done
 
-  # 4. kernel benchmark rows.
-  if [ "$(remaining)" -gt 40 ]; then
-    local limit=$(( $(remaining) - 10 ))
-    [ "$limit" -gt 150 ] && limit=150
-    timeout -k 5 "$limit" "$bin/chimera-kernel-bench" -b 64M -e 256M -n 10 -w 3 >"$out/kernel-bench.txt" 2>&1
-    local rc=$?
-    cat "$out/kernel-bench.txt"
-    awk '/^  /{ printf "%s %s %s %s %s %s %s %s %s %s\n", $1, $2, $3, $4, $5, $6, $7, $9, $11, $13 }' "$out/kernel-bench.txt" |
-      while read -r shape dtype run offset bytes copy pack unpack packn wrong; do
-        record kernel "$shape" "$([ "$wrong" = 0 ] && echo passed || echo failed)" dtype="$dtype" run_bytes="$run" \
-          offset_bytes="$offset" bytes="$bytes" memcpy_gbs="$copy" pack_gbs="$pack" unpack_gbs="$unpack" \
-          packn_gbs="$packn" wrong="$wrong"
-      done
-    record bench kernel-bench "$([ $rc -eq 0 ] && echo passed || echo failed)" exit="$rc"
-    [ "$rc" -ne 0 ] && failures=$((failures + 1))
-  else
-    record bench kernel-bench not_run reason="budget"
-  fi
   summarize
   say "elapsed $((SECONDS - deadline + budget)) s of $budget; $failures failures; results in $out"
   [ "$failures" -eq 0 ] && say PASS

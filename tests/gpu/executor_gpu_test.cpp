@@ -271,43 +271,54 @@ Status timeMode(RankRun& run, ChainMode mode, void* in, void* out, int iteration
   return Status::ok();
 }
 
-// Prints one line per scenario and dtype for scripts/gpu-check.sh to collect:
+// Runs the six scenarios in `dtype` on this launched rank and prints one line per scenario
+// for scripts/gpu-check.sh to collect:
 //   SCENARIO name=<s> dtype=<d> rank=<r> wrong=<elements> fused_equal=<0|1> baseline_ms=<m> fused_ms=<m>
-TEST(ExecutorOnNcclProcesses, SixScenariosBaselineVsFusedAtEightRanks) {
+void runSixScenarios(const detail::NcclBootstrapEnv& env, int device, DataType dtype) {
+  for (const auto& [name, c] : sixScenarios()) {
+    NcclUniqueId id;
+    Status status = test::launchedWorldId(env, device, id);
+    ASSERT_TRUE(status.isOk()) << status.toString();
+    RankRun run;
+    status = prepare(c, dtype, 8, env.rank, device, id, run);
+    ASSERT_TRUE(status.isOk()) << name << ": " << status.toString();
+    std::vector<std::uint8_t> baseline;
+    std::vector<std::uint8_t> fused;
+    ASSERT_TRUE((status = runMode(run, ChainMode::Baseline, baseline)).isOk()) << name << ": " << status.toString();
+    ASSERT_TRUE((status = runMode(run, ChainMode::Fused, fused)).isOk()) << name << ": " << status.toString();
+    const int wrong = countWrong(run, env.rank, baseline) + countWrong(run, env.rank, fused);
+    test::DeviceBuffer in(std::max<std::size_t>(run.input.size(), 1));
+    test::DeviceBuffer out(std::max<std::size_t>(run.outputBytes, 1));
+    if (!run.input.empty()) in.upload(run.input);
+    double baselineMs = 0;
+    double fusedMs = 0;
+    ASSERT_TRUE((status = timeMode(run, ChainMode::Baseline, in.data(), out.data(), 5, baselineMs)).isOk())
+        << status.toString();
+    ASSERT_TRUE((status = timeMode(run, ChainMode::Fused, in.data(), out.data(), 5, fusedMs)).isOk())
+        << status.toString();
+    std::printf("SCENARIO name=%s dtype=%s rank=%d wrong=%d fused_equal=%d baseline_ms=%.3f fused_ms=%.3f\n",
+                name.c_str(), std::string(dataTypeName(dtype)).c_str(), env.rank, wrong, fused == baseline ? 1 : 0,
+                baselineMs, fusedMs);
+    std::fflush(stdout);
+    EXPECT_EQ(wrong, 0) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
+    EXPECT_TRUE(fused == baseline) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
+  }
+}
+
+TEST(ExecutorOnNcclProcesses, SixScenariosF32AtEightRanks) {
   detail::NcclBootstrapEnv env;
   int device = 0;
   CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 8);
   if (env.worldSize != 8) GTEST_SKIP() << "the scenarios are for 8 ranks";
-  for (const auto& [name, c] : sixScenarios()) {
-    for (DataType dtype : {DataType::F32, DataType::BF16}) {
-      NcclUniqueId id;
-      Status status = test::launchedWorldId(env, device, id);
-      ASSERT_TRUE(status.isOk()) << status.toString();
-      RankRun run;
-      status = prepare(c, dtype, 8, env.rank, device, id, run);
-      ASSERT_TRUE(status.isOk()) << name << ": " << status.toString();
-      std::vector<std::uint8_t> baseline;
-      std::vector<std::uint8_t> fused;
-      ASSERT_TRUE((status = runMode(run, ChainMode::Baseline, baseline)).isOk()) << name << ": " << status.toString();
-      ASSERT_TRUE((status = runMode(run, ChainMode::Fused, fused)).isOk()) << name << ": " << status.toString();
-      const int wrong = countWrong(run, env.rank, baseline) + countWrong(run, env.rank, fused);
-      test::DeviceBuffer in(std::max<std::size_t>(run.input.size(), 1));
-      test::DeviceBuffer out(std::max<std::size_t>(run.outputBytes, 1));
-      if (!run.input.empty()) in.upload(run.input);
-      double baselineMs = 0;
-      double fusedMs = 0;
-      ASSERT_TRUE((status = timeMode(run, ChainMode::Baseline, in.data(), out.data(), 5, baselineMs)).isOk())
-          << status.toString();
-      ASSERT_TRUE((status = timeMode(run, ChainMode::Fused, in.data(), out.data(), 5, fusedMs)).isOk())
-          << status.toString();
-      std::printf("SCENARIO name=%s dtype=%s rank=%d wrong=%d fused_equal=%d baseline_ms=%.3f fused_ms=%.3f\n",
-                  name.c_str(), std::string(dataTypeName(dtype)).c_str(), env.rank, wrong, fused == baseline ? 1 : 0,
-                  baselineMs, fusedMs);
-      std::fflush(stdout);
-      EXPECT_EQ(wrong, 0) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
-      EXPECT_TRUE(fused == baseline) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
-    }
-  }
+  runSixScenarios(env, device, DataType::F32);
+}
+
+TEST(ExecutorOnNcclProcesses, SixScenariosBf16AtEightRanks) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 8);
+  if (env.worldSize != 8) GTEST_SKIP() << "the scenarios are for 8 ranks";
+  runSixScenarios(env, device, DataType::BF16);
 }
 
 }  // namespace
