@@ -7,8 +7,13 @@ cmake_policy(SET CMP0057 NEW)
 set(gencode "")
 foreach(arch IN LISTS ARCHS)
   string(REGEX REPLACE "-.*" "" number "${arch}")
-  list(APPEND gencode -gencode arch=compute_${number},code=sm_${number})
+  if(number MATCHES "^[0-9]+$")  # native/all/all-major: checked at the default archs below
+    list(APPEND gencode -gencode arch=compute_${number},code=sm_${number})
+  endif()
 endforeach()
+if(NOT gencode)
+  set(gencode -gencode arch=compute_89,code=sm_89 -gencode arch=compute_90,code=sm_90)
+endif()
 execute_process(
   COMMAND ${NVCC} -std=c++17 --expt-relaxed-constexpr -O3 -Xptxas -v ${gencode}
           -I${SOURCE_DIR}/kernels -I${SOURCE_DIR}/src -I${SOURCE_DIR}/include
