@@ -198,7 +198,6 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   const auto start = std::chrono::steady_clock::now();
   const Status status = backend->synchronize();
   const auto returned = std::chrono::steady_clock::now();
-  const bool releasedBeforeReturn = release.load();
   releaser.join();
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   // What the test promises: the deadline (not the stream completing) ends the wait, no
@@ -208,8 +207,6 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
   EXPECT_NE(status.message().find("CHIMERA_TIMEOUT_MS=300"), std::string::npos) << status.message();
   EXPECT_GE(returned - start, std::chrono::milliseconds(300));
-  EXPECT_FALSE(releasedBeforeReturn && status.code() != StatusCode::Timeout)
-      << "the release, not the deadline, ended the wait";
   DeviceBuffer buffer(64);
   const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_);
   EXPECT_EQ(after.code(), StatusCode::BackendError);
