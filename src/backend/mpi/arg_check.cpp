@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 
@@ -87,9 +88,12 @@ Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const 
     values[2 * i] = mine[i];
     values[2 * i + 1] = -mine[i];
   }
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
-                                                  MPI_LONG_LONG, MPI_MIN, group.comm),
-                                    "MPI_Allreduce (argument agreement check)"));
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
+                                                   MPI_LONG_LONG, MPI_MIN, group.comm, &request),
+                                    "MPI_Iallreduce (argument agreement check)"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup,
+                                  fmt::format("argument agreement check of {}", collectiveKindName(signature.kind))));
   if (!local.isOk()) return local;
   std::string differences;
   for (std::size_t i = 0; i + 1 < kFields; ++i) {

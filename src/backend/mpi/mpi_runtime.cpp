@@ -66,6 +66,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
+  CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
     bool known = false;
@@ -96,13 +97,14 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);
   CHIMERA_CHECK_ARG(options.segmentBytes > 0, "MPI backend segment size must be positive");
+  CHIMERA_CHECK_ARG(options.timeoutMs > 0, "MPI backend timeout must be positive, not {} ms", options.timeoutMs);
   CHIMERA_RETURN_IF_ERROR(createUserOps());
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(p2p));
-  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, ReduceScatter segment {}", mesh.toString(),
-                    options.checkArgs ? "on" : "off",
+  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
+                    mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
   out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options);
   return Status::ok();
