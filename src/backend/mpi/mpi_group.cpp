@@ -3,12 +3,17 @@
 
 #include <array>
 
-#include "backend/mpi/bounded_wait.hpp"
+#include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
 
 namespace chimera::detail {
+namespace {
+
+constexpr int kAxesAgreementTag = 0x4158;  // 'AX'
+
+}  // namespace
 
 MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label) {
   MpiGroup group;
@@ -66,20 +71,16 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
 }
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
-  // [bits, -bits]: one MIN reduction gives the smallest and the largest axis set asked for.
-  const auto bits = static_cast<long long>(axes.bits());
-  std::array<long long, 2> values = {bits, -bits};
+  const std::array<long long, 1> bits = {static_cast<long long>(axes.bits())};
   const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Iallreduce(MPI_IN_PLACE, values.data(), 2, MPI_LONG_LONG, MPI_MIN, world_, &request),
-      "MPI_Iallreduce (agreement on the axes of a new group)"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup,
-                                  fmt::format("creating the communicator of axes {} (every rank must ask for the "
-                                              "same new group at the same time)",
-                                              mesh_.axesName(axes))));
-  const long long low = values[0];
-  const long long high = -values[1];
+  WordRange range;
+  CHIMERA_RETURN_IF_ERROR(agreeOnWords(world, bits, kAxesAgreementTag,
+                                       fmt::format("creating the communicator of axes {} (every rank must ask for "
+                                                   "the same new group at the same time)",
+                                                   mesh_.axesName(axes)),
+                                       range));
+  const long long low = range.low[0];
+  const long long high = range.high[0];
   if (low == high) return Status::ok();
   return Status::mismatch(fmt::format(
       "ranks disagree on the axes of a collective that creates a new group: this rank asked for axes {}, the ranks "
