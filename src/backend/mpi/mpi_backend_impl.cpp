@@ -13,6 +13,7 @@
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/check.hpp"
+#include "common/checked_math.hpp"
 #include "common/host_reduce.hpp"
 #include "common/log.hpp"
 #include "exec/local_ops.hpp"
@@ -40,10 +41,10 @@ std::size_t pointToPointThreshold(CollectiveKind kind) {
   return std::numeric_limits<std::size_t>::max();
 }
 
-Status checkTotal(std::size_t perRank, int parts, const char* what) {
-  CHIMERA_CHECK_ARG(perRank <= std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(parts),
-                    "{} {} times {} ranks overflows", what, perRank, parts);
-  return Status::ok();
+// bufferBytes for a call's buffers of `count` elements times `parts`, the result discarded.
+Status checkBytes(std::size_t count, DataType dtype, int parts, const char* what) {
+  std::size_t bytes = 0;
+  return bufferBytes(count, dataTypeSize(dtype), static_cast<std::size_t>(parts), what, bytes);
 }
 
 }  // namespace
@@ -122,6 +123,7 @@ Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count
                              AxisSet axes) {
   Status local = checkDataType(dtype);
   if (local.isOk()) local = checkReduceOp(dtype, op);
+  if (local.isOk()) local = checkBytes(count, dtype, 1, "allReduce count");
   if (local.isOk()) local = checkBuffer(send, count, "allReduce send buffer");
   if (local.isOk()) local = checkBuffer(recv, count, "allReduce recv buffer");
   const MpiGroup* group = nullptr;
@@ -168,7 +170,7 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
   if (local.isOk()) local = checkReduceOp(dtype, op);
-  if (local.isOk()) local = checkTotal(recvCount, group->size, "reduceScatter recvCount");
+  if (local.isOk()) local = checkBytes(recvCount, dtype, group->size, "reduceScatter recvCount");
   if (local.isOk()) local = checkBuffer(send, recvCount, "reduceScatter send buffer");
   if (local.isOk()) local = checkBuffer(recv, recvCount, "reduceScatter recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::ReduceScatter, recvCount, dtype, op, 0}, local, group));
@@ -191,7 +193,7 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
-  if (local.isOk()) local = checkTotal(sendCount, group->size, "allGather sendCount");
+  if (local.isOk()) local = checkBytes(sendCount, dtype, group->size, "allGather sendCount");
   if (local.isOk()) local = checkBuffer(send, sendCount, "allGather send buffer");
   if (local.isOk()) local = checkBuffer(recv, sendCount, "allGather recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllGather, sendCount, dtype, ReduceOp::Sum, 0}, local, group));
@@ -218,7 +220,7 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
-  if (local.isOk()) local = checkTotal(countPerPeer, group->size, "allToAll countPerPeer");
+  if (local.isOk()) local = checkBytes(countPerPeer, dtype, group->size, "allToAll countPerPeer");
   if (local.isOk()) local = checkBuffer(send, countPerPeer, "allToAll send buffer");
   if (local.isOk()) local = checkBuffer(recv, countPerPeer, "allToAll recv buffer");
   if (local.isOk() && countPerPeer > 0 && send == recv)
@@ -246,6 +248,7 @@ Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count
     local = Status::invalidArgument(
         fmt::format("broadcast root {} is not a group index of axes {} (size {})", root, mesh_.axesName(axes),
                     group->size));
+  if (local.isOk()) local = checkBytes(count, dtype, 1, "broadcast count");
   if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
   if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
@@ -265,6 +268,7 @@ Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count
 
 Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const {
   CHIMERA_RETURN_IF_ERROR(checkDataType(dtype));
+  CHIMERA_RETURN_IF_ERROR(checkBytes(count, dtype, 1, "point-to-point count"));
   CHIMERA_CHECK_ARG(peer >= 0 && peer < mesh_.size(), "peer {} is not a world rank (world size {})", peer,
                     mesh_.size());
   return checkBuffer(buf, count, "point-to-point buffer");
