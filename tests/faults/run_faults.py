@@ -49,9 +49,11 @@ def run_case(args, mode, checks):
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         stopped = None
+        after_stop = None
         try:
             if mode == "stall":
                 stopped = stall(out, proc, args)
+                after_stop = wait_for_reports(out, proc, args, time.monotonic())
             output, _ = proc.communicate(timeout=max(1.0, args.wall - (time.monotonic() - start)))
             hung = False
         except subprocess.TimeoutExpired:
@@ -73,7 +75,19 @@ def run_case(args, mode, checks):
             if os.path.exists(path):
                 reports[r] = parse_report(path)
         return {"mode": mode, "checks": checks, "rc": proc.returncode, "hung": hung, "wall": wall,
-                "reports": reports, "output": output.decode(errors="replace")}
+                "reports": reports, "after_stop": after_stop, "output": output.decode(errors="replace")}
+
+
+def wait_for_reports(out, proc, args, stopped_at):
+    """Seconds from the SIGSTOP until every other rank reported (None if they never did)."""
+    others = [r for r in range(RANKS) if r != STALLED_RANK]
+    while time.monotonic() - stopped_at < args.wall / 2:
+        if all(os.path.exists(os.path.join(out, f"rank{r}.txt")) for r in others):
+            return time.monotonic() - stopped_at
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.02)
+    return None
 
 
 def stall(out, proc, args):
@@ -155,6 +169,10 @@ def main():
             case = run_case(args, mode, checks)
             problems = judge(case)
             outcome, slowest = summary(case)
+            if case["after_stop"] is not None:
+                outcome += f"; every other rank reported {case['after_stop']:.1f} s after the SIGSTOP"
+            elif mode == "stall":
+                problems.append("the other ranks did not all report after the SIGSTOP")
             verdict = "pass" if not problems else "FAIL: " + "; ".join(problems)
             print(f"| {mode} | {'on' if checks else 'off'} | {outcome} | {slowest:.1f} | {case['wall']:.1f} | {verdict} |",
                   flush=True)
