@@ -38,7 +38,7 @@ Status readEnvCount(const char* name, std::size_t fallback, std::size_t& out) {
   return Status::ok();
 }
 
-Status checkArgsFromEnv(bool& out) { return readEnvSwitch("CHIMERA_CHECK_ARGS", kCheckArgsByDefault, out); }
+Status checkArgsFromEnv(bool& out, bool fallback) { return readEnvSwitch("CHIMERA_CHECK_ARGS", fallback, out); }
 
 Status timeoutMsFromEnv(std::int64_t& out) {
   const char* text = std::getenv("CHIMERA_TIMEOUT_MS");

@@ -35,13 +35,16 @@ TEST(EnvSwitch, UnsetKeepsFallbackAndEverySpellingIsRead) {
   ::unsetenv(kName);
 }
 
-TEST(EnvSwitch, CheckArgsIsOnByDefault) {
+TEST(EnvSwitch, CheckArgsDefaultsByBuildTypeExceptOnMpi) {
   ::unsetenv("CHIMERA_CHECK_ARGS");
-  bool value = false;
+  bool value = !detail::kCheckArgsByDefault;
   ASSERT_TRUE(detail::checkArgsFromEnv(value).isOk());
+  EXPECT_EQ(value, detail::kCheckArgsByDefault);
+  value = false;
+  ASSERT_TRUE(detail::checkArgsFromEnv(value, detail::kMpiCheckArgsByDefault).isOk());
   EXPECT_TRUE(value);
   ::setenv("CHIMERA_CHECK_ARGS", "0", 1);
-  ASSERT_TRUE(detail::checkArgsFromEnv(value).isOk());
+  ASSERT_TRUE(detail::checkArgsFromEnv(value, detail::kMpiCheckArgsByDefault).isOk());
   EXPECT_FALSE(value);
   ::setenv("CHIMERA_CHECK_ARGS", "1", 1);
   ASSERT_TRUE(detail::checkArgsFromEnv(value).isOk());

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/mpi/arg_check.hpp"
@@ -38,7 +40,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 struct MpiBackendOptions {
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
   /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS; on by default).
-  bool checkArgs = kCheckArgsByDefault;
+  bool checkArgs = kMpiCheckArgsByDefault;
   /// How long one wait inside a call may go without progress before the call returns Timeout
   /// and the backend becomes unusable (CHIMERA_TIMEOUT_MS).
   std::int64_t timeoutMs = kDefaultTimeoutMs;
@@ -109,11 +111,17 @@ class MpiBackend final : public Backend {
 
  private:
   // Runs `body` unless the backend already failed; a Timeout or BackendError from it is
-  // stored (prefixed with the text `describe()` returns) and makes the backend unusable.
+  // stored (prefixed with the text `describe()` returns) and makes the backend unusable. An
+  // exception (an allocation that failed) becomes a BackendError: none leaves the backend.
   template <typename Describe, typename Body>
   Status guarded(Describe describe, Body body) {
     if (!failure_.isOk()) return unusable();
-    Status status = body();
+    Status status;
+    try {
+      status = body();
+    } catch (const std::exception& e) {
+      status = Status::backendError(std::string("unexpected exception: ") + e.what());
+    }
     if (status.code() == StatusCode::Timeout || status.code() == StatusCode::BackendError)
       return fail(describe(), status);
     return status;

@@ -65,7 +65,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
 
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
+  CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs, kMpiCheckArgsByDefault));
   CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
