@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // One rank of a fault-injection run (driven by run_faults.py): runs one mismatch mode (or the
-// long AllReduce a driver stalls with SIGSTOP) on 4 ranks through the public API with the
+// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend) on 4 ranks through the public API with the
 // environment's settings, and writes what this rank saw to OUTDIR/rank<R>.txt:
 //   code=<status code> ms=<wall time of the mode> data=<ok|wrong|-> message=<status message>
-// `data` is checked only when the call returned ok: `wrong` is a silent wrong result.
+// `ms` runs from MPI_Init (backend creation included). `data` is checked only when the call
+// returned ok: `wrong` is a silent wrong result.
 // The process then waits (bounded) for the other ranks' reports and leaves with _Exit,
 // never MPI_Finalize: after a Timeout, operations may still be pending.
 #include <mpi.h>
@@ -252,6 +253,7 @@ int main(int argc, char** argv) {
   const long lingerMs = std::strtol(argv[3], nullptr, 10);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  const auto start = std::chrono::steady_clock::now();  // backend creation included
   Run r;
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
@@ -259,7 +261,11 @@ int main(int argc, char** argv) {
   Status status = Mesh::parse("pp=2,tp=" + std::to_string(size / 2), size, r.mesh);
   if (status.isOk()) status = r.mesh.parseAxes("tp", r.tp);
   if (status.isOk()) status = r.mesh.parseAxes("pp", r.pp);
-  if (status.isOk()) status = createMpiBackend(r.mesh, r.backend);
+  // absent-rank: the last rank is busy elsewhere (sleeps past the others' timeout) instead of
+  // creating its backend; the others' creation must time out naming it.
+  const bool absent = mode == "absent-rank" && r.rank == size - 1;
+  if (absent) std::this_thread::sleep_for(std::chrono::milliseconds(lingerMs));
+  if (status.isOk() && !absent) status = createMpiBackend(r.mesh, r.backend);
   const std::map<std::string, std::function<Outcome(Run&)>> modes = {
       {"count-allreduce", modeCountAllReduce},
       {"count-reducescatter", modeCountReduceScatter},
@@ -276,10 +282,10 @@ int main(int argc, char** argv) {
       {"chain", modeChain},
       {"session-window", modeSessionWindow},
       {"stall", [&dir](Run& run) { return modeStall(run, dir); }},
+      {"absent-rank", [](Run&) { return Outcome{Status::ok()}; }},
   };
-  const auto start = std::chrono::steady_clock::now();
   Outcome outcome{status};
-  if (status.isOk()) {
+  if (status.isOk() && !absent) {
     const auto it = modes.find(mode);
     outcome = it == modes.end() ? Outcome{Status::invalidArgument("unknown mode " + mode)} : it->second(r);
   }

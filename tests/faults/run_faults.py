@@ -18,7 +18,8 @@ import tempfile
 import time
 
 MODES = ["count-allreduce", "count-reducescatter", "count-allgather", "count-broadcast", "dtype", "op", "kind",
-         "root", "axes-first", "axes-later", "axes-swapped", "skipped-call", "chain", "session-window", "stall"]
+         "root", "axes-first", "axes-later", "axes-swapped", "skipped-call", "chain", "session-window", "stall",
+         "absent-rank"]
 # Modes where, with checks on, a call matched with the wrong one cannot be told apart from a
 # correct one: the skipping rank's next call matches its peers' skipped one (same signature),
 # and the data of both differ; the guarantee there is a Timeout on the call nobody matches.
@@ -164,8 +165,8 @@ def main():
     print("|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for checks in [c == "on" for c in args.checks.split(",")]:
-            if mode == "stall" and not checks:
-                continue  # the stall does not depend on the argument check
+            if mode in ("stall", "absent-rank") and not checks:
+                continue  # neither depends on the argument check
             case = run_case(args, mode, checks)
             problems = judge(case)
             outcome, slowest = summary(case)
