@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing, builds into build/, proves an installed copy can be consumed with
-# find_package(chimera), then runs every test tier through ctest (unit, mpi, gpu; gpu tests
-# report SKIPPED without a device).
+# find_package(chimera), then runs every test tier through ctest (unit, mpi, faults, gpu; gpu
+# tests report SKIPPED without a device), then the sanitizer and fuzz stages
+# (CHIMERA_SKIP_SANITIZE=1 / CHIMERA_SKIP_FUZZ=1 leave them out).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -18,5 +19,17 @@ cmake --build "$CHIMERA_BUILD/consumer" >/dev/null
 "$CHIMERA_BUILD/consumer/chimera-consumer"
 
 chimera_log "running ctest"
-cd "$CHIMERA_BUILD"
-ctest --output-on-failure -j "$(nproc)" "$@"
+(cd "$CHIMERA_BUILD" && ctest --output-on-failure -j "$(nproc)" "$@")
+
+# Reliability stages (docs/reliability.md), each timed: ASan + UBSan over the unit and MPI tiers,
+# then each parser fuzzed from its seed corpus.
+if [ "${CHIMERA_SKIP_SANITIZE:-0}" != 1 ]; then
+  start=$SECONDS
+  "$CHIMERA_ROOT/scripts/sanitize.sh"
+  chimera_log "sanitizer stage took $((SECONDS - start)) s"
+fi
+if [ "${CHIMERA_SKIP_FUZZ:-0}" != 1 ]; then
+  start=$SECONDS
+  "$CHIMERA_ROOT/scripts/fuzz.sh"
+  chimera_log "fuzz stage took $((SECONDS - start)) s"
+fi

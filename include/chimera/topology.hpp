@@ -46,13 +46,17 @@ struct CalibrationInfo {
   double rmsRelativeError = 0;    ///< root-mean-square of (predicted - measured) / measured over them
 };
 
+/// Most ranks a topology may describe: the cost model keeps per-rank state, so a profile
+/// claiming more is refused rather than exhausting memory.
+inline constexpr int kMaxTopologyRanks = 1 << 20;
+
 /// A machine as the cost model sees it: a fabric plus the parameters of its link classes.
 /// Plain data; obtain one from a preset or profile with loadTopology, check it with
 /// validateTopology.
 struct Topology {
   std::string name;                     ///< preset name or the name stored in a profile
   Fabric fabric = Fabric::SharedMemory;
-  int ranks = 0;                        ///< world ranks it describes (>= 1)
+  int ranks = 0;                        ///< world ranks it describes (1..kMaxTopologyRanks)
   /// Ranks per NUMA domain (PcieDomains) or per node (NvSwitchMultiNode); divides `ranks`.
   /// Equal to `ranks` for the other fabrics.
   int ranksPerDomain = 0;
@@ -76,8 +80,8 @@ std::vector<std::string> topologyPresetNames();
 /// Finds a topology by preset name (see topologyPresetNames; "host:N" sets the number of
 /// host processes, default 8) or else by path of a profile JSON file written by
 /// saveTopology. InvalidArgument when the text is neither a preset nor a readable file
-/// (the message lists the presets), or when the file is malformed (the message names the
-/// file, and the field or the parse position).
+/// of at most 1 MiB (the message lists the presets), or when the file is malformed (the
+/// message names the file, and the field or the parse position).
 [[nodiscard]] Status loadTopology(std::string_view nameOrPath, Topology& out);
 
 /// The profile JSON of `topology` (format "chimera-topology-1"), pretty-printed.

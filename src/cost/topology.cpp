@@ -107,13 +107,20 @@ bool matchCounted(std::string_view text, std::string_view base, int& count, Stat
   return true;
 }
 
+// Profiles are a few KiB; anything past this is not one (and /dev/zero never ends).
+constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
+
 Status readFile(const std::string& path, std::string& out) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return Status::invalidArgument(fmt::format("cannot open '{}'", path));
-  std::ostringstream text;
-  text << file.rdbuf();
+  std::string text(kMaxProfileBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (file.bad()) return Status::invalidArgument(fmt::format("cannot read '{}'", path));
-  out = text.str();
+  const auto length = static_cast<std::size_t>(file.gcount());
+  CHIMERA_CHECK_ARG(length <= kMaxProfileBytes, "'{}' is larger than {} bytes, too large for a topology profile",
+                    path, kMaxProfileBytes);
+  text.resize(length);
+  out = std::move(text);
   return Status::ok();
 }
 
@@ -139,7 +146,8 @@ Status parseFabric(std::string_view text, Fabric& out) {
 
 Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(!t.name.empty(), "topology name is empty");
-  CHIMERA_CHECK_ARG(t.ranks >= 1, "topology '{}': ranks must be >= 1, got {}", t.name, t.ranks);
+  CHIMERA_CHECK_ARG(t.ranks >= 1 && t.ranks <= kMaxTopologyRanks, "topology '{}': ranks must be in 1..{}, got {}",
+                    t.name, kMaxTopologyRanks, t.ranks);
   CHIMERA_CHECK_ARG(t.ranksPerDomain >= 1 && t.ranks % t.ranksPerDomain == 0,
                     "topology '{}': ranks_per_domain {} must be >= 1 and divide ranks {}", t.name, t.ranksPerDomain,
                     t.ranks);
@@ -199,10 +207,10 @@ Status loadTopology(std::string_view nameOrPath, Topology& out) {
   }
   const std::string path(nameOrPath);
   std::string text;
-  if (!readFile(path, text).isOk()) {
+  if (const Status read = readFile(path, text); !read.isOk()) {
     return Status::invalidArgument(fmt::format(
-        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N) and not a readable profile file", path,
-        fmt::join(topologyPresetNames(), ", ")));
+        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N) and not a readable profile file ({})", path,
+        fmt::join(topologyPresetNames(), ", "), read.message()));
   }
   Topology loaded;
   const Status parsed = topologyFromJson(text, loaded);

@@ -138,16 +138,16 @@ TEST(CostPlanner, OnH20ThePlannerAvoidsTheFanOutThatTheH100ModelPrefers) {
   EXPECT_EQ(maxFanOut(onH20), 1u);   // 1:1 hand-offs, then a ring AllGather in stage 1
 }
 
-TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
+TEST(CostPlanner, MeshLargerThanTheTopologyIsAnErrorThatSaysWhy) {
   const ChainCase s = chainCase("pp=2,tp=8", 16, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
-  const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
-  // Neither program can be priced: both values are infinite, so only the bytes tie-break
-  // can separate them, and the summaries say why.
-  EXPECT_TRUE(std::isinf(plan.fusedCost.value));
-  EXPECT_TRUE(std::isinf(plan.baselineCost.value));
-  EXPECT_LT(plan.fusedCost.tieBreak, plan.baselineCost.tieBreak);
-  EXPECT_NE(plan.fusedCost.summary.find("not priced on pcie-4080x8"), std::string::npos) << plan.fusedCost.summary;
-  EXPECT_NE(plan.baselineCost.summary.find("outside the 8 ranks"), std::string::npos) << plan.baselineCost.summary;
+  // Neither program can be priced (both would be infinite): choosing between them would be
+  // arbitrary, so planning fails and the message carries both summaries.
+  ChainPlan plan;
+  const Status status = planChain(s.spec, s.from, s.chain, s.consume, topologyCost("pcie-4080x8"), plan);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("cannot price"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("not priced on pcie-4080x8"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("outside the 8 ranks"), std::string::npos) << status.message();
 }
 
 }  // namespace
