@@ -194,6 +194,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.baseline = writtenPlan(spec, result.trace, result.consumed);
   CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
                                              &result.candidates));
+  // The chain as written is a candidate too, so the chosen plan never costs more than it.
+  ++result.candidates;
+  if (scoreOf(result.baseline, cost) < scoreOf(result.fused, cost)) result.fused = result.baseline;
   result.baselineBytes = planBytes(result.baseline);
   result.fusedBytes = planBytes(result.fused);
   result.baselineCost = cost.predict(result.baseline);
