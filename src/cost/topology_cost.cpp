@@ -112,6 +112,18 @@ TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
 std::string_view TopologyCost::name() const { return model_.topology().name; }
 
+Status TopologyCost::checkMesh(const Mesh& mesh) const {
+  const Topology& topology = model_.topology();
+  CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
+  if (mesh.size() <= topology.ranks) return Status::ok();
+  const int perNode = topology.fabric == Fabric::NvSwitchMultiNode ? topology.ranksPerDomain : 8;
+  const int nodes = (mesh.size() + perNode - 1) / perNode;
+  return Status::invalidArgument(fmt::format(
+      "mesh {} has {} ranks but topology '{}' has {} GPUs: price it on one that covers the mesh "
+      "(multinode-ib:{} for nodes of 8, or a profile with at least {} ranks)",
+      mesh.toString(), mesh.size(), topology.name, topology.ranks, nodes, mesh.size()));
+}
+
 CostPrediction TopologyCost::predict(const Plan& plan) const {
   CostPrediction prediction;
   prediction.tieBreak = static_cast<double>(planBytes(plan).total);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <tuple>
 
@@ -103,6 +104,7 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   CHIMERA_RETURN_IF_ERROR(to.validate(spec));
   CHIMERA_RETURN_IF_ERROR(checkReachable(from, to));
   CHIMERA_CHECK_ARG(scale >= 1, "scale {} must be >= 1", scale);
+  CHIMERA_RETURN_IF_ERROR(cost.checkMesh(from.mesh()));
   const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
@@ -201,6 +203,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.fusedBytes = planBytes(result.fused);
   result.baselineCost = cost.predict(result.baseline);
   result.fusedCost = cost.predict(result.fused);
+  // No decision by tie-break between plans the cost could not price.
+  CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value), "the chain as written cannot be priced by the '{}' cost: {}",
+                    cost.name(), result.baselineCost.summary);
   // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
   result.useFused = std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
                     std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak,

@@ -138,16 +138,27 @@ TEST(CostPlanner, OnH20ThePlannerAvoidsTheFanOutThatTheH100ModelPrefers) {
   EXPECT_EQ(maxFanOut(onH20), 1u);   // 1:1 hand-offs, then a ring AllGather in stage 1
 }
 
-TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
+TEST(CostPlanner, MeshLargerThanTheTopologyIsAnErrorNamingBothCounts) {
   const ChainCase s = chainCase("pp=2,tp=8", 16, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
-  const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
-  // Neither program can be priced: both values are infinite, so only the bytes tie-break
-  // can separate them, and the summaries say why.
-  EXPECT_TRUE(std::isinf(plan.fusedCost.value));
-  EXPECT_TRUE(std::isinf(plan.baselineCost.value));
-  EXPECT_LT(plan.fusedCost.tieBreak, plan.baselineCost.tieBreak);
-  EXPECT_NE(plan.fusedCost.summary.find("not priced on pcie-4080x8"), std::string::npos) << plan.fusedCost.summary;
-  EXPECT_NE(plan.baselineCost.summary.find("outside the 8 ranks"), std::string::npos) << plan.baselineCost.summary;
+  ChainPlan plan;
+  Status status = planChain(s.spec, s.from, s.chain, s.consume, topologyCost("pcie-4080x8"), plan);
+  ASSERT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("has 16 ranks but topology 'pcie-4080x8' has 8 GPUs"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("multinode-ib:2"), std::string::npos) << status.message();
+  // A multi-node topology that covers the mesh prices it; one that does not is an error too.
+  EXPECT_TRUE(planChain(s.spec, s.from, s.chain, s.consume, topologyCost("multinode-ib:2"), plan).isOk());
+  EXPECT_TRUE(std::isfinite(plan.fusedCost.value));
+  const ChainCase big = chainCase("pp=4,tp=8", 32, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
+  status = planChain(big.spec, big.from, big.chain, big.consume, topologyCost("multinode-ib"), plan);
+  ASSERT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("has 32 ranks but topology 'multinode-ib:2' has 16 GPUs"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("multinode-ib:4"), std::string::npos) << status.message();
+  // Redistributions are checked the same way.
+  Plan out;
+  status = planRedistribution(s.spec, s.from, s.consume, 1, topologyCost("dgx-h100x8"), out);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
 }
 
 }  // namespace
