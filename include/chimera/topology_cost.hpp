@@ -16,7 +16,9 @@ namespace chimera {
 /// collective runs in every group (along the step's axes) that holds its input, with L =
 /// the input buffer's local bytes (Broadcast groups rotated so the root comes first); Send
 /// becomes the many-to-many step of its stage hand-offs; ManyToMany keeps its transfers;
-/// LocalCopy and Scale move nothing and are left out. InvalidArgument when a Send has no
+/// LocalCopy and Scale become many-to-many steps without transfers. Every step carries the
+/// local passes the executor makes around it (packs and unpacks of blocks that are not
+/// contiguous, box copies, scales) as CommStep::localBytes / localLaunches. InvalidArgument when a Send has no
 /// next stage or the plan names no mesh.
 [[nodiscard]] Status planProgram(const Plan& plan, CommProgram& out);
 

@@ -120,6 +120,9 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
   out.set("fused", planJson(plan.fused, plan.fusedBytes));
   out.set("baseline_prediction", plan.baselineCost.summary);
   out.set("fused_prediction", plan.fusedCost.summary);
+  // The costs' values (seconds under a topology, bytes under 'bytes'), for tables and plots.
+  out.set("baseline_cost", plan.baselineCost.value);
+  out.set("fused_cost", plan.fusedCost.value);
   out.set("redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total));
   out.set("unconsumed_bytes_total", analysis.unconsumedTotal);
   out.set("decision", plan.useFused ? "fused" : "baseline");

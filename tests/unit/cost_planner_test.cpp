@@ -65,6 +65,34 @@ TEST(CostPlanner, BaselineOfTpPpBecomesAllReduceInStageZeroThenStageHandOffs) {
   }
 }
 
+TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
+  // tp=4 on a 4096x1024 f32 tensor: AllGather along dim 1 unpacks every member's column
+  // block (dims before 1 are not 1); along dim 0 the blocks are contiguous.
+  const ChainCase cols = chainCase("tp=4", 4, "tp=S1", "allgather:tp:1", "R");
+  const ChainCase rows = chainCase("tp=4", 4, "tp=S0", "allgather:tp:0", "R");
+  const TopologyCost cost = topologyCost("dgx-h100x8");
+  CommProgram program;
+  ASSERT_TRUE(planProgram(planOn(cols, cost).baseline, program).isOk());
+  ASSERT_EQ(program.size(), 1u);
+  EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
+  EXPECT_EQ(program[0].localLaunches, 1);
+  ASSERT_TRUE(planProgram(planOn(rows, cost).baseline, program).isOk());
+  EXPECT_EQ(program[0].localBytes, 0u);
+  // A slice is a local copy of the kept part; a sum over replicas a scale of the output.
+  const ChainCase slice = chainCase("tp=4", 4, "R", "slice:tp:0", "tp=S0");
+  ASSERT_TRUE(planProgram(planOn(slice, cost).baseline, program).isOk());
+  ASSERT_EQ(program.size(), 1u);
+  EXPECT_EQ(program[0].kind, StepKind::ManyToMany);
+  EXPECT_TRUE(program[0].transfers.empty());
+  EXPECT_EQ(program[0].localBytes, 1024u * 1024 * 4);
+  const ChainCase scale = chainCase("tp=4", 4, "R", "allreduce:tp", "R");
+  const ChainPlan scaled = planOn(scale, cost);
+  ASSERT_TRUE(planProgram(scaled.fused, program).isOk());
+  ASSERT_EQ(program.size(), 1u) << scaled.fused.toString();
+  EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
+  EXPECT_EQ(program[0].localLaunches, 1);
+}
+
 TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
   const ChainCase s = chainCase("pp=2,tp=4", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
   const TopologyCost cost = topologyCost("pcie-4080x8");
