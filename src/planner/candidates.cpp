@@ -31,6 +31,10 @@ Program oneStep(ProgramStep step) {
   return program;
 }
 
+// Above this many transfers per rank, an explicit many-to-many that a single collective
+// can replace is not built (see directOptions).
+constexpr std::int64_t kTransfersPerRank = 16;
+
 // Direct ways from `from` (the layout of `source`) to `to`: nothing, a local copy, a
 // many-to-many, or a collective.
 Status directOptions(TransferSource& source, const Layout& from, const Layout& to, const TensorSpec& spec,
@@ -41,21 +45,30 @@ Status directOptions(TransferSource& source, const Layout& from, const Layout& t
   }
   bool local = false;
   CHIMERA_RETURN_IF_ERROR(source.isLocal(to, local));
-  std::vector<BoxTransfer> transfers;
-  if (!local) CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
-  PlanStep step;
   if (local) {
+    PlanStep step;
     step.kind = PlanStep::Kind::LocalCopy;
     step.origin = "every rank already holds what it needs: keep own part";
-  } else {
+    out.push_back(oneStep({std::move(step), to}));
+    return Status::ok();
+  }
+  const std::vector<ChainOp> collectives = collectivesBetween(from, to, spec);
+  // An explicit many-to-many with more transfers than kTransfersPerRank per rank (an
+  // all-to-all of a large group has ranks^2) is only built when no single collective does
+  // the same movement: building it would make planning quadratic in the group size.
+  std::int64_t count = 0;
+  CHIMERA_RETURN_IF_ERROR(source.countTransfers(to, count));
+  if (collectives.empty() || count <= kTransfersPerRank * from.mesh().size()) {
+    std::vector<BoxTransfer> transfers;
+    CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
+    PlanStep step;
     step.kind = PlanStep::Kind::ManyToMany;
     step.allToAllGroup = allToAllGroup(from, to, transfers);
     step.transfers = std::move(transfers);
     step.origin = "send each destination the intersection of its box with each source's";
+    out.push_back(oneStep({std::move(step), to}));
   }
-  out.push_back(oneStep({std::move(step), to}));
-  if (local) return Status::ok();
-  for (const ChainOp& op : collectivesBetween(from, to, spec)) {
+  for (const ChainOp& op : collectives) {
     OpEffect effect;
     CHIMERA_RETURN_IF_ERROR(applyChainOp(from, op, spec, effect));
     PlanStep collective = stepForChainOp(op, effect);
