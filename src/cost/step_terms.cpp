@@ -24,19 +24,6 @@ std::vector<Flow> ringRound(const Groups& groups, double bytes) {
   return flows;
 }
 
-// Every member sends `bytes` to every other member at once (NCCL-style all-to-all).
-std::vector<Flow> allToAllRound(const Groups& groups, double bytes) {
-  std::vector<Flow> flows;
-  for (const auto& group : groups) {
-    for (const int src : group) {
-      for (const int dst : group) {
-        if (src != dst) flows.push_back({src, dst, bytes});
-      }
-    }
-  }
-  return flows;
-}
-
 // The root (first member) feeds a pipelined chain: every chain link carries the buffer.
 std::vector<Flow> chainRound(const Groups& groups, double bytes) {
   std::vector<Flow> flows;
@@ -79,7 +66,7 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
       addRounds(terms, priceRound(topology, ringRound(step.groups, bytes)), n - 1, n - 1);
       break;
     case StepKind::AllToAll:
-      addRounds(terms, priceRound(topology, allToAllRound(step.groups, chunk)), 1, 1);
+      addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1);
       break;
     case StepKind::Broadcast:
       addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1);

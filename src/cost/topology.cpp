@@ -29,7 +29,7 @@ constexpr std::array<std::pair<Fabric, std::string_view>, 4> kFabricNames = {{
 constexpr double kGB = 1e9;  // GB/s as vendors quote it: 10^9 bytes per second
 // Microseconds; dividing keeps 10 us == 1e-05 exactly, so profiles print round numbers.
 constexpr double us(double x) { return x / 1e6; }
-constexpr int kMaxPresetCount = 4096;  // bound for "host:N" / "multinode-ib:N"
+constexpr int kMaxPresetCount = 1 << 17;  // bound for "host:N" / "multinode-ib:N" (1M GPUs)
 
 bool finiteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
 bool finitePositive(double x) { return std::isfinite(x) && x > 0; }

@@ -3,10 +3,12 @@
 // every preset (monotone in bytes and group size, link sharing visible).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "chimera/cost_model.hpp"
+#include "cost/fabric.hpp"
 
 namespace chimera {
 namespace {
@@ -138,6 +140,36 @@ TEST(CostModel, StepLaunchPeersAndLocalPassesAreAddedPerStep) {
   EXPECT_NEAR(local.seconds, 3e-6 + 2 * 1000 / 1e9, 1e-15);
   // A step that moves nothing costs nothing.
   EXPECT_EQ(price(model, CommStep::collective(StepKind::AllReduce, {{0}, {1}}, 1000)).seconds, 0);
+}
+
+// The closed form of an AllToAll round (per-domain member counts) must price exactly what
+// its n^2 flows do, on every fabric, for groups that span domains unevenly.
+TEST(CostModel, AllToAllClosedFormEqualsItsFlows) {
+  std::mt19937 rng(7);
+  for (const std::string& name : {std::string("host"), std::string("pcie-4080x8"), std::string("nvswitch-h20x8"),
+                                  std::string("dgx-h100x8"), std::string("multinode-ib:4")}) {
+    const Topology t = preset(name);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<int> ranks = iota(0, t.ranks);
+      std::shuffle(ranks.begin(), ranks.end(), rng);
+      const int size = std::uniform_int_distribution<int>(2, std::min(8, t.ranks))(rng);
+      std::vector<std::vector<int>> groups;
+      for (int g = 0; g + 1 <= t.ranks / size && g < 3; ++g) {
+        groups.emplace_back(ranks.begin() + g * size, ranks.begin() + (g + 1) * size);
+      }
+      std::vector<detail::Flow> flows;
+      for (const auto& group : groups) {
+        for (const int src : group) {
+          for (const int dst : group) flows.push_back({src, dst, 1000.0});
+        }
+      }
+      const detail::RoundCost byFlows = detail::priceRound(t, flows);
+      const detail::RoundCost closed = detail::priceAllToAllRound(t, groups, 1000.0);
+      EXPECT_NEAR(closed.transferSeconds, byFlows.transferSeconds, 1e-12 * byFlows.transferSeconds) << name;
+      EXPECT_EQ(closed.latencySeconds, byFlows.latencySeconds) << name;
+      EXPECT_EQ(closed.bottleneck.empty(), byFlows.bottleneck.empty()) << name;
+    }
+  }
 }
 
 TEST(CostModel, MultiNodeTrafficUsesTheNicsAndNodeCountIsAParameter) {
