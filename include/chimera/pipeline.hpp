@@ -35,7 +35,8 @@ int pipelineDim(const ChainPlan& plan);
 
 /// Predicted time of running the fused plan of `spec`'s chunk tensor `chunks` times as a
 /// pipeline: with s_i the predicted time of step i of the chunk's plan, chunk c runs step i
-/// while chunk c+1 runs step i-1, so time = sum_i s_i + (chunks - 1) x max_i s_i.
+/// while chunk c+1 runs step i-1, so time = sum_i s_i + (chunks - 1) x max_i s_i. On a
+/// shared-memory fabric (one bus, shared cores) nothing overlaps: chunks x sum_i s_i.
 [[nodiscard]] Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& chain,
                                      const Layout& consumed, int dim, int chunks, const TopologyCost& cost,
                                      double& seconds);

@@ -51,7 +51,11 @@ Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& 
     sum += stepCost.seconds;
     slowest = std::max(slowest, stepCost.seconds);
   }
-  seconds = sum + (chunks - 1) * slowest;
+  // Chunk c+1's step i-1 runs while chunk c's step i does, on other ranks and links. On
+  // one shared memory bus (the host fabric) every step uses the same resource and the
+  // same cores, so nothing overlaps: the chunks run one after another.
+  const bool overlaps = cost.model().topology().fabric != Fabric::SharedMemory;
+  seconds = overlaps ? sum + (chunks - 1) * slowest : chunks * sum;
   return Status::ok();
 }
 

@@ -130,6 +130,13 @@ TEST(PipelinedPlan, TheModelPipelinesLargeHandOffsAndNotTinyOnes) {
   const ChainPlan small = planText(tiny, cost, spec);
   ASSERT_TRUE(choosePipeline(small, spec, cost, 16, choice).isOk());
   EXPECT_EQ(choice.chunks, 1);
+  // On the host's one memory bus nothing overlaps: one chunk however large.
+  Topology host;
+  ASSERT_TRUE(loadTopology("host", host).isOk());
+  const TopologyCost hostCost(host);
+  const ChainPlan onHost = planText(large, hostCost, spec);
+  ASSERT_TRUE(choosePipeline(onHost, spec, hostCost, 16, choice).isOk());
+  EXPECT_EQ(choice.chunks, 1);
   // A single-step plan gains nothing from chunks.
   const Text tpSp{"tp=8", 8, "4096,1024", "tp=P", "allreduce:tp", "tp=S0"};
   const ChainPlan single = planText(tpSp, cost, spec);
