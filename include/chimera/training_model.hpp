@@ -95,7 +95,9 @@ struct ModelReport {
   std::int64_t baselineBytes = 0;   ///< every rank's bytes of the iteration, chains as written
   std::int64_t fusedBytes = 0;
   /// baselineIterationSeconds / fusedIterationSeconds.
-  double endToEndSpeedup() const { return fusedIterationSeconds > 0 ? baselineIterationSeconds / fusedIterationSeconds : 0; }
+  double endToEndSpeedup() const {
+    return fusedIterationSeconds > 0 ? baselineIterationSeconds / fusedIterationSeconds : 0;
+  }
   /// baselineCommSeconds / fusedCommSeconds.
   double communicationSpeedup() const { return fusedCommSeconds > 0 ? baselineCommSeconds / fusedCommSeconds : 0; }
 };

@@ -29,7 +29,8 @@ int pipelineDim(const ChainPlan& plan) {
 Status chunkSpec(const TensorSpec& spec, int dim, int chunks, TensorSpec& out) {
   CHIMERA_CHECK_ARG(dim >= 0 && dim < spec.rank(), "pipeline dim {} outside the tensor's {} dims", dim, spec.rank());
   CHIMERA_CHECK_ARG(chunks >= 1 && spec.shape[static_cast<std::size_t>(dim)] % chunks == 0,
-                    "{} chunks do not divide dim {} of size {}", chunks, dim, spec.shape[static_cast<std::size_t>(dim)]);
+                    "{} chunks do not divide dim {} of size {}", chunks, dim,
+                    spec.shape[static_cast<std::size_t>(dim)]);
   out = spec;
   out.shape[static_cast<std::size_t>(dim)] /= chunks;
   return Status::ok();

@@ -95,7 +95,9 @@ class IterationBuilder {
       std::size_t last = specs_.size();
       if (!tp) return last;
       const std::string dir = forward ? "forward" : "backward";
-      if (sp) add(fmt::format("{} gather sequence ({})", name, dir), st + ",tp=S0", "allgather:tp:0", st, act, replicas);
+      if (sp) {
+        add(fmt::format("{} gather sequence ({})", name, dir), st + ",tp=S0", "allgather:tp:0", st, act, replicas);
+      }
       if (sp || consumeShards) {
         last = add(fmt::format("{} reduce partials to sequence shards ({})", name, dir), st + ",tp=P",
                    "allreduce:tp,slice:tp:0", st + ",tp=S0", act, replicas);

@@ -204,8 +204,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.baselineCost = cost.predict(result.baseline);
   result.fusedCost = cost.predict(result.fused);
   // No decision by tie-break between plans the cost could not price.
-  CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value), "the chain as written cannot be priced by the '{}' cost: {}",
-                    cost.name(), result.baselineCost.summary);
+  CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value),
+                    "the chain as written cannot be priced by the '{}' cost: {}", cost.name(),
+                    result.baselineCost.summary);
   // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
   result.useFused = std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
                     std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak,

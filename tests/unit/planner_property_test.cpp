@@ -263,7 +263,9 @@ std::optional<Case> nestingOrderCase(Generator& gen, bool& meshOrder) {
   for (int d = 0; d < rank; ++d) c.spec.shape.push_back(static_cast<std::int64_t>(world) * gen.uniform(1, 2));
   std::vector<int> order(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) order[static_cast<std::size_t>(i)] = i;
-  for (int i = count - 1; i > 0; --i) std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(gen.uniform(0, i))]);
+  for (int i = count - 1; i > 0; --i) {
+    std::swap(order[static_cast<std::size_t>(i)], order[static_cast<std::size_t>(gen.uniform(0, i))]);
+  }
   meshOrder = std::is_sorted(order.begin(), order.end());
   const int dim = gen.uniform(0, rank - 1);
   const std::string dimText = std::to_string(dim);
@@ -281,7 +283,9 @@ std::optional<Case> nestingOrderCase(Generator& gen, bool& meshOrder) {
     c.from = Layout::replicated(c.mesh);
     for (int axis = 0; axis < count; ++axis) c.from = c.from.with(axis, Placement::partial(ReduceOp::Sum));
     if (shape == 0) {
-      for (int axis : order) chainText += (chainText.empty() ? "" : ",") + fmt::format("reducescatter:a{}:{}", axis, dimText);
+      for (int axis : order) {
+        chainText += (chainText.empty() ? "" : ",") + fmt::format("reducescatter:a{}:{}", axis, dimText);
+      }
     } else {
       std::string group;
       for (int axis = 0; axis < count; ++axis) group += (group.empty() ? "" : "+") + fmt::format("a{}", axis);
