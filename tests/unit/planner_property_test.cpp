@@ -277,18 +277,20 @@ std::optional<Case> nestingOrderCase(Generator& gen, bool& meshOrder) {
     c.from = Layout::replicated(c.mesh);
     for (int axis : order) c.from = c.from.with(axis, Placement::shard(dim));
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      chainText += (chainText.empty() ? "" : ",") + fmt::format("allgather:a{}:{}", *it, dimText);
+      if (!chainText.empty()) chainText += ',';
+      chainText += fmt::format("allgather:a{}:{}", *it, dimText);
     }
   } else {
     c.from = Layout::replicated(c.mesh);
     for (int axis = 0; axis < count; ++axis) c.from = c.from.with(axis, Placement::partial(ReduceOp::Sum));
     if (shape == 0) {
       for (int axis : order) {
-        chainText += (chainText.empty() ? "" : ",") + fmt::format("reducescatter:a{}:{}", axis, dimText);
+        if (!chainText.empty()) chainText += ',';
+        chainText += fmt::format("reducescatter:a{}:{}", axis, dimText);
       }
     } else {
       std::string group;
-      for (int axis = 0; axis < count; ++axis) group += (group.empty() ? "" : "+") + fmt::format("a{}", axis);
+      for (int axis = 0; axis < count; ++axis) group += fmt::format("{}a{}", group.empty() ? "" : "+", axis);
       chainText = "allreduce:" + group;
       consumed = Layout::replicated(c.mesh);
       for (int axis : order) consumed = consumed.with(axis, Placement::shard(dim));
