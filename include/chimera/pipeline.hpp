@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Pipelined fused plans: a chain's tensor split into chunks along a dim that no layout of
-// the chain splits, the fused plan run once per chunk, so that the phases of a hand-off
-// (ReduceScatter on one stage, the shard send, the AllGather on the next) overlap across
-// chunks. The cost model picks the chunk count (docs/planner.md, "Pipelined plans").
+// Pipelined fused plans: a chain's tensor split into chunks along one dim, the fused plan run
+// once per chunk, so that the phases of a hand-off (ReduceScatter on one stage, the shard
+// send, the AllGather on the next) overlap across chunks. The cost model picks the chunk
+// count (docs/planner.md, "Pipelined plans").
 #pragma once
 
 #include <cstddef>
@@ -18,16 +18,23 @@ namespace chimera {
 
 /// The chunk count chosen for a chain and the model's predictions behind it.
 struct PipelineChoice {
-  int dim = -1;                   ///< the tensor dim the chunks split; -1: the chain cannot be chunked
+  int dim = -1;                   ///< the tensor dim the chunks split (pipelineDim); -1: a scalar tensor
   int chunks = 1;                 ///< 1 = the fused plan as is
   double pipelinedSeconds = 0;    ///< predicted time with `chunks` chunks
   double unpipelinedSeconds = 0;  ///< predicted time of the fused plan of the whole tensor
 };
 
-/// The dim a chain can be chunked along: the outermost one with extent >= 2 that neither
-/// the start layout, any layout of the trace, nor the consumed layout splits (every op then
-/// acts elementwise along it, so the chain on each chunk is the chain on the whole tensor
-/// restricted to the chunk). -1 when every dim is split somewhere.
+/// The blocks of `dim` that every layout of the chain (start, each op's result, consumed)
+/// respects: the least common multiple of their split counts on it (1 when none splits it).
+/// Chunks split each of these blocks: chunk c of n chunks holds the c-th n-th of every block,
+/// so every layout's blocks are unions of blocks, each rank's part of chunk c is the c-th
+/// n-th of each of its blocks, and the chain on chunk c is the chain on the chunk tensor
+/// (shape[dim] / n): results stay exact.
+std::int64_t pipelineBlocks(const ChainPlan& plan, int dim);
+
+/// The dim to chunk along: the one with the fewest pipelineBlocks (1: chunks are whole
+/// slices of every rank's tensor), the outermost on ties, among dims of extent >= 2; -1 for
+/// a tensor without one.
 int pipelineDim(const ChainPlan& plan);
 
 /// `spec` with shape[dim] divided by `chunks`. InvalidArgument when it does not divide.
@@ -41,17 +48,17 @@ int pipelineDim(const ChainPlan& plan);
                                      const Layout& consumed, int dim, int chunks, const TopologyCost& cost,
                                      double& seconds);
 
-/// Chooses the chunk count among 1, 2, 4, ... up to `maxChunks` (those dividing the dim)
-/// with the lowest predictPipeline; ties go to fewer chunks. A chain without a pipeline dim
-/// gets 1 chunk.
+/// Chooses the chunk count among 1, 2, 4, ... up to `maxChunks` (those dividing the dim's
+/// extent / pipelineBlocks) with the lowest predictPipeline; ties go to fewer chunks.
 [[nodiscard]] Status choosePipeline(const ChainPlan& plan, const TensorSpec& spec, const TopologyCost& cost,
                                     int maxChunks, PipelineChoice& out);
 
 /// Runs a chain's fused plan chunk by chunk on an executor: for each chunk, this rank's
-/// part of the input is packed (a pointer offset when the dim is the outermost), the fused
+/// part of the input is packed (a pointer offset when it is one contiguous run), the fused
 /// plan of the chunk tensor runs (ChainMode::Fused, cached by the executor), and the result
-/// is unpacked into this rank's output. Same buffers and errors as Executor::runChain.
-/// Scratch for one chunk's input and output is allocated on first use and kept.
+/// is unpacked into this rank's output (or written in place when contiguous). Same buffers
+/// and errors as Executor::runChain. Scratch for one chunk's input and output is allocated
+/// on first use and kept.
 class PipelinedChain {
  public:
   /// A pipeline of `chunks` chunks (>= 1) of `request` on `executor` / `backend`, which must
@@ -61,8 +68,8 @@ class PipelinedChain {
   PipelinedChain(const PipelinedChain&) = delete;
   PipelinedChain& operator=(const PipelinedChain&) = delete;
 
-  /// Runs the pipeline. InvalidArgument when the chain has no pipeline dim or the chunk
-  /// count does not divide it; collective like Executor::runChain.
+  /// Runs the pipeline. InvalidArgument when the chunk count does not divide the dim's
+  /// extent / pipelineBlocks; collective like Executor::runChain.
   [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
 
   /// The chunk count.
@@ -76,6 +83,9 @@ class PipelinedChain {
   ChainRequest chunkRequest_;
   int chunks_ = 1;
   int dim_ = -1;
+  std::int64_t blocks_ = 1;
+  bool inContiguous_ = true;
+  bool outContiguous_ = true;
   bool prepared_ = false;
   void* scratchIn_ = nullptr;
   void* scratchOut_ = nullptr;

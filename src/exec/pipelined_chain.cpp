@@ -6,24 +6,77 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "common/check.hpp"
 
 namespace chimera {
 
-int pipelineDim(const ChainPlan& plan) {
-  const TensorSpec& spec = plan.fused.spec;
+namespace {
+
+// How many blocks `layout` splits `dim` into (1 when whole).
+std::int64_t splitCount(const Layout& layout, int dim) {
+  std::int64_t count = 1;
+  for (const int axis : layout.splitAxes(dim)) count *= layout.mesh().axis(axis).size;
+  return count;
+}
+
+// The layouts a chunk must respect: the start, every op's result and the consumed layout.
+std::vector<const Layout*> chainLayouts(const ChainPlan& plan) {
   std::vector<const Layout*> layouts;
   for (const Layout& layout : plan.trace.layouts) layouts.push_back(&layout);
   layouts.push_back(&plan.consumed);
+  return layouts;
+}
+
+// Chunk c's part of a local tensor of `shape` whose `dim` the layout splits into `split` of
+// the chain's `blocks` blocks: `dim` viewed as [blocks / split, chunks, rest], box [all, c, all].
+struct ChunkView {
+  std::vector<std::int64_t> shape;  // the local shape with `dim` expanded into three
+  Box box;
+  bool contiguous = false;          // one run at offset c x (bytes / chunks)
+};
+
+ChunkView chunkView(const std::vector<std::int64_t>& local, int dim, std::int64_t blocks, std::int64_t split,
+                    int chunks, int c) {
+  ChunkView view;
+  const auto d = static_cast<std::size_t>(dim);
+  const std::int64_t outer = blocks / split;
+  const std::int64_t rest = local[d] / (outer * chunks);
+  view.shape.assign(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(d));
+  view.shape.insert(view.shape.end(), {outer, static_cast<std::int64_t>(chunks), rest});
+  view.shape.insert(view.shape.end(), local.begin() + static_cast<std::ptrdiff_t>(d) + 1, local.end());
+  view.box.offset.assign(view.shape.size(), 0);
+  view.box.extent = view.shape;
+  view.box.offset[d + 1] = c;
+  view.box.extent[d + 1] = 1;
+  view.contiguous = outer == 1;
+  for (std::size_t k = 0; k < d; ++k) view.contiguous = view.contiguous && local[k] == 1;
+  return view;
+}
+
+}  // namespace
+
+std::int64_t pipelineBlocks(const ChainPlan& plan, int dim) {
+  std::int64_t blocks = 1;
+  for (const Layout* layout : chainLayouts(plan)) blocks = std::lcm(blocks, splitCount(*layout, dim));
+  return blocks;
+}
+
+int pipelineDim(const ChainPlan& plan) {
+  const TensorSpec& spec = plan.fused.spec;
+  int best = -1;
+  std::int64_t fewest = 0;
   for (int dim = 0; dim < spec.rank(); ++dim) {
-    if (spec.shape[static_cast<std::size_t>(dim)] < 2) continue;
-    const bool split = std::any_of(layouts.begin(), layouts.end(),
-                                   [&](const Layout* layout) { return !layout->splitAxes(dim).empty(); });
-    if (!split) return dim;
+    const std::int64_t blocks = pipelineBlocks(plan, dim);
+    if (spec.shape[static_cast<std::size_t>(dim)] / blocks < 2) continue;
+    if (best < 0 || blocks < fewest) {
+      best = dim;
+      fewest = blocks;
+    }
   }
-  return -1;
+  return best;
 }
 
 Status chunkSpec(const TensorSpec& spec, int dim, int chunks, TensorSpec& out) {
@@ -68,7 +121,7 @@ Status choosePipeline(const ChainPlan& plan, const TensorSpec& spec, const Topol
   choice.pipelinedSeconds = plan.fusedCost.value;
   if (choice.dim >= 0) {
     const Layout& from = plan.trace.layouts.front();
-    const std::int64_t extent = spec.shape[static_cast<std::size_t>(choice.dim)];
+    const std::int64_t extent = spec.shape[static_cast<std::size_t>(choice.dim)] / pipelineBlocks(plan, choice.dim);
     for (int chunks = 2; chunks <= maxChunks && extent % chunks == 0; chunks *= 2) {
       double seconds = 0;
       CHIMERA_RETURN_IF_ERROR(predictPipeline(spec, from, Chain{plan.trace.ops}, plan.consumed, choice.dim, chunks,
@@ -95,24 +148,36 @@ Status PipelinedChain::prepare() {
   CHIMERA_CHECK_ARG(chunks_ >= 1, "a pipeline needs at least 1 chunk, got {}", chunks_);
   const ChainPlan* plan = nullptr;
   CHIMERA_RETURN_IF_ERROR(executor_.plan(request_, plan));
-  dim_ = pipelineDim(*plan);
-  CHIMERA_CHECK_ARG(dim_ >= 0 || chunks_ == 1,
-                    "chain '{}' cannot be pipelined: every dim of the tensor is split by one of its layouts",
-                    request_.chain.toString(request_.from.mesh()));
   chunkRequest_ = request_;
   chunkRequest_.consume = plan->consumed;
-  if (dim_ >= 0) CHIMERA_RETURN_IF_ERROR(chunkSpec(request_.spec, dim_, chunks_, chunkRequest_.spec));
-  // Scratch only when chunks are not contiguous runs of the local tensors (dim > 0).
-  const int rank = backend_.rank();
-  if (chunks_ > 1 && dim_ > 0) {
+  if (chunks_ > 1) {
+    dim_ = pipelineDim(*plan);
+    CHIMERA_CHECK_ARG(dim_ >= 0, "chain '{}' cannot be pipelined: no dim of extent >= 2",
+                      request_.chain.toString(request_.from.mesh()));
+    blocks_ = pipelineBlocks(*plan, dim_);
+    const std::int64_t extent = request_.spec.shape[static_cast<std::size_t>(dim_)];
+    CHIMERA_CHECK_ARG(extent % (blocks_ * chunks_) == 0,
+                      "{} chunks do not divide the {} blocks of dim {} (extent {}) that the chain's layouts split",
+                      chunks_, blocks_, dim_, extent);
+    CHIMERA_RETURN_IF_ERROR(chunkSpec(request_.spec, dim_, chunks_, chunkRequest_.spec));
+    const int rank = backend_.rank();
     const Layout& from = request_.from;
+    const Layout& to = plan->consumed;
     if (from.holds(rank)) {
-      CHIMERA_RETURN_IF_ERROR(
-          backend_.allocate(static_cast<std::size_t>(from.localBytes(chunkRequest_.spec)), &scratchIn_));
+      inContiguous_ = chunkView(from.localShape(request_.spec), dim_, blocks_, splitCount(from, dim_), chunks_, 0)
+                          .contiguous;
+      if (!inContiguous_) {
+        CHIMERA_RETURN_IF_ERROR(
+            backend_.allocate(static_cast<std::size_t>(from.localBytes(chunkRequest_.spec)), &scratchIn_));
+      }
     }
-    if (plan->consumed.holds(rank)) {
-      CHIMERA_RETURN_IF_ERROR(
-          backend_.allocate(static_cast<std::size_t>(plan->consumed.localBytes(chunkRequest_.spec)), &scratchOut_));
+    if (to.holds(rank)) {
+      outContiguous_ =
+          chunkView(to.localShape(request_.spec), dim_, blocks_, splitCount(to, dim_), chunks_, 0).contiguous;
+      if (!outContiguous_) {
+        CHIMERA_RETURN_IF_ERROR(
+            backend_.allocate(static_cast<std::size_t>(to.localBytes(chunkRequest_.spec)), &scratchOut_));
+      }
     }
   }
   prepared_ = true;
@@ -137,35 +202,25 @@ Status PipelinedChain::run(const void* input, std::size_t inputBytes, void* outp
   const std::size_t chunkOut = outBytes / static_cast<std::size_t>(chunks_);
   const std::vector<std::int64_t> inShape = holdsIn ? from.localShape(request_.spec) : std::vector<std::int64_t>{};
   const std::vector<std::int64_t> outShape = holdsOut ? to.localShape(request_.spec) : std::vector<std::int64_t>{};
-  // The box of chunk c in a local tensor of `shape` (the dim is whole there: no layout splits it).
-  const auto chunkBox = [&](const std::vector<std::int64_t>& shape, int c) {
-    Box box;
-    box.offset.assign(shape.size(), 0);
-    box.extent = shape;
-    const auto d = static_cast<std::size_t>(dim_);
-    box.extent[d] = shape[d] / chunks_;
-    box.offset[d] = c * box.extent[d];
-    return box;
-  };
+  const DataType dtype = request_.spec.dtype;
   for (int c = 0; c < chunks_; ++c) {
     const void* in = nullptr;
     void* out = nullptr;
-    if (dim_ == 0) {  // chunks are contiguous runs: no copies
-      in = holdsIn ? static_cast<const unsigned char*>(input) + c * chunkIn : nullptr;
-      out = holdsOut ? static_cast<unsigned char*>(output) + c * chunkOut : nullptr;
-    } else {
-      if (holdsIn) {
-        CHIMERA_RETURN_IF_ERROR(
-            backend_.packBox(input, inShape, chunkBox(inShape, c), scratchIn_, request_.spec.dtype));
+    if (holdsIn) {
+      if (inContiguous_) {
+        in = static_cast<const unsigned char*>(input) + c * chunkIn;
+      } else {
+        const ChunkView view = chunkView(inShape, dim_, blocks_, splitCount(from, dim_), chunks_, c);
+        CHIMERA_RETURN_IF_ERROR(backend_.packBox(input, view.shape, view.box, scratchIn_, dtype));
+        in = scratchIn_;
       }
-      in = scratchIn_;
-      out = scratchOut_;
     }
+    if (holdsOut) out = outContiguous_ ? static_cast<unsigned char*>(output) + c * chunkOut : scratchOut_;
     CHIMERA_RETURN_IF_ERROR(executor_.runChain(chunkRequest_, ChainMode::Fused, in, holdsIn ? chunkIn : 0, out,
                                                holdsOut ? chunkOut : 0));
-    if (dim_ != 0 && holdsOut) {
-      CHIMERA_RETURN_IF_ERROR(backend_.unpackBox(scratchOut_, output, outShape, chunkBox(outShape, c),
-                                                 request_.spec.dtype));
+    if (holdsOut && !outContiguous_) {
+      const ChunkView view = chunkView(outShape, dim_, blocks_, splitCount(to, dim_), chunks_, c);
+      CHIMERA_RETURN_IF_ERROR(backend_.unpackBox(scratchOut_, output, view.shape, view.box, dtype));
     }
   }
   return Status::ok();

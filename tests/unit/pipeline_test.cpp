@@ -39,18 +39,45 @@ ChainPlan planText(const Text& t, const PlanCost& cost, TensorSpec& spec) {
   return plan;
 }
 
-// Runs the chunk plans on the simulator and joins their outputs along `dim`.
+std::int64_t splitCount(const Layout& layout, int dim) {
+  std::int64_t count = 1;
+  for (int axis : layout.splitAxes(dim)) count *= layout.mesh().axis(axis).size;
+  return count;
+}
+
+// `t` with `dim` viewed as [outer, chunks, rest] (row-major data unchanged).
+sim::LocalTensor expanded(sim::LocalTensor t, int dim, std::int64_t outer, int chunks) {
+  const auto d = static_cast<std::size_t>(dim);
+  const std::int64_t rest = t.shape[d] / (outer * chunks);
+  t.shape[d] = outer;
+  t.shape.insert(t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 1, {static_cast<std::int64_t>(chunks), rest});
+  return t;
+}
+
+// Merges dims dim..dim+2 of `t` back into one.
+sim::LocalTensor merged(sim::LocalTensor t, int dim) {
+  const auto d = static_cast<std::size_t>(dim);
+  t.shape[d] *= t.shape[d + 1] * t.shape[d + 2];
+  t.shape.erase(t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 1, t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 3);
+  return t;
+}
+
+// Runs the chunk plans on the simulator and joins their outputs: chunk c of a rank's
+// tensor is the c-th part of each of its pipelineBlocks blocks of `dim`.
 sim::RankTensors runPipelined(const ChainPlan& whole, const TensorSpec& spec, int dim, int chunks,
                               const sim::RankTensors& input, const PlanCost& cost) {
   TensorSpec piece;
   EXPECT_TRUE(chunkSpec(spec, dim, chunks, piece).isOk());
   ChainPlan plan;
   EXPECT_TRUE(planChain(piece, whole.trace.layouts.front(), Chain{whole.trace.ops}, whole.consumed, cost, plan).isOk());
+  const std::int64_t blocks = pipelineBlocks(whole, dim);
+  const std::int64_t inOuter = blocks / splitCount(whole.trace.layouts.front(), dim);
+  const std::int64_t outOuter = blocks / splitCount(whole.consumed, dim);
   std::vector<sim::RankTensors> outputs;
   for (int c = 0; c < chunks; ++c) {
     sim::RankTensors part(input.size());
     for (std::size_t r = 0; r < input.size(); ++r) {
-      if (input[r]) part[r] = sim::chunk(*input[r], dim, chunks, c);
+      if (input[r]) part[r] = merged(sim::chunk(expanded(*input[r], dim, inOuter, chunks), dim + 1, chunks, c), dim);
     }
     sim::Traffic traffic;
     outputs.push_back(sim::runPlan(plan.fused, part, traffic));
@@ -59,8 +86,8 @@ sim::RankTensors runPipelined(const ChainPlan& whole, const TensorSpec& spec, in
   for (std::size_t r = 0; r < input.size(); ++r) {
     if (!outputs.front()[r]) continue;
     std::vector<sim::LocalTensor> parts;
-    for (const auto& out : outputs) parts.push_back(*out[r]);
-    joined[r] = sim::concat(parts, dim);
+    for (const auto& out : outputs) parts.push_back(expanded(*out[r], dim, outOuter, 1));
+    joined[r] = merged(sim::concat(parts, dim + 1), dim);
   }
   return joined;
 }
@@ -71,6 +98,11 @@ const Text kScenarios[] = {
     {"sp=4,pp=2", 8, "64,256", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R"},
     {"pp=2,tp=4", 8, "16,32,64", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=S1"},
     {"pp=2,ep=4", 8, "8,64,64", "pp=@0,ep=S1", "send:pp,alltoall:ep:1:2", "pp=@1,ep=S2"},
+    // Every dim split somewhere: chunks cut each block of the chunk dim.
+    {"pp=2,ep=4", 8, "64,64", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1"},
+    {"ep=2,tp=4", 8, "64,64", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1"},
+    {"dp=2,sp=4", 8, "16,16,32", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"},
+    {"dp=2,tp=4", 8, "32,64", "dp=P,tp=P", "reducescatter:tp:0,reducescatter:dp:0", "tp+dp=S0"},
 };
 
 TEST(PipelinedPlan, ChunksJoinToTheChainsConsumedDataExactly) {
@@ -91,7 +123,7 @@ TEST(PipelinedPlan, ChunksJoinToTheChainsConsumedDataExactly) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checked, 27);
 }
 
 TEST(PipelinedPlan, PipelineDimIsOneNoLayoutOfTheChainSplits) {
@@ -101,9 +133,12 @@ TEST(PipelinedPlan, PipelineDimIsOneNoLayoutOfTheChainSplits) {
   EXPECT_EQ(pipelineDim(planText(kScenarios[1], cost, spec)), 0);
   // pp_sp starts split on dim 0.
   EXPECT_EQ(pipelineDim(planText(kScenarios[2], cost, spec)), 1);
-  // pp_ep on a 2-D tensor: both dims are split somewhere.
+  // pp_ep on a 2-D tensor: both dims are split (in 4) somewhere; dim 0 in 4 blocks.
   const Text ppEp{"pp=2,ep=4", 8, "64,64", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1"};
-  EXPECT_EQ(pipelineDim(planText(ppEp, cost, spec)), -1);
+  const ChainPlan ep = planText(ppEp, cost, spec);
+  EXPECT_EQ(pipelineDim(ep), 0);
+  EXPECT_EQ(pipelineBlocks(ep, 0), 4);
+  EXPECT_EQ(pipelineBlocks(ep, 1), 4);
   TensorSpec out;
   EXPECT_FALSE(chunkSpec(spec, 0, 3, out).isOk());
 }
