@@ -71,7 +71,9 @@ TEST(ExecutorPipeline, ChunkedFusedPlanEqualsTheBaseline) {
       ++pipelined;
     }
   }
-  if (worldSize() == 8) EXPECT_GE(pipelined, 20);  // 23: the 12 cases in 2 and 4 chunks where they divide
+  if (worldSize() == 8) {
+    EXPECT_GE(pipelined, 20);  // 23: the 12 cases in 2 and 4 chunks where they divide
+  }
 }
 
 }  // namespace
