@@ -255,6 +255,15 @@ void bindBackend(nb::module_& m) {
   m.def("_nccl_backend", &ncclBackendWithId, nb::arg("mesh"), nb::arg("rank"), nb::arg("device"), nb::arg("unique_id"));
   m.def("nccl_unique_id", &ncclUniqueId, "A fresh NCCL unique id (bytes) to share with every rank.");
   m.def("world", &mpiWorldRankSize, "(rank, size) of the MPI world, initialising MPI if nobody has.");
+  m.def("_view",
+        [](nb::handle tensor, const std::string& memory) {
+          const TensorView view =
+              viewObject(tensor, "_view", "tensor", memory == "device" ? MemorySpace::Device : MemorySpace::Host);
+          return nb::make_tuple(reinterpret_cast<std::uintptr_t>(view.data), view.bytes,
+                                std::string(dataTypeName(view.dtype)));
+        },
+        nb::arg("tensor"), nb::arg("memory") = "host",
+        "(address, bytes, dtype) of the zero-copy view chimera takes of `tensor` (the checks every call applies).");
   m.def("_set_default_mesh", [](const Mesh& mesh) { defaultMesh() = mesh; });
   m.def("_shutdown",
         []() {

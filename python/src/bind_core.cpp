@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "chimera/chain.hpp"
 #include "errors.hpp"
 
 namespace chimera::python {
@@ -198,6 +199,16 @@ void bindLayout(nb::module_& m) {
              return std::make_pair(box.offset, box.extent);
            },
            nb::arg("rank"), nb::arg("spec"), "(offset, extent) of the logical box `rank` holds.")
+      .def("after",
+           [](const Layout& layout, const std::string& opText, const TensorSpec& spec) {
+             Chain chain;
+             check(Chain::parse(opText, layout.mesh(), chain));
+             ChainTrace trace;
+             check(traceChain(layout, chain, spec, trace));
+             return trace.final();
+           },
+           nb::arg("chain"), nb::arg("spec"),
+           "The layout after applying `chain` (\"allreduce:tp,send:pp\") to a tensor of `spec` placed as this one.")
       .def("__str__", &Layout::toString)
       .def("__repr__",
            [](const Layout& layout) {

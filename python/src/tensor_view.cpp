@@ -123,7 +123,7 @@ TensorView viewObject(nb::handle obj, const char* call, const char* name, Memory
   // convert=false: nanobind would otherwise copy (e.g. a list, or a tensor it can't view) silently.
   if (!nb::try_cast(obj, array, false)) {
     raiseValueError(fmt::format(
-        "{}: tensor '{}' must be a writable array exporting DLPack (torch.Tensor without grad, numpy.ndarray, ...), "
+        "{}: tensor '{}' must be a writable array exporting DLPack (torch.Tensor, numpy.ndarray, ...), "
         "got {}",
         call, name, nb::str(obj.type()).c_str()));
   }
