@@ -9,6 +9,10 @@ CHIMERA_PYTHON_REQUIREMENTS=(numpy pytest mpi4py torch "scikit-build-core>=0.10"
 
 # Creates the venv when missing and installs what it lacks (quiet; nothing to do on a rerun).
 chimera_python_env() {
+  local saved=("${CHIMERA_PACKAGES[@]}")
+  CHIMERA_PACKAGES=(python3-venv python3-dev)
+  chimera_install_deps
+  CHIMERA_PACKAGES=("${saved[@]}")
   if [ ! -x "$CHIMERA_VENV/bin/python" ]; then
     chimera_log "creating $CHIMERA_VENV"
     python3 -m venv "$CHIMERA_VENV"

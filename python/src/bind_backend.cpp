@@ -40,10 +40,7 @@ nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::hand
     expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
     expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
   }
-  {
-    nb::gil_scoped_release release;
-    check(backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group));
-  }
+  checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
   return resultOf(tensor, out);
 }
 
@@ -62,10 +59,7 @@ nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, n
     raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
                                 groupText(backend.mesh(), group)));
   }
-  {
-    nb::gil_scoped_release release;
-    check(backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group));
-  }
+  checkWithoutGil([&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
   return nb::borrow(output);
 }
 
@@ -79,10 +73,7 @@ nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::h
   expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
   expectBytes(outView, in.bytes * n, kCall, "output",
               fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
-  {
-    nb::gil_scoped_release release;
-    check(backend.allGather(in.data, outView.data, in.elements, in.dtype, group));
-  }
+  checkWithoutGil([&] { return backend.allGather(in.data, outView.data, in.elements, in.dtype, group); });
   return nb::borrow(output);
 }
 
@@ -102,10 +93,7 @@ nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::ha
   if (in.data == outView.data && in.bytes != 0) {
     raiseValueError(fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
   }
-  {
-    nb::gil_scoped_release release;
-    check(backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group));
-  }
+  checkWithoutGil([&] { return backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group); });
   return nb::borrow(output);
 }
 
@@ -120,10 +108,7 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
     expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
     expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
   }
-  {
-    nb::gil_scoped_release release;
-    check(backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group));
-  }
+  checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
   return resultOf(tensor, out);
 }
 
@@ -131,19 +116,15 @@ void pointToPoint(PyBackend& self, nb::handle tensor, int peer, bool isSend) {
   const char* call = isSend ? "send" : "recv";
   Backend& backend = self.get(call);
   const TensorView view = viewObject(tensor, call, "tensor", self.space());
-  nb::gil_scoped_release release;
-  check(isSend ? backend.send(view.data, view.elements, view.dtype, peer)
-               : backend.recv(view.data, view.elements, view.dtype, peer));
+  checkWithoutGil([&] { return isSend ? backend.send(view.data, view.elements, view.dtype, peer)
+               : backend.recv(view.data, view.elements, view.dtype, peer); });
 }
 
 PyBackend* mpiBackend(nb::handle meshObj) {
 #ifdef CHIMERA_HAS_MPI
   const Mesh mesh = toMesh(meshObj);
   std::unique_ptr<Backend> backend;
-  {
-    nb::gil_scoped_release release;
-    check(createMpiBackend(mesh, backend));
-  }
+  checkWithoutGil([&] { return createMpiBackend(mesh, backend); });
   return new PyBackend(std::move(backend));
 #else
   (void)meshObj;
@@ -155,10 +136,7 @@ PyBackend* ncclBackendMpi(nb::handle meshObj) {
 #ifdef CHIMERA_HAS_CUDA
   const Mesh mesh = toMesh(meshObj);
   std::unique_ptr<Backend> backend;
-  {
-    nb::gil_scoped_release release;
-    check(createNcclBackendMpi(mesh, backend));
-  }
+  checkWithoutGil([&] { return createNcclBackendMpi(mesh, backend); });
   return new PyBackend(std::move(backend));
 #else
   (void)meshObj;
@@ -176,10 +154,7 @@ PyBackend* ncclBackendWithId(nb::handle meshObj, int rank, int device, nb::bytes
   }
   std::memcpy(uid.bytes.data(), id.c_str(), uid.bytes.size());
   std::unique_ptr<Backend> backend;
-  {
-    nb::gil_scoped_release release;
-    check(createNcclBackend(mesh, rank, device, uid, backend));
-  }
+  checkWithoutGil([&] { return createNcclBackend(mesh, rank, device, uid, backend); });
   return new PyBackend(std::move(backend));
 #else
   (void)meshObj, (void)rank, (void)device, (void)id;
@@ -237,8 +212,7 @@ void bindBackend(nb::module_& m) {
       .def("synchronize",
            [](PyBackend& self) {
              Backend& backend = self.get("synchronize");
-             nb::gil_scoped_release release;
-             check(backend.synchronize());
+             checkWithoutGil([&] { return backend.synchronize(); });
            },
            "Waits until every call issued so far completed (host backends: returns at once).")
       .def("close", &PyBackend::close, "Frees the backend and everything built on it (executors, sessions).")

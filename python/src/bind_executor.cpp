@@ -63,10 +63,7 @@ class PyExecutor : public Resource {
     const LocalBuffer in = localBuffer(input, request.spec, request.from, b.rank(), kCall, "input", backend().space());
     const LocalBuffer out = localBuffer(output, request.spec, outLayout, b.rank(), kCall, "output", backend().space());
     const ChainMode chainMode = toMode(mode);
-    {
-      nb::gil_scoped_release release;
-      check(executor.runChain(request, chainMode, in.data, in.bytes, out.data, out.bytes));
-    }
+    checkWithoutGil([&] { return executor.runChain(request, chainMode, in.data, in.bytes, out.data, out.bytes); });
     return nb::borrow(output);
   }
 
@@ -81,10 +78,7 @@ class PyExecutor : public Resource {
     check(toLayoutValue.validate(spec));
     const LocalBuffer in = localBuffer(tensor, spec, fromLayout, b.rank(), kCall, "tensor", backend().space());
     const LocalBuffer out = localBuffer(output, spec, toLayoutValue, b.rank(), kCall, "out", backend().space());
-    {
-      nb::gil_scoped_release release;
-      check(executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes));
-    }
+    checkWithoutGil([&] { return executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes); });
     return nb::borrow(output);
   }
 

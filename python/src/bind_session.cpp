@@ -240,8 +240,8 @@ void bindSession(nb::module_& m) {
 
   nb::class_<PyWindow>(m, "SessionWindow")
       .def("__enter__", [](PyWindow& w) { return w.session; })
-      .def("__exit__", [](PyWindow& w, nb::handle type, nb::handle, nb::handle) {
-        if (type.is_none()) nb::cast<PySession&>(w.session).flush();
+      .def("__exit__", [](PyWindow& w, nb::args exception) {
+        if (exception.size() == 0 || exception[0].is_none()) nb::cast<PySession&>(w.session).flush();
         return false;
       });
 

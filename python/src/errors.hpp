@@ -19,6 +19,18 @@ inline void check(const Status& status) {
   if (!status.isOk()) raiseStatus(status);
 }
 
+/// Runs `call` (returning Status) with the GIL released, so other Python threads run during a
+/// collective, then raises its error with the GIL held again (raising needs it).
+template <typename Call>
+void checkWithoutGil(Call&& call) {
+  Status status;
+  {
+    nanobind::gil_scoped_release release;
+    status = call();
+  }
+  check(status);
+}
+
 /// Raises ValueError (bad tensors: layout, dtype, device, size) with `message`.
 [[noreturn]] void raiseValueError(const std::string& message);
 

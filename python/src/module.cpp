@@ -12,6 +12,7 @@ NB_MODULE(_chimera, m) {
   chimera::python::bindExecutor(m);
   chimera::python::bindSession(m);
   chimera::python::bindPlan(m);
+  chimera::python::bindBench(m);
 #ifdef CHIMERA_HAS_CUDA
   m.attr("has_cuda") = true;
 #else

@@ -88,3 +88,50 @@ def partial_contribution(layout, rank, full_box: np.ndarray) -> np.ndarray:
     n = len(group)
     shift = g if g < n - 1 else -sum(range(n - 1))
     return (full_box if g == 0 else np.zeros_like(full_box)) + shift
+
+
+# The six scenarios of the paper (at 8 ranks), the same chains on other meshes, and their
+# 4-rank forms: (name, mesh, from, chain, consume, logical shape).
+FLAT = (32, 48)
+CUBE = (16, 24, 16)
+SCENARIOS = [
+    ("tp_sp", "tp=8", "tp=P", "allreduce:tp", "tp=S0", FLAT),
+    ("tp_pp", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", FLAT),
+    ("tp_ep", "ep=2,tp=4", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1", FLAT),
+    ("sp_ep", "dp=2,sp=4", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2", CUBE),
+    ("pp_sp", "sp=4,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R", FLAT),
+    ("pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", FLAT),
+    ("tp_sp", "dp=2,tp=4", "tp=P", "allreduce:tp", "tp=S1", FLAT),
+    ("tp_pp", "pp=4,tp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", CUBE),
+    ("sp_ep", "dp=4,sp=2", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2", CUBE),
+    ("tp_sp", "tp=4", "tp=P", "allreduce:tp", "tp=S0", FLAT),
+    ("tp_pp", "pp=2,tp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", FLAT),
+    ("tp_ep", "ep=2,tp=2", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1", CUBE),
+    ("sp_ep", "dp=2,sp=2", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2", CUBE),
+    ("pp_sp", "sp=2,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R", FLAT),
+    ("pp_ep", "pp=2,ep=2", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", FLAT),
+]
+
+
+def scenarios_for(size: int):
+    import chimera
+
+    fitting = []
+    for case in SCENARIOS:
+        if chimera.Mesh(case[1]).size == size:
+            fitting.append(case)
+    return fitting
+
+
+def scenario_input(layout, rank, spec, full, lib, dtype):
+    """This rank's local input of a chain starting at `layout` (None when it holds nothing)."""
+    if not layout.holds(rank):
+        return None
+    return make(lib, dtype, partial_contribution(layout, rank, local_box(layout, rank, spec, full)))
+
+
+def local_empty(layout, rank, spec, lib, dtype):
+    """A local output tensor of `layout` filled with -1 (None when the rank holds nothing)."""
+    if not layout.holds(rank):
+        return None
+    return empty(lib, dtype, layout.local_shape(spec))

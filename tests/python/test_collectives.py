@@ -2,6 +2,8 @@
 # The plain collectives on NumPy arrays and torch CPU tensors over the MPI backend, checked
 # element by element against a NumPy reference computed from every member's input, for each
 # dtype (f32 f64 f16 i32, and bf16 on torch), reduce op and group (one axis, the other, both).
+import os
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,53 @@ def test_multidimensional_tensors_keep_their_shape(backend):
     assert tensor.shape == (2, 3, 4)
     size = backend.mesh.size
     np.testing.assert_array_equal(tensor.numpy(), np.arange(24, dtype=np.float32).reshape(2, 3, 4) * size)
+
+
+@pytest.mark.skipif(os.environ.get("CHIMERA_CHECK_ARGS") != "1", reason="needs CHIMERA_CHECK_ARGS=1 (set by ctest)")
+def test_mismatched_counts_raise_mismatch_on_every_rank(backend):
+    count = 8 if backend.rank == 0 else 4
+    with pytest.raises(chimera.Mismatch):
+        backend.all_reduce(np.ones(count, np.float32), axes="dp+tp")
+    # The backend still works afterwards.
+    x = np.ones(4, np.float32)
+    backend.all_reduce(x, axes="dp+tp")
+    np.testing.assert_array_equal(x, np.full(4, backend.mesh.size, np.float32))
+
+
+def test_bad_tensors_raise_value_error_naming_them(backend):
+    n = backend.mesh.group_size("tp")
+    with pytest.raises(ValueError, match=r"reduce_scatter: tensor 'output' must hold 16 bytes"):
+        backend.reduce_scatter(np.ones(4 * n, np.float32), np.ones(5, np.float32), axes="tp")
+    with pytest.raises(ValueError, match=r"all_gather: tensor 'output' must have dtype float"):
+        backend.all_gather(np.ones(4, np.float32), np.ones(4 * n, np.float64), axes="tp")
+    with pytest.raises(ValueError, match=r"all_reduce: tensor 'tensor' must be C-contiguous"):
+        backend.all_reduce(np.ones((4, 4), np.float32).T)
+    with pytest.raises(ValueError, match=r"all_to_all: tensor 'output' must hold"):
+        backend.all_to_all(np.ones(4 * n, np.float32), np.ones(4, np.float32), axes="tp")
+    with pytest.raises(chimera.InvalidArgument, match="unknown mesh axis"):
+        backend.all_reduce(np.ones(4, np.float32), axes="ep")
+    with pytest.raises(chimera.InvalidArgument, match="reduce op"):
+        backend.all_reduce(np.ones(4, np.float32), op="median")
+
+
+def test_closed_backend_raises(world):
+    _, size = world
+    b = chimera.mpi_backend(f"world={size}")
+    executor = chimera.Executor(b)
+    b.close()
+    with pytest.raises(chimera.InvalidArgument, match="closed"):
+        b.all_reduce(np.ones(4, np.float32))
+    with pytest.raises(chimera.InvalidArgument, match="closed"):
+        executor.redistribute(np.ones(4, np.float32), "world=R", "world=R", np.ones(4, np.float32))
+
+
+def test_mpi4py_world_communicator(world):
+    from mpi4py import MPI
+
+    _, size = world
+    with chimera.init(f"world={size}", comm=MPI.COMM_WORLD) as b:
+        x = np.full(3, MPI.COMM_WORLD.Get_rank(), np.float64)
+        b.all_reduce(x)
+        assert x[0] == sum(range(size))
+    with pytest.raises(chimera.Unsupported, match="MPI_COMM_WORLD"):
+        chimera.init(f"world={size // 2}", comm=MPI.COMM_WORLD.Split(MPI.COMM_WORLD.Get_rank() % 2))
