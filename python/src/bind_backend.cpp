@@ -59,7 +59,8 @@ nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, n
     raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
                                 groupText(backend.mesh(), group)));
   }
-  checkWithoutGil([&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
+  checkWithoutGil(
+      [&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
   return nb::borrow(output);
 }
 
@@ -91,7 +92,8 @@ nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::ha
                                 kCall, in.elements, groupText(backend.mesh(), group)));
   }
   if (in.data == outView.data && in.bytes != 0) {
-    raiseValueError(fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
+    raiseValueError(
+        fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
   }
   checkWithoutGil([&] { return backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group); });
   return nb::borrow(output);
@@ -116,8 +118,10 @@ void pointToPoint(PyBackend& self, nb::handle tensor, int peer, bool isSend) {
   const char* call = isSend ? "send" : "recv";
   Backend& backend = self.get(call);
   const TensorView view = viewObject(tensor, call, "tensor", self.space());
-  checkWithoutGil([&] { return isSend ? backend.send(view.data, view.elements, view.dtype, peer)
-               : backend.recv(view.data, view.elements, view.dtype, peer); });
+  checkWithoutGil([&] {
+    return isSend ? backend.send(view.data, view.elements, view.dtype, peer)
+                  : backend.recv(view.data, view.elements, view.dtype, peer);
+  });
 }
 
 PyBackend* mpiBackend(nb::handle meshObj) {
@@ -149,8 +153,8 @@ PyBackend* ncclBackendWithId(nb::handle meshObj, int rank, int device, nb::bytes
   const Mesh mesh = toMesh(meshObj);
   NcclUniqueId uid;
   if (id.size() != uid.bytes.size()) {
-    raiseStatus(Status::invalidArgument(
-        fmt::format("nccl unique id has {} bytes, expected {}", id.size(), uid.bytes.size())));
+    raiseStatus(
+        Status::invalidArgument(fmt::format("nccl unique id has {} bytes, expected {}", id.size(), uid.bytes.size())));
   }
   std::memcpy(uid.bytes.data(), id.c_str(), uid.bytes.size());
   std::unique_ptr<Backend> backend;
@@ -205,16 +209,19 @@ void bindBackend(nb::module_& m) {
            "Block j of member i's input lands in block i of member j's output.")
       .def("broadcast", &broadcast, nb::arg("tensor"), nb::arg("root") = 0, nb::arg("axes").none() = nb::none(),
            nb::arg("out").none() = nb::none(), "The member with group index root copies its tensor to all.")
-      .def("send", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, true); },
-           nb::arg("tensor"), nb::arg("peer"), "Sends tensor to world rank peer.")
-      .def("recv", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, false); },
-           nb::arg("tensor"), nb::arg("peer"), "Receives into tensor from world rank peer.")
-      .def("synchronize",
-           [](PyBackend& self) {
-             Backend& backend = self.get("synchronize");
-             checkWithoutGil([&] { return backend.synchronize(); });
-           },
-           "Waits until every call issued so far completed (host backends: returns at once).")
+      .def(
+          "send", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, true); }, nb::arg("tensor"),
+          nb::arg("peer"), "Sends tensor to world rank peer.")
+      .def(
+          "recv", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, false); },
+          nb::arg("tensor"), nb::arg("peer"), "Receives into tensor from world rank peer.")
+      .def(
+          "synchronize",
+          [](PyBackend& self) {
+            Backend& backend = self.get("synchronize");
+            checkWithoutGil([&] { return backend.synchronize(); });
+          },
+          "Waits until every call issued so far completed (host backends: returns at once).")
       .def("close", &PyBackend::close, "Frees the backend and everything built on it (executors, sessions).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](PyBackend& self, nb::args) { self.close(); })
@@ -229,24 +236,26 @@ void bindBackend(nb::module_& m) {
   m.def("_nccl_backend", &ncclBackendWithId, nb::arg("mesh"), nb::arg("rank"), nb::arg("device"), nb::arg("unique_id"));
   m.def("nccl_unique_id", &ncclUniqueId, "A fresh NCCL unique id (bytes) to share with every rank.");
   m.def("world", &mpiWorldRankSize, "(rank, size) of the MPI world, initialising MPI if nobody has.");
-  m.def("_view",
-        [](nb::handle tensor, const std::string& memory) {
-          const TensorView view =
-              viewObject(tensor, "_view", "tensor", memory == "device" ? MemorySpace::Device : MemorySpace::Host);
-          return nb::make_tuple(reinterpret_cast<std::uintptr_t>(view.data), view.bytes,
-                                std::string(dataTypeName(view.dtype)));
-        },
-        nb::arg("tensor"), nb::arg("memory") = "host",
-        "(address, bytes, dtype) of the zero-copy view chimera takes of `tensor` (the checks every call applies).");
+  m.def(
+      "_view",
+      [](nb::handle tensor, const std::string& memory) {
+        const TensorView view =
+            viewObject(tensor, "_view", "tensor", memory == "device" ? MemorySpace::Device : MemorySpace::Host);
+        return nb::make_tuple(reinterpret_cast<std::uintptr_t>(view.data), view.bytes,
+                              std::string(dataTypeName(view.dtype)));
+      },
+      nb::arg("tensor"), nb::arg("memory") = "host",
+      "(address, bytes, dtype) of the zero-copy view chimera takes of `tensor` (the checks every call applies).");
   m.def("_set_default_mesh", [](const Mesh& mesh) { defaultMesh() = mesh; });
-  m.def("_shutdown",
-        []() {
-          closeAllResources();
+  m.def(
+      "_shutdown",
+      []() {
+        closeAllResources();
 #ifdef CHIMERA_HAS_MPI
-          finalizeMpi();
+        finalizeMpi();
 #endif
-        },
-        "Closes every native object, newest first, then finalises MPI if chimera initialised it.");
+      },
+      "Closes every native object, newest first, then finalises MPI if chimera initialised it.");
 }
 
 }  // namespace chimera::python

@@ -111,11 +111,12 @@ std::vector<double> allReducePerCall(PyBackend& self, nb::handle tensor, int ite
 }  // namespace
 
 void bindBench(nb::module_& m) {
-  m.def("_null_backend",
-        [](nb::handle mesh, int rank) {
-          return new PyBackend(std::make_unique<detail::NullBackend>(toMesh(mesh), rank));
-        },
-        nb::arg("mesh"), nb::arg("rank"), "A backend that moves no data (overhead measurement only).");
+  m.def(
+      "_null_backend",
+      [](nb::handle mesh, int rank) {
+        return new PyBackend(std::make_unique<detail::NullBackend>(toMesh(mesh), rank));
+      },
+      nb::arg("mesh"), nb::arg("rank"), "A backend that moves no data (overhead measurement only).");
   m.def("_bench_window_cpp", &windowPerCall, nb::arg("iters"));
   m.def("_bench_all_reduce_cpp", &allReducePerCall, nb::arg("backend"), nb::arg("tensor"), nb::arg("iters"),
         nb::arg("calls"));

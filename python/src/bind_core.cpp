@@ -46,8 +46,8 @@ nb::tuple placementTuple(const Placement& p) {
 Layout layoutFromText(const std::string& text, std::optional<Mesh> mesh) {
   if (!mesh) {
     if (!defaultMesh()) {
-      raiseStatus(Status::invalidArgument(fmt::format(
-          "Layout(\"{}\") needs a mesh: pass mesh=... or call chimera.init(mesh) first", text)));
+      raiseStatus(Status::invalidArgument(
+          fmt::format("Layout(\"{}\") needs a mesh: pass mesh=... or call chimera.init(mesh) first", text)));
     }
     mesh = *defaultMesh();
   }
@@ -73,15 +73,16 @@ TensorSpec makeSpec(const std::vector<std::int64_t>& shape, nb::handle dtype) {
 
 void checkRank(const Mesh& mesh, int rank) {
   if (rank < 0 || rank >= mesh.size()) {
-    raiseStatus(Status::invalidArgument(fmt::format("rank {} is outside mesh {} of {} ranks", rank, mesh.toString(),
-                                                    mesh.size())));
+    raiseStatus(Status::invalidArgument(
+        fmt::format("rank {} is outside mesh {} of {} ranks", rank, mesh.toString(), mesh.size())));
   }
 }
 
 void bindMesh(nb::module_& m) {
   nb::class_<Mesh>(m, "Mesh", "Named axes over the world ranks, row-major: for pp=2,tp=4, rank = pp*4 + tp.")
-      .def("__init__", [](Mesh* self, nb::handle text) { new (self) Mesh(toMesh(text)); }, nb::arg("text"),
-           "Parses \"pp=2,tp=4\" (the world size is the product of the sizes).")
+      .def(
+          "__init__", [](Mesh* self, nb::handle text) { new (self) Mesh(toMesh(text)); }, nb::arg("text"),
+          "Parses \"pp=2,tp=4\" (the world size is the product of the sizes).")
       .def_static("flat", &Mesh::flat, nb::arg("size"), nb::arg("name") = "world", "A one-axis mesh.")
       .def_prop_ro("size", &Mesh::size, "Number of ranks.")
       .def_prop_ro("num_axes", &Mesh::numAxes)
@@ -97,13 +98,14 @@ void bindMesh(nb::module_& m) {
                      for (const auto& axis : mesh.axes()) sizes.push_back(axis.size);
                      return nb::tuple(nb::cast(sizes));
                    })
-      .def_prop_ro("axes",
-                   [](const Mesh& mesh) {
-                     std::vector<std::pair<std::string, int>> axes;
-                     for (const auto& axis : mesh.axes()) axes.emplace_back(axis.name, axis.size);
-                     return axes;
-                   },
-                   "[(name, size), ...] in mesh order.")
+      .def_prop_ro(
+          "axes",
+          [](const Mesh& mesh) {
+            std::vector<std::pair<std::string, int>> axes;
+            for (const auto& axis : mesh.axes()) axes.emplace_back(axis.name, axis.size);
+            return axes;
+          },
+          "[(name, size), ...] in mesh order.")
       .def("axis_index",
            [](const Mesh& mesh, const std::string& name) {
              int index = 0;
@@ -129,14 +131,16 @@ void bindMesh(nb::module_& m) {
              }
              return mesh.rankOf(coords);
            })
-      .def("group_size", [](const Mesh& mesh, nb::handle axes) { return mesh.groupSize(toAxes(axes, mesh)); },
-           nb::arg("axes").none())
-      .def("group_ranks",
-           [](const Mesh& mesh, int rank, nb::handle axes) {
-             checkRank(mesh, rank);
-             return mesh.groupRanks(rank, toAxes(axes, mesh));
-           },
-           nb::arg("rank"), nb::arg("axes").none(), "World ranks of `rank`'s group along `axes`.")
+      .def(
+          "group_size", [](const Mesh& mesh, nb::handle axes) { return mesh.groupSize(toAxes(axes, mesh)); },
+          nb::arg("axes").none())
+      .def(
+          "group_ranks",
+          [](const Mesh& mesh, int rank, nb::handle axes) {
+            checkRank(mesh, rank);
+            return mesh.groupRanks(rank, toAxes(axes, mesh));
+          },
+          nb::arg("rank"), nb::arg("axes").none(), "World ranks of `rank`'s group along `axes`.")
       .def("sub_mesh",
            [](const Mesh& mesh, const std::string& axis, int coordinate) {
              int index = 0;
@@ -157,12 +161,13 @@ void bindLayout(nb::module_& m) {
   nb::class_<Layout>(m, "Layout",
                      "Where each part of a tensor lives on a Mesh: one placement per mesh axis "
                      "(R, S<dim>, P / P(op), @stage), e.g. \"pp=@0,tp=S1\".")
-      .def("__init__",
-           [](Layout* self, const std::string& text, std::optional<Mesh> mesh) {
-             new (self) Layout(layoutFromText(text, std::move(mesh)));
-           },
-           nb::arg("text"), nb::arg("mesh").none() = nb::none(),
-           "Parses the text form on `mesh` (default: the mesh given to chimera.init).")
+      .def(
+          "__init__",
+          [](Layout* self, const std::string& text, std::optional<Mesh> mesh) {
+            new (self) Layout(layoutFromText(text, std::move(mesh)));
+          },
+          nb::arg("text"), nb::arg("mesh").none() = nb::none(),
+          "Parses the text form on `mesh` (default: the mesh given to chimera.init).")
       .def_static("replicated", &Layout::replicated, nb::arg("mesh"))
       .def_prop_ro("mesh", [](const Layout& layout) { return layout.mesh(); })
       .def("_placement_tuples",
@@ -171,13 +176,14 @@ void bindLayout(nb::module_& m) {
              for (int a = 0; a < layout.mesh().numAxes(); ++a) out.append(placementTuple(layout.placement(a)));
              return out;
            })
-      .def("split_axes",
-           [](const Layout& layout, int dim) {
-             std::vector<std::string> names;
-             for (int axis : layout.splitAxes(dim)) names.push_back(layout.mesh().axis(axis).name);
-             return names;
-           },
-           nb::arg("dim"), "Names of the axes splitting tensor dim `dim`, outer first.")
+      .def(
+          "split_axes",
+          [](const Layout& layout, int dim) {
+            std::vector<std::string> names;
+            for (int axis : layout.splitAxes(dim)) names.push_back(layout.mesh().axis(axis).name);
+            return names;
+          },
+          nb::arg("dim"), "Names of the axes splitting tensor dim `dim`, outer first.")
       .def("validate", [](const Layout& layout, const TensorSpec& spec) { check(layout.validate(spec)); })
       .def("holds", &Layout::holds, nb::arg("rank"), "Whether world rank `rank` holds a copy.")
       .def("holders", &Layout::holders)
@@ -191,30 +197,33 @@ void bindLayout(nb::module_& m) {
              check(layout.validate(spec));
              return layout.localBytes(spec);
            })
-      .def("rank_box",
-           [](const Layout& layout, int rank, const TensorSpec& spec) {
-             check(layout.validate(spec));
-             checkRank(layout.mesh(), rank);
-             const Box box = layout.rankBox(rank, spec);
-             return std::make_pair(box.offset, box.extent);
-           },
-           nb::arg("rank"), nb::arg("spec"), "(offset, extent) of the logical box `rank` holds.")
-      .def("after",
-           [](const Layout& layout, const std::string& opText, const TensorSpec& spec) {
-             Chain chain;
-             check(Chain::parse(opText, layout.mesh(), chain));
-             ChainTrace trace;
-             check(traceChain(layout, chain, spec, trace));
-             return trace.final();
-           },
-           nb::arg("chain"), nb::arg("spec"),
-           "The layout after applying `chain` (\"allreduce:tp,send:pp\") to a tensor of `spec` placed as this one.")
+      .def(
+          "rank_box",
+          [](const Layout& layout, int rank, const TensorSpec& spec) {
+            check(layout.validate(spec));
+            checkRank(layout.mesh(), rank);
+            const Box box = layout.rankBox(rank, spec);
+            return std::make_pair(box.offset, box.extent);
+          },
+          nb::arg("rank"), nb::arg("spec"), "(offset, extent) of the logical box `rank` holds.")
+      .def(
+          "after",
+          [](const Layout& layout, const std::string& opText, const TensorSpec& spec) {
+            Chain chain;
+            check(Chain::parse(opText, layout.mesh(), chain));
+            ChainTrace trace;
+            check(traceChain(layout, chain, spec, trace));
+            return trace.final();
+          },
+          nb::arg("chain"), nb::arg("spec"),
+          "The layout after applying `chain` (\"allreduce:tp,send:pp\") to a tensor of `spec` placed as this one.")
       .def("__str__", &Layout::toString)
       .def("__repr__",
            [](const Layout& layout) {
              return fmt::format("chimera.Layout(\"{}\", mesh=\"{}\")", layout.toString(), layout.mesh().toString());
            })
-      .def("__eq__", [](const Layout& a, nb::handle b) { return nb::isinstance<Layout>(b) && a == nb::cast<Layout>(b); })
+      .def("__eq__",
+           [](const Layout& a, nb::handle b) { return nb::isinstance<Layout>(b) && a == nb::cast<Layout>(b); })
       .def("__hash__", [](const Layout& layout) {
         return std::hash<std::string>{}(layout.mesh().toString() + "|" + layout.toString());
       });
@@ -222,11 +231,12 @@ void bindLayout(nb::module_& m) {
 
 void bindTensorSpec(nb::module_& m) {
   nb::class_<TensorSpec>(m, "TensorSpec", "The logical (full, unsharded) shape and dtype of a tensor.")
-      .def("__init__",
-           [](TensorSpec* self, const std::vector<std::int64_t>& shape, nb::handle dtype) {
-             new (self) TensorSpec(makeSpec(shape, dtype));
-           },
-           nb::arg("shape"), nb::arg("dtype"), "dtype: \"bf16\", \"float32\", numpy or torch dtypes.")
+      .def(
+          "__init__",
+          [](TensorSpec* self, const std::vector<std::int64_t>& shape, nb::handle dtype) {
+            new (self) TensorSpec(makeSpec(shape, dtype));
+          },
+          nb::arg("shape"), nb::arg("dtype"), "dtype: \"bf16\", \"float32\", numpy or torch dtypes.")
       .def_prop_ro("shape", [](const TensorSpec& spec) { return nb::tuple(nb::cast(spec.shape)); })
       .def_prop_ro("dtype", [](const TensorSpec& spec) { return shortDataTypeName(spec.dtype); })
       .def_prop_ro("num_elements", &TensorSpec::numElements)
@@ -239,13 +249,15 @@ void bindTensorSpec(nb::module_& m) {
              return fmt::format("chimera.TensorSpec(({}), \"{}\")", shape.substr(0, shape.size() - 2),
                                 shortDataTypeName(spec.dtype));
            })
-      .def("__eq__",
-           [](const TensorSpec& a, nb::handle b) { return nb::isinstance<TensorSpec>(b) && a == nb::cast<TensorSpec>(b); });
+      .def("__eq__", [](const TensorSpec& a, nb::handle b) {
+        return nb::isinstance<TensorSpec>(b) && a == nb::cast<TensorSpec>(b);
+      });
 }
 
 void bindDataTypes(nb::module_& m) {
-  m.def("dtype_name", [](nb::handle dtype) { return shortDataTypeName(toDataType(dtype)); }, nb::arg("dtype"),
-        "The short name chimera uses for a dtype (\"bf16\" for torch.bfloat16, \"f32\" for numpy.float32).");
+  m.def(
+      "dtype_name", [](nb::handle dtype) { return shortDataTypeName(toDataType(dtype)); }, nb::arg("dtype"),
+      "The short name chimera uses for a dtype (\"bf16\" for torch.bfloat16, \"f32\" for numpy.float32).");
 }
 
 }  // namespace

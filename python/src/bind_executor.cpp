@@ -78,7 +78,8 @@ class PyExecutor : public Resource {
     check(toLayoutValue.validate(spec));
     const LocalBuffer in = localBuffer(tensor, spec, fromLayout, b.rank(), kCall, "tensor", backend().space());
     const LocalBuffer out = localBuffer(output, spec, toLayoutValue, b.rank(), kCall, "out", backend().space());
-    checkWithoutGil([&] { return executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes); });
+    checkWithoutGil(
+        [&] { return executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes); });
     return nb::borrow(output);
   }
 
@@ -108,9 +109,12 @@ void bindExecutor(nb::module_& m) {
       .def_prop_ro("cached_plans", [](PyExecutor& self) { return self.get("cached_plans").cachedPlans(); })
       .def_prop_ro("evicted_plans", [](PyExecutor& self) { return self.get("evicted_plans").evictedPlans(); })
       .def_prop_ro("planning_passes", [](PyExecutor& self) { return self.get("planning_passes").planningPasses(); })
-      .def("set_prepared_plan_limit",
-           [](PyExecutor& self, std::size_t limit) { check(self.get("set_prepared_plan_limit").setPreparedPlanLimit(limit)); },
-           nb::arg("limit"))
+      .def(
+          "set_prepared_plan_limit",
+          [](PyExecutor& self, std::size_t limit) {
+            check(self.get("set_prepared_plan_limit").setPreparedPlanLimit(limit));
+          },
+          nb::arg("limit"))
       .def("close", &PyExecutor::close);
 }
 

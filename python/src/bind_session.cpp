@@ -121,9 +121,8 @@ class PySession : public Resource {
     const bool byLayout = !layoutObj.is_none();
     const bool byRange = !offset.is_none() || !nbytes.is_none();
     if (byLayout == byRange) {
-      raiseStatus(Status::invalidArgument(
-          fmt::format("{}: give either a layout or a byte range (offset=, nbytes=), not {}", call,
-                      byLayout ? "both" : "neither")));
+      raiseStatus(Status::invalidArgument(fmt::format(
+          "{}: give either a layout or a byte range (offset=, nbytes=), not {}", call, byLayout ? "both" : "neither")));
     }
     if (byLayout) {
       const Layout layout = toLayout(layoutObj, backend(call).mesh(), "consume");
@@ -191,9 +190,9 @@ class PySession : public Resource {
   const TensorSpec& specOf(const PyTensorHandle& t, const char* call) const {
     const auto it = window_.find({t.handle.window, t.handle.index});
     if (it == window_.end()) {
-      raiseStatus(Status::invalidArgument(fmt::format(
-          "{}: the tensor handle (window {}, value {}) has expired: its window was flushed", call, t.handle.window,
-          t.handle.index)));
+      raiseStatus(Status::invalidArgument(
+          fmt::format("{}: the tensor handle (window {}, value {}) has expired: its window was flushed", call,
+                      t.handle.window, t.handle.index)));
     }
     return it->second.spec;
   }
@@ -231,7 +230,8 @@ struct PyWindow {
 void bindSession(nb::module_& m) {
   nb::class_<PyTensorHandle>(m, "TensorHandle",
                              "A value of a Session's open window (expires when the window is flushed).")
-      .def_prop_ro("tensor", [](const PyTensorHandle& t) { return t.tensor; }, "The buffer holding the value.")
+      .def_prop_ro(
+          "tensor", [](const PyTensorHandle& t) { return t.tensor; }, "The buffer holding the value.")
       .def_prop_ro("index", [](const PyTensorHandle& t) { return t.handle.index; })
       .def_prop_ro("window", [](const PyTensorHandle& t) { return t.handle.window; })
       .def("__repr__", [](const PyTensorHandle& t) {
@@ -257,85 +257,96 @@ void bindSession(nb::module_& m) {
       .def("tensor", &PySession::tensor, nb::arg("tensor").none(), nb::arg("layout"),
            nb::arg("spec").none() = nb::none(),
            "Registers this rank's local tensor (None on a rank that holds nothing; then pass spec=).")
-      .def("all_reduce",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes) {
-             return s.record(t, s.makeOp(K::AllReduce, axes, "Session.all_reduce"), nb::none(), "Session.all_reduce");
-           },
-           nb::arg("t"), nb::arg("axes").none(), "In place: reduces t over axes (P or R there).")
-      .def("reduce_scatter",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
-             ChainOp op = s.makeOp(K::ReduceScatter, axes, "Session.reduce_scatter");
-             op.dim = dim;
-             return s.record(t, op, out, "Session.reduce_scatter");
-           },
-           nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none())
-      .def("all_gather",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
-             ChainOp op = s.makeOp(K::AllGather, axes, "Session.all_gather");
-             op.dim = dim;
-             return s.record(t, op, out, "Session.all_gather");
-           },
-           nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none())
-      .def("all_to_all",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes, int fromDim, int toDim, nb::handle out) {
-             ChainOp op = s.makeOp(K::AllToAll, axes, "Session.all_to_all");
-             op.dim = fromDim;
-             op.toDim = toDim;
-             return s.record(t, op, out, "Session.all_to_all");
-           },
-           nb::arg("t"), nb::arg("axes").none(), nb::arg("from_dim"), nb::arg("to_dim"), nb::arg("out").none())
-      .def("slice",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
-             ChainOp op = s.makeOp(K::Slice, axes, "Session.slice");
-             op.dim = dim;
-             return s.record(t, op, out, "Session.slice");
-           },
-           nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none(),
-           "Local: keeps this rank's block of dim over axes (R there).")
-      .def("broadcast",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axes, int root) {
-             ChainOp op = s.makeOp(K::Broadcast, axes, "Session.broadcast");
-             op.root = root;
-             return s.record(t, op, nb::none(), "Session.broadcast");
-           },
-           nb::arg("t"), nb::arg("axes").none(), nb::arg("root") = 0)
-      .def("send",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axis, nb::handle out) {
-             return s.record(t, s.makeOp(K::Send, axis, "Session.send"), out, "Session.send");
-           },
-           nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
-           "Pipeline hand-off to the next stage along axis; receivers pass `out`, senders None.")
-      .def("send_back",
-           [](PySession& s, const PyTensorHandle& t, nb::handle axis, nb::handle out) {
-             ChainOp op = s.makeOp(K::Send, axis, "Session.send_back");
-             op.stageStep = -1;
-             return s.record(t, op, out, "Session.send_back");
-           },
-           nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
-           "The backward pass's hand-off, to the previous stage.")
+      .def(
+          "all_reduce",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes) {
+            return s.record(t, s.makeOp(K::AllReduce, axes, "Session.all_reduce"), nb::none(), "Session.all_reduce");
+          },
+          nb::arg("t"), nb::arg("axes").none(), "In place: reduces t over axes (P or R there).")
+      .def(
+          "reduce_scatter",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
+            ChainOp op = s.makeOp(K::ReduceScatter, axes, "Session.reduce_scatter");
+            op.dim = dim;
+            return s.record(t, op, out, "Session.reduce_scatter");
+          },
+          nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none())
+      .def(
+          "all_gather",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
+            ChainOp op = s.makeOp(K::AllGather, axes, "Session.all_gather");
+            op.dim = dim;
+            return s.record(t, op, out, "Session.all_gather");
+          },
+          nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none())
+      .def(
+          "all_to_all",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes, int fromDim, int toDim, nb::handle out) {
+            ChainOp op = s.makeOp(K::AllToAll, axes, "Session.all_to_all");
+            op.dim = fromDim;
+            op.toDim = toDim;
+            return s.record(t, op, out, "Session.all_to_all");
+          },
+          nb::arg("t"), nb::arg("axes").none(), nb::arg("from_dim"), nb::arg("to_dim"), nb::arg("out").none())
+      .def(
+          "slice",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes, int dim, nb::handle out) {
+            ChainOp op = s.makeOp(K::Slice, axes, "Session.slice");
+            op.dim = dim;
+            return s.record(t, op, out, "Session.slice");
+          },
+          nb::arg("t"), nb::arg("axes").none(), nb::arg("dim"), nb::arg("out").none(),
+          "Local: keeps this rank's block of dim over axes (R there).")
+      .def(
+          "broadcast",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axes, int root) {
+            ChainOp op = s.makeOp(K::Broadcast, axes, "Session.broadcast");
+            op.root = root;
+            return s.record(t, op, nb::none(), "Session.broadcast");
+          },
+          nb::arg("t"), nb::arg("axes").none(), nb::arg("root") = 0)
+      .def(
+          "send",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axis, nb::handle out) {
+            return s.record(t, s.makeOp(K::Send, axis, "Session.send"), out, "Session.send");
+          },
+          nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
+          "Pipeline hand-off to the next stage along axis; receivers pass `out`, senders None.")
+      .def(
+          "send_back",
+          [](PySession& s, const PyTensorHandle& t, nb::handle axis, nb::handle out) {
+            ChainOp op = s.makeOp(K::Send, axis, "Session.send_back");
+            op.stageStep = -1;
+            return s.record(t, op, out, "Session.send_back");
+          },
+          nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
+          "The backward pass's hand-off, to the previous stage.")
       .def("record", &PySession::recordText, nb::arg("t"), nb::arg("op"), nb::arg("out").none() = nb::none(),
            "Records one chain op given as text (\"alltoall:ep:0:1\").")
-      .def("consume",
-           [](PySession& s, const PyTensorHandle& t, nb::handle layout, nb::handle offset, nb::handle nbytes) {
-             s.declare(t, layout, offset, nbytes, true);
-           },
-           nb::arg("t"), nb::arg("layout").none() = nb::none(), nb::kw_only(), nb::arg("offset").none() = nb::none(),
-           nb::arg("nbytes").none() = nb::none(),
-           "Declares that the next computation reads t as `layout` (or bytes [offset, offset+nbytes) of its "
-           "buffer), then flushes. Collective.")
-      .def("declare_read",
-           [](PySession& s, const PyTensorHandle& t, nb::handle layout, nb::handle offset, nb::handle nbytes) {
-             s.declare(t, layout, offset, nbytes, false);
-           },
-           nb::arg("t"), nb::arg("layout").none() = nb::none(), nb::kw_only(), nb::arg("offset").none() = nb::none(),
-           nb::arg("nbytes").none() = nb::none(), "The same declaration without the flush.")
+      .def(
+          "consume",
+          [](PySession& s, const PyTensorHandle& t, nb::handle layout, nb::handle offset, nb::handle nbytes) {
+            s.declare(t, layout, offset, nbytes, true);
+          },
+          nb::arg("t"), nb::arg("layout").none() = nb::none(), nb::kw_only(), nb::arg("offset").none() = nb::none(),
+          nb::arg("nbytes").none() = nb::none(),
+          "Declares that the next computation reads t as `layout` (or bytes [offset, offset+nbytes) of its "
+          "buffer), then flushes. Collective.")
+      .def(
+          "declare_read",
+          [](PySession& s, const PyTensorHandle& t, nb::handle layout, nb::handle offset, nb::handle nbytes) {
+            s.declare(t, layout, offset, nbytes, false);
+          },
+          nb::arg("t"), nb::arg("layout").none() = nb::none(), nb::kw_only(), nb::arg("offset").none() = nb::none(),
+          nb::arg("nbytes").none() = nb::none(), "The same declaration without the flush.")
       .def("flush", &PySession::flush, "Plans (or looks up) and runs the recorded window. Collective.")
       .def("wait", &PySession::wait, nb::arg("t"), "Flushes the window t belongs to. Collective.")
       .def("layout_of", &PySession::layoutOf, nb::arg("t"))
       .def("stats", &PySession::stats, "Counters since creation, as a dict.")
       .def_prop_ro("options", &PySession::options)
-      .def("window", [](nb::handle self) { return PyWindow{nb::borrow(self)}; },
-           "Context manager: `with session.window(): ...` flushes when the block ends without an exception.")
+      .def(
+          "window", [](nb::handle self) { return PyWindow{nb::borrow(self)}; },
+          "Context manager: `with session.window(): ...` flushes when the block ends without an exception.")
       .def("close", &PySession::close);
 }
 

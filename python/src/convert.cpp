@@ -60,8 +60,8 @@ Layout toLayout(nb::handle obj, const Mesh& mesh, const char* what) {
     return layout;
   }
   if (!nb::isinstance<nb::str>(obj)) {
-    raiseStatus(Status::invalidArgument(fmt::format("{} layout: expected a chimera.Layout or its text, got {}", what,
-                                                    nb::str(obj.type()).c_str())));
+    raiseStatus(Status::invalidArgument(
+        fmt::format("{} layout: expected a chimera.Layout or its text, got {}", what, nb::str(obj.type()).c_str())));
   }
   Layout layout;
   check(Layout::parse(nb::cast<std::string>(obj), mesh, layout));

@@ -38,8 +38,8 @@ void raiseValueError(const std::string& message) {
 }
 
 void bindErrors(nb::module_& m) {
-  PyObject* base = makeException(m, "Error", PyExc_RuntimeError, nullptr,
-                                 "Base of every error chimera reports (a failed Status).");
+  PyObject* base =
+      makeException(m, "Error", PyExc_RuntimeError, nullptr, "Base of every error chimera reports (a failed Status).");
   gExceptions[0] = base;
   gExceptions[static_cast<std::size_t>(StatusCode::InvalidArgument)] =
       makeException(m, "InvalidArgument", base, PyExc_ValueError, "The caller passed something malformed.");

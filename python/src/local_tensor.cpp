@@ -46,14 +46,16 @@ LocalBuffer localBuffer(nb::handle obj, const TensorSpec& spec, const Layout& la
     if (obj.is_none()) return {};
     const TensorView view = viewObject(obj, call, name, space);
     if (view.bytes != 0) {
-      raiseValueError(fmt::format("{}: rank {} holds nothing of layout {}, so '{}' must be None (or empty), but it is {}",
-                                  call, rank, layout.toString(), name, describe(view)));
+      raiseValueError(
+          fmt::format("{}: rank {} holds nothing of layout {}, so '{}' must be None (or empty), but it is {}", call,
+                      rank, layout.toString(), name, describe(view)));
     }
     return {};
   }
   if (obj.is_none()) {
-    raiseValueError(fmt::format("{}: rank {} holds a part of layout {} of {}, so '{}' must be its local tensor, not None",
-                                call, rank, layout.toString(), spec.toString(), name));
+    raiseValueError(
+        fmt::format("{}: rank {} holds a part of layout {} of {}, so '{}' must be its local tensor, not None", call,
+                    rank, layout.toString(), spec.toString(), name));
   }
   const TensorView view = viewObject(obj, call, name, space);
   const std::string why = fmt::format("the local tensor of layout {} for {}", layout.toString(), spec.toString());

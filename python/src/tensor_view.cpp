@@ -41,19 +41,26 @@ bool chimeraDataType(dl::dtype t, DataType& out) {
   if (t.lanes != 1) return false;
   switch (static_cast<dl::dtype_code>(t.code)) {
     case dl::dtype_code::Float:
-      if (t.bits == 32) out = DataType::F32;
-      else if (t.bits == 64) out = DataType::F64;
-      else if (t.bits == 16) out = DataType::F16;
-      else return false;
+      if (t.bits == 32)
+        out = DataType::F32;
+      else if (t.bits == 64)
+        out = DataType::F64;
+      else if (t.bits == 16)
+        out = DataType::F16;
+      else
+        return false;
       return true;
     case dl::dtype_code::Bfloat:
       if (t.bits != 16) return false;
       out = DataType::BF16;
       return true;
     case dl::dtype_code::Int:
-      if (t.bits == 32) out = DataType::I32;
-      else if (t.bits == 64) out = DataType::I64;
-      else return false;
+      if (t.bits == 32)
+        out = DataType::I32;
+      else if (t.bits == 64)
+        out = DataType::I64;
+      else
+        return false;
       return true;
     case dl::dtype_code::UInt:
       if (t.bits != 8) return false;
@@ -105,10 +112,10 @@ TensorView viewTensor(const nb::ndarray<>& array, const char* call, const char* 
     expected *= extent;
   }
   if (!contiguous && expected != 0) {
-    raiseValueError(fmt::format(
-        "{}: tensor '{}' must be C-contiguous (chimera never copies silently), but shape {} has strides {} "
-        "(in elements); pass tensor.contiguous() / numpy.ascontiguousarray(...)",
-        call, name, shapeText(array), stridesText(array)));
+    raiseValueError(
+        fmt::format("{}: tensor '{}' must be C-contiguous (chimera never copies silently), but shape {} has strides {} "
+                    "(in elements); pass tensor.contiguous() / numpy.ascontiguousarray(...)",
+                    call, name, shapeText(array), stridesText(array)));
   }
   view.data = array.data();
   view.elements = array.size();
@@ -122,10 +129,10 @@ TensorView viewObject(nb::handle obj, const char* call, const char* name, Memory
   nb::ndarray<> array;
   // convert=false: nanobind would otherwise copy (e.g. a list, or a tensor it can't view) silently.
   if (!nb::try_cast(obj, array, false)) {
-    raiseValueError(fmt::format(
-        "{}: tensor '{}' must be a writable array exporting DLPack (torch.Tensor, numpy.ndarray, ...), "
-        "got {}",
-        call, name, nb::str(obj.type()).c_str()));
+    raiseValueError(
+        fmt::format("{}: tensor '{}' must be a writable array exporting DLPack (torch.Tensor, numpy.ndarray, ...), "
+                    "got {}",
+                    call, name, nb::str(obj.type()).c_str()));
   }
   return viewTensor(array, call, name, space);
 }
@@ -133,15 +140,15 @@ TensorView viewObject(nb::handle obj, const char* call, const char* name, Memory
 std::string describe(const TensorView& view) {
   std::string out = "shape (";
   for (std::size_t d = 0; d < view.shape.size(); ++d) out += fmt::format("{}{}", d ? ", " : "", view.shape[d]);
-  return out + fmt::format("{}) {} ({} bytes)", view.shape.size() == 1 ? "," : "", dataTypeName(view.dtype),
-                           view.bytes);
+  return out +
+         fmt::format("{}) {} ({} bytes)", view.shape.size() == 1 ? "," : "", dataTypeName(view.dtype), view.bytes);
 }
 
 void expectBytes(const TensorView& view, std::size_t expected, const char* call, const char* name,
                  const std::string& why) {
   if (view.bytes == expected) return;
-  raiseValueError(fmt::format("{}: tensor '{}' must hold {} bytes ({}), but it is {}", call, name, expected, why,
-                              describe(view)));
+  raiseValueError(
+      fmt::format("{}: tensor '{}' must hold {} bytes ({}), but it is {}", call, name, expected, why, describe(view)));
 }
 
 void expectDtype(const TensorView& view, DataType expected, const char* call, const char* name,

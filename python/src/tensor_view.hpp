@@ -47,8 +47,7 @@ void expectBytes(const TensorView& view, std::size_t expected, const char* call,
                  const std::string& why);
 
 /// ValueError unless `view` has dtype `expected`; `why` says where the expectation comes from.
-void expectDtype(const TensorView& view, DataType expected, const char* call, const char* name,
-                 const std::string& why);
+void expectDtype(const TensorView& view, DataType expected, const char* call, const char* name, const std::string& why);
 
 /// "shape (4, 8) bf16" for messages.
 std::string describe(const TensorView& view);
