@@ -21,16 +21,23 @@ chimera_python_env() {
   "$CHIMERA_VENV/bin/python" -m pip install -q --disable-pip-version-check "${CHIMERA_PYTHON_REQUIREMENTS[@]}"
 }
 
-# pip install . into the venv. The build directory persists under build/ and compiles through
-# ccache when there is one, so a rerun recompiles only what changed.
+# The value of NAME in the CMake cache of $CHIMERA_BUILD.
+chimera_cached() { sed -n "s/^$1:[A-Z]*=//p" "$CHIMERA_BUILD/CMakeCache.txt"; }
+
+# pip install . into the venv, reusing the main build: it was configured with
+# CHIMERA_BUILD_PYTHON=ON, so the extension is built already and libchimera is not compiled a
+# second time; scikit-build-core gets the build's own generator and options (so it changes no
+# compile flag) and installs the extension with the shared libchimera beside it.
 chimera_python_install() {
-  if command -v ccache >/dev/null 2>&1; then
-    export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
-    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$CHIMERA_ROOT}"
-  fi
-  chimera_log "pip install $CHIMERA_ROOT into $CHIMERA_VENV"
-  "$CHIMERA_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation \
-    -C build-dir="$CHIMERA_BUILD/python-wheel" "$CHIMERA_ROOT" >"$CHIMERA_BUILD/python-install.log" 2>&1 ||
-    { tail -50 "$CHIMERA_BUILD/python-install.log"; return 1; }
+  local options=()
+  for name in BUILD_SHARED_LIBS CHIMERA_BUILD_TESTS CHIMERA_BUILD_BENCHMARKS CHIMERA_BUILD_EXAMPLES CHIMERA_WITH_CUDA \
+    CHIMERA_WITH_MPI CHIMERA_PYTHON_TEST_INTERPRETER; do
+    options+=(-C "cmake.define.$name=$(chimera_cached "$name")")
+  done
+  chimera_log "pip install $CHIMERA_ROOT into $CHIMERA_VENV (from the build in $CHIMERA_BUILD)"
+  CMAKE_GENERATOR="$(chimera_cached CMAKE_GENERATOR)" "$CHIMERA_VENV/bin/python" -m pip install -q \
+    --disable-pip-version-check --no-build-isolation -C build-dir="$CHIMERA_BUILD" \
+    -C cmake.build-type="$(chimera_cached CMAKE_BUILD_TYPE)" "${options[@]}" "$CHIMERA_ROOT" \
+    >"$CHIMERA_BUILD/python-install.log" 2>&1 || { tail -50 "$CHIMERA_BUILD/python-install.log"; return 1; }
   "$CHIMERA_VENV/bin/python" -c "import chimera; print('chimera', chimera.__version__, 'cuda', chimera.has_cuda)"
 }

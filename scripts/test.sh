@@ -12,7 +12,8 @@ chimera_install_deps
 python_tests=()
 if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
   chimera_python_env
-  python_tests=(-DCHIMERA_PYTHON_TEST_INTERPRETER="$CHIMERA_VENV/bin/python")
+  python_tests=(-DCHIMERA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$CHIMERA_VENV/bin/python"
+    -DCHIMERA_PYTHON_TEST_INTERPRETER="$CHIMERA_VENV/bin/python")
 fi
 chimera_build "${python_tests[@]}"
 

@@ -8,7 +8,7 @@ extension loads, this module loads the one to use:
 
 - ``CHIMERA_NCCL_LIBRARY=/path/to/libnccl.so.2``: that file;
 - ``CHIMERA_NCCL_LIBRARY=system``: nothing preloaded, the NCCL chimera was built against (a torch
-  imported later then runs on it too);
+  imported later then runs on it too, if it can: torch 2.15 needs symbols of its newer NCCL);
 - unset (default): the NCCL of the installed ``nvidia-nccl`` wheel (torch's) when there is one, so
   that torch and chimera share the newer library (NCCL keeps its 2.x ABI), else the system one.
 """

@@ -198,3 +198,30 @@ def test_wrong_memory_space_raises_value_error():
 def test_import_does_not_load_libtorch():
     code = "import chimera, sys; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def _probe(env_value, with_torch=True):
+    """(chimera.nccl_library() after import chimera, then import torch; every libnccl mapped)."""
+    code = (("import chimera, torch\n" if with_torch else "import chimera\n") +
+            "maps = {l.split()[-1] for l in open('/proc/self/maps') if 'libnccl.so' in l}\n"
+            "print(chimera.nccl_library()); print(sorted(maps))")
+    env = dict(os.environ)
+    env.pop("CHIMERA_NCCL_LIBRARY", None)
+    if env_value is not None:
+        env["CHIMERA_NCCL_LIBRARY"] = env_value
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    loaded, maps = out.stdout.splitlines()
+    return loaded, eval(maps)
+
+
+@pytest.mark.skipif(not chimera.has_cuda, reason="a CPU-only build loads no NCCL")
+def test_one_libnccl_shared_with_torch():
+    wheel = chimera._nccl._wheel_nccl()
+    loaded, maps = _probe(None)
+    assert len(maps) == 1 and os.path.realpath(maps[0]) == loaded  # one NCCL serves chimera and torch
+    if wheel is not None:
+        assert loaded == os.path.realpath(wheel)
+    loaded, maps = _probe("system", with_torch=False)
+    assert len(maps) == 1 and "nvidia" not in loaded
+    with pytest.raises(subprocess.CalledProcessError):
+        _probe("/nonexistent/libnccl.so.2")
