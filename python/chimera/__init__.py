@@ -75,7 +75,8 @@ def _from_placements(mesh: Any, placements: Sequence[Any]) -> Layout:
 
     Several axes sharding one dim nest in mesh order (earlier axis outer), as DTensor's do."""
     mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
-    return Layout(_placements.layout_text(mesh.axis_names, placements), mesh)
+    text = _placements.layout_text(mesh.axis_names, placements)
+    return Layout(text, mesh) if text else Layout.replicated(mesh)
 
 
 def _to_placements(self: Layout) -> list:

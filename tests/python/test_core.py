@@ -64,6 +64,7 @@ PLACEMENTS = [
     ("dp=2,tp=4", "dp=S0,tp=S1", [chimera.Shard(0), chimera.Shard(1)]),
     ("dp=2,tp=4", "tp=P(max)", [chimera.Replicate(), chimera.Partial("max")]),
     ("dp=2,tp=4", "dp+tp=S0", [chimera.Shard(0), chimera.Shard(0)]),
+    ("dp=2,tp=4", "tp=R", [chimera.Replicate(), chimera.Replicate()]),
     ("dp=2,sp=2,tp=2", "sp=S1,tp=P(avg)", [chimera.Replicate(), chimera.Shard(1), chimera.Partial("avg")]),
 ]
 

@@ -159,3 +159,84 @@ def test_a_rank_recording_other_calls_gets_mismatch_everywhere(tp_backend):
     session.all_reduce(t, "tp")
     with pytest.raises(chimera.Mismatch):
         session.flush()
+
+
+@pytest.fixture(scope="module")
+def grid_backend(world):
+    _, size = world
+    with chimera.mpi_backend(f"dp=2,tp={size // 2}") as backend:
+        yield backend
+
+
+def test_every_recording_call(grid_backend):
+    """slice, broadcast, send_back, all_to_all and wait, each checked against the reference."""
+    mesh = grid_backend.mesh
+    rank = grid_backend.rank
+    tp = mesh.shape[1]
+    spec = chimera.TensorSpec((4 * tp, 2 * tp), "f32")
+    full = logical_tensor(spec.shape)
+    session = chimera.Session(grid_backend)
+
+    # slice: R on tp -> S0 on tp (local), then all_to_all S0 -> S1.
+    rep = chimera.Layout.replicated(mesh)
+    x = session.tensor(torch.from_numpy(full.astype(np.float32)), rep)
+    sliced_layout = rep.after("slice:tp:0", spec)
+    sliced = session.slice(x, "tp", 0, local_empty(sliced_layout, rank, spec, "torch", "f32"))
+    moved_layout = sliced_layout.after("alltoall:tp:0:1", spec)
+    moved = session.all_to_all(sliced, "tp", 0, 1, local_empty(moved_layout, rank, spec, "torch", "f32"))
+    session.wait(moved)
+    np.testing.assert_array_equal(as_f64(sliced.tensor), local_box(sliced_layout, rank, spec, full))
+    np.testing.assert_array_equal(as_f64(moved.tensor), local_box(moved_layout, rank, spec, full))
+
+    # broadcast over tp from group index tp-1: every member ends with that member's values.
+    mine = torch.full((4,), float(rank))
+    b = session.broadcast(session.tensor(mine, chimera.Layout("tp=R", mesh), spec=chimera.TensorSpec((4,), "f32")),
+                          "tp", root=tp - 1)
+    assert b.tensor is mine
+    session.flush()
+    assert torch.equal(mine, torch.full((4,), float(mesh.group_ranks(rank, "tp")[tp - 1])))
+
+    # send_back: stage 1 of dp hands its tensor to stage 0 (the backward pass's hand-off).
+    source = chimera.Layout("dp=@1,tp=S1", mesh)
+    target = source.after("send:dp:prev", spec)
+    assert target == chimera.Layout("dp=@0,tp=S1", mesh)
+    inp = scenario_input(source, rank, spec, full, "torch", "f32")
+    out = local_empty(target, rank, spec, "torch", "f32")
+    h = session.send_back(session.tensor(inp, source, spec=spec), "dp", out)
+    session.flush()
+    if target.holds(rank):
+        np.testing.assert_array_equal(as_f64(h.tensor), local_box(target, rank, spec, full))
+    else:
+        assert h.tensor is None
+
+
+def test_dlpack_round_trip_results_land_in_the_producer(grid_backend):
+    """A NumPy view of a torch tensor (and back) is communicated in place: both see the result."""
+    t = torch.zeros(8)
+    n = np.from_dlpack(t)
+    n[:] = grid_backend.rank
+    grid_backend.all_reduce(n, axes="dp+tp")
+    size = grid_backend.mesh.size
+    assert torch.equal(t, torch.full((8,), float(sum(range(size)))))
+    back = torch.from_dlpack(n)
+    grid_backend.broadcast(back, root=0, axes="dp+tp")
+    assert back.data_ptr() == t.data_ptr()
+
+
+def test_tp_sp_example_of_the_docs(grid_backend):
+    """The TP+SP example of docs/python.md, on this run's mesh."""
+    backend, session = grid_backend, chimera.Session(grid_backend)
+    tp_size = backend.mesh.shape[1]
+    tp = backend.mesh.coordinates(backend.rank)[1]
+    seq, hidden = 64 * tp_size, 16
+    y = torch.full((seq, hidden), float(backend.rank))
+    h = session.tensor(y, chimera.Layout("tp=P", backend.mesh))
+    h = session.all_reduce(h, "tp")
+    session.consume(h, chimera.Layout("tp=S0", backend.mesh))
+    shard = y[tp * seq // tp_size:(tp + 1) * seq // tp_size]
+    full = torch.empty(seq, hidden)
+    with session.window():
+        session.all_gather(session.tensor(shard, chimera.Layout("tp=S0", backend.mesh)), "tp", 0, full)
+    assert session.stats()["fused_chains"] == 1
+    expected = float(sum(backend.mesh.group_ranks(backend.rank, "tp")))
+    assert torch.equal(full, torch.full((seq, hidden), expected))
