@@ -12,6 +12,7 @@
 #include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_options.hpp"
 #include "backend/nccl/nccl_version.hpp"
+#include "common/env.hpp"
 
 namespace chimera {
 namespace {
@@ -81,19 +82,21 @@ TEST(NcclVersion, TooOldLibraryIsAClearUnsupported) {
 }
 
 TEST(NcclOptions, TimeoutAcceptsOnlyPlainMillisecondsInRange) {
-  milliseconds value{0};
-  ASSERT_TRUE(detail::parseTimeoutMs("1", value).isOk());
-  EXPECT_EQ(value, milliseconds(1));
-  ASSERT_TRUE(detail::parseTimeoutMs("600000", value).isOk());
-  EXPECT_EQ(value, milliseconds(600000));
-  ASSERT_TRUE(detail::parseTimeoutMs(std::to_string(detail::kMaxNcclTimeout.count()), value).isOk());
-  // Overflowing values used to saturate to LLONG_MAX and overflow the deadline arithmetic.
-  for (const char* bad : {"", "0", "-5", "+5", " 5", "5 ", "5ms", "1e3", "soon", "99999999999999999999",
-                          "604800001"}) {
-    const Status status = detail::parseTimeoutMs(bad, value);
+  // The one CHIMERA_TIMEOUT_MS parser, shared with the MPI backend.
+  std::int64_t value = 0;
+  for (const char* good : {"1", "600000", "604800000"}) {
+    ::setenv("CHIMERA_TIMEOUT_MS", good, 1);
+    ASSERT_TRUE(detail::timeoutMsFromEnv(value).isOk()) << good;
+    EXPECT_EQ(value, std::stoll(good));
+  }
+  // Values past a week used to be accepted up to INT64_MAX and overflow the deadline arithmetic.
+  for (const char* bad : {"0", "-5", "+5", " 5", "5 ", "5ms", "1e3", "soon", "99999999999999999999", "604800001"}) {
+    ::setenv("CHIMERA_TIMEOUT_MS", bad, 1);
+    const Status status = detail::timeoutMsFromEnv(value);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << "'" << bad << "'";
     EXPECT_NE(status.message().find(std::string("'") + bad + "'"), std::string::npos) << status.message();
   }
+  ::unsetenv("CHIMERA_TIMEOUT_MS");
 }
 
 TEST(NcclOptions, EnvironmentIsReadAndMalformedValuesNamed) {

@@ -10,9 +10,6 @@
 
 namespace chimera::detail {
 
-/// Longest CHIMERA_TIMEOUT_MS accepted: one week (a deadline must not overflow the clock).
-inline constexpr std::chrono::milliseconds kMaxNcclTimeout{7LL * 24 * 3600 * 1000};
-
 /// Settings of an NCCL backend.
 struct NcclBackendOptions {
   /// Bound on every wait: communicator creation, split, enqueue of a collective or group,
@@ -26,11 +23,7 @@ struct NcclBackendOptions {
   bool checkArgs = false;
 };
 
-/// Parses a CHIMERA_TIMEOUT_MS value: decimal digits only, 1..kMaxNcclTimeout ms.
-/// InvalidArgument quoting the text otherwise (signs, spaces, suffixes, overflow).
-[[nodiscard]] Status parseTimeoutMs(std::string_view text, std::chrono::milliseconds& out);
-
-/// Reads CHIMERA_TIMEOUT_MS, CHIMERA_NCCL_ALLTOALL (native | grouped) and CHIMERA_CHECK_ARGS
+/// Reads CHIMERA_TIMEOUT_MS (timeoutMsFromEnv, shared with the MPI backend), CHIMERA_NCCL_ALLTOALL (native | grouped) and CHIMERA_CHECK_ARGS
 /// (0/1/on/off/true/false; default on in debug builds) into `out`. InvalidArgument quoting
 /// the text when one is malformed.
 [[nodiscard]] Status ncclBackendOptionsFromEnv(NcclBackendOptions& out);
