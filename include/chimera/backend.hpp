@@ -31,8 +31,9 @@ struct P2POp {
 };
 
 /// The communication interface every transport implements: MPI over host memory, NCCL over
-/// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`),
-/// and the communicator of each group is created on first use and cached.
+/// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`).
+/// The communicator of each group is created by `createGroups` at setup, or else on first
+/// use (collectively over the world), and cached.
 ///
 /// Every collective is *collective over the group*: each rank of the group along `axes`
 /// that contains the caller must make the matching call. Counts are in elements. Buffers
@@ -104,6 +105,19 @@ class Backend {
                                      double factor) = 0;
   /// Waits until every call issued so far has completed (host: returns at once).
   [[nodiscard]] virtual Status synchronize() = 0;
+
+  /// Creates the communicators of the groups along each axis set of `groups` (MPI_Comm_split,
+  /// ncclCommSplit), those that do not exist yet, in the order given. Collective over the
+  /// world: every rank calls it with the same list, once, at setup, as a framework creates
+  /// its process groups at initialisation. Callers that record per rank (a Session with
+  /// `SessionOptions::perRank`) need every group they use created this way: a group's
+  /// communicator is otherwise made on first use, collectively over the world, which a
+  /// call made by one pipeline stage alone cannot do. InvalidArgument for an empty axis set
+  /// or axes the mesh lacks; BackendError when the transport fails.
+  [[nodiscard]] virtual Status createGroups(std::span<const AxisSet> groups) = 0;
+  /// True when the communicator of the group along `axes` exists on this rank (a single-rank
+  /// group always counts as existing). Local.
+  virtual bool hasGroup(AxisSet axes) const = 0;
 
   /// Stream the calls are ordered on (NCCL: cudaStream_t; default the legacy stream).
   void setStream(Stream stream) { stream_ = stream; }

@@ -35,6 +35,7 @@ bool debugLogging() { return detail::logger(kLog)->should_log(spdlog::level::deb
 // A planned chain and its two programs, prepared on first use.
 struct ChainEntry {
   ChainPlan plan;
+  bool agreed = false;  // the caller agreed on it with the ranks it touches: prepare without communicating
   std::unique_ptr<detail::PreparedPlan> baseline;
   std::unique_ptr<detail::PreparedPlan> fused;
 };
@@ -58,13 +59,13 @@ struct Executor::Impl {
 
   Status agree(const std::string& signature, const Status& local, std::string_view failure);
   Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                 std::size_t outputBytes);
-  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot);
+                 std::size_t outputBytes, bool agreed);
+  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed);
   // Prepares `slot` from `plan` unless it holds a plan (freed ones are prepared again), then
-  // runs it.
+  // runs it. `agreed`: prepared without communicating, buffers checked locally.
   Status runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                 std::size_t inputBytes, void* output, std::size_t outputBytes);
-  Status findChain(const ChainRequest& request, ChainEntry*& out);
+                 std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed = false);
+  Status findChain(const ChainRequest& request, bool agreed, ChainEntry*& out);
 
   Backend& backend;
   BytesCost bytesCost;
@@ -105,33 +106,33 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local, 
 // With argument checking on, the buffer sizes are agreed on before running, so a rank with a
 // bad buffer fails every rank instead of leaving its peers waiting in a collective.
 Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                               std::size_t outputBytes) {
-  if (checkBuffers) {
+                               std::size_t outputBytes, bool agreed) {
+  if (checkBuffers && !agreed) {
     CHIMERA_RETURN_IF_ERROR(agree("buffers that fit", plan.checkBuffers(input, inputBytes, output, outputBytes),
                                   "pass buffers that fit the plan"));
   }
   return plan.run(input, inputBytes, output, outputBytes);
 }
 
-Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot) {
+Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed) {
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
-  CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan));
+  CHIMERA_RETURN_IF_ERROR(agreed ? preparedPlan->prepareAgreed(backend, plan) : preparedPlan->prepare(backend, plan));
   slot = std::move(preparedPlan);
   preparedPlans.added(slot);
   return Status::ok();
 }
 
 Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                               std::size_t inputBytes, void* output, std::size_t outputBytes) {
+                               std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed) {
   if (slot) {
     preparedPlans.ran(slot);
   } else {
-    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot));
+    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot, agreed));
   }
-  return execute(*slot, input, inputBytes, output, outputBytes);
+  return execute(*slot, input, inputBytes, output, outputBytes, agreed);
 }
 
-Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) {
+Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, ChainEntry*& out) {
   Status local = detail::checkRequestMesh(request, backend.mesh());
   const std::string signature =
       local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
@@ -146,7 +147,12 @@ Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) 
     ++passes;
     local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan);
   }
-  CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
+  if (agreed) {
+    CHIMERA_RETURN_IF_ERROR(local);
+    entry->agreed = true;
+  } else {
+    CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
+  }
   const ChainPlan& p = entry->plan;
   if (debugLogging()) {
     CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
@@ -164,7 +170,14 @@ Executor::~Executor() = default;
 
 Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
+  out = &entry->plan;
+  return Status::ok();
+}
+
+Status Executor::planAgreed(const ChainRequest& request, const ChainPlan*& out) {
+  ChainEntry* entry = nullptr;
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, true, entry));
   out = &entry->plan;
   return Status::ok();
 }
@@ -172,10 +185,10 @@ Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
 Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
                           void* output, std::size_t outputBytes) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
   return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline,
-                        input, inputBytes, output, outputBytes);
+                        input, inputBytes, output, outputBytes, entry->agreed);
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,

@@ -86,6 +86,8 @@ class MpiBackend final : public Backend {
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override { return Status::ok(); }
+  Status createGroups(std::span<const AxisSet> groups) override;
+  bool hasGroup(AxisSet axes) const override { return mesh_.groupSize(axes) == 1 || groups_.contains(axes); }
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,

@@ -154,6 +154,18 @@ Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
   return Status::ok();
 }
 
+Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
+  for (AxisSet axes : groups) {
+    ncclComm_t comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  }
+  return Status::ok();
+}
+
+bool NcclBackend::hasGroup(AxisSet axes) const {
+  return axes == mesh_.allAxes() || mesh_.groupSize(axes) == 1 || groups_.contains(axes.bits());
+}
+
 Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local) {
   if (!options_.checkArgs) return local;
   constexpr std::size_t kBytes = kAgreementValues * sizeof(std::int64_t);

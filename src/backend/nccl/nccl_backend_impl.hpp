@@ -70,6 +70,8 @@ class NcclBackend final : public Backend {
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
+  Status createGroups(std::span<const AxisSet> groups) override;
+  bool hasGroup(AxisSet axes) const override;
 
  private:
   // The communicator of the group along `axes` containing this rank (created on first use).
