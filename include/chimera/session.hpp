@@ -28,9 +28,17 @@ struct TensorHandle {
 struct SessionOptions {
   /// Plan and fuse recorded windows (true) or run exactly the recorded calls (false).
   bool fusion = true;
-  /// Agree on the window over the world at every flush (one small allReduce) instead of only
-  /// when a window is planned for the first time. Catches a rank that changes its calls
-  /// (or its consume declarations) alone after warm-up; costs one allReduce per window.
+  /// Per-rank recording (the mode a training framework uses): each rank records only the
+  /// calls it takes part in, on tensors it holds, and its own side of each pipeline hand-off
+  /// (`send`/`sendBack` on the sending stage, `recv`/`recvBack` on the receiving one). A new
+  /// window is agreed within the groups its tensors live on and with the hand-off peers,
+  /// never over the world; every group a plan uses must exist (`Backend::createGroups`).
+  /// False: SPMD recording, every rank records every call (see the class comment).
+  bool perRank = false;
+  /// Agree on the window at every flush (SPMD: over the world; per rank: within its groups
+  /// and with its hand-off peers) instead of only when a window is planned for the first
+  /// time. Catches a rank that changes its calls (or its consume declarations) alone after
+  /// warm-up; costs one small allReduce (and, with hand-offs, one message exchange) per window.
   bool checkEveryWindow = false;
   /// Prices plans (not owned; must outlive the session). Default: bytes alone.
   const PlanCost* cost = nullptr;
@@ -56,6 +64,15 @@ struct SessionStats {
   /// every rank).
   std::uint64_t bytesAsRecorded = 0;
   std::uint64_t bytesSent = 0;
+  /// This rank's share of the two above: bytes this rank would send running the recorded
+  /// calls as written, and with the programs that ran. Per-rank recording fills only these
+  /// (sum them over the ranks for the job's total).
+  std::uint64_t rankBytesAsRecorded = 0;
+  std::uint64_t rankBytesSent = 0;
+  /// Agreement collectives and hand-off exchanges this session ran (the Executor's included
+  /// in per-rank mode, where it has none of its own). A repeated window adds none unless
+  /// `checkEveryWindow` is on.
+  std::uint64_t agreements = 0;
 };
 
 /// Records collectives on tensors as a framework issues them and runs them when a result is
@@ -125,15 +142,29 @@ class Session {
   /// In place: the member with group index `root` over `axes` copies its value to all.
   [[nodiscard]] Status broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle& out);
   /// Pipeline hand-off along the single axis `axis` (the `send:AX` chain op): the ranks of
-  /// stage k (holders of `in`) send, the ranks of stage k+1 receive into `recvBuffer`. Both
-  /// sides make this one call (a sender passes nullptr/0 as `recvBuffer`, a receiver the
+  /// stage k (holders of `in`) send, the ranks of stage k+1 receive into `recvBuffer`. SPMD:
+  /// both sides make this one call (a sender passes nullptr/0 as `recvBuffer`, a receiver the
   /// handle of the tensor it does not hold), which stands for a framework's send and recv.
+  /// Per rank: only the sender makes it (nullptr/0 as `recvBuffer`); the receiver calls `recv`.
+  /// The returned handle is then not held by this rank.
   [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                             TensorHandle& out);
   /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
   /// stage k-1.
   [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                                 TensorHandle& out);
+  /// Per-rank recording: this rank's receiving side of `send` along `axis` from the previous
+  /// stage. The tensor of `spec` arrives placed as `layout` (a stage placement on `axis`, this
+  /// rank's stage; the layout the sender's calls give it), this rank's part into `buffer`.
+  /// The returned handle may be read by later calls and declared (`consume`/`declareRead`);
+  /// what the rank's group declares decides what the sending stage sends. InvalidArgument
+  /// outside per-rank mode, when `layout` is not held by this rank, has no stage on `axis`,
+  /// or the buffer is smaller than the local tensor.
+  [[nodiscard]] Status recv(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
+                            TensorHandle& out);
+  /// Per-rank recording: the receiving side of `sendBack` (from the next stage).
+  [[nodiscard]] Status recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
+                                std::size_t bytes, TensorHandle& out);
   /// Records `op` given as a chain op (e.g. parsed from "alltoall:ep:0:1"): the same as the
   /// call of its kind above. In-place kinds (allreduce, broadcast) ignore `output`.
   [[nodiscard]] Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,

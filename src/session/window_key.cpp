@@ -48,6 +48,11 @@ WindowKey windowKey(const Window& window, int rank) {
                       c.op.toDim, c.op.root, c.op.stageStep, static_cast<std::int64_t>(c.input),
                       static_cast<std::int64_t>(c.output), c.inPlace ? 1 : 0});
   }
+  for (const WindowReceive& r : window.receives) {
+    key.words.insert(key.words.end(), {-0x7265637600ll, static_cast<std::int64_t>(r.value),
+                                       static_cast<std::int64_t>(r.axis.bits()), r.stageStep,
+                                       static_cast<std::int64_t>(r.position)});
+  }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (!window.values[i].declared) continue;
     key.words.push_back(-1 - static_cast<std::int64_t>(i));
@@ -82,7 +87,10 @@ std::string windowText(const Window& window) {
   std::string text;
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     const WindowValue& v = window.values[i];
-    if (v.producer < 0) text += fmt::format("v{} = tensor {} {}; ", i, v.spec.toString(), v.layout.toString());
+    if (v.producer < 0) {
+      text += fmt::format("v{} = {} {} {}; ", i, v.received ? "received" : "tensor", v.spec.toString(),
+                          v.layout.toString());
+    }
   }
   for (const WindowCall& c : window.calls) {
     const Mesh& mesh = window.values[c.input].layout.mesh();
