@@ -118,6 +118,14 @@ bool compareFusion(chimera::Backend& backend, const std::string& title, int iter
   return identical;
 }
 
+/// Reads "--name value" from argv as text, or `fallback`.
+inline std::string textArgument(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (name == argv[i]) return argv[i + 1];
+  }
+  return fallback;
+}
+
 /// Reads "--name value" from argv as an integer, or `fallback`.
 inline long argument(int argc, char** argv, const std::string& name, long fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
