@@ -13,6 +13,14 @@ std::uint64_t mix(std::uint64_t hash, std::uint64_t word) {
   return hash;
 }
 
+// The splitmix64 finaliser: every input bit reaches every output bit. `mix` alone leaves a
+// difference in the last word in the low bits, which the 62-bit shared hash drops.
+std::uint64_t avalanche(std::uint64_t h) {
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
 // Placements only; the split order of nested shards is left to the full comparison.
 std::uint64_t layoutHash(std::uint64_t hash, const Layout& layout) {
   for (int axis = 0; axis < layout.mesh().numAxes(); ++axis) {
@@ -76,6 +84,7 @@ WindowKey windowKey(const Window& window, int rank) {
   std::uint64_t hash = 1469598103934665603ull;
   for (std::int64_t w : key.words) hash = mix(hash, static_cast<std::uint64_t>(w));
   for (const Layout& l : key.layouts) hash = layoutHash(hash, l);
+  hash = avalanche(hash);
   key.sharedHash = static_cast<std::int64_t>(hash >> 2);
   for (std::uint8_t a : key.aliased) hash = mix(hash, a);
   for (std::uint8_t u : key.uncovered) hash = mix(hash, u);

@@ -205,3 +205,127 @@ INSTANTIATE_TEST_SUITE_P(HandOffs, SessionPerRank, ::testing::ValuesIn(handOffCa
 
 }  // namespace
 }  // namespace chimera::testing
+
+namespace chimera::testing {
+namespace {
+
+// Bad input on the pp=2,tp=4 forward hand-off: each case makes one side differ and expects a
+// clear error on every rank of the groups involved (here all 8), never a hang.
+class SessionPerRankBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(setup_.parse({"bad", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}})
+                    .isOk());
+    ASSERT_TRUE(createMpiBackend(setup_.mesh, backend_).isOk());
+  }
+  std::unique_ptr<Session> session(bool check = false) {
+    SessionOptions options;
+    options.perRank = true;
+    options.checkEveryWindow = check;
+    std::unique_ptr<Session> out;
+    EXPECT_TRUE(Session::create(*backend_, options, out).isOk());
+    return out;
+  }
+  bool sender() const { return setup_.from.holds(worldRank()); }
+
+  PerRankSetup setup_;
+  std::unique_ptr<Backend> backend_;
+};
+
+// Every rank's status has `code` and names `text`.
+void expectEverywhere(const Status& status, StatusCode code, const std::string& text) {
+  const bool ok = status.code() == code && status.message().find(text) != std::string::npos;
+  EXPECT_EQ(status.code(), code) << status.toString();
+  EXPECT_NE(status.message().find(text), std::string::npos) << status.toString();
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+TEST_F(SessionPerRankBadInput, ReceivedLayoutDiffersFromWhatIsSent) {
+  ASSERT_TRUE(createAllGroups(*backend_).isOk());
+  auto s = session();
+  PerRankSetup wrong = setup_;
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, wrong.received).isOk());
+  wrong.finalLayout = wrong.received;
+  wrong.consume.reset();
+  std::vector<double> consumed;
+  const Status status = recordStep(*s, sender() ? setup_ : wrong, 1, consumed);
+  expectEverywhere(status, StatusCode::Mismatch, "hand-off");
+}
+
+TEST_F(SessionPerRankBadInput, RecordingAGroupThisRankIsNotInFailsAtOnce) {
+  auto s = session();
+  std::vector<float> buffer(32 * 48);
+  Layout otherStage;
+  ASSERT_TRUE(Layout::parse(sender() ? "pp=@1,tp=P" : "pp=@0,tp=P", setup_.mesh, otherStage).isOk());
+  TensorHandle t;
+  const Status status = s->tensor(buffer.data(), buffer.size() * 4, setup_.spec, otherStage, t);
+  expectEverywhere(status, StatusCode::InvalidArgument, "does not hold");
+}
+
+TEST_F(SessionPerRankBadInput, WindowDiffersWithinAGroup) {
+  ASSERT_TRUE(createAllGroups(*backend_).isOk());
+  auto s = session();
+  // Stage 0's tp rank 0 also declares what it reads of a tensor of its own: its tp group's
+  // window differs; stage 1 learns it through the hand-off exchange.
+  std::vector<float> extra(32 * 48 / 4, 1.0f);
+  Status status = Status::ok();
+  if (sender() && setup_.mesh.coordinates(worldRank())[1] == 0) {
+    TensorHandle t;
+    Layout rows;
+    status = Layout::parse("pp=@0,tp=S0", setup_.mesh, rows);
+    if (status.isOk()) status = s->tensor(extra.data(), extra.size() * 4, setup_.spec, rows, t);
+  }
+  std::vector<double> consumed;
+  if (status.isOk()) status = recordStep(*s, setup_, 1, consumed);
+  expectEverywhere(status, StatusCode::Mismatch, "");
+}
+
+TEST_F(SessionPerRankBadInput, GroupsNotCreatedIsAClearError) {
+  auto s = session();  // no createGroups
+  std::vector<double> consumed;
+  const Status status = recordStep(*s, setup_, 1, consumed);
+  EXPECT_FALSE(status.isOk());
+  const bool named = status.message().find("createGroups") != std::string::npos ||
+                     status.message().find("failed to prepare") != std::string::npos;
+  EXPECT_TRUE(named) << status.toString();
+  EXPECT_TRUE(allRanksAgree(!status.isOk() && named));
+}
+
+// With checkEveryWindow, a receiving stage that changes its declaration after warm-up is
+// met by the sending stage, which re-plans: the result is still exactly the recorded one.
+TEST_F(SessionPerRankBadInput, LateChangeWithCheckEveryWindowRunsCorrectly) {
+  ASSERT_TRUE(createAllGroups(*backend_).isOk());
+  auto s = session(true);
+  std::vector<double> consumed;
+  Status status = recordStep(*s, setup_, 1, consumed);
+  if (status.isOk()) status = recordStep(*s, setup_, 2, consumed);
+  PerRankSetup rows = setup_;
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, *rows.consume).isOk());
+  if (status.isOk()) status = recordStep(*s, rows, 3, consumed);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  // The same step through a fresh session that declares rows from the start.
+  auto fresh = session();
+  std::vector<double> expected;
+  Status reference = recordStep(*fresh, rows, 3, expected);
+  EXPECT_TRUE(reference.isOk()) << reference.toString();
+  EXPECT_EQ(consumed, expected);
+  EXPECT_TRUE(allRanksAgree(status.isOk() && reference.isOk() && consumed == expected));
+}
+
+// With checkEveryWindow, one rank of a group changing its window after warm-up makes every
+// rank of both stages return Mismatch.
+TEST_F(SessionPerRankBadInput, LateChangeOnOneRankWithCheckEveryWindowIsAMismatchEverywhere) {
+  ASSERT_TRUE(createAllGroups(*backend_).isOk());
+  auto s = session(true);
+  std::vector<double> consumed;
+  Status status = recordStep(*s, setup_, 1, consumed);
+  ASSERT_TRUE(allRanksAgree(status.isOk())) << status.toString();
+  PerRankSetup rows = setup_;
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, *rows.consume).isOk());
+  const bool changes = worldRank() == worldSize() - 1;  // one rank of stage 1
+  status = recordStep(*s, changes ? rows : setup_, 2, consumed);
+  expectEverywhere(status, StatusCode::Mismatch, "");
+}
+
+}  // namespace
+}  // namespace chimera::testing
