@@ -2,6 +2,8 @@
 // chimera-session-bench: the Session's overhead figures of issue 6, item 2.
 //   1. cached window: record an 8-call window and flush it, per recorded call (target < 5 us)
 //   2. cold planning of the same window in a fresh session (target < 500 us)
+//   1b. the same for a per-rank session (SessionOptions::perRank) on a window of stage 0's
+//       own calls (hand-offs need a peer, which the no-op backend does not have)
 //   3. fusion off: a Session call vs the direct backend call at 1 MiB (target < 2 %)
 // 1 and 2 run on rank 0 on a no-op backend (null_backend.hpp), so they time the Session and
 // Executor alone; 3 runs on every rank on the MPI backend, the two variants interleaved.
@@ -80,6 +82,26 @@ struct Window8 {
     check(s.consume(w1, parse("tp=S0")), "consume");
   }
   static constexpr int kCalls = 8;
+
+  // Stage 0's own calls of a per-rank window: two AllReduces read as rows, a ReduceScatter,
+  // an AllGather read whole.
+  void recordPerRank(Session& s) {
+    const std::size_t n = a.size() * 4;
+    TensorHandle x, x1, y, y1, z, z1, w, w1;
+    check(s.tensor(a.data(), n, spec, parse("pp=@0,tp=P"), x), "tensor x");
+    check(s.allReduce(x, axes("tp"), x1), "allreduce");
+    check(s.declareRead(x1, parse("pp=@0,tp=S0")), "declare");
+    check(s.tensor(b.data(), n / 4, spec, parse("pp=@0,tp=S0"), y), "tensor y");
+    check(s.allGather(y, axes("tp"), 0, c.data(), n, y1), "allgather");
+    check(s.declareRead(y1, parse("pp=@0,tp=R")), "declare");
+    check(s.tensor(e.data(), n, spec, parse("pp=@0,tp=P"), w), "tensor w");
+    check(s.allReduce(w, axes("tp"), w1), "allreduce");
+    check(s.declareRead(w1, parse("pp=@0,tp=S0")), "declare");
+    check(s.tensor(f.data(), n, spec, parse("pp=@0,tp=P"), z), "tensor z");
+    check(s.reduceScatter(z, axes("tp"), 0, g.data(), n / 4, z1), "reducescatter");
+    check(s.consume(z1, parse("pp=@0,tp=S0")), "consume");
+  }
+  static constexpr int kPerRankCalls = 4;
 };
 
 // The Session's own time for one fusion-off AllReduce of `bytes` (no-op backend), in us.
@@ -151,11 +173,24 @@ void sessionOverhead(int iters) {
     window.record(*fresh);
     cold.push_back(micros(t0, Clock::now()));
   }
+  SessionOptions perRankOptions;
+  perRankOptions.perRank = true;
+  std::unique_ptr<Session> perRank;
+  check(Session::create(backend, perRankOptions, perRank), "session");
+  window.recordPerRank(*perRank);  // plans once
+  std::vector<double> perRankHit;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    window.recordPerRank(*perRank);
+    perRankHit.push_back(micros(t0, Clock::now()) / Window8::kPerRankCalls);
+  }
   const SessionStats stats = warm->stats();
   std::printf("cached window, per recorded call : %8.2f us  (median of %d; target < 5 us; %llu/%llu windows hit, "
               "%llu fused chains)\n",
               median(hit), iters, static_cast<unsigned long long>(stats.windowCacheHits),
               static_cast<unsigned long long>(stats.windows), static_cast<unsigned long long>(stats.fusedChains));
+  std::printf("per-rank window, per recorded call: %8.2f us  (median of %d; %llu agreements after its first flush)\n",
+              median(perRankHit), iters, static_cast<unsigned long long>(perRank->stats().agreements - 1));
   std::printf("cold planning of the 8-call window: %8.1f us  (median of %zu fresh sessions; target < 500 us; "
               "excludes the agreement allReduce's latency)\n",
               median(cold), cold.size());
