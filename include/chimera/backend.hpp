@@ -28,6 +28,11 @@ struct P2POp {
   DataType dtype = DataType::F32;
   /// World rank of the peer.
   int peer = 0;
+  /// Transfers between two ranks match only transfers on the same channel, in order (MPI: a
+  /// message tag per channel). Channel 0 carries data; the Session's hand-off descriptions
+  /// travel on 1, so that a description can never be taken for data by a peer running a
+  /// different program. NCCL has no tags: there every transfer between a pair matches in order.
+  std::uint8_t channel = 0;
 };
 
 /// The communication interface every transport implements: MPI over host memory, NCCL over

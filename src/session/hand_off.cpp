@@ -15,6 +15,8 @@
 namespace chimera::detail {
 namespace {
 
+constexpr std::uint8_t kHandOffChannel = 1;  // never matched by data transfers (channel 0)
+
 // One side as the peer described it.
 struct PeerEntry {
   bool sending = true;
@@ -179,9 +181,10 @@ Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<Han
   CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half));
   std::vector<P2POp> ops;
   for (std::size_t p = 0; p < n; ++p) {
-    ops.push_back({P2POp::Kind::Send, device + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p]});
-    ops.push_back(
-        {P2POp::Kind::Recv, device + half + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p]});
+    ops.push_back({P2POp::Kind::Send, device + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p],
+                   kHandOffChannel});
+    ops.push_back({P2POp::Kind::Recv, device + half + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8,
+                   peers[p], kHandOffChannel});
   }
   CHIMERA_RETURN_IF_ERROR(backend.groupedP2P(ops));
   CHIMERA_RETURN_IF_ERROR(backend.copy(host.data() + half, device + half, half));

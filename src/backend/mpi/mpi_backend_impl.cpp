@@ -278,8 +278,8 @@ Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
       auto* at = static_cast<std::byte*>(op.buffer) + offset;
       MPI_Request& request = requests.emplace_back(MPI_REQUEST_NULL);
       const int rc = op.kind == P2POp::Kind::Send
-                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request)
-                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request);
+                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request)
+                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request);
       if (rc == MPI_SUCCESS) return Status::ok();
       return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
     });
