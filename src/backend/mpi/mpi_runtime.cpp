@@ -18,8 +18,8 @@ namespace {
 bool gChimeraInitializedMpi = false;
 
 // Creates a duplicate of MPI_COMM_WORLD that returns errors instead of aborting.
-Status duplicateWorld(MPI_Comm& out) {
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &out), "MPI_Comm_dup"));
+Status duplicate(MPI_Comm base, MPI_Comm& out) {
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_dup(base, &out), "MPI_Comm_dup"));
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
@@ -46,12 +46,27 @@ void finalizeMpi() {
 }
 
 Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out) {
-  detail::MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiBackendOptionsFromEnv(options));
+  MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   return detail::createMpiBackend(mesh, options, out);
 }
 
-namespace detail {
+Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std::unique_ptr<Backend>& out) {
+  return detail::createMpiBackend(mesh, options, out);
+}
+
+Status MpiBackendOptions::fromEnvironment(MpiBackendOptions& out) { return detail::mpiBackendOptionsFromEnv(out); }
+
+Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBackendOptions& options,
+                              std::unique_ptr<Backend>& out) {
+  CHIMERA_CHECK_ARG(comm != nullptr, "createMpiBackendOnComm: comm is null (pass the address of an MPI_Comm)");
+  const MPI_Comm base = *static_cast<const MPI_Comm*>(comm);
+  CHIMERA_CHECK_ARG(base != MPI_COMM_NULL, "createMpiBackendOnComm: the communicator is MPI_COMM_NULL");
+  int initialized = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
+  CHIMERA_CHECK_ARG(initialized != 0, "createMpiBackendOnComm: MPI is not initialised");
+  return detail::createMpiBackendOn(base, mesh, options, out);
+}
 
 std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
   switch (algorithm) {
@@ -63,9 +78,14 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
   return "unknown";
 }
 
+namespace detail {
+
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
+  std::size_t timeoutMs = options.timeoutMs;
+  CHIMERA_RETURN_IF_ERROR(readEnvCount("CHIMERA_TIMEOUT_MS", timeoutMs, timeoutMs));
+  options.timeoutMs = timeoutMs;
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
     bool known = false;
@@ -92,6 +112,15 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   int rank = 0;
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
+  return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out);
+}
+
+Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
+                          std::unique_ptr<Backend>& out) {
+  int rank = 0;
+  int size = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_rank(base, &rank), "MPI_Comm_rank"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_size(base, &size), "MPI_Comm_size"));
   setLogRank(rank);
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);
@@ -99,8 +128,8 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   CHIMERA_RETURN_IF_ERROR(createUserOps());
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(world));
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(p2p));
+  CHIMERA_RETURN_IF_ERROR(duplicate(base, world));
+  CHIMERA_RETURN_IF_ERROR(duplicate(base, p2p));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, ReduceScatter segment {}", mesh.toString(),
                     options.checkArgs ? "on" : "off",
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
