@@ -40,6 +40,9 @@ struct SessionOptions {
   /// time. Catches a rank that changes its calls (or its consume declarations) alone after
   /// warm-up; costs one small allReduce (and, with hand-offs, one message exchange) per window.
   bool checkEveryWindow = false;
+  /// The stream this session's work is ordered on (NCCL: a cudaStream_t), set on the backend
+  /// for the duration of each flush and restored after; nullptr: the backend's own.
+  Stream stream = nullptr;
   /// Prices plans (not owned; must outlive the session). Default: bytes alone.
   const PlanCost* cost = nullptr;
   /// Prepared plans (each with its scratch) the session's executor keeps; the least recently
@@ -197,6 +200,8 @@ class Session {
   SessionStats stats() const;
   /// The options in force.
   const SessionOptions& options() const;
+  /// Orders this session's work on `stream` from the next flush (`SessionOptions::stream`).
+  void setStream(Stream stream);
 
  private:
   struct Impl;

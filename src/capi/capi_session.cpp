@@ -120,8 +120,8 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
   if (Status s = checkSession(session); !s.isOk()) return toResult(s);
   if (stats == nullptr) return toResult(Status::invalidArgument("null chimeraSessionStats_t*"));
   const chimera::SessionStats s = session->session->stats();
-  *stats = {s.recordedCalls, s.windows, s.windowCacheHits, s.chainsRun, s.fusedChains, s.bytesAsRecorded,
-            s.bytesSent};
+  *stats = {s.recordedCalls,  s.windows,    s.windowCacheHits,     s.chainsRun,     s.fusedChains,
+            s.bytesAsRecorded, s.bytesSent, s.rankBytesAsRecorded, s.rankBytesSent, s.agreements};
   return chimeraSuccess;
 }
 

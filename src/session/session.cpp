@@ -306,4 +306,6 @@ SessionStats Session::stats() const { return impl_->stats; }
 
 const SessionOptions& Session::options() const { return impl_->options; }
 
+void Session::setStream(Stream stream) { impl_->options.stream = stream; }
+
 }  // namespace chimera

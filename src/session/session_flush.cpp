@@ -385,6 +385,15 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
 }
 
 Status Session::Impl::flush() {
+  // The session's stream orders this flush's work; the backend's is restored after.
+  struct StreamScope {
+    Backend& backend;
+    Stream saved;
+    StreamScope(Backend& b, Stream s) : backend(b), saved(b.stream()) {
+      if (s != nullptr) backend.setStream(s);
+    }
+    ~StreamScope() { backend.setStream(saved); }
+  } scope(backend, options.stream);
   Status status = Status::ok();
   if (!window.calls.empty() || !window.receives.empty()) {
     const detail::WindowKey key = detail::windowKey(window, backend.rank());
