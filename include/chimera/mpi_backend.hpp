@@ -40,8 +40,9 @@ struct MpiBackendOptions {
   /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside
   /// AllReduce (CHIMERA_MPI_SEGMENT_BYTES, default 1M). See docs/performance.md.
   std::size_t segmentBytes = std::size_t{1} << 20;
-  /// How long, in milliseconds, a call may wait for its peers before it returns Timeout
-  /// (CHIMERA_TIMEOUT_MS, default 600000).
+  /// How long, in milliseconds, the backend's timed waits for peers may last before they
+  /// return Timeout (CHIMERA_TIMEOUT_MS, default 600000). Carried for the backend's
+  /// non-blocking algorithms; a blocking MPI call does not time out.
   std::uint64_t timeoutMs = 600000;
   /// Most elements one MPI message or library call carries (MPI's count is an int); larger
   /// transfers are split into messages of at most this many. Tests lower it to exercise the
