@@ -10,6 +10,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
 #include "common/env.hpp"
@@ -49,12 +50,11 @@ struct RedistributionEntry {
 }  // namespace
 
 struct Executor::Impl {
-  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost) {}
+  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost), agreement(b) {}
   ~Impl() {
     chains.clear();
     redistributions.clear();
     plans.clear();
-    backend.deallocate(agreement);
   }
 
   Status agree(const std::string& signature, const Status& local, std::string_view failure);
@@ -75,27 +75,22 @@ struct Executor::Impl {
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
   detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
   std::size_t passes = 0;
-  void* agreement = nullptr;  // 3 int64 in the backend's memory space
+  detail::Agreement agreement;
   bool checkBuffers = checkBuffersFromEnv();
 };
 
-// One MAX allReduce over the world of {hash, -hash, failed}: the MAX and MIN hash and
-// whether any rank failed. Every rank takes part whatever its local verdict.
+// Agrees over the world on {hash, -hash, failed}: the MAX and MIN hash and whether any rank
+// failed. Every rank takes part whatever its local verdict.
 Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure) {
-  constexpr std::size_t kBytes = 3 * sizeof(std::int64_t);
-  if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
   const std::int64_t hash = detail::signatureHash(signature);
-  std::array<std::int64_t, 3> values{hash, -hash, local.isOk() ? 0 : 1};
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, values.data(), kBytes));
-  CHIMERA_RETURN_IF_ERROR(
-      backend.allReduce(agreement, agreement, 3, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(values.data(), agreement, kBytes));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  std::vector<std::int64_t> values = detail::Agreement::words(hash, !local.isOk());
+  const AxisSet world[] = {backend.mesh().allAxes()};
+  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(values, world));
   if (!local.isOk()) return local;
-  if (values[2] != 0) {
+  if (detail::Agreement::anyFailed(values)) {
     return Status::mismatch(fmt::format("another rank failed to {}; this rank has {}", failure, signature));
   }
-  if (values[0] != -values[1]) {
+  if (!detail::Agreement::sameHash(values)) {
     return Status::mismatch(fmt::format(
         "ranks disagree on what to plan: this rank has {} (hash {:#x}), the world's hashes range over [{:#x}, {:#x}]",
         signature, hash, -values[1], values[0]));

@@ -7,6 +7,7 @@
 #include <bit>
 
 #include "common/check.hpp"
+#include "exec/agreement.hpp"
 #include "exec/box_blocks.hpp"
 
 namespace chimera::detail {
@@ -62,18 +63,13 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
-  void* probe = nullptr;
-  CHIMERA_RETURN_IF_ERROR(backend.allocate(sizeof(std::int64_t), &probe));
-  owned_.push_back(probe);
-  probe_ = probe;
   const Status local = resolve(plan);
-  std::int64_t failed = local.isOk() ? 0 : 1;
-  CHIMERA_RETURN_IF_ERROR(backend.copy(probe_, &failed, sizeof(failed)));
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(probe_, probe_, 1, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(&failed, probe_, sizeof(failed)));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  Agreement agreement(backend);
+  std::vector<std::int64_t> words = Agreement::words(0, !local.isOk());
+  const AxisSet world[] = {backend.mesh().allAxes()};
+  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(words, world));
   if (!local.isOk()) return local;
-  if (failed != 0) return Status::mismatch("another rank failed to prepare this plan");
+  if (Agreement::anyFailed(words)) return Status::mismatch("another rank failed to prepare this plan");
   return createGroups(plan);
 }
 

@@ -116,7 +116,6 @@ class PreparedPlan {
   std::vector<std::size_t> bufferBytes_;           // per plan buffer: this rank's bytes (0 = not held)
   std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
   std::size_t stagingBytes_[2] = {0, 0};
-  void* probe_ = nullptr;          // one int64 for the prepare-time agreement
   std::vector<void*> owned_;       // scratch from backend.allocate
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;

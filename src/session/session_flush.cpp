@@ -32,19 +32,16 @@ bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
 // layouts (equal windows have equal candidate lists), so every rank resolves a range to a
 // layout that holds every rank's range.
 Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, Verdicts& out) {
-  const std::size_t count = std::max(kAgreementWords, key.uncovered.size());
-  CHIMERA_RETURN_IF_ERROR(agreement.reserve(count * sizeof(std::int64_t)));
   std::vector<std::int64_t>& words = agreementWords;
-  words.assign(kAgreementWords, 0);
-  words[0] = key.sharedHash;
-  words[1] = -key.sharedHash;
-  words[2] = local.isOk() ? 0 : 1;
-  std::copy(key.aliased.begin(), key.aliased.end(), words.begin() + 3);
+  words = detail::Agreement::words(key.sharedHash, !local.isOk(), key.aliased);
+  words.resize(kAgreementWords, 0);
   const AxisSet scope = agreementScope();
   CHIMERA_RETURN_IF_ERROR(allReduceMax(words, scope));
   if (!local.isOk()) return local;
-  if (words[2] != 0) return Status::mismatch("another rank failed to prepare the window this rank flushed");
-  if (words[0] != -words[1]) {
+  if (detail::Agreement::anyFailed(words)) {
+    return Status::mismatch("another rank failed to prepare the window this rank flushed");
+  }
+  if (!detail::Agreement::sameHash(words)) {
     return Status::mismatch(fmt::format(
         "ranks recorded different windows (calls or consume declarations differ): rank {} has {} (hash {:#x}), "
         "the hashes of group {} range over [{:#x}, {:#x}]",
@@ -52,9 +49,7 @@ Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, V
         words[0]));
   }
   const auto flag = [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); };
-  out.aliased.resize(key.aliased.size());
-  std::transform(words.begin() + 3, words.begin() + 3 + static_cast<std::ptrdiff_t>(key.aliased.size()),
-                 out.aliased.begin(), flag);
+  out.aliased = detail::Agreement::flags(words, key.aliased.size());
   out.uncovered.clear();
   if (key.uncovered.empty()) return Status::ok();
   words.assign(key.uncovered.begin(), key.uncovered.end());
@@ -83,15 +78,10 @@ Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words, AxisSet sco
       groups.push_back(single);
     }
   }
-  const std::size_t bytes = words.size() * sizeof(std::int64_t);
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement.data(), words.data(), bytes));
-  for (AxisSet group : groups) {
-    CHIMERA_RETURN_IF_ERROR(
-        backend.allReduce(agreement.data(), agreement.data(), words.size(), DataType::I64, ReduceOp::Max, group));
-    ++stats.agreements;
-  }
-  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement.data(), bytes));
-  return backend.synchronize();
+  const std::uint64_t before = agreement.collectives();
+  const Status status = agreement.maxOver(words, groups);
+  stats.agreements += agreement.collectives() - before;
+  return status;
 }
 
 AxisSet Session::Impl::agreementScope() const {

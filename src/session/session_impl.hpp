@@ -9,6 +9,7 @@
 
 #include "chimera/executor.hpp"
 #include "chimera/session.hpp"
+#include "exec/agreement.hpp"
 #include "session/backend_buffer.hpp"
 #include "session/window.hpp"
 
@@ -76,7 +77,7 @@ struct Session::Impl {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<detail::CachedWindow>> cache;
   SessionStats stats;
   detail::BackendBuffer staging;    ///< a consumed part on its way into the final buffer
-  detail::BackendBuffer agreement;  ///< the agreement's words
+  detail::Agreement agreement;      ///< the agreement's words
   detail::BackendBuffer handOffs;   ///< the hand-off exchange's messages
   std::vector<std::int64_t> agreementWords;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
