@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string_view>
 
@@ -92,6 +93,16 @@ class Backend {
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;
   /// Frees memory from allocate. nullptr is a no-op.
   virtual void deallocate(void* ptr) = 0;
+  /// Allocates `bytes` of host memory that `copy` moves to and from the backend's memory
+  /// without staging (NCCL: pinned, cudaMallocHost; host backends: ordinary memory). Small
+  /// control data (agreement words) goes through it. InvalidArgument on 0.
+  [[nodiscard]] virtual Status allocateHost(std::size_t bytes, void** out) {
+    if (out == nullptr || bytes == 0) return Status::invalidArgument("allocateHost: null output or 0 bytes");
+    *out = ::operator new(bytes, std::nothrow);
+    return *out != nullptr ? Status::ok() : Status::backendError("allocateHost: out of host memory");
+  }
+  /// Frees memory from allocateHost. nullptr is a no-op.
+  virtual void deallocateHost(void* ptr) { ::operator delete(ptr); }
   /// Local copy within the backend's memory space, ordered on stream().
   [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
   /// Local op (no communication), ordered on stream(): copies the elements of `box` (local

@@ -2,6 +2,7 @@
 #include "exec/agreement.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/check.hpp"
 
@@ -25,19 +26,25 @@ Status Agreement::maxOver(std::vector<std::int64_t>& words, std::span<const Axis
   const std::size_t bytes = words.size() * sizeof(std::int64_t);
   if (bytes > bytes_) {
     backend_.deallocate(device_);
+    backend_.deallocateHost(host_);
     device_ = nullptr;
+    host_ = nullptr;
     bytes_ = 0;
     CHIMERA_RETURN_IF_ERROR(backend_.allocate(bytes, &device_));
+    CHIMERA_RETURN_IF_ERROR(backend_.allocateHost(bytes, &host_));
     bytes_ = bytes;
   }
-  CHIMERA_RETURN_IF_ERROR(backend_.copy(device_, words.data(), bytes));
+  std::memcpy(host_, words.data(), bytes);
+  CHIMERA_RETURN_IF_ERROR(backend_.copy(device_, host_, bytes));
   for (AxisSet group : groups) {
     CHIMERA_RETURN_IF_ERROR(
         backend_.allReduce(device_, device_, words.size(), DataType::I64, ReduceOp::Max, group));
     ++collectives_;
   }
-  CHIMERA_RETURN_IF_ERROR(backend_.copy(words.data(), device_, bytes));
-  return backend_.synchronize();
+  CHIMERA_RETURN_IF_ERROR(backend_.copy(host_, device_, bytes));
+  CHIMERA_RETURN_IF_ERROR(backend_.synchronize());
+  std::memcpy(words.data(), host_, bytes);
+  return Status::ok();
 }
 
 }  // namespace chimera::detail

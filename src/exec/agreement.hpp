@@ -19,12 +19,17 @@ namespace chimera::detail {
 class Agreement {
  public:
   explicit Agreement(Backend& backend) : backend_(backend) {}
-  ~Agreement() { backend_.deallocate(device_); }
+  ~Agreement() {
+    backend_.deallocate(device_);
+    backend_.deallocateHost(host_);
+  }
   Agreement(const Agreement&) = delete;
   Agreement& operator=(const Agreement&) = delete;
 
   /// Replaces every word by its maximum over the group along each of `groups` in turn (a MAX
-  /// over a product group is a MAX over each factor), then waits for the result. An empty
+  /// over a product group is a MAX over each factor), then waits for the result (bounded by
+  /// the backend's timeout where it has one). The words travel through host memory from
+  /// `Backend::allocateHost` (pinned for NCCL) and the backend's own memory. An empty
   /// list leaves the words as they are. Counts one collective per group in `collectives`.
   [[nodiscard]] Status maxOver(std::vector<std::int64_t>& words, std::span<const AxisSet> groups);
 
@@ -43,6 +48,7 @@ class Agreement {
  private:
   Backend& backend_;
   void* device_ = nullptr;
+  void* host_ = nullptr;  // staging from Backend::allocateHost (NCCL: pinned)
   std::size_t bytes_ = 0;
   std::uint64_t collectives_ = 0;
 };

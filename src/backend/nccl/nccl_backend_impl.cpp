@@ -356,6 +356,19 @@ void NcclBackend::deallocate(void* ptr) {
   }
 }
 
+Status NcclBackend::allocateHost(std::size_t bytes, void** out) {
+  CHIMERA_CHECK_ARG(out != nullptr, "allocateHost: null output pointer");
+  CHIMERA_CHECK_ARG(bytes > 0, "allocateHost: 0 bytes requested");
+  CHIMERA_CUDA_RETURN(cudaMallocHost(out, bytes));
+  return Status::ok();
+}
+
+void NcclBackend::deallocateHost(void* ptr) {
+  if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) {
+    CHIMERA_LOG_WARN(kLog, "cudaFreeHost({}) failed: {}", ptr, cudaGetErrorString(cudaGetLastError()));
+  }
+}
+
 Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return Status::ok();
   CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);

@@ -63,6 +63,8 @@ class NcclBackend final : public Backend {
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
+  Status allocateHost(std::size_t bytes, void** out) override;
+  void deallocateHost(void* ptr) override;
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
