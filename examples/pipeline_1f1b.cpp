@@ -221,8 +221,8 @@ int main(int argc, char** argv) {
   check(s.mesh.axisIndex("pp", ppAxis), "pp");
   s.stages = s.mesh.axis(ppAxis).size;
   s.stage = s.mesh.coordinates(rank)[static_cast<std::size_t>(ppAxis)];
-  if (s.stages < 2 || microbatches < 1 || iters < 1) {
-    if (rank == 0) std::fprintf(stderr, "needs pp >= 2, --microbatches >= 1, --iters >= 1\n");
+  if (s.mesh.numAxes() != 2 || s.stages < 2 || microbatches < 1 || iters < 1) {
+    if (rank == 0) std::fprintf(stderr, "needs a mesh of the axes pp and tp only, pp >= 2, --microbatches >= 1, --iters >= 1\n");
     chimera::finalizeMpi();
     return 1;
   }

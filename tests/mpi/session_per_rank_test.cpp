@@ -159,6 +159,10 @@ std::vector<HandOffCase> handOffCases() {
       {"tp_pp_4_stages", "pp=4,tp=2", "pp=@1,tp=P", "allreduce:tp,send:pp", "", "pp=@2,tp=R", cube},
       {"pp_8_stages", "pp=8", "pp=@3", "send:pp", "", "pp=@4", flat, false},
       {"forward_undeclared", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "", flat, false},
+      {"tp_outer_axis", "tp=4,pp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", flat},
+      {"with_dp", "dp=2,pp=2,tp=2", "dp=S0,pp=@0,tp=P", "allreduce:tp,send:pp", "", "dp=S0,pp=@1,tp=R", cube},
+      {"with_dp_backward_rows", "pp=2,dp=2,tp=2", "dp=S1,pp=@1,tp=P", "allreduce:tp,send:pp:prev", "",
+       "dp=S1,pp=@0,tp=S0", cube},
   };
 }
 
