@@ -81,7 +81,11 @@ struct SessionStats {
 /// Records collectives on tensors as a framework issues them and runs them when a result is
 /// needed: `flush`, `wait`, or `consume` (which also declares what the next computation reads).
 ///
-/// The model is SPMD, as in the chain vocabulary: every rank of the mesh records the same
+/// Two recording modes. Per rank (`SessionOptions::perRank`, what a training framework's
+/// schedule does): each rank records only the calls it takes part in, on the tensors it holds,
+/// and its own side of each pipeline hand-off (`send`/`sendBack` where the tensor leaves,
+/// `recv`/`recvBack` where it arrives); a hand-off still runs fused across the stage boundary.
+/// SPMD (the default), as in the chain vocabulary: every rank of the mesh records the same
 /// calls in the same order, describing the same logical tensors; a rank passes its own local
 /// buffers, and nullptr with 0 bytes for a tensor it does not hold (e.g. the other pipeline
 /// stage's activation). Calls are addressed by mesh axes and change the tensor's layout as the
@@ -103,12 +107,15 @@ struct SessionStats {
 /// `consume(t, offset, bytes)` resolves to such a layout (the same on every rank).
 ///
 /// Windows are cached by signature (calls, tensors, layouts, declarations, aliasing): a
-/// repeated training step pays a lookup. On a miss the ranks agree on the window (one
-/// allReduce over the world): a rank with different calls or declarations makes every rank
-/// return Mismatch, no hang (after warm-up only with `checkEveryWindow`).
+/// repeated training step pays a lookup. On a miss the ranks agree on the window (SPMD: one
+/// allReduce over the world; per rank: one within the window's groups, and one message
+/// exchange with each hand-off peer): a rank with different calls or declarations makes every
+/// rank involved return Mismatch, no hang (after warm-up only with `checkEveryWindow`; see
+/// docs/session.md for the failure analysis).
 ///
 /// Not thread-safe. Every call below is recorded locally and communicates nothing, except
-/// `flush`, `wait` and `consume`, which are collective over the world.
+/// `flush`, `wait` and `consume`, which are collective (SPMD: over the world; per rank: over
+/// the ranks of the window's groups and hand-offs).
 class Session {
  public:
   /// Most values (registered tensors plus call results) in one window; recording beyond it
