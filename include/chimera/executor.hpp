@@ -71,6 +71,11 @@ class Executor {
   /// a buffer smaller than the rank's local tensor is InvalidArgument naming both sizes.
   [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
                                 void* output, std::size_t outputBytes);
+  /// As above, with the work ordered on `stream` (NCCL: a cudaStream_t) instead of the
+  /// backend's: the stream belongs to this call (set on the backend for its duration and
+  /// restored after), as NCCL takes a stream per call.
+  [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                                void* output, std::size_t outputBytes, Stream stream);
   /// Moves a tensor of `spec` placed as `from` into `to` by the cheapest plan (planRedistribution), cached likewise.
   [[nodiscard]] Status redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
                                     std::size_t inputBytes, void* output, std::size_t outputBytes);

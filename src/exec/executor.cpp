@@ -186,6 +186,16 @@ Status Executor::runChain(const ChainRequest& request, ChainMode mode, const voi
                         input, inputBytes, output, outputBytes, entry->agreed);
 }
 
+Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                          void* output, std::size_t outputBytes, Stream stream) {
+  Backend& backend = impl_->backend;
+  const Stream saved = backend.stream();
+  backend.setStream(stream);
+  const Status status = runChain(request, mode, input, inputBytes, output, outputBytes);
+  backend.setStream(saved);
+  return status;
+}
+
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
                               std::size_t inputBytes, void* output, std::size_t outputBytes) {
   const Mesh& mesh = impl_->backend.mesh();

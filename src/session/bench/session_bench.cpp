@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// chimera-session-bench: the Session's overhead figures of issue 6, item 2.
+// chimera-session-bench: the Session's overhead figures.
 //   1. cached window: record an 8-call window and flush it, per recorded call (target < 5 us)
 //   2. cold planning of the same window in a fresh session (target < 500 us)
 //   1b. the same for a per-rank session (SessionOptions::perRank) on a window of stage 0's
