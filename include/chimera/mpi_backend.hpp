@@ -34,16 +34,15 @@ struct MpiBackendOptions {
   /// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library.
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
   /// Cross-rank argument agreement before each collective, and pairwise checks of
-  /// point-to-point calls (CHIMERA_CHECK_ARGS=0|1; `fromEnvironment` defaults it to on in
-  /// chimera's debug builds, off in release builds).
-  bool checkArgs = false;
+  /// point-to-point calls (CHIMERA_CHECK_ARGS=0|1, on by default in every build; see
+  /// docs/reliability.md for its cost and what goes wrong without it).
+  bool checkArgs = true;
   /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside
   /// AllReduce (CHIMERA_MPI_SEGMENT_BYTES, default 1M). See docs/performance.md.
   std::size_t segmentBytes = std::size_t{1} << 20;
-  /// How long, in milliseconds, the backend's timed waits for peers may last before they
-  /// return Timeout (CHIMERA_TIMEOUT_MS, default 600000). Carried for the backend's
-  /// non-blocking algorithms; a blocking MPI call does not time out.
-  std::uint64_t timeoutMs = 600000;
+  /// How long, in milliseconds, one wait inside a call may go without progress before the call
+  /// returns Timeout and the backend becomes unusable (CHIMERA_TIMEOUT_MS, default 600000).
+  std::int64_t timeoutMs = 600000;
   /// Most elements one MPI message or library call carries (MPI's count is an int); larger
   /// transfers are split into messages of at most this many. Tests lower it to exercise the
   /// split without gigabyte buffers.
@@ -60,14 +59,20 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 /// Creates the MPI backend (host memory) over MPI_COMM_WORLD for `mesh`, whose size must
 /// equal the world size. Sub-communicators per axis group are created on first use and
 /// cached; creating one is collective over the world, so every rank must use the same
-/// groups in the same order (as with any collective). InvalidArgument on a mesh/world mismatch.
+/// groups in the same order (as with any collective): ranks asking for different new groups
+/// get Mismatch and nothing is cached. InvalidArgument on a mesh/world mismatch.
 ///
 /// Environment (read here; InvalidArgument naming the variable when malformed):
 /// - `CHIMERA_CHECK_ARGS=0|1`: agree on (collective, count, dtype, op, root, "my arguments
 ///   are valid") across the group before every collective, so that mismatched or bad
-///   arguments return Mismatch/InvalidArgument on every rank instead of hanging. Default 1
-///   in builds without NDEBUG, 0 in release builds. With it off, a rank-local argument
-///   error returns on that rank only and its peers may wait (as in NCCL). Point-to-point
+///   arguments return Mismatch/InvalidArgument on every rank instead of hanging or returning
+///   wrong data. Default 1 (one small exchange per call; docs/reliability.md). With it off, a
+///   rank-local argument error returns on that rank only and its peers wait for it until
+///   the timeout (as in NCCL), and mismatched calls may return wrong data.
+/// - `CHIMERA_TIMEOUT_MS` (default 600000): every wait inside a call is bounded; a call that
+///   makes no progress for this long returns Timeout naming the call, the group and the
+///   ranks still missing, and the backend is unusable afterwards (every later call returns
+///   the stored error; the process should exit, as after NCCL's abort). Point-to-point
 ///   calls (send, recv, groupedP2P) are checked pairwise: each pair exchanges the list of
 ///   its transfers first, so differing counts, dtypes or numbers of messages give Mismatch at
 ///   both ends; a rank-local error still returns at once on that rank.

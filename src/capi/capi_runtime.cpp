@@ -1,48 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 // C API: version, explicit groups, streams, synchronisation, configured sessions and the
-// receiving side of per-rank hand-offs. Every entry point returns a result; exceptions (an
-// allocation failure) become chimeraInternalError with the message kept.
-#include <exception>
+// receiving side of per-rank hand-offs. Handles are looked up in the registry and every entry
+// point runs under its exception guard (capi_registry.hpp), as the others do.
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "capi/capi_handles.hpp"
+#include "capi/capi_registry.hpp"
 #include "common/check.hpp"
 
 namespace {
 
 using chimera::Status;
-using chimera::detail::toResult;
+using chimera::detail::guardedCall;
 
-// Runs `body` (returning Status) so that no exception reaches the C caller.
-template <typename Body>
-chimeraResult_t guarded(Body body) {
-  try {
-    return toResult(body());
-  } catch (const std::exception& e) {
-    return toResult(Status::internal(std::string("exception: ") + e.what()));
-  } catch (...) {
-    return toResult(Status::internal("unknown exception"));
-  }
-}
-
-Status checkComm(const chimeraComm* comm) {
-  CHIMERA_CHECK_ARG(comm != nullptr && comm->backend != nullptr, "null communicator");
-  return Status::ok();
-}
-
-Status checkSession(const chimeraSession* session) {
-  CHIMERA_CHECK_ARG(session != nullptr && session->session != nullptr && session->comm != nullptr, "null session");
-  return Status::ok();
-}
+Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
+Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
 
 }  // namespace
 
 extern "C" {
 
 chimeraResult_t chimeraGetVersion(int* version) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraGetVersion", [&]() -> Status {
     CHIMERA_CHECK_ARG(version != nullptr, "null int* for the version");
     *version = CHIMERA_VERSION_CODE;
     return Status::ok();
@@ -50,7 +31,7 @@ chimeraResult_t chimeraGetVersion(int* version) {
 }
 
 chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraCommCreateGroups", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     CHIMERA_CHECK_ARG(groups != nullptr, "null group list");
     std::vector<chimera::AxisSet> sets;
@@ -68,7 +49,7 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) 
 }
 
 chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraCommSetStream", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     comm->backend->setStream(stream);
     return Status::ok();
@@ -76,7 +57,7 @@ chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
 }
 
 chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraCommSynchronize", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     return comm->backend->synchronize();
   });
@@ -84,7 +65,7 @@ chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm) {
 
 chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
                                           chimeraSession_t* session) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraSessionBeginConfig", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
     chimera::SessionOptions options;
@@ -103,6 +84,7 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
     *session = made.release();
+    chimera::detail::registerSession(*session);
     return Status::ok();
   });
 }
@@ -110,7 +92,7 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
 chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
                                    const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
                                    chimeraTensor_t* out) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraSessionRecv", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(shape != nullptr && layout != nullptr && axis != nullptr && out != nullptr,
                       "null shape, layout or axis text, or chimeraTensor_t* to fill");
@@ -132,7 +114,7 @@ chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, 
 }
 
 chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream) {
-  return guarded([&]() -> Status {
+  return guardedCall("chimeraSessionSetStream", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     session->session->setStream(stream);
     return Status::ok();

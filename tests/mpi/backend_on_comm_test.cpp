@@ -62,7 +62,7 @@ TEST(BackendOptions, EnvironmentTimeoutIsTheDefault) {
   MpiBackendOptions options;
   ASSERT_TRUE(MpiBackendOptions::fromEnvironment(options).isOk());
   const char* text = std::getenv("CHIMERA_TIMEOUT_MS");
-  EXPECT_EQ(options.timeoutMs, text != nullptr && *text != '\0' ? std::stoull(text) : 600000u);
+  EXPECT_EQ(options.timeoutMs, text != nullptr && *text != '\0' ? std::stoll(text) : 600000);
 }
 
 }  // namespace
