@@ -27,6 +27,7 @@ chimera_install_deps() {
 }
 
 # Configures (CUDA parts when nvcc is found, unless CHIMERA_WITH_CUDA says otherwise) and builds.
+# Arguments are extra cmake -D options.
 chimera_build() {
   local jobs
   jobs="$(nproc)"
@@ -34,7 +35,7 @@ chimera_build() {
   if [ -n "${CUDA_HOME:-}" ] && ! command -v nvcc >/dev/null 2>&1; then export PATH="$CUDA_HOME/bin:$PATH"; fi
   chimera_log "configuring $CHIMERA_BUILD"
   cmake -S "$CHIMERA_ROOT" -B "$CHIMERA_BUILD" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
-    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" >"$CHIMERA_BUILD.configure.log" 2>&1 ||
+    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" "$@" >"$CHIMERA_BUILD.configure.log" 2>&1 ||
     { cat "$CHIMERA_BUILD.configure.log"; return 1; }
   grep -E 'chimera:' "$CHIMERA_BUILD.configure.log" || true
   chimera_log "building with $jobs jobs"

@@ -40,6 +40,15 @@ struct LinkParams {
   double bytesPerSecond = 0;  ///< bandwidth per direction (> 0)
 };
 
+/// The device each rank runs on, for the work the links do not price: local passes of
+/// the planner's programs (pack, unpack, copy, scale) and compute (the roofline of
+/// chimera-model). Zero fields mean "not modelled": that work is free / unknown.
+struct DeviceParams {
+  double memoryBytesPerSecond = 0;  ///< memory bandwidth of one rank's device (>= 0); a pass reads and writes
+  double launchSeconds = 0;         ///< fixed cost of one local kernel: pack, unpack, copy or scale (>= 0)
+  double peakFlopsPerSecond = 0;    ///< dense 16-bit tensor-core peak of one device (>= 0)
+};
+
 /// Provenance of a calibrated topology (zero samples: a preset, not calibrated).
 struct CalibrationInfo {
   int samples = 0;                ///< number of measurements the fit used
@@ -66,6 +75,13 @@ struct Topology {
   double reduceSecondsPerByte = 0;      ///< local reduction cost of one byte on one core / device (>= 0)
   /// Cores that all ranks' reductions share (SharedMemory); 0 = every rank reduces on its own device.
   int computeSlots = 0;
+  /// Fixed cost of every communication step, paid once per step however many rounds it
+  /// has: the collective's kernel launch and the synchronisation that ends the step (>= 0).
+  double stepSeconds = 0;
+  /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
+  /// connection of a fan-out, on top of the link bandwidth (>= 0).
+  double peerSeconds = 0;
+  DeviceParams device;                  ///< local passes and compute
   CalibrationInfo calibration;          ///< set by fitProfile; saved with the profile
 };
 

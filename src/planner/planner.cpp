@@ -129,6 +129,7 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
   CHIMERA_RETURN_IF_ERROR(to.validate(spec));
   CHIMERA_RETURN_IF_ERROR(checkReachable(from, to));
   CHIMERA_CHECK_ARG(scale >= 1, "scale {} must be >= 1", scale);
+  CHIMERA_RETURN_IF_ERROR(cost.checkMesh(from.mesh()));
   const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
@@ -221,6 +222,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.baseline = writtenPlan(spec, result.trace, result.consumed);
   CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
                                              &result.candidates));
+  // The chain as written is a candidate too, so the chosen plan never costs more than it.
+  ++result.candidates;
+  if (scoreOf(result.baseline, cost) < scoreOf(result.fused, cost)) result.fused = result.baseline;
   result.baselineBytes = planBytes(result.baseline);
   result.fusedBytes = planBytes(result.fused);
   result.baselineCost = cost.predict(result.baseline);

@@ -130,8 +130,6 @@ Status run(const Options& options, std::string& output) {
   } else {
     Topology model;
     CHIMERA_RETURN_IF_ERROR(loadTopology(topology, model));
-    CHIMERA_CHECK_ARG(model.ranks >= mesh.size(), "topology '{}' describes {} ranks, fewer than the {} of mesh {}",
-                      topology, model.ranks, mesh.size(), mesh.toString());
     owned = std::make_unique<TopologyCost>(std::move(model));
   }
   const PlanCost& cost = *owned;
