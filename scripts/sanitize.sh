@@ -11,14 +11,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 chimera_install_deps
 build="${CHIMERA_ASAN_BUILD:-$CHIMERA_ROOT/build-asan}"
 sanitize="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
-launcher=()
-if command -v ccache >/dev/null 2>&1; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
 chimera_log "configuring $build (ASan + UBSan, -O1)"
 mkdir -p "$build"
 cmake -S "$CHIMERA_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=None -DCHIMERA_WITH_CUDA=OFF \
-  -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF "${launcher[@]}" \
+  -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF "${CHIMERA_LAUNCHER[@]}" \
   "-DCMAKE_CXX_FLAGS=-O1 $sanitize" "-DCMAKE_C_FLAGS=-O1 $sanitize" \
   "-DCMAKE_EXE_LINKER_FLAGS=$sanitize" "-DCMAKE_SHARED_LINKER_FLAGS=$sanitize" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
