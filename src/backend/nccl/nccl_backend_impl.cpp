@@ -240,6 +240,10 @@ Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
   return Status::ok();
 }
 
+bool NcclBackend::hasGroup(AxisSet axes) const {
+  return axes == mesh_.allAxes() || mesh_.groupSize(axes) == 1 || groups_.contains(axes.bits());
+}
+
 Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local) {
   if (!options_.checkArgs) return local;
   constexpr std::size_t kBytes = kAgreementValues * sizeof(std::int64_t);
@@ -416,6 +420,19 @@ Status NcclBackend::groupedP2P(std::span<const P2POp> ops) {
     return status;
   }
   return settle(ended, world_, "ncclGroupEnd of groupedP2P");
+}
+
+Status NcclBackend::allocateHost(std::size_t bytes, void** out) {
+  CHIMERA_CHECK_ARG(out != nullptr, "allocateHost: null output pointer");
+  CHIMERA_CHECK_ARG(bytes > 0, "allocateHost: 0 bytes requested");
+  CHIMERA_CUDA_RETURN(cudaMallocHost(out, bytes));
+  return Status::ok();
+}
+
+void NcclBackend::deallocateHost(void* ptr) {
+  if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) {
+    CHIMERA_LOG_WARN(kLog, "cudaFreeHost({}) failed: {}", ptr, cudaGetErrorString(cudaGetLastError()));
+  }
 }
 
 // Polls instead of cudaStreamSynchronize: a blocking wait on a stream whose NCCL kernel

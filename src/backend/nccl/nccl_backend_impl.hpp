@@ -49,12 +49,6 @@ class NcclBackend final : public Backend {
   /// The NCCL library found at run time.
   const NcclApi& api() const { return api_; }
 
-  /// Creates the communicators of `groups` (axis sets; the world and groups made before are
-  /// skipped), one ncclCommSplit of the world each, in the order given, after draining the
-  /// stream. Collective over the world: every rank passes the same list. The only place
-  /// splits happen; a group first used without it is created here on that use, which fails
-  /// with InvalidArgument while the stream is being captured into a CUDA graph.
-  [[nodiscard]] Status createGroups(std::span<const AxisSet> groups);
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                    AxisSet axes) override;
@@ -70,6 +64,8 @@ class NcclBackend final : public Backend {
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
+  Status allocateHost(std::size_t bytes, void** out) override;
+  void deallocateHost(void* ptr) override;
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
@@ -82,6 +78,13 @@ class NcclBackend final : public Backend {
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
+  /// Creates the communicators of `groups` (axis sets; the world and groups made before are
+  /// skipped), one ncclCommSplit of the world each, in the order given, after draining the
+  /// stream. Collective over the world: every rank passes the same list. The only place
+  /// splits happen; a group first used without it is created here on that use, which fails
+  /// with InvalidArgument while the stream is being captured into a CUDA graph.
+  Status createGroups(std::span<const AxisSet> groups) override;
+  bool hasGroup(AxisSet axes) const override;
 
  private:
   // The communicator of the group along `axes` containing this rank (created on first use).
