@@ -8,6 +8,7 @@
 
 #include "common/box_pack.hpp"
 #include "common/check.hpp"
+#include "copy_split.cuh"
 #include "cuda_check.hpp"
 #include "dispatch.cuh"
 #include "launch_config.hpp"
@@ -18,9 +19,15 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kVectorBytes = 16;
-// A work item is one piece of one run, copied by one warp: 4 KiB = 32 lanes x 8 vectors,
+// A work item is one piece of one run, copied by one warp: 2 KiB = 32 lanes x 4 vectors,
 // all loads of a piece in flight before its stores.
-constexpr int kPieceBytes = kWarpSize * kVectorBytes * 8;
+constexpr int kPieceBytes = kWarpSize * kVectorBytes * 4;
+// Resident blocks per SM the pack kernel is compiled for: 4 x 256 threads caps it at 64
+// registers (with 4 KiB pieces and 64-bit piece indices ptxas gave it 92-94: 2 blocks, 25%
+// occupancy on an H200). 2 KiB pieces (16 registers of loads in flight) and 32-bit indices
+// inside a piece fit 64 registers without spills on sm_89 and sm_90 (checked with
+// -Xptxas -v); the bytes in flight per SM stay the same, spread over twice the warps.
+constexpr int kMinBlocksPerSm = 4;
 
 struct PackSegment {
   BoxRuns runs;
@@ -39,56 +46,76 @@ struct PackBatch {
 static_assert(sizeof(PackBatch) < 4000, "kernel parameters must stay under 4 KiB");
 
 // ---------------------------------------------------------------------------------------
+// copyVectors<V>: one warp copies `count` aligned vectors of type V (16, 8 or 4 bytes) from
+// src to dst. 16-byte vectors: each lane keeps 4 loads (64 bytes, a whole 2 KiB piece per
+// warp) in flight before its stores; the narrower, misaligned paths move one vector per lane
+// per step (unrolling them too made ptxas spill within the 64-register bound).
+// Preconditions: src and dst aligned to sizeof(V); count * sizeof(V) <= kPieceBytes (32-bit
+// indices: fewer registers than 64-bit ones).
+// ---------------------------------------------------------------------------------------
+template <typename V>
+__device__ void copyVectors(V* __restrict__ dst, const V* __restrict__ src, int count, int lane) {
+  constexpr int kUnroll = sizeof(V) == kVectorBytes ? kPieceBytes / (kWarpSize * kVectorBytes) : 1;
+  for (int first = 0; first < count; first += kWarpSize * kUnroll) {
+    V held[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = first + u * kWarpSize + lane;
+      if (v < count) held[u] = src[v];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = first + u * kWarpSize + lane;
+      if (v < count) dst[v] = held[u];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // copyPiece: one warp copies n elements of type T from src to dst.
-// Preconditions: src and dst aligned to sizeof(T); no overlap.
-// When src and dst agree modulo 16 bytes: scalar head up to the 16-byte boundary, 16-byte
-// vectors (each lane keeps its loads in registers before storing), scalar tail. Otherwise
-// scalar (still coalesced across the warp). O(n / 32) steps per lane.
+// Preconditions: src and dst aligned to sizeof(T); no overlap; n * sizeof(T) <= kPieceBytes.
+// copySplit (copy_split.cuh, shared with the CPU tests) picks the widest vector width at
+// which the two addresses agree (16, 8 or 4 bytes): scalar head up to that boundary, vectors,
+// scalar tail; only addresses that differ modulo 4 (possible for 1- and 2-byte elements)
+// copy element by element (still coalesced across the warp). O(n / 32) steps per lane.
 // ---------------------------------------------------------------------------------------
 template <typename T>
-__device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, std::int64_t n, int lane) {
-  constexpr int kPerVector = kVectorBytes / sizeof(T);
-  constexpr int kUnroll = kPieceBytes / (kWarpSize * kVectorBytes);
-  const auto srcAddress = reinterpret_cast<std::uintptr_t>(src);
-  const auto dstAddress = reinterpret_cast<std::uintptr_t>(dst);
-  std::int64_t head = n;
-  std::int64_t vectors = 0;
-  if (((srcAddress ^ dstAddress) % kVectorBytes) == 0) {
-    const auto toBoundary = static_cast<std::int64_t>((kVectorBytes - srcAddress % kVectorBytes) % kVectorBytes);
-    head = min(n, toBoundary / static_cast<std::int64_t>(sizeof(T)));
-    vectors = (n - head) / kPerVector;
+__device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, int n, int lane) {
+  const CopySplit split = copySplit(reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), n,
+                                    static_cast<int>(sizeof(T)));
+  const int head = static_cast<int>(split.head);
+  const int vectors = static_cast<int>(split.vectors);
+  for (int i = lane; i < head; i += kWarpSize) dst[i] = src[i];
+  switch (split.width) {
+    case 16:
+      copyVectors(reinterpret_cast<uint4*>(dst + head), reinterpret_cast<const uint4*>(src + head), vectors, lane);
+      break;
+    case 8:
+      copyVectors(reinterpret_cast<uint2*>(dst + head), reinterpret_cast<const uint2*>(src + head), vectors, lane);
+      break;
+    case 4:
+      copyVectors(reinterpret_cast<unsigned*>(dst + head), reinterpret_cast<const unsigned*>(src + head), vectors,
+                  lane);
+      break;
+    default:
+      break;  // everything was head
   }
-  for (std::int64_t i = lane; i < head; i += kWarpSize) dst[i] = src[i];
-  const auto* srcVectors = reinterpret_cast<const uint4*>(src + head);
-  auto* dstVectors = reinterpret_cast<uint4*>(dst + head);
-  for (std::int64_t first = 0; first < vectors; first += kWarpSize * kUnroll) {
-    uint4 held[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t v = first + u * kWarpSize + lane;
-      if (v < vectors) held[u] = srcVectors[v];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t v = first + u * kWarpSize + lane;
-      if (v < vectors) dstVectors[v] = held[u];
-    }
-  }
-  for (std::int64_t i = head + vectors * kPerVector + lane; i < n; i += kWarpSize) dst[i] = src[i];
+  const int done = head + vectors * (split.width / static_cast<int>(sizeof(T)));
+  for (int i = done + lane; i < n; i += kWarpSize) dst[i] = src[i];
 }
 
 // ---------------------------------------------------------------------------------------
 // boxCopyKernel<T, kPack>: pack (tensor -> packed) or unpack (packed -> tensor) of up to
 // kMaxBoxesPerLaunch boxes. T is the unsigned type of the element size (bits are copied).
-// Work: every run of every box is cut into pieces of <= 4 KiB; warps take pieces
+// Work: every run of every box is cut into pieces of <= 2 KiB; warps take pieces
 // grid-stride, so one launch balances boxes of any shapes. Per piece O(ndims) 64-bit
-// divisions locate the run (box_index.cuh), amortised over up to 4 KiB.
+// divisions locate the run (box_index.cuh), amortised over up to 2 KiB.
 // Preconditions: pointers aligned to sizeof(T); packed and tensor ranges disjoint; for
 // unpack, boxes of one launch disjoint in their tensors. Runs shorter than a warp leave
 // lanes idle: such packs are latency-bound (the planner should keep runs long).
 // ---------------------------------------------------------------------------------------
 template <typename T, bool kPack>
-__global__ void __launch_bounds__(kThreadsPerBlock) boxCopyKernel(const __grid_constant__ PackBatch batch) {
+__global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerSm) boxCopyKernel(const __grid_constant__ PackBatch batch) {
   const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const std::int64_t warps = std::int64_t{gridDim.x} * blockDim.x / kWarpSize;
@@ -101,7 +128,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) boxCopyKernel(const __grid_c
     const std::int64_t local = item - batch.firstItem[s];
     const std::int64_t run = local / segment.piecesPerRun;
     const std::int64_t start = (local - run * segment.piecesPerRun) * kPieceElements;
-    const std::int64_t n = min(kPieceElements, segment.runs.runLength - start);
+    const int n = static_cast<int>(min(kPieceElements, segment.runs.runLength - start));
     T* tensor = reinterpret_cast<T*>(segment.tensor) + runOffset(segment.runs, run) + start;
     T* packed = reinterpret_cast<T*>(segment.packed) + run * segment.runs.runLength + start;
     if constexpr (kPack) {

@@ -1,105 +1,255 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# One-shot GPU check for a machine with an NVIDIA GPU and no network: configures chimera with
-# CUDA for the GPU that is present, builds the GPU tests and the kernel benchmark, runs them,
-# and prints a short summary. Exit status 0 only when every GPU test that can run on this
-# machine passed (multi-GPU tests may skip on one GPU) and the benchmark found no wrong byte.
+# The GPU check in two halves, so that the GPU machine only runs it (no compiler, no MPI, no
+# network needed there):
 #
-# usage: scripts/gpu-check.sh [build-dir]          (default: build-gpu in the repository)
-# environment:
-#   CHIMERA_DEPS_PREFIX  a folder of unpacked .deb files (dpkg -x pkg.deb PREFIX) holding what
-#                        the machine lacks (fmt, spdlog, GoogleTest, ...); default .deps/prefix
-#                        when it exists. Added to CMAKE_PREFIX_PATH and LD_LIBRARY_PATH.
-#   CUDA_ARCH            CUDA architecture to build for (e.g. 90); default: the GPU's own.
-#   JOBS                 parallel build jobs; default: all cores.
-#   GPU_CHECK_LOGS       where the logs go; default <build-dir>/gpu-check-logs.
+#   scripts/gpu-check.sh prepare [bundle-dir]   on the build machine: builds the GPU tests,
+#       the kernel benchmark and the rank launcher (CUDA archs 89-real;90, no MPI) and copies
+#       them with the shared libraries they need (not NCCL, not the driver) into bundle-dir
+#       (default .gpu/bundle, git-ignored; at most 64 MiB).
+#   scripts/gpu-check.sh run OUT-DIR            on the GPU machine (or GPU_CHECK_OUT=OUT-DIR):
+#       runs the bundle against the NCCL found there and writes logs, results.jsonl (one line
+#       per result, as it happens) and summary.json into OUT-DIR, so a run cut short still
+#       leaves what it found.
+#
+# run: NCCL comes from NCCL_LIB_DIR, else from the pip wheel (python3 -c "import nvidia.nccl"),
+# else the system; its version is reported. Then, each test bounded at 60 s and the whole run
+# at GPU_CHECK_BUDGET_S seconds (default 480):
+#   1. every single-rank GPU test (gpu_tests, one process per test);
+#   2. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at 64 and
+#      128 MiB against cudaMemcpyAsync;
+#   3. the multi-process tests (chimera-rank-launch, no MPI) at 1, 2, 4 and 8 ranks on one GPU
+#      when NCCL >= 2.31 (NCCL_MULTI_RANK_GPU_ENABLE=1), or up to the number of GPUs when
+#      there are several; otherwise a line saying why multi-rank was skipped;
+#   4. the six chimera-bench scenarios at 8 ranks on NCCL, f32 and bf16 (wrong elements,
+#      baseline and fused median times) when 8 ranks can run.
+# Exit status 0 only when nothing failed (skips with a stated reason are not failures).
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${1:-$root/build-gpu}
-logs=${GPU_CHECK_LOGS:-$build/gpu-check-logs}
-jobs=${JOBS:-$(nproc)}
-started=$SECONDS
-mkdir -p "$logs"
 say() { echo "[gpu-check] $*"; }
 die() { say "FAILED: $*"; exit 1; }
 
-# --- toolchain and GPU -----------------------------------------------------------------
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export PATH="$CUDA_HOME/bin:$PATH"
-command -v nvcc >/dev/null || die "nvcc not found (set CUDA_HOME)"
-gpu="unknown GPU"
-arch=${CUDA_ARCH:-}
-if command -v nvidia-smi >/dev/null; then
-  gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1)
-  [ -z "$arch" ] && arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')
-fi
-[ -z "$arch" ] && arch=native  # CMake asks the driver
-say "GPU: $gpu; CUDA arch $arch; nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-
-# --- dependencies: system, plus an optional prefix of unpacked .deb files ------------------
-prefix=${CHIMERA_DEPS_PREFIX:-$root/.deps/prefix}
-cmake_args=()
-if [ -d "$prefix" ]; then
-  say "dependency prefix: $prefix"
-  cmake_args+=("-DCMAKE_PREFIX_PATH=$prefix/usr;$prefix/usr/local;$prefix")
-  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu:$prefix/usr/lib:$prefix/usr/local/lib:${LD_LIBRARY_PATH:-}"
-  export PATH="$prefix/usr/bin:$PATH"
-fi
-with_mpi=OFF
-command -v mpicc >/dev/null && with_mpi=ON
-say "MPI: $with_mpi (the NCCL tests bootstrap without MPI)"
-
-# --- configure and build only what this check needs ---------------------------------------
-configure() {  # $1: ON|OFF for the tests
+# ---------------------------------------------------------------------------------------
+prepare() {
+  local bundle=${1:-$root/.gpu/bundle}
+  local build=${GPU_CHECK_BUILD:-$root/build-gpu-bundle}
+  local jobs=${JOBS:-$(nproc)}
+  mkdir -p "$build"
+  say "configuring $build (CUDA 89-real;90, no MPI)"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCHIMERA_WITH_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCHIMERA_WITH_MPI="$with_mpi" -DCHIMERA_BUILD_TESTS="$1" \
+    -DCMAKE_CUDA_ARCHITECTURES="89-real;90" -DCHIMERA_WITH_MPI=OFF -DCHIMERA_BUILD_TESTS=ON \
     -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF -DCHIMERA_BUILD_KERNEL_BENCH=ON \
-    "${cmake_args[@]}" >"$logs/configure.log" 2>&1
+    ${CMAKE_LAUNCHER_ARGS:-} >"$build/gpu-check-configure.log" 2>&1 ||
+    { tail -n 30 "$build/gpu-check-configure.log"; die "configure"; }
+  cmake --build "$build" -j "$jobs" --target gpu_tests chimera-kernel-bench chimera-rank-launch \
+    >"$build/gpu-check-build.log" 2>&1 || { grep -E "error" "$build/gpu-check-build.log" | head -n 30; die "build"; }
+  rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/lib-fallback"
+  cp "$build/tests/gpu/gpu_tests" "$build/tests/gpu/chimera-rank-launch" "$build/kernels/chimera-kernel-bench" \
+    "$bundle/bin/"
+  # Shared libraries the binaries need, except NCCL (the GPU machine's own, found at run
+  # time), the driver and the C runtime; libstdc++/libgcc_s only as a fallback for an older
+  # system there.
+  local lib
+  for lib in $(ldd "$bundle"/bin/* | awk '/=> \//{print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libnccl.so*|libcuda.so*|libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
+      libstdc++.so*|libgcc_s.so*) cp -L "$lib" "$bundle/lib-fallback/" ;;
+      *) cp -L "$lib" "$bundle/lib/" ;;
+    esac
+  done
+  git -C "$root" rev-parse HEAD >"$bundle/commit" 2>/dev/null || true
+  local bytes
+  bytes=$(du -sb "$bundle" | cut -f1)
+  say "bundle $bundle: $((bytes / 1024 / 1024)) MiB ($(ls "$bundle/lib" | tr '\n' ' '))"
+  [ "$bytes" -le $((64 * 1024 * 1024)) ] || die "bundle is over 64 MiB"
+  say "on the GPU machine: scripts/gpu-check.sh run OUT-DIR  (carry .gpu)"
 }
-targets=(gpu_tests kernel_index_tests chimera-kernel-bench)
-with_tests=ON
-if ! configure ON; then
-  if grep -q "GTest" "$logs/configure.log" && configure OFF; then
-    say "GoogleTest not found: building the benchmark only (put libgtest-dev into the prefix)"
-    with_tests=OFF
-    targets=(chimera-kernel-bench)
-  else
-    tail -n 30 "$logs/configure.log"
-    die "configure (log: $logs/configure.log)"
+
+# ---------------------------------------------------------------------------------------
+# Results: one JSON object per line in results.jsonl, summary.json rebuilt after each stage.
+json_escape() { local s=${1//\\/\\\\}; s=${s//\"/\\\"}; printf '%s' "${s//$'\n'/ }"; }
+record() {  # record KIND NAME STATUS [key=value ...]  (numbers stay numbers)
+  local kind=$1 name=$2 status=$3 line kv key value
+  shift 3
+  line="{\"kind\":\"$kind\",\"name\":\"$(json_escape "$name")\",\"status\":\"$status\""
+  for kv in "$@"; do
+    key=${kv%%=*}
+    value=${kv#*=}
+    if [[ $value =~ ^-?[0-9]+(\.[0-9]+)?$ ]]; then line+=",\"$key\":$value"; else line+=",\"$key\":\"$(json_escape "$value")\""; fi
+  done
+  echo "$line}" >>"$out/results.jsonl"
+}
+summarize() {
+  command -v python3 >/dev/null || return 0
+  python3 - "$out" <<'EOF'
+import json, sys, os
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(os.path.join(out, "results.jsonl")) if l.strip()]
+summary = {"results": rows, "counts": {}}
+for r in rows:
+    key = r["kind"] + "." + r["status"]
+    summary["counts"][key] = summary["counts"].get(key, 0) + 1
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+EOF
+}
+
+remaining() { echo $((deadline - SECONDS)); }
+
+# run_one NAME SECONDS LOG CMD...: runs CMD bounded; prints passed|failed|skipped|timeout.
+run_one() {
+  local name=$1 limit=$2 log=$3 rc
+  shift 3
+  timeout -k 5 "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo timeout
+  elif [ "$rc" -ne 0 ]; then echo failed
+  elif grep -q "\[  SKIPPED \]" "$log" && ! grep -q "\[       OK \]" "$log"; then echo skipped
+  else echo passed
   fi
-fi
-cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$logs/build.log" 2>&1 ||
-  { grep -E "error" "$logs/build.log" | head -n 30; die "build (log: $logs/build.log)"; }
-say "configured and built in $((SECONDS - started)) s"
+}
 
-# --- tests --------------------------------------------------------------------------------
-ctest_rc=1
-unexpected_skips=0
-if [ "$with_tests" = ON ]; then
-  timeout 420 ctest --test-dir "$build" -R 'gpu\.|unit\.(BoxIndex|BoxPackHost)' \
-    --output-on-failure --timeout 300 >"$logs/ctest.log" 2>&1
-  ctest_rc=$?
-  summary=$(grep -E "tests passed|tests failed" "$logs/ctest.log" | tail -n1)
-  skipped=$(grep -E "\(Skipped\)" "$logs/ctest.log" || true)
-  unexpected_skips=$(printf '%s\n' "$skipped" | grep -v "MultiRank" | grep -c "Skipped" || true)
-  failed=$(grep -E "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$logs/ctest.log" || true)
-  say "tests: ${summary:-no summary (see $logs/ctest.log)}"
-  [ -n "$skipped" ] && printf '%s\n' "$skipped" | sed 's/^/[gpu-check]   skipped: /'
-  [ -n "$failed" ] && { printf '%s\n' "$failed" | sed 's/^/[gpu-check]   /'; grep -B2 -A12 "Failure" "$logs/ctest.log" | head -n 60; }
-fi
+run() {
+  out=${1:-${GPU_CHECK_OUT:-}}
+  [ -n "$out" ] || die "usage: scripts/gpu-check.sh run OUT-DIR (or GPU_CHECK_OUT)"
+  local bundle=${GPU_CHECK_BUNDLE:-$root/.gpu/bundle}
+  local budget=${GPU_CHECK_BUDGET_S:-480}
+  deadline=$((SECONDS + budget))
+  mkdir -p "$out/logs"
+  : >"$out/results.jsonl"
+  [ -x "$bundle/bin/gpu_tests" ] || die "no bundle at $bundle: run scripts/gpu-check.sh prepare on the build machine"
+  local bin=$bundle/bin
+  failures=0
 
-# --- kernel benchmark ---------------------------------------------------------------------
-timeout 180 "$build/kernels/chimera-kernel-bench" -b 1M -e 256M -n 20 -w 5 | tee "$logs/kernel-bench.txt"
-bench_rc=${PIPESTATUS[0]}
+  # NCCL: the machine's own, at run time.
+  local nccl=${NCCL_LIB_DIR:-}
+  if [ -z "$nccl" ] && command -v python3 >/dev/null; then
+    nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+  fi
+  export LD_LIBRARY_PATH="$bundle/lib${nccl:+:$nccl}:${LD_LIBRARY_PATH:-}"
+  if ! "$bin/gpu_tests" --gtest_list_tests >/dev/null 2>"$out/logs/load.log"; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$bundle/lib-fallback"
+    say "using the bundled libstdc++ ($(head -n1 "$out/logs/load.log"))"
+  fi
+  local version
+  version=$("$bin/chimera-rank-launch" --nccl-version 2>&1)
+  local version_rc=$?
+  local code
+  code=$(sed -n 's/.*(code \([0-9]*\)).*/\1/p' <<<"$version")
+  local vtext
+  vtext=$(sed -n 's/^NCCL \([0-9.]*\).*/\1/p' <<<"$version")
+  say "NCCL: $version (from ${nccl:-the system library path})"
+  local gpu="unknown"
+  command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n1)
+  local devices
+  devices=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU" || true)
+  say "GPU: $gpu ($devices visible); commit $(cat "$bundle/commit" 2>/dev/null || echo unknown)"
+  record env nccl "$([ $version_rc -eq 0 ] && echo ok || echo unsupported)" version="$version" code="${code:-0}" \
+    path="${nccl:-system}" gpu="$gpu" devices="$devices" commit="$(cat "$bundle/commit" 2>/dev/null)"
+  summarize
+  export CHIMERA_TIMEOUT_MS=${CHIMERA_TIMEOUT_MS:-45000}  # NCCL waits end before the 60 s kill
 
-# --- verdict --------------------------------------------------------------------------------
-say "elapsed $((SECONDS - started)) s; logs in $logs"
-status=0
-[ "$with_tests" = OFF ] && { say "FAIL: GPU tests were not built"; status=1; }
-[ "$with_tests" = ON ] && [ "$ctest_rc" -ne 0 ] && { say "FAIL: ctest exit $ctest_rc"; status=1; }
-[ "$unexpected_skips" -gt 0 ] && { say "FAIL: $unexpected_skips single-GPU tests skipped on a GPU machine"; status=1; }
-[ "$bench_rc" -ne 0 ] && { say "FAIL: kernel benchmark exit $bench_rc"; status=1; }
-grep -h "lowest" "$logs/kernel-bench.txt" | sed 's/^# /[gpu-check] /'
-[ "$status" -eq 0 ] && say "PASS"
-exit "$status"
+  # 1. single-rank tests, one process each.
+  local tests test status
+  tests=$("$bin/gpu_tests" --gtest_list_tests | awk '/^[^ ]/{suite=$1} /^  /{print suite $1}' |
+    grep -vE "^(NcclProcesses|ExecutorOnNcclProcesses)\.")
+  for test in $tests; do
+    [ "$(remaining)" -gt 70 ] || { record test "$test" not_run reason="budget"; continue; }
+    status=$(run_one "$test" 60 "$out/logs/$test.log" "$bin/gpu_tests" --gtest_filter="$test")
+    # On a GPU machine only the multi-GPU test may skip (one GPU); any other skip is a failure.
+    if [ "$status" = skipped ] && [ "$devices" -ge 1 ] && [[ $test != NcclMultiRank.* ]]; then
+      status=failed
+      grep -h "SKIPPED\|Skipped" "$out/logs/$test.log" | head -n 2 | sed 's/^/[gpu-check]   unexpected skip: /'
+    fi
+    record test "$test" "$status" ranks=1
+    say "1 rank  $test: $status"
+    [ "$status" = failed ] || [ "$status" = timeout ] && failures=$((failures + 1))
+  done
+  summarize
+
+  # 2. kernel benchmark rows (before the multi-process tests: fixed, short cost).
+  if [ "$(remaining)" -gt 40 ]; then
+    local limit=$(( $(remaining) - 10 ))
+    [ "$limit" -gt 100 ] && limit=100
+    timeout -k 5 "$limit" "$bin/chimera-kernel-bench" -b 64M -e 128M -n 10 -w 3 >"$out/kernel-bench.txt" 2>&1
+    local rc=$?
+    cat "$out/kernel-bench.txt"
+    awk '/^  /{ printf "%s %s %s %s %s %s %s %s %s %s\n", $1, $2, $3, $4, $5, $6, $7, $9, $11, $13 }' "$out/kernel-bench.txt" |
+      while read -r shape dtype run offset bytes copy pack unpack packn wrong; do
+        record kernel "$shape" "$([ "$wrong" = 0 ] && echo passed || echo failed)" dtype="$dtype" run_bytes="$run" \
+          offset_bytes="$offset" bytes="$bytes" memcpy_gbs="$copy" pack_gbs="$pack" unpack_gbs="$unpack" \
+          packn_gbs="$packn" wrong="$wrong"
+      done
+    record bench kernel-bench "$([ $rc -eq 0 ] && echo passed || echo failed)" exit="$rc"
+    [ "$rc" -ne 0 ] && failures=$((failures + 1))
+  else
+    record bench kernel-bench not_run reason="budget"
+  fi
+  summarize
+
+  # 3./4. multi-process tests.
+  local counts=(1) why=""
+  if [ "${code:-0}" -ge 23100 ]; then
+    export NCCL_MULTI_RANK_GPU_ENABLE=1
+    counts=(1 2 4 8)
+  elif [ "$devices" -ge 2 ]; then
+    local n
+    for n in 2 4 8; do [ "$n" -le "$devices" ] && counts+=("$n"); done
+    why="NCCL ${vtext:-?} < 2.31 cannot share a GPU between ranks: multi-rank limited to $devices GPUs"
+  else
+    why="NCCL ${vtext:-?} < 2.31 cannot put several ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE needs 2.31): multi-rank tests skipped"
+  fi
+  [ -n "$why" ] && { say "$why"; record note multi_rank skipped reason="$why"; }
+  local n
+  for n in "${counts[@]}"; do
+    for test in NcclProcesses.CollectivesAndRingAcrossLaunchedRanks \
+                ExecutorOnNcclProcesses.PaperChainsMatchTheReferenceOnEveryLaunchedRank \
+                ExecutorOnNcclProcesses.SixScenariosF32AtEightRanks \
+                ExecutorOnNcclProcesses.SixScenariosBf16AtEightRanks; do
+      [ "$n" -lt 8 ] && [[ $test == *SixScenarios* ]] && continue
+      [ "$n" -lt 2 ] && [[ $test == NcclProcesses.* ]] && continue
+      [ "$(remaining)" -gt 75 ] || { record test "$test" not_run ranks="$n" reason="budget"; continue; }
+      local prefix="$out/logs/$test.n$n"
+      timeout -k 5 65 "$bin/chimera-rank-launch" -n "$n" -t 60 -l "$prefix" -- "$bin/gpu_tests" --gtest_filter="$test" \
+        >"$prefix.launch.log" 2>&1
+      local rc=$?
+      if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then status=timeout
+      elif [ "$rc" -ne 0 ]; then status=failed
+      elif grep -q "\[  SKIPPED \]" "$prefix.rank0.log"; then status=skipped
+      else status=passed
+      fi
+      record test "$test" "$status" ranks="$n"
+      say "$n ranks $test: $status"
+      [ "$status" = failed ] || [ "$status" = timeout ] && failures=$((failures + 1))
+      if [[ $test == *SixScenarios* ]]; then
+        # Per scenario and dtype: wrong elements summed over ranks, slowest rank's medians.
+        cat "$prefix".rank*.log | grep "^SCENARIO " | awk '
+          { for (i = 2; i <= NF; ++i) { split($i, kv, "="); v[kv[1]] = kv[2] }
+            k = v["name"] " " v["dtype"]; wrong[k] += v["wrong"]; if (!(k in seen)) { seen[k] = 1; eq[k] = 1 }
+            eq[k] *= v["fused_equal"];
+            if (v["baseline_ms"] > b[k]) b[k] = v["baseline_ms"]; if (v["fused_ms"] > f[k]) f[k] = v["fused_ms"] }
+          END { for (k in wrong) { split(k, p, " "); printf "%s %s %d %d %.3f %.3f\n", p[1], p[2], wrong[k], eq[k], b[k], f[k] } }' |
+          sort | while read -r name dtype wrong equal base fused; do
+            local speedup
+            speedup=$(awk -v b="$base" -v f="$fused" 'BEGIN { printf "%.3f", (f > 0 ? b / f : 0) }')
+            record scenario "$name" "$([ "$wrong" = 0 ] && [ "$equal" = 1 ] && echo passed || echo failed)" \
+              dtype="$dtype" ranks=8 wrong="$wrong" fused_equals_baseline="$equal" baseline_ms="$base" fused_ms="$fused" \
+              speedup="$speedup"
+            say "scenario $name ($dtype): wrong $wrong, baseline $base ms, fused $fused ms, speedup ${speedup}x"
+          done
+      fi
+    done
+    summarize
+  done
+
+  summarize
+  say "elapsed $((SECONDS - deadline + budget)) s of $budget; $failures failures; results in $out"
+  [ "$failures" -eq 0 ] && say PASS
+  [ "$failures" -eq 0 ]
+}
+
+case "${1:-}" in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: scripts/gpu-check.sh prepare [bundle-dir] | run OUT-DIR" >&2; exit 2 ;;
+esac

@@ -115,6 +115,32 @@ class Backend {
   /// of `shape` at `tensor`, leaving the rest untouched. Same rules and errors.
   [[nodiscard]] virtual Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape,
                                          const Box& box, DataType dtype) = 0;
+  /// packBox of several boxes of one tensor: `boxes[i]` into `packed[i]` (equal lengths),
+  /// in as few launches as the backend can (NCCL: one kernel per 16 boxes). Same rules and
+  /// errors as packBox. Default: one packBox per box.
+  [[nodiscard]] virtual Status packBoxes(const void* tensor, std::span<const std::int64_t> shape,
+                                         std::span<const Box> boxes, std::span<void* const> packed, DataType dtype) {
+    if (boxes.size() != packed.size()) return Status::invalidArgument("packBoxes: boxes and packed differ in length");
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+      if (Status s = packBox(tensor, shape, boxes[i], packed[i], dtype); !s.isOk()) return s;
+    }
+    return Status::ok();
+  }
+  /// unpackBox of several boxes of one tensor: `packed[i]` into `boxes[i]` (equal lengths;
+  /// boxes must not overlap), in as few launches as the backend can. Default: one unpackBox per box.
+  [[nodiscard]] virtual Status unpackBoxes(std::span<const void* const> packed, void* tensor,
+                                           std::span<const std::int64_t> shape, std::span<const Box> boxes,
+                                           DataType dtype) {
+    if (boxes.size() != packed.size()) return Status::invalidArgument("unpackBoxes: boxes and packed differ in length");
+    for (std::size_t i = 0; i < boxes.size(); ++i) {
+      if (Status s = unpackBox(packed[i], tensor, shape, boxes[i], dtype); !s.isOk()) return s;
+    }
+    return Status::ok();
+  }
+  /// Whether stream() is being captured into a CUDA graph right now (host backends: never).
+  /// The Executor pins the prepared plans it runs during a capture, since the graph keeps
+  /// their scratch addresses.
+  virtual bool capturing() const { return false; }
   /// Local op, ordered on stream(): output[i] = input[i] * factor for i < count (integers:
   /// computed in double, truncated toward zero, saturated). In place when input == output.
   [[nodiscard]] virtual Status scale(const void* input, void* output, std::size_t count, DataType dtype,

@@ -93,6 +93,21 @@ class Executor {
   std::size_t evictedPlans() const;
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
+  /// Number of prepared plans pinned because they ran while `backend.capturing()` (a CUDA
+  /// graph capture): a pinned plan is never freed by the limit, since the graph replays its
+  /// scratch addresses; pinned plans do not count toward the limit.
+  std::size_t pinnedPlans() const;
+  /// Unpins every pinned plan, once the graphs captured over them are destroyed; plans beyond
+  /// the limit are freed then. Call it with the same timing on every rank.
+  void releaseCapturedPlans();
+  /// Caps the scratch memory the backend's scratch pool holds (one pool per backend, shared
+  /// by the prepared plans of every executor on it; default CHIMERA_SCRATCH_LIMIT_BYTES, else
+  /// no cap). Free pool blocks beyond it are returned at once; preparing a plan that would
+  /// pass it fails with BackendError naming the cap. Call it with the same value on every
+  /// rank. InvalidArgument when `bytes` is 0; the environment's errors otherwise.
+  [[nodiscard]] Status setScratchLimit(std::size_t bytes);
+  /// Bytes the backend's scratch pool holds now (in use by prepared plans + free for reuse).
+  std::size_t scratchBytes() const;
 
  private:
   struct Impl;

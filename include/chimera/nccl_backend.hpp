@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
@@ -14,10 +15,12 @@
 // Its buffers are device memory; `Backend::stream()` is a cudaStream_t. Operations are
 // enqueued on that stream and return without waiting; `synchronize()` waits, polls NCCL for
 // asynchronous errors, and aborts the communicators when the stream makes no progress for
-// CHIMERA_TIMEOUT_MS milliseconds (default 600000), returning Timeout.
+// CHIMERA_TIMEOUT_MS milliseconds (default 600000), returning Timeout. Communicators are
+// non-blocking: creation, splits, enqueues and teardown are bounded by the same timeout.
 // Sub-communicators per axis group come from ncclCommSplit of the world communicator, made
-// on first use and cached: like any collective, every rank must first-use the same groups
-// in the same order.
+// when the groups are created (or on a group's first use) and cached: like any collective,
+// every rank must create the same groups in the same order. The NCCL library is the one
+// loaded at run time (>= 2.18; older gives Unsupported at creation, never a load failure).
 
 namespace chimera {
 
@@ -81,5 +84,20 @@ struct NcclBackendOptions {
 /// GPUs; BackendError when CUDA, NCCL or MPI fail; Unsupported when chimera was built
 /// without MPI (use the unique-id overload then).
 [[nodiscard]] Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+/// Creates the NCCL backend for a rank started by a launcher without MPI (such as
+/// `chimera-rank-launch`, or your own): reads CHIMERA_RANK, CHIMERA_WORLD_SIZE,
+/// CHIMERA_LOCAL_RANK and CHIMERA_LOCAL_WORLD_SIZE (default: the global ones) and
+/// CHIMERA_NCCL_UNIQUE_ID (the id as 256 hex digits), picks the device as
+/// createNcclBackendMpi does (one visible GPU: device 0; else the local rank), and calls
+/// createNcclBackend. Collective over the launched ranks. InvalidArgument naming the variable
+/// when one is missing or malformed, or when mesh.size() differs from CHIMERA_WORLD_SIZE;
+/// otherwise as createNcclBackend.
+[[nodiscard]] Status createNcclBackendFromEnv(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+/// The NCCL library loaded at run time: its version as "major.minor.patch" in `text` and
+/// as NCCL's version code in `code`. Unsupported (with both filled) when it is older than
+/// chimera needs (2.18); BackendError when ncclGetVersion fails.
+[[nodiscard]] Status ncclLibraryVersion(std::string& text, int& code);
 
 }  // namespace chimera

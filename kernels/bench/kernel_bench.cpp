@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // chimera-kernel-bench: pack/unpack bandwidth against cudaMemcpyAsync device-to-device in
-// the same run. For each size S (bytes of packed data) it times, with CUDA events around
-// each iteration and the median over iterations:
+// the same run, for a table of shapes (or the one given by -r/-d/-o): runs of 4 KiB, 1 KiB
+// and 256 B (f32), 4 KiB bf16 runs, and bf16 boxes whose tensor-side start is 8, 4 or 2 bytes
+// off a 16-byte boundary (8- and 4-byte vectors, element-wise copy). For each shape and size
+// S (bytes of packed data) it times, with CUDA events around each iteration and the median
+// over iterations:
 //   memcpy   cudaMemcpyAsync of S bytes (the reference)
-//   pack     one box of a row-major [rows x 2*run] tensor, every row's middle `run` elements
+//   pack     one box of a row-major [rows x 2*run] tensor: every row's `run` elements from
+//            column byte offset `offset` (default run/2)
 //   unpack   the inverse
 //   packN    the same box cut into N row blocks packed to N consecutive regions (one call,
 //            as a many-to-many send list to N peers)
@@ -28,14 +32,29 @@
 namespace chimera {
 namespace {
 
+// One benchmarked shape: element type, bytes per run, byte offset of the box in its row.
+struct Shape {
+  std::string name;
+  DataType dtype = DataType::F32;
+  std::size_t runBytes = 4096;
+  std::size_t offsetBytes = 2048;
+};
+
+// The shapes measured unless -r/-d/-o name one.
+std::vector<Shape> defaultShapes() {
+  return {{"run4K", DataType::F32, 4096, 2048},        {"run1K", DataType::F32, 1024, 512},
+          {"run256", DataType::F32, 256, 128},         {"bf16-4K", DataType::BF16, 4096, 2048},
+          {"bf16-off8", DataType::BF16, 4096, 8},      {"bf16-off4", DataType::BF16, 4096, 4},
+          {"bf16-off2", DataType::BF16, 4096, 2}};
+}
+
 struct Options {
   std::size_t minBytes = std::size_t{1} << 20;
   std::size_t maxBytes = std::size_t{256} << 20;
-  std::size_t runBytes = 4096;
   int iterations = 20;
   int warmup = 5;
   int peers = 8;
-  DataType dtype = DataType::F32;
+  std::vector<Shape> shapes = defaultShapes();
 };
 
 [[noreturn]] void fail(const std::string& message) {
@@ -53,32 +72,48 @@ void checkCuda(cudaError_t error, const char* what) {
 
 Options parseOptions(int argc, char** argv) {
   Options options;
+  Shape custom{"custom", DataType::F32, 4096, 0};
+  bool customGiven = false;
+  bool offsetGiven = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") {
-      std::printf("usage: chimera-kernel-bench [-b min] [-e max] [-r run-bytes] [-n iters] [-w warmup] "
-                  "[-p peers] [-d dtype]\n  sizes accept K/M/G suffixes; defaults -b 1M -e 256M -r 4096 -n 20 "
-                  "-w 5 -p 8 -d float\n");
+      std::printf("usage: chimera-kernel-bench [-b min] [-e max] [-n iters] [-w warmup] [-p peers] "
+                  "[-r run-bytes] [-d dtype] [-o offset-bytes]\n  sizes accept K/M/G suffixes; defaults -b 1M "
+                  "-e 256M -n 20 -w 5 -p 8; without -r/-d/-o the shape table (4 KiB, 1 KiB, 256 B f32 runs, "
+                  "4 KiB bf16 runs, bf16 boxes 8/4/2 bytes off alignment), else that one shape "
+                  "(defaults -r 4096 -d float -o run/2)\n");
       std::exit(0);
     }
     if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
     const std::string value = argv[++i];
     std::size_t number = 0;
     if (flag == "-d") {
-      check(parseDataType(value, options.dtype), "-d");
+      check(parseDataType(value, custom.dtype), "-d");
+      customGiven = true;
       continue;
     }
     check(parseSize(value, number), flag.c_str());
     if (flag == "-b") options.minBytes = number;
     else if (flag == "-e") options.maxBytes = number;
-    else if (flag == "-r") options.runBytes = number;
+    else if (flag == "-r") customGiven = true, custom.runBytes = number;
+    else if (flag == "-o") customGiven = true, offsetGiven = true, custom.offsetBytes = number;
     else if (flag == "-n") options.iterations = static_cast<int>(number);
     else if (flag == "-w") options.warmup = static_cast<int>(number);
     else if (flag == "-p") options.peers = static_cast<int>(number);
     else fail(fmt::format("unknown option {} (see --help)", flag));
   }
-  const std::size_t size = dataTypeSize(options.dtype);
-  if (options.runBytes == 0 || options.runBytes % size != 0) fail("-r must be a positive multiple of the element size");
+  if (customGiven) {
+    if (!offsetGiven) custom.offsetBytes = custom.runBytes / 2;
+    options.shapes = {custom};
+  }
+  for (const Shape& shape : options.shapes) {
+    const std::size_t size = dataTypeSize(shape.dtype);
+    if (shape.runBytes == 0 || shape.runBytes % size != 0) fail("-r must be a positive multiple of the element size");
+    if (shape.offsetBytes % size != 0 || shape.offsetBytes > shape.runBytes) {
+      fail("-o must be a multiple of the element size and at most -r");
+    }
+  }
   if (options.iterations < 1 || options.peers < 1 || options.minBytes == 0 || options.minBytes > options.maxBytes) {
     fail("need -n >= 1, -p >= 1 and 0 < -b <= -e");
   }
@@ -126,15 +161,15 @@ struct Layout {
   std::size_t packedBytes = 0;
 };
 
-Layout makeLayout(const Options& options, std::size_t bytes) {
-  const std::size_t size = dataTypeSize(options.dtype);
-  const auto run = static_cast<std::int64_t>(options.runBytes / size);
-  const auto rows = static_cast<std::int64_t>(std::max<std::size_t>(1, bytes / options.runBytes));
+Layout makeLayout(const Options& options, const Shape& shape, std::size_t bytes) {
+  const std::size_t size = dataTypeSize(shape.dtype);
+  const auto run = static_cast<std::int64_t>(shape.runBytes / size);
+  const auto rows = static_cast<std::int64_t>(std::max<std::size_t>(1, bytes / shape.runBytes));
   Layout layout;
   layout.box.ndims = 2;
   layout.box.dims[0] = rows;
   layout.box.dims[1] = 2 * run;
-  layout.box.offset[1] = run / 2;
+  layout.box.offset[1] = static_cast<std::int64_t>(shape.offsetBytes / size);
   layout.box.extent[0] = rows;
   layout.box.extent[1] = run;
   layout.tensorBytes = static_cast<std::size_t>(tensorVolume(layout.box)) * size;
@@ -174,8 +209,8 @@ struct Row {
   std::size_t wrong = 0;
 };
 
-Row measure(const Options& options, const Layout& layout, cudaStream_t stream) {
-  const std::size_t size = dataTypeSize(options.dtype);
+Row measure(const Options& options, DataType dtype, const Layout& layout, cudaStream_t stream) {
+  const std::size_t size = dataTypeSize(dtype);
   const std::vector<std::uint8_t> tensor = patternBytes(layout.tensorBytes);
   std::vector<std::uint8_t> wantPacked(layout.packedBytes);
   check(detail::packBoxHost(tensor.data(), wantPacked.data(), layout.box, size), "host pack");
@@ -192,7 +227,7 @@ Row measure(const Options& options, const Layout& layout, cudaStream_t stream) {
                               stream), "cudaMemcpyAsync");
   });
   const detail::BoxCopy whole{layout.box, deviceTensor.data(), packed.data()};
-  row.packMs = medianMs(stream, w, n, [&] { check(detail::packBoxes(&whole, 1, options.dtype, stream), "pack"); });
+  row.packMs = medianMs(stream, w, n, [&] { check(detail::packBoxes(&whole, 1, dtype, stream), "pack"); });
   row.wrong += differingBytes(packed.data(), wantPacked);
 
   std::vector<detail::BoxCopy> parts;
@@ -202,7 +237,7 @@ Row measure(const Options& options, const Layout& layout, cudaStream_t stream) {
   }
   checkCuda(cudaMemset(packed.data(), 0, layout.packedBytes), "cudaMemset");
   row.packPeersMs = medianMs(stream, w, n, [&] {
-    check(detail::packBoxes(parts.data(), parts.size(), options.dtype, stream), "pack to peers");
+    check(detail::packBoxes(parts.data(), parts.size(), dtype, stream), "pack to peers");
   });
   row.wrong += differingBytes(packed.data(), wantPacked);
 
@@ -210,7 +245,7 @@ Row measure(const Options& options, const Layout& layout, cudaStream_t stream) {
   std::vector<std::uint8_t> wantTensor(layout.tensorBytes, 0);
   check(detail::unpackBoxHost(wantPacked.data(), wantTensor.data(), layout.box, size), "host unpack");
   checkCuda(cudaMemset(deviceTensor.data(), 0, layout.tensorBytes), "cudaMemset");
-  row.unpackMs = medianMs(stream, w, n, [&] { check(detail::unpackBoxes(&whole, 1, options.dtype, stream), "unpack"); });
+  row.unpackMs = medianMs(stream, w, n, [&] { check(detail::unpackBoxes(&whole, 1, dtype, stream), "unpack"); });
   row.wrong += differingBytes(deviceTensor.data(), wantTensor);
   return row;
 }
@@ -229,28 +264,34 @@ int main(int argc, char** argv) {
   checkCuda(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
   cudaStream_t stream = nullptr;
   checkCuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  std::printf("# chimera-kernel-bench: %s (%d SMs), dtype %s, run %zu B, %d peers, median of %d after %d warm-up\n",
-              properties.name, properties.multiProcessorCount, std::string(dataTypeName(options.dtype)).c_str(),
-              options.runBytes, options.peers, options.iterations, options.warmup);
-  std::printf("# %12s %12s %12s %7s %12s %7s %12s %7s %7s\n", "bytes", "memcpy GB/s", "pack GB/s", "%copy",
-              "unpack GB/s", "%copy", "packN GB/s", "%copy", "#wrong");
+  std::printf("# chimera-kernel-bench: %s (%d SMs), %d peers, median of %d after %d warm-up\n", properties.name,
+              properties.multiProcessorCount, options.peers, options.iterations, options.warmup);
+  std::printf("# %-10s %-8s %6s %6s %12s %12s %12s %7s %12s %7s %12s %7s %7s\n", "shape", "dtype", "run", "offset",
+              "bytes", "memcpy GB/s", "pack GB/s", "%copy", "unpack GB/s", "%copy", "packN GB/s", "%copy", "#wrong");
   std::size_t wrong = 0;
-  double worstLarge = -1;  // lowest pack/unpack % of memcpy at >= 64 MiB
-  for (std::size_t bytes = options.minBytes; bytes <= options.maxBytes; bytes *= 2) {
-    const Row row = measure(options, makeLayout(options, bytes), stream);
-    const double copy = gbPerSecond(row.bytes, row.memcpyMs);
-    const double pack = gbPerSecond(row.bytes, row.packMs);
-    const double unpack = gbPerSecond(row.bytes, row.unpackMs);
-    const double peers = gbPerSecond(row.bytes, row.packPeersMs);
-    std::printf("  %12zu %12.1f %12.1f %6.1f%% %12.1f %6.1f%% %12.1f %6.1f%% %7zu\n", row.bytes, copy, pack,
-                100 * pack / copy, unpack, 100 * unpack / copy, peers, 100 * peers / copy, row.wrong);
-    wrong += row.wrong;
-    if (row.bytes >= (std::size_t{64} << 20)) {
-      const double low = 100 * std::min({pack, unpack, peers}) / copy;
-      worstLarge = worstLarge < 0 ? low : std::min(worstLarge, low);
+  for (const Shape& shape : options.shapes) {
+    double worstLarge = -1;  // lowest pack/unpack % of memcpy at >= 64 MiB
+    for (std::size_t bytes = options.minBytes; bytes <= options.maxBytes; bytes *= 2) {
+      const Row row = measure(options, shape.dtype, makeLayout(options, shape, bytes), stream);
+      const double copy = gbPerSecond(row.bytes, row.memcpyMs);
+      const double pack = gbPerSecond(row.bytes, row.packMs);
+      const double unpack = gbPerSecond(row.bytes, row.unpackMs);
+      const double peers = gbPerSecond(row.bytes, row.packPeersMs);
+      std::printf("  %-10s %-8s %6zu %6zu %12zu %12.1f %12.1f %6.1f%% %12.1f %6.1f%% %12.1f %6.1f%% %7zu\n",
+                  shape.name.c_str(), std::string(dataTypeName(shape.dtype)).c_str(), shape.runBytes,
+                  shape.offsetBytes, row.bytes, copy, pack, 100 * pack / copy, unpack, 100 * unpack / copy, peers,
+                  100 * peers / copy, row.wrong);
+      wrong += row.wrong;
+      if (row.bytes >= (std::size_t{64} << 20)) {
+        const double low = 100 * std::min({pack, unpack, peers}) / copy;
+        worstLarge = worstLarge < 0 ? low : std::min(worstLarge, low);
+      }
+    }
+    if (worstLarge >= 0) {
+      std::printf("# %s: pack/unpack at >= 64 MiB: lowest %.1f%% of cudaMemcpyAsync D2D\n", shape.name.c_str(),
+                  worstLarge);
     }
   }
-  if (worstLarge >= 0) std::printf("# pack/unpack at >= 64 MiB: lowest %.1f%% of cudaMemcpyAsync D2D\n", worstLarge);
   std::printf("# %s: %zu wrong bytes\n", wrong == 0 ? "correct" : "WRONG", wrong);
   cudaStreamDestroy(stream);
   return wrong == 0 ? 0 : 1;

@@ -35,6 +35,9 @@ inline constexpr bool kMpiCheckArgsByDefault = true;
 
 /// Default of CHIMERA_TIMEOUT_MS: ten minutes.
 inline constexpr std::int64_t kDefaultTimeoutMs = 600000;
+/// Largest CHIMERA_TIMEOUT_MS accepted: one week (a deadline now + timeout must not overflow
+/// the clock's nanoseconds).
+inline constexpr std::int64_t kMaxTimeoutMs = 7LL * 24 * 3600 * 1000;
 
 /// CHIMERA_CHECK_ARGS (cross-rank argument agreement before each collective), defaulting to
 /// `fallback`. InvalidArgument on a malformed value, as readEnvSwitch.
@@ -43,7 +46,7 @@ inline constexpr std::int64_t kDefaultTimeoutMs = 600000;
 /// CHIMERA_TIMEOUT_MS: how long (milliseconds) a backend waits for a collective or transfer
 /// that makes no progress before it returns Timeout; unset or empty gives kDefaultTimeoutMs.
 /// Shared by the MPI and NCCL backends. InvalidArgument naming the variable when the value is
-/// not a decimal integer >= 1.
+/// not a decimal integer in 1..kMaxTimeoutMs.
 [[nodiscard]] Status timeoutMsFromEnv(std::int64_t& out);
 
 }  // namespace chimera::detail

@@ -13,6 +13,7 @@
 #include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
+#include "exec/scratch_pool.hpp"
 #include "common/env.hpp"
 #include "exec/signature.hpp"
 
@@ -68,6 +69,7 @@ struct Executor::Impl {
   Status findChain(const ChainRequest& request, bool agreed, ChainEntry*& out);
 
   Backend& backend;
+  std::shared_ptr<detail::ScratchPool> scratch;  // the backend's; declared first, destroyed after the plans
   BytesCost bytesCost;
   const PlanCost* cost;
   std::unordered_map<std::string, std::unique_ptr<ChainEntry>> chains;
@@ -111,7 +113,9 @@ Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, st
 
 Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed) {
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
-  CHIMERA_RETURN_IF_ERROR(agreed ? preparedPlan->prepareAgreed(backend, plan) : preparedPlan->prepare(backend, plan));
+  if (!scratch) CHIMERA_RETURN_IF_ERROR(detail::scratchPoolFor(backend, scratch));
+  CHIMERA_RETURN_IF_ERROR(agreed ? preparedPlan->prepareAgreed(backend, plan, scratch.get())
+                                 : preparedPlan->prepare(backend, plan, scratch.get()));
   slot = std::move(preparedPlan);
   preparedPlans.added(slot);
   return Status::ok();
@@ -124,6 +128,8 @@ Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::Prepare
   } else {
     CHIMERA_RETURN_IF_ERROR(prepare(plan, slot, agreed));
   }
+  // A graph captured now replays this plan's scratch addresses: keep the plan alive.
+  if (backend.capturing()) preparedPlans.pin(slot);
   return execute(*slot, input, inputBytes, output, outputBytes, agreed);
 }
 
@@ -244,5 +250,18 @@ Status Executor::setPreparedPlanLimit(std::size_t limit) {
 }
 
 std::size_t Executor::planningPasses() const { return impl_->passes; }
+
+std::size_t Executor::pinnedPlans() const { return impl_->preparedPlans.pinned(); }
+
+void Executor::releaseCapturedPlans() { impl_->preparedPlans.unpinAll(); }
+
+Status Executor::setScratchLimit(std::size_t bytes) {
+  CHIMERA_CHECK_ARG(bytes >= 1, "scratch limit of 0 bytes (must be at least 1)");
+  if (!impl_->scratch) CHIMERA_RETURN_IF_ERROR(detail::scratchPoolFor(impl_->backend, impl_->scratch));
+  impl_->scratch->setLimit(bytes);
+  return Status::ok();
+}
+
+std::size_t Executor::scratchBytes() const { return impl_->scratch ? impl_->scratch->heldBytes() : 0; }
 
 }  // namespace chimera

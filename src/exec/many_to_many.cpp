@@ -4,6 +4,8 @@
 // from staging, and transfers to itself as local box copies.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/check.hpp"
 #include "exec/box_blocks.hpp"
 #include "exec/prepared_plan.hpp"
@@ -39,10 +41,11 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
     if (t.dst == rank_)
       CHIMERA_RETURN_IF_ERROR(contiguousOffset(outShape, t.dstBox, elementSize_, dstOffset, dstContiguous));
     SlotRef source{step.input, srcOffset};
+    const std::size_t packedBefore = packed;
     if (t.src == rank_ && !srcContiguous) {
       source = {stagingSlot(0), packed};
       out.before.push_back(packAction({step.input, 0}, source, inShape, t.srcBox));
-      packed += bytes;
+      packed = alignStaging(packed + bytes);
     }
     if (t.src == rank_ && t.dst == rank_) {
       if (dstContiguous) {
@@ -50,7 +53,7 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
           out.before.push_back(copyAction(source, {step.output, dstOffset}, bytes));
         } else {
           out.before.back().dst = {step.output, dstOffset};  // pack straight into the output
-          packed -= bytes;
+          packed = packedBefore;
         }
       } else {
         out.before.push_back(unpackAction(source, {step.output, 0}, outShape, t.dstBox));
@@ -63,9 +66,14 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
       const SlotRef staged{stagingSlot(1), unpacked};
       out.p2p.push_back({P2POp::Kind::Recv, staged, count, t.src});
       out.after.push_back(unpackAction(staged, {step.output, 0}, outShape, t.dstBox));
-      unpacked += bytes;
+      unpacked = alignStaging(unpacked + bytes);
     }
   }
+  // Packs first (they only read the input), then copies, then unpacks (which may read what a
+  // pack staged): the packs of the step become one batched call (mergeBoxActions).
+  const auto kindIs = [](LocalAction::Kind kind) { return [kind](const LocalAction& a) { return a.kind == kind; }; };
+  const auto copies = std::stable_partition(out.before.begin(), out.before.end(), kindIs(LocalAction::Kind::Pack));
+  std::stable_partition(copies, out.before.end(), kindIs(LocalAction::Kind::Copy));
   needStaging(0, packed);
   needStaging(1, unpacked);
   if (!out.p2p.empty()) out.comm = PreparedStep::Comm::Grouped;

@@ -44,10 +44,14 @@ Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions) {
         CHIMERA_RETURN_IF_ERROR(backend_->copy(resolve(a.dst), resolve(a.src), a.bytes));
         break;
       case LocalAction::Kind::Pack:
-        CHIMERA_RETURN_IF_ERROR(backend_->packBox(resolve(a.src), a.shape, a.box, resolve(a.dst), dtype_));
+        pointers_.clear();
+        for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
+        CHIMERA_RETURN_IF_ERROR(backend_->packBoxes(resolve(a.src), a.shape, a.boxes, pointers_, dtype_));
         break;
       case LocalAction::Kind::Unpack:
-        CHIMERA_RETURN_IF_ERROR(backend_->unpackBox(resolve(a.src), resolve(a.dst), a.shape, a.box, dtype_));
+        pointers_.clear();
+        for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
+        CHIMERA_RETURN_IF_ERROR(backend_->unpackBoxes(pointers_, resolve(a.dst), a.shape, a.boxes, dtype_));
         break;
       case LocalAction::Kind::Scale:
         CHIMERA_RETURN_IF_ERROR(backend_->scale(resolve(a.src), resolve(a.dst), a.count, dtype_, a.factor));

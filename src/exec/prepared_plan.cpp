@@ -47,8 +47,49 @@ LocalAction scaleAction(SlotRef src, SlotRef dst, std::size_t count, double fact
   return action;
 }
 
+namespace {
+
+bool sameTensor(const LocalAction& a, const LocalAction& b) {
+  const SlotRef& at = a.kind == LocalAction::Kind::Pack ? a.src : a.dst;
+  const SlotRef& bt = b.kind == LocalAction::Kind::Pack ? b.src : b.dst;
+  return a.kind == b.kind && at.slot == bt.slot && at.offset == bt.offset && a.shape == b.shape;
+}
+
+}  // namespace
+
+void mergeBoxActions(std::vector<LocalAction>& actions) {
+  std::vector<LocalAction> merged;
+  for (LocalAction& action : actions) {
+    const bool boxAction = action.kind == LocalAction::Kind::Pack || action.kind == LocalAction::Kind::Unpack;
+    const SlotRef packed = action.kind == LocalAction::Kind::Pack ? action.dst : action.src;
+    if (boxAction && !merged.empty() && !merged.back().boxes.empty() && sameTensor(merged.back(), action)) {
+      merged.back().boxes.push_back(std::move(action.box));
+      merged.back().packed.push_back(packed);
+      continue;
+    }
+    if (boxAction) {
+      action.boxes = {action.box};
+      action.packed = {packed};
+    }
+    merged.push_back(std::move(action));
+  }
+  actions = std::move(merged);
+}
+
 PreparedPlan::~PreparedPlan() {
-  for (void* ptr : owned_) backend_->deallocate(ptr);
+  for (void* ptr : owned_) {
+    if (pool_ != nullptr) {
+      pool_->release(ptr);
+    } else {
+      backend_->deallocate(ptr);
+    }
+  }
+}
+
+Status PreparedPlan::allocateScratch(std::size_t bytes, void** out) {
+  CHIMERA_RETURN_IF_ERROR(pool_ != nullptr ? pool_->acquire(bytes, out) : backend_->allocate(bytes, out));
+  owned_.push_back(*out);
+  return Status::ok();
 }
 
 void PreparedPlan::needStaging(int which, std::size_t bytes) {
@@ -58,8 +99,9 @@ void PreparedPlan::needStaging(int which, std::size_t bytes) {
 
 // Every rank resolves its part, then all agree on the verdict (one MAX allReduce over the
 // world), so a plan that fails on some ranks only fails everywhere instead of hanging.
-Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
+Status PreparedPlan::prepare(Backend& backend, const Plan& plan, ScratchPool* pool) {
   backend_ = &backend;
+  pool_ = pool;
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
@@ -73,8 +115,9 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
   return createGroups(plan);
 }
 
-Status PreparedPlan::prepareAgreed(Backend& backend, const Plan& plan) {
+Status PreparedPlan::prepareAgreed(Backend& backend, const Plan& plan, ScratchPool* pool) {
   backend_ = &backend;
+  pool_ = pool;
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
@@ -116,14 +159,15 @@ Status PreparedPlan::resolve(const Plan& plan) {
       return Status(status.code(),
                     fmt::format("plan step {} ({}): {}", i + 1, planStepKindName(step.kind), status.message()));
     }
+    mergeBoxActions(prepared.before);
+    mergeBoxActions(prepared.after);
     steps_.push_back(std::move(prepared));
   }
   slots_.assign(plan.buffers.size() + 2, nullptr);
   auto allocateSlot = [&](std::size_t slot, std::size_t bytes) -> Status {
     if (bytes == 0) return Status::ok();
     void* ptr = nullptr;
-    CHIMERA_RETURN_IF_ERROR(backend_->allocate(bytes, &ptr));
-    owned_.push_back(ptr);
+    CHIMERA_RETURN_IF_ERROR(allocateScratch(bytes, &ptr));
     slots_[slot] = static_cast<std::byte*>(ptr);
     return Status::ok();
   };

@@ -11,6 +11,7 @@
 #include "chimera/backend.hpp"
 #include "chimera/plan.hpp"
 #include "chimera/status.hpp"
+#include "exec/scratch_pool.hpp"
 
 namespace chimera::detail {
 
@@ -32,7 +33,24 @@ struct LocalAction {
   double factor = 1;                ///< Scale: the factor
   std::vector<std::int64_t> shape;  ///< Pack/Unpack: the tensor's local shape
   Box box;                          ///< Pack/Unpack: the box, local coordinates
+  /// Pack/Unpack after mergeBoxActions: every box of this call (`box` first) and, per box, its
+  /// packed operand (`dst` of a Pack, `src` of an Unpack first): one backend call for all.
+  std::vector<Box> boxes;
+  std::vector<SlotRef> packed;
 };
+
+/// Byte alignment of every box's offset in a staging area: cudaMalloc's alignment, so the
+/// pack kernels take their 16-byte vector path for every box, not only the first.
+inline constexpr std::size_t kStagingAlignment = 256;
+/// `offset` rounded up to kStagingAlignment.
+constexpr std::size_t alignStaging(std::size_t offset) {
+  return (offset + kStagingAlignment - 1) / kStagingAlignment * kStagingAlignment;
+}
+
+/// Merges each run of consecutive Packs of one tensor (same source and shape), and of
+/// consecutive Unpacks into one tensor, into its first action (filling `boxes`/`packed`),
+/// so the backend moves them in one call; single Packs/Unpacks get one-element lists.
+void mergeBoxActions(std::vector<LocalAction>& actions);
 
 /// A Copy of `bytes` from `src` to `dst`.
 LocalAction copyAction(SlotRef src, SlotRef dst, std::size_t bytes);
@@ -67,7 +85,8 @@ struct PreparedStep {
   std::vector<LocalAction> after;
 };
 
-/// A plan prepared for this rank of `backend`. Owns its scratch (freed by the destructor).
+/// A plan prepared for this rank of `backend`. Owns its scratch (returned to the pool, or
+/// freed, by the destructor).
 class PreparedPlan {
  public:
   PreparedPlan() = default;
@@ -75,15 +94,17 @@ class PreparedPlan {
   PreparedPlan& operator=(const PreparedPlan&) = delete;
   ~PreparedPlan();
 
-  /// Resolves `plan` for `backend.rank()` and allocates its scratch. Collective over the
+  /// Resolves `plan` for `backend.rank()` and takes its scratch from `pool` (the backend's
+  /// scratch pool; nullptr: straight from backend.allocate). Collective over the
   /// world: every rank must prepare the same plan; a failure on any rank fails all (Mismatch
   /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
   /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
-  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
+  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan, ScratchPool* pool = nullptr);
   /// Resolves `plan` for `backend.rank()` without communicating: for a caller that agreed on
   /// the plan with every rank it touches already. Every group the rank's steps use must
-  /// exist (`Backend::createGroups`): InvalidArgument naming the group otherwise.
-  [[nodiscard]] Status prepareAgreed(Backend& backend, const Plan& plan);
+  /// exist (`Backend::createGroups`): InvalidArgument naming the group otherwise. Scratch as
+  /// for prepare.
+  [[nodiscard]] Status prepareAgreed(Backend& backend, const Plan& plan, ScratchPool* pool = nullptr);
   /// InvalidArgument naming both sizes when a buffer is smaller than this rank's part of the
   /// input or output, or null where the rank holds some.
   [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
@@ -108,6 +129,7 @@ class PreparedPlan {
   std::byte* resolve(SlotRef ref) const { return slots_[static_cast<std::size_t>(ref.slot)] + ref.offset; }
   int stagingSlot(int which) const { return static_cast<int>(bufferBytes_.size()) + which; }
   void needStaging(int which, std::size_t bytes);
+  Status allocateScratch(std::size_t bytes, void** out);
 
   Backend* backend_ = nullptr;
   DataType dtype_ = DataType::F32;
@@ -116,10 +138,12 @@ class PreparedPlan {
   std::vector<std::size_t> bufferBytes_;           // per plan buffer: this rank's bytes (0 = not held)
   std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
   std::size_t stagingBytes_[2] = {0, 0};
-  std::vector<void*> owned_;       // scratch from backend.allocate
+  ScratchPool* pool_ = nullptr;
+  std::vector<void*> owned_;       // scratch from pool_ (or backend.allocate without one)
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;
   std::vector<P2POp> ops_;  // reused by every grouped call
+  std::vector<void*> pointers_;  // reused by every batched pack/unpack
 };
 
 }  // namespace chimera::detail

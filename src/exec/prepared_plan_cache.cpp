@@ -20,12 +20,27 @@ void PreparedPlanCache::setLimit(std::size_t limit) {
   trim();
 }
 
+void PreparedPlanCache::pin(Slot& slot) {
+  if (where_.count(&slot) != 0) pinned_.insert(&slot);
+}
+
+void PreparedPlanCache::unpinAll() {
+  pinned_.clear();
+  trim();
+}
+
+// Frees least recently run unpinned plans while more than `limit_` unpinned plans are held
+// (pinned plans do not count, so the plan just added or run is never the one freed). The
+// walk goes from the list's old end, so every rank frees the same plans.
 void PreparedPlanCache::trim() {
-  while (order_.size() > limit_) {
-    Slot* oldest = order_.back();
-    order_.pop_back();
-    where_.erase(oldest);
-    oldest->reset();  // frees the plan's scratch
+  auto it = order_.end();
+  while (order_.size() - pinned_.size() > limit_ && it != order_.begin()) {
+    --it;
+    Slot* candidate = *it;
+    if (pinned_.count(candidate) != 0) continue;
+    it = order_.erase(it);
+    where_.erase(candidate);
+    candidate->reset();  // frees the plan's scratch
     ++evictions_;
   }
 }

@@ -7,13 +7,16 @@
 #include <list>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "exec/prepared_plan.hpp"
 
 namespace chimera::detail {
 
 /// Tracks the slots that hold a prepared plan, most recently run first, and frees the least
-/// recently run ones beyond `limit`. Which plans are freed depends only on the order of runs,
+/// recently run ones beyond `limit`. A pinned plan (run while a CUDA graph was being
+/// captured: the graph keeps its scratch addresses) is never freed and does not count
+/// toward the limit: at most `limit` unpinned plans are kept besides the pinned ones. Which plans are freed depends only on the order of runs,
 /// which every rank shares (SPMD), so the ranks free and later re-prepare (collectively) the
 /// same plans. Slots are owned elsewhere and must stay at their address while tracked.
 class PreparedPlanCache {
@@ -27,6 +30,12 @@ class PreparedPlanCache {
   void added(Slot& slot);
   /// Marks `slot` (tracked) as run just now.
   void ran(Slot& slot);
+  /// Pins `slot` (tracked): it is not freed until unpinAll().
+  void pin(Slot& slot);
+  /// Unpins every plan (the graphs that used them are gone) and frees plans beyond the limit.
+  void unpinAll();
+  /// Plans pinned now.
+  std::size_t pinned() const { return pinned_.size(); }
   /// Changes the limit (>= 1) and frees plans beyond it.
   void setLimit(std::size_t limit);
   /// The limit.
@@ -43,6 +52,7 @@ class PreparedPlanCache {
   std::size_t evictions_ = 0;
   std::list<Slot*> order_;  // most recently run first
   std::unordered_map<const Slot*, std::list<Slot*>::iterator> where_;
+  std::unordered_set<const Slot*> pinned_;
 };
 
 }  // namespace chimera::detail

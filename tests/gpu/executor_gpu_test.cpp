@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // The plan executor on the NCCL backend (device buffers, stream-ordered): the paper's chains
-// baseline vs fused vs an exact reference, one rank per GPU (threads), and a prepared plan
-// captured into a CUDA graph and replayed on one GPU.
+// baseline vs fused vs an exact reference, one rank per GPU (threads) or one rank per
+// process (chimera-rank-launch, several ranks per GPU where NCCL allows it) with the six
+// chimera-bench scenarios timed at 8 ranks, and a prepared plan captured into a CUDA graph
+// and replayed on one GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -88,10 +93,11 @@ struct RankRun {
 };
 
 // Collective over the ranks (backend creation and the executor's first-use agreement).
-Status prepare(const ChainCase& c, DataType dtype, int world, int rank, const NcclUniqueId& id, RankRun& run) {
+Status prepare(const ChainCase& c, DataType dtype, int world, int rank, int device, const NcclUniqueId& id,
+               RankRun& run) {
   Mesh mesh;
   CHIMERA_RETURN_IF_ERROR(Mesh::parse(c.mesh, world, mesh));
-  CHIMERA_RETURN_IF_ERROR(createNcclBackend(mesh, rank, rank, id, run.backend));
+  CHIMERA_RETURN_IF_ERROR(createNcclBackend(mesh, rank, device, id, run.backend));
   run.executor = std::make_unique<Executor>(*run.backend);
   run.request.spec = TensorSpec{c.shape, dtype};
   CHIMERA_RETURN_IF_ERROR(Layout::parse(c.from, mesh, run.request.from));
@@ -145,9 +151,9 @@ Status runMode(RankRun& run, ChainMode mode, std::vector<std::uint8_t>& output) 
 }
 
 // "" when baseline and fused both match the reference on this rank, else what went wrong.
-std::string checkRank(const ChainCase& c, DataType dtype, int world, int rank, const NcclUniqueId& id) {
+std::string checkRank(const ChainCase& c, DataType dtype, int world, int rank, int device, const NcclUniqueId& id) {
   RankRun run;
-  Status status = prepare(c, dtype, world, rank, id, run);
+  Status status = prepare(c, dtype, world, rank, device, id, run);
   if (!status.isOk()) return "prepare: " + status.toString();
   std::vector<std::uint8_t> baseline;
   std::vector<std::uint8_t> fused;
@@ -171,7 +177,7 @@ TEST(ExecutorOnNccl, PaperChainsMatchTheReferenceOnEveryGpu) {
       std::vector<std::string> results(static_cast<std::size_t>(world));
       std::vector<std::thread> threads;
       for (int rank = 0; rank < world; ++rank) {
-        threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = checkRank(c, dtype, world, rank, id); });
+        threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = checkRank(c, dtype, world, rank, rank, id); });
       }
       for (auto& thread : threads) thread.join();
       for (int rank = 0; rank < world; ++rank) {
@@ -189,7 +195,7 @@ TEST(ExecutorOnNccl, PreparedPlanIsCapturedIntoACudaGraphAndReplayed) {
   ASSERT_TRUE(createNcclUniqueId(id).isOk());
   RankRun run;
   setenv("CHIMERA_CHECK_ARGS", "0", 1);  // the agreement waits for the stream: not capturable
-  const Status prepared = prepare(c, DataType::F32, 1, 0, id, run);
+  const Status prepared = prepare(c, DataType::F32, 1, 0, 0, id, run);
   unsetenv("CHIMERA_CHECK_ARGS");
   ASSERT_TRUE(prepared.isOk()) << prepared.toString();
   cudaStream_t stream = nullptr;
@@ -219,6 +225,100 @@ TEST(ExecutorOnNccl, PreparedPlanIsCapturedIntoACudaGraphAndReplayed) {
   run.executor.reset();
   run.backend.reset();
   cudaStreamDestroy(stream);
+}
+
+TEST(ExecutorOnNcclProcesses, PaperChainsMatchTheReferenceOnEveryLaunchedRank) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 1);
+  const std::vector<ChainCase> cases = chainCases(env.worldSize);
+  if (cases.empty()) GTEST_SKIP() << "no chain cases for " << env.worldSize << " ranks (1, 2, 4 or 8)";
+  for (const ChainCase& c : cases) {
+    for (DataType dtype : {DataType::F32, DataType::BF16}) {
+      NcclUniqueId id;  // every case is a new NCCL world, which needs its own id
+      const Status fresh = test::launchedWorldId(env, device, id);
+      ASSERT_TRUE(fresh.isOk()) << fresh.toString();
+      EXPECT_EQ(checkRank(c, dtype, env.worldSize, env.rank, device, id), "")
+          << c.chain << " on " << c.mesh << " (" << dataTypeName(dtype) << ") rank " << env.rank;
+    }
+  }
+}
+
+// The six scenarios of chimera-bench --scenario (benchmarks/scenario.cpp), 8 ranks.
+std::vector<std::pair<std::string, ChainCase>> sixScenarios() {
+  const std::vector<std::int64_t> flat{2048, 1024};    // 8 MiB in f32
+  const std::vector<std::int64_t> cube{64, 256, 128};  // 8 MiB in f32
+  return {{"tp_sp", {"tp=8", "tp=P", "allreduce:tp", "tp=S0", flat}},
+          {"tp_pp", {"pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", flat}},
+          {"tp_ep", {"ep=2,tp=4", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1", cube}},
+          {"sp_ep", {"dp=2,sp=4", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2", cube}},
+          {"pp_sp", {"sp=4,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R", flat}},
+          {"pp_ep", {"pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", flat}}};
+}
+
+// Median milliseconds of `iterations` runs of the chain in `mode` (after 2 warm-up runs),
+// each timed on the host from the call to the end of synchronize().
+Status timeMode(RankRun& run, ChainMode mode, void* in, void* out, int iterations, double& medianMs) {
+  std::vector<double> times;
+  for (int i = 0; i < iterations + 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    CHIMERA_RETURN_IF_ERROR(run.executor->runChain(run.request, mode, in, run.input.size(), out, run.outputBytes));
+    CHIMERA_RETURN_IF_ERROR(run.backend->synchronize());
+    if (i >= 2) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
+  medianMs = times[times.size() / 2];
+  return Status::ok();
+}
+
+// Runs the six scenarios in `dtype` on this launched rank and prints one line per scenario
+// for scripts/gpu-check.sh to collect:
+//   SCENARIO name=<s> dtype=<d> rank=<r> wrong=<elements> fused_equal=<0|1> baseline_ms=<m> fused_ms=<m>
+void runSixScenarios(const detail::NcclBootstrapEnv& env, int device, DataType dtype) {
+  for (const auto& [name, c] : sixScenarios()) {
+    NcclUniqueId id;
+    Status status = test::launchedWorldId(env, device, id);
+    ASSERT_TRUE(status.isOk()) << status.toString();
+    RankRun run;
+    status = prepare(c, dtype, 8, env.rank, device, id, run);
+    ASSERT_TRUE(status.isOk()) << name << ": " << status.toString();
+    std::vector<std::uint8_t> baseline;
+    std::vector<std::uint8_t> fused;
+    ASSERT_TRUE((status = runMode(run, ChainMode::Baseline, baseline)).isOk()) << name << ": " << status.toString();
+    ASSERT_TRUE((status = runMode(run, ChainMode::Fused, fused)).isOk()) << name << ": " << status.toString();
+    const int wrong = countWrong(run, env.rank, baseline) + countWrong(run, env.rank, fused);
+    test::DeviceBuffer in(std::max<std::size_t>(run.input.size(), 1));
+    test::DeviceBuffer out(std::max<std::size_t>(run.outputBytes, 1));
+    if (!run.input.empty()) in.upload(run.input);
+    double baselineMs = 0;
+    double fusedMs = 0;
+    ASSERT_TRUE((status = timeMode(run, ChainMode::Baseline, in.data(), out.data(), 5, baselineMs)).isOk())
+        << status.toString();
+    ASSERT_TRUE((status = timeMode(run, ChainMode::Fused, in.data(), out.data(), 5, fusedMs)).isOk())
+        << status.toString();
+    std::printf("SCENARIO name=%s dtype=%s rank=%d wrong=%d fused_equal=%d baseline_ms=%.3f fused_ms=%.3f\n",
+                name.c_str(), std::string(dataTypeName(dtype)).c_str(), env.rank, wrong, fused == baseline ? 1 : 0,
+                baselineMs, fusedMs);
+    std::fflush(stdout);
+    EXPECT_EQ(wrong, 0) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
+    EXPECT_TRUE(fused == baseline) << name << " (" << dataTypeName(dtype) << ") rank " << env.rank;
+  }
+}
+
+TEST(ExecutorOnNcclProcesses, SixScenariosF32AtEightRanks) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 8);
+  if (env.worldSize != 8) GTEST_SKIP() << "the scenarios are for 8 ranks";
+  runSixScenarios(env, device, DataType::F32);
+}
+
+TEST(ExecutorOnNcclProcesses, SixScenariosBf16AtEightRanks) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 8);
+  if (env.worldSize != 8) GTEST_SKIP() << "the scenarios are for 8 ranks";
+  runSixScenarios(env, device, DataType::BF16);
 }
 
 }  // namespace

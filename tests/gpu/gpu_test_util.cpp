@@ -1,6 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpu_test_util.hpp"
 
+#include <cstdlib>
+
+#include "backend/nccl/device_choice.hpp"
+#include "chimera/backend.hpp"
+#include "chimera/mesh.hpp"
+#include "common/check.hpp"
+
+#include <memory>
+
 namespace chimera::test {
 
 int cudaDevices(std::string& why) {
@@ -13,6 +22,39 @@ int cudaDevices(std::string& why) {
   }
   if (count == 0) why = "cudaGetDeviceCount returned 0";
   return count;
+}
+
+bool launchedRank(detail::NcclBootstrapEnv& env, int& device, std::string& why) {
+  if (std::getenv("CHIMERA_RANK") == nullptr) {
+    why = "not started by chimera-rank-launch (CHIMERA_RANK unset): see scripts/gpu-check.sh";
+    return false;
+  }
+  Status status = detail::readNcclBootstrapEnv(env);
+  std::string cudaWhy;
+  const int devices = cudaDevices(cudaWhy);
+  if (status.isOk()) status = detail::chooseCudaDevice(env.localRank, env.localWorldSize, devices, device);
+  if (!status.isOk()) {
+    why = status.toString();
+    return false;
+  }
+  return true;
+}
+
+Status launchedWorldId(const detail::NcclBootstrapEnv& env, int device, NcclUniqueId& out) {
+  static std::unique_ptr<Backend> bootstrap;
+  if (!bootstrap) CHIMERA_RETURN_IF_ERROR(createNcclBackend(Mesh::flat(env.worldSize), env.rank, device, env.id, bootstrap));
+  NcclUniqueId id;
+  if (env.rank == 0) CHIMERA_RETURN_IF_ERROR(createNcclUniqueId(id));
+  void* buffer = nullptr;
+  CHIMERA_RETURN_IF_ERROR(bootstrap->allocate(kNcclUniqueIdBytes, &buffer));
+  Status status = bootstrap->copy(buffer, id.bytes.data(), kNcclUniqueIdBytes);
+  if (status.isOk()) {
+    status = bootstrap->broadcast(buffer, buffer, kNcclUniqueIdBytes, DataType::U8, 0, bootstrap->mesh().allAxes());
+  }
+  if (status.isOk()) status = bootstrap->copy(out.bytes.data(), buffer, kNcclUniqueIdBytes);
+  if (status.isOk()) status = bootstrap->synchronize();
+  bootstrap->deallocate(buffer);
+  return status;
 }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/nccl/nccl_bootstrap_env.hpp"
+
 namespace chimera::test {
 
 /// Number of usable CUDA devices; 0 with `why` set when there is none (no driver, no GPU).
@@ -22,6 +24,27 @@ int cudaDevices(std::string& why);
     const int chimera_devices_ = ::chimera::test::cudaDevices(chimera_why_);                       \
     if (chimera_devices_ == 0) GTEST_SKIP() << "no CUDA device: " << chimera_why_;                 \
     if (chimera_devices_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << chimera_devices_; \
+  } while (0)
+
+/// This process's rank of a world started by chimera-rank-launch, and the device it drives
+/// (as createNcclBackendFromEnv picks it). False with `why` set when the process was not
+/// launched that way (CHIMERA_RANK unset) or the environment is malformed.
+bool launchedRank(detail::NcclBootstrapEnv& env, int& device, std::string& why);
+
+/// A fresh NCCL unique id for one more world among the launched ranks (collective over
+/// them). The launcher's id serves one communicator creation only (its bootstrap root lives in
+/// the launcher), so the first call makes a flat world from it, kept for the process, and
+/// every call has rank 0 create a new id and broadcast it over that world.
+Status launchedWorldId(const detail::NcclBootstrapEnv& env, int device, NcclUniqueId& out);
+
+/// Skips the current test unless the process is a rank started by chimera-rank-launch with
+/// at least `n` ranks; fills `env` and `device`.
+#define CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, n)                                             \
+  do {                                                                                             \
+    CHIMERA_REQUIRE_DEVICES(1);                                                                    \
+    std::string chimera_why_;                                                                      \
+    if (!::chimera::test::launchedRank(env, device, chimera_why_)) GTEST_SKIP() << chimera_why_;    \
+    if ((env).worldSize < (n)) GTEST_SKIP() << "needs " << (n) << " launched ranks, got " << (env).worldSize; \
   } while (0)
 
 /// Device memory of `bytes` bytes, freed on destruction. Construction failure is a test failure.

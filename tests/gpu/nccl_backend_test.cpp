@@ -185,10 +185,10 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   // shows up: the stream stops progressing, which is what the deadline watches.
   static std::atomic<bool> release{false};
   release = false;
-  // Released after the deadline from another thread, so that nothing the abort does (it may
-  // wait for the device) can deadlock the test.
+  // Released well after the deadline from another thread, so that nothing the abort does
+  // (it may wait for the device) can deadlock the test.
   std::thread releaser([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
     release = true;
   });
   ASSERT_EQ(cudaLaunchHostFunc(
@@ -197,13 +197,16 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
             cudaSuccess);
   const auto start = std::chrono::steady_clock::now();
   const Status status = backend->synchronize();
-  const auto waited = std::chrono::steady_clock::now() - start;
+  const auto returned = std::chrono::steady_clock::now();
   releaser.join();
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  // What the test promises: the deadline (not the stream completing) ends the wait, no
+  // earlier than CHIMERA_TIMEOUT_MS. Timeout is only returned when the stream was still
+  // stuck at the deadline, and the release comes 10x later; the time synchronize() takes to
+  // abort the communicators afterwards is NCCL's and deliberately not bounded here.
   EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
   EXPECT_NE(status.message().find("CHIMERA_TIMEOUT_MS=300"), std::string::npos) << status.message();
-  EXPECT_GE(waited, std::chrono::milliseconds(300));
-  EXPECT_LT(waited, std::chrono::milliseconds(1500)) << "the deadline, not the release, must end the wait";
+  EXPECT_GE(returned - start, std::chrono::milliseconds(300));
   DeviceBuffer buffer(64);
   const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_);
   EXPECT_EQ(after.code(), StatusCode::BackendError);
@@ -313,9 +316,9 @@ TEST_F(NcclSingleRank, ArgumentAgreementKeepsResultsAndLocalErrors) {
 
 // One thread per GPU, each a rank of one NCCL world; checks are collected per rank and
 // asserted after every thread joined (an early return on one rank would hang the others).
-std::string runRank(const Mesh& mesh, int rank, const NcclUniqueId& id) {
+std::string runRank(const Mesh& mesh, int rank, int device, const NcclUniqueId& id) {
   std::unique_ptr<Backend> backend;
-  Status status = createNcclBackend(mesh, rank, rank, id, backend);
+  Status status = createNcclBackend(mesh, rank, device, id, backend);
   if (!status.isOk()) return status.toString();
   const int n = mesh.size();
   const std::size_t count = 1 << 16;
@@ -392,10 +395,45 @@ TEST(NcclMultiRank, CollectivesAndRingAcrossAllGpus) {
   std::vector<std::string> results(static_cast<std::size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = runRank(mesh, rank, id); });
+    threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = runRank(mesh, rank, rank, id); });
   }
   for (auto& thread : threads) thread.join();
   for (int rank = 0; rank < n; ++rank) EXPECT_EQ(results[static_cast<std::size_t>(rank)], "") << "rank " << rank;
+}
+
+// The same checks with one process per rank (chimera-rank-launch), several of them on one
+// GPU where NCCL allows it (NCCL_MULTI_RANK_GPU_ENABLE=1 from 2.31).
+TEST(NcclProcesses, CollectivesAndRingAcrossLaunchedRanks) {
+  detail::NcclBootstrapEnv env;
+  int device = 0;
+  CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, 2);
+  const int n = env.worldSize;
+  Mesh mesh;
+  if (n % 2 == 0 && n >= 4) {
+    ASSERT_TRUE(Mesh::create({{"x", 2}, {"y", n / 2}}, n, mesh).isOk());
+  } else {
+    mesh = Mesh::flat(n);
+  }
+  NcclUniqueId id;
+  const Status fresh = test::launchedWorldId(env, device, id);
+  ASSERT_TRUE(fresh.isOk()) << fresh.toString();
+  ScopedEnv checkArgs("CHIMERA_CHECK_ARGS", "1");
+  EXPECT_EQ(runRank(mesh, env.rank, device, id), "") << "rank " << env.rank << " of " << n;
+}
+
+TEST(NcclBackend, LauncherEnvironmentIsCheckedBeforeCuda) {
+  // No device needed: the variables are read before CUDA or NCCL is touched.
+  for (const char* name : {"CHIMERA_RANK", "CHIMERA_WORLD_SIZE", "CHIMERA_NCCL_UNIQUE_ID"}) unsetenv(name);
+  std::unique_ptr<Backend> backend;
+  Status status = createNcclBackendFromEnv(Mesh::flat(2), backend);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("CHIMERA_RANK is not set"), std::string::npos) << status.message();
+  ScopedEnv rank("CHIMERA_RANK", "0");
+  ScopedEnv world("CHIMERA_WORLD_SIZE", "4");
+  ScopedEnv id("CHIMERA_NCCL_UNIQUE_ID", std::string(2 * kNcclUniqueIdBytes, 'a').c_str());
+  status = createNcclBackendFromEnv(Mesh::flat(2), backend);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("CHIMERA_WORLD_SIZE=4"), std::string::npos) << status.message();
 }
 
 }  // namespace

@@ -12,15 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
-#include "exec/local_ops.hpp"
-#include "pack.hpp"
-#include "reduce.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -79,44 +77,87 @@ cudaStream_t cudaStreamOf(Stream stream) { return static_cast<cudaStream_t>(stre
 
 Status ncclStatus(ncclResult_t result, const char* what) {
   std::string message = fmt::format("{} failed: {}", what, ncclGetErrorString(result));
-  if (const char* detail = ncclGetLastError(nullptr); detail != nullptr && *detail != '\0') {
+  if (const char* detail = ncclLastError(); *detail != '\0') {
     message += fmt::format(" ({})", detail);
   }
   if (result == ncclInvalidArgument || result == ncclInvalidUsage) return Status::invalidArgument(std::move(message));
   return Status::backendError(std::move(message));
 }
 
-Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
-  out = NcclBackendOptions{};
-  CHIMERA_RETURN_IF_ERROR(detail::checkArgsFromEnv(out.checkArgs));
-  if (const char* text = std::getenv("CHIMERA_TIMEOUT_MS"); text != nullptr && *text != '\0') {
-    char* end = nullptr;
-    const long long value = std::strtoll(text, &end, 10);
-    CHIMERA_CHECK_ARG(*end == '\0' && value > 0, "CHIMERA_TIMEOUT_MS='{}' is not a positive number of milliseconds",
-                      text);
-    out.timeout = std::chrono::milliseconds(value);
-  }
-  if (const char* mode = std::getenv("CHIMERA_NCCL_ALLTOALL"); mode != nullptr && *mode != '\0') {
-    const std::string_view text(mode);
-    CHIMERA_CHECK_ARG(text == "native" || text == "grouped", "CHIMERA_NCCL_ALLTOALL='{}' is not native or grouped",
-                      text);
-    out.groupedAllToAll = text == "grouped";
-  }
-  return Status::ok();
+Status awaitNccl(std::span<const ncclComm_t> comms, std::chrono::milliseconds timeout, std::string_view what) {
+  Status failure;
+  const PollState state = pollUntilSettled(
+      [&] {
+        bool pending = false;
+        for (ncclComm_t comm : comms) {
+          ncclResult_t result = ncclSuccess;
+          const ncclResult_t queried = ncclCommGetAsyncError(comm, &result);
+          if (queried != ncclSuccess) {
+            failure = ncclStatus(queried, "ncclCommGetAsyncError");
+            return PollState::Failed;
+          }
+          if (result == ncclInProgress) {
+            pending = true;
+          } else if (result != ncclSuccess) {
+            failure = ncclStatus(result, std::string(what).c_str());
+            return PollState::Failed;
+          }
+        }
+        return pending ? PollState::Pending : PollState::Done;
+      },
+      timeout);
+  if (state == PollState::Done) return Status::ok();
+  if (state == PollState::Failed) return failure;
+  return Status::timeout(fmt::format("{} did not complete within CHIMERA_TIMEOUT_MS={} ms", what, timeout.count()));
 }
 
-NcclBackend::NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, NcclBackendOptions options)
-    : mesh_(mesh), rank_(rank), device_(device), world_(world), options_(options) {}
+NcclBackend::NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, const NcclApi& api,
+                         NcclBackendOptions options)
+    : mesh_(mesh), rank_(rank), device_(device), world_(world), api_(api), options_(options) {}
 
 NcclBackend::~NcclBackend() {
   if (cudaSetDevice(device_) != cudaSuccess) CHIMERA_LOG_WARN(kLog, "cudaSetDevice({}) failed in teardown", device_);
   if (agreementHost_ != nullptr) cudaFreeHost(agreementHost_);
   if (agreementDevice_ != nullptr) cudaFree(agreementDevice_);
   if (!abortReason_.empty()) return;  // abortAll already released the communicators
-  for (auto& [bits, comm] : groups_) {
-    if (ncclCommDestroy(comm) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "ncclCommDestroy failed for group {}", bits);
+  // Finalize (flush, non-blocking) every communicator, wait for all within the timeout, then
+  // destroy: a dead peer makes the wait time out and the communicators are aborted instead
+  // of ncclCommDestroy blocking forever.
+  const std::vector<ncclComm_t> comms = communicators();
+  Status finalized;
+  for (ncclComm_t comm : comms) {
+    const ncclResult_t result = api_.commFinalize(comm);
+    if (result != ncclSuccess && result != ncclInProgress && finalized.isOk()) {
+      finalized = ncclStatus(result, "ncclCommFinalize");
+    }
   }
-  if (ncclCommDestroy(world_) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "ncclCommDestroy failed for the world");
+  if (finalized.isOk()) finalized = awaitNccl(comms, options_.timeout, "ncclCommFinalize");
+  if (!finalized.isOk()) {
+    CHIMERA_LOG_WARN(kLog, "rank {}: {}; aborting the communicators", rank_, finalized.message());
+    abortReason_ = finalized.message();
+    abortAll();
+    return;
+  }
+  for (ncclComm_t comm : comms) {
+    if (ncclCommDestroy(comm) != ncclSuccess) CHIMERA_LOG_WARN(kLog, "rank {}: ncclCommDestroy failed", rank_);
+  }
+}
+
+std::vector<ncclComm_t> NcclBackend::communicators() const {
+  std::vector<ncclComm_t> comms;
+  for (const auto& [bits, comm] : groups_) comms.push_back(comm);
+  comms.push_back(world_);
+  return comms;
+}
+
+Status NcclBackend::settle(ncclResult_t result, std::span<const ncclComm_t> comms, std::string_view what) {
+  if (result != ncclSuccess && result != ncclInProgress) return ncclStatus(result, std::string(what).c_str());
+  Status status = awaitNccl(comms, options_.timeout, what);
+  if (status.isOk()) return status;
+  abortReason_ = status.message();
+  CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
+  abortAll();
+  return Status(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
 }
 
 Status NcclBackend::usable() const {
@@ -125,8 +166,20 @@ Status NcclBackend::usable() const {
 }
 
 void NcclBackend::abortAll() {
-  for (auto& [bits, comm] : groups_) ncclCommAbort(comm);
-  ncclCommAbort(world_);
+  const std::vector<ncclComm_t> comms = communicators();
+  const bool grouped = api_.features.groupedAbort && ncclGroupStart() == ncclSuccess;
+  for (ncclComm_t comm : comms) {
+    if (const ncclResult_t result = ncclCommAbort(comm); result != ncclSuccess && result != ncclInProgress) {
+      CHIMERA_LOG_WARN(kLog, "rank {}: ncclCommAbort failed: {}", rank_, ncclGetErrorString(result));
+    }
+  }
+  if (grouped) {
+    if (const ncclResult_t result = ncclGroupEnd(); result != ncclSuccess && result != ncclInProgress) {
+      CHIMERA_LOG_WARN(kLog, "rank {}: ncclGroupEnd of the aborts failed: {}", rank_, ncclGetErrorString(result));
+    }
+  }
+  groups_.clear();
+  world_ = nullptr;
 }
 
 Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
@@ -142,22 +195,47 @@ Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
     out = it->second;
     return Status::ok();
   }
-  // Collective over the world: every rank splits, coloured by its group along `axes`, keyed
-  // by its index inside that group, so comm rank == group index.
-  ncclComm_t comm = nullptr;
-  CHIMERA_NCCL_RETURN(ncclCommSplit(world_, mesh_.groupColor(rank_, axes), mesh_.groupIndex(rank_, axes), &comm,
-                                    nullptr));
-  CHIMERA_LOG_DEBUG(kLog, "created NCCL communicator for group {} ({} ranks)", mesh_.axesName(axes),
-                    mesh_.groupSize(axes));
-  groups_.emplace(axes.bits(), comm);
-  out = comm;
+  const AxisSet one[] = {axes};
+  CHIMERA_RETURN_IF_ERROR(createGroups(one));
+  out = groups_.at(axes.bits());
   return Status::ok();
 }
 
 Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
-  for (AxisSet axes : groups) {
+  CHIMERA_RETURN_IF_ERROR(usable());
+  std::vector<AxisSet> missing;
+  for (const AxisSet axes : groups) {
+    CHIMERA_CHECK_ARG(!axes.empty(), "empty axis set (mesh {})", mesh_.toString());
+    CHIMERA_CHECK_ARG((axes.bits() & ~mesh_.allAxes().bits()) == 0, "axis set bits {:#x} name axes outside mesh {}",
+                      axes.bits(), mesh_.toString());
+    if (axes == mesh_.allAxes() || groups_.count(axes.bits()) != 0) continue;
+    if (std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
+  }
+  if (missing.empty()) return Status::ok();
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CHIMERA_CUDA_RETURN(cudaStreamIsCapturing(cudaStreamOf(stream()), &capture));
+  CHIMERA_CHECK_ARG(capture == cudaStreamCaptureStatusNone,
+                    "group {} has no communicator yet and the stream is being captured: create the groups "
+                    "(Backend::createGroups, or one call on each group) before capturing",
+                    mesh_.axesName(missing.front()));
+  // A split is collective over the world: nothing may still be queued on it.
+  CHIMERA_RETURN_IF_ERROR(synchronize());
+  for (const AxisSet axes : missing) {
+    // Coloured by the rank's group along `axes`, keyed by its index inside it: comm rank ==
+    // group index. Non-blocking like the world (a NULL config would inherit it too).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
     ncclComm_t comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+    const ncclResult_t result =
+        api_.commSplit(world_, mesh_.groupColor(rank_, axes), mesh_.groupIndex(rank_, axes), &comm, &config);
+    if (comm != nullptr) groups_.emplace(axes.bits(), comm);
+    const ncclComm_t both[] = {world_, comm};
+    const std::span<const ncclComm_t> waitOn(both, comm != nullptr ? 2 : 1);
+    CHIMERA_RETURN_IF_ERROR(settle(result, waitOn, fmt::format("ncclCommSplit for group {}", mesh_.axesName(axes))));
+    CHIMERA_CHECK_ARG(comm != nullptr, "ncclCommSplit gave no communicator for group {}", mesh_.axesName(axes));
+    CHIMERA_LOG_DEBUG(kLog, "created NCCL communicator for group {} ({} ranks)", mesh_.axesName(axes),
+                      mesh_.groupSize(axes));
   }
   return Status::ok();
 }
@@ -177,7 +255,9 @@ Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature
   encodeAgreement(signature, local.isOk(), agreementHost_);
   const cudaStream_t s = cudaStreamOf(stream());
   CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementDevice_, agreementHost_, kBytes, cudaMemcpyHostToDevice, s));
-  CHIMERA_NCCL_RETURN(ncclAllReduce(agreementDevice_, agreementDevice_, kAgreementValues, ncclInt64, ncclMin, comm, s));
+  CHIMERA_RETURN_IF_ERROR(settle(
+      ncclAllReduce(agreementDevice_, agreementDevice_, kAgreementValues, ncclInt64, ncclMin, comm, s), comm,
+      "ncclAllReduce of the argument agreement"));
   CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementHost_, agreementDevice_, kBytes, cudaMemcpyDeviceToHost, s));
   CHIMERA_RETURN_IF_ERROR(synchronize());
   return agreementVerdict(agreementHost_, local, mesh_.axesName(axes));
@@ -194,7 +274,7 @@ Status NcclBackend::allReduce(const void* send, void* recv, std::size_t count, D
   const NcclCallSignature signature{NcclCollective::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (count == 0) return Status::ok();
-  CHIMERA_NCCL_RETURN(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream())));
+  return settle(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream())), comm, "ncclAllReduce");
   return Status::ok();
 }
 
@@ -210,7 +290,8 @@ Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recv
   const NcclCallSignature signature{NcclCollective::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (recvCount == 0) return Status::ok();
-  CHIMERA_NCCL_RETURN(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream())));
+  return settle(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream())), comm,
+                "ncclReduceScatter");
   return Status::ok();
 }
 
@@ -223,7 +304,7 @@ Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCoun
   const NcclCallSignature signature{NcclCollective::AllGather, static_cast<std::int64_t>(sendCount), dtype};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (sendCount == 0) return Status::ok();
-  CHIMERA_NCCL_RETURN(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream())));
+  return settle(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream())), comm, "ncclAllGather");
   return Status::ok();
 }
 
@@ -237,12 +318,9 @@ Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerP
   const NcclCallSignature signature{NcclCollective::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (countPerPeer == 0) return Status::ok();
-#if CHIMERA_NCCL_HAS_ALLTOALL
-  if (!options_.groupedAllToAll) {
-    CHIMERA_NCCL_RETURN(ncclAlltoAll(send, recv, countPerPeer, type, comm, cudaStreamOf(stream())));
-    return Status::ok();
+  if (api_.allToAll != nullptr && !options_.groupedAllToAll) {
+    return settle(api_.allToAll(send, recv, countPerPeer, type, comm, cudaStreamOf(stream())), comm, "ncclAlltoAll");
   }
-#endif
   return allToAllGrouped(send, recv, countPerPeer, dtype, comm);
 }
 
@@ -267,9 +345,11 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
   }
   // The group must be closed even after a failed enqueue.
   const ncclResult_t ended = ncclGroupEnd();
-  CHIMERA_RETURN_IF_ERROR(status);
-  if (ended != ncclSuccess && ended != ncclInProgress) return ncclStatus(ended, "ncclGroupEnd of allToAll");
-  return Status::ok();
+  if (!status.isOk()) {
+    (void)settle(ended, comm, "ncclGroupEnd of allToAll");
+    return status;
+  }
+  return settle(ended, comm, "ncclGroupEnd of allToAll");
 }
 
 Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
@@ -290,7 +370,7 @@ Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, D
                                     ReduceOp::Sum, root};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
   if (count == 0) return Status::ok();
-  CHIMERA_NCCL_RETURN(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream())));
+  return settle(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream())), comm, "ncclBroadcast");
   return Status::ok();
 }
 
@@ -335,25 +415,11 @@ Status NcclBackend::groupedP2P(std::span<const P2POp> ops) {
   }
   // The group must be closed even after a failed enqueue.
   const ncclResult_t ended = ncclGroupEnd();
-  CHIMERA_RETURN_IF_ERROR(status);
-  if (ended != ncclSuccess && ended != ncclInProgress) return ncclStatus(ended, "ncclGroupEnd of groupedP2P");
-  return Status::ok();
-}
-
-Status NcclBackend::allocate(std::size_t bytes, void** out) {
-  CHIMERA_CHECK_ARG(out != nullptr, "allocate: null output pointer");
-  CHIMERA_CHECK_ARG(bytes > 0, "allocate: 0 bytes requested");
-  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  CHIMERA_CUDA_RETURN(cudaMalloc(out, bytes));
-  return Status::ok();
-}
-
-void NcclBackend::deallocate(void* ptr) {
-  if (ptr == nullptr) return;
-  if (cudaSetDevice(device_) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
-    CHIMERA_LOG_WARN(kLog, "cudaFree({}) on device {} failed: {}", ptr, device_,
-                     cudaGetErrorString(cudaGetLastError()));
+  if (!status.isOk()) {
+    (void)settle(ended, world_, "ncclGroupEnd of groupedP2P");
+    return status;
   }
+  return settle(ended, world_, "ncclGroupEnd of groupedP2P");
 }
 
 Status NcclBackend::allocateHost(std::size_t bytes, void** out) {
@@ -367,39 +433,6 @@ void NcclBackend::deallocateHost(void* ptr) {
   if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) {
     CHIMERA_LOG_WARN(kLog, "cudaFreeHost({}) failed: {}", ptr, cudaGetErrorString(cudaGetLastError()));
   }
-}
-
-Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0) return Status::ok();
-  CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
-  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamOf(stream())));
-  return Status::ok();
-}
-
-Status NcclBackend::packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                            DataType dtype) {
-  BoxCopy copy;
-  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
-  copy.tensor = const_cast<void*>(tensor);  // read only by packBoxes
-  copy.packed = packed;
-  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return packBoxes(&copy, 1, dtype, stream());
-}
-
-Status NcclBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                              DataType dtype) {
-  BoxCopy copy;
-  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
-  copy.tensor = tensor;
-  copy.packed = const_cast<void*>(packed);  // read only by unpackBoxes
-  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return unpackBoxes(&copy, 1, dtype, stream());
-}
-
-Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {
-  CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return scaleBuffer(input, output, count, dtype, factor, stream());
 }
 
 // Polls instead of cudaStreamSynchronize: a blocking wait on a stream whose NCCL kernel
@@ -416,7 +449,7 @@ Status NcclBackend::synchronize() {
     if (query != cudaErrorNotReady) return cudaStatus(query, "cudaStreamQuery");
     std::vector<std::pair<std::uint32_t, ncclComm_t>> comms(groups_.begin(), groups_.end());
     comms.emplace_back(mesh_.allAxes().bits(), world_);
-    for (const auto& [bits, comm] : comms) {
+    for (const auto& [bits, comm] : comms) {  // copied: abortAll clears groups_
       ncclResult_t asyncError = ncclSuccess;
       CHIMERA_NCCL_RETURN(ncclCommGetAsyncError(comm, &asyncError));
       if (asyncError != ncclSuccess && asyncError != ncclInProgress) {

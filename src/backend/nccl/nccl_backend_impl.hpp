@@ -11,34 +11,32 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/nccl/nccl_agreement.hpp"
+#include "backend/nccl/nccl_api.hpp"
+#include "backend/nccl/nccl_options.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
 
 namespace chimera::detail {
 
-/// Settings of an NCCL backend.
-struct NcclBackendOptions {
-  /// How long synchronize() waits for a stream that stops progressing before it aborts.
-  std::chrono::milliseconds timeout{600000};
-  /// AllToAll as grouped ncclSend/ncclRecv even where NCCL has ncclAlltoAll.
-  bool groupedAllToAll = false;
-  /// Cross-rank argument agreement before every collective (one small extra allreduce and a
-  /// wait for the stream): Mismatch on every rank instead of a hang.
-  bool checkArgs = false;
-};
+/// Polls ncclCommGetAsyncError on every communicator of `comms` until none reports
+/// ncclInProgress (the state of a non-blocking communicator while NCCL works on a call).
+/// ok when all report ncclSuccess; BackendError naming `what` and NCCL's message when one
+/// reports an error; Timeout naming `what` when `timeout` passes first. Aborts nothing.
+[[nodiscard]] Status awaitNccl(std::span<const ncclComm_t> comms, std::chrono::milliseconds timeout,
+                               std::string_view what);
 
-/// Reads CHIMERA_TIMEOUT_MS (a positive integer of milliseconds), CHIMERA_NCCL_ALLTOALL
-/// (native | grouped) and CHIMERA_CHECK_ARGS (0/1/on/off/true/false; default on in debug
-/// builds) into `out`. InvalidArgument quoting the text when one is malformed.
-[[nodiscard]] Status ncclBackendOptionsFromEnv(NcclBackendOptions& out);
-
-/// Backend over NCCL. Owns `world` (and the sub-communicators it splits from it).
+/// Backend over NCCL. Owns `world` (and the sub-communicators it splits from it). Every
+/// communicator is non-blocking (ncclConfig_t::blocking = 0): each NCCL call is followed by
+/// awaitNccl, so creation, splits, enqueues, group ends and teardown are all bounded by
+/// options.timeout; past it, or on an asynchronous error, every communicator is aborted.
 class NcclBackend final : public Backend {
  public:
-  NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, NcclBackendOptions options);
+  NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, const NcclApi& api,
+              NcclBackendOptions options);
   ~NcclBackend() override;
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
@@ -48,6 +46,9 @@ class NcclBackend final : public Backend {
   int rank() const override { return rank_; }
   /// CUDA device this rank drives.
   int device() const { return device_; }
+  /// The NCCL library found at run time.
+  const NcclApi& api() const { return api_; }
+
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                    AxisSet axes) override;
@@ -69,9 +70,19 @@ class NcclBackend final : public Backend {
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
                    DataType dtype) override;
+  Status packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
+                   std::span<void* const> packed, DataType dtype) override;
+  Status unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
+                     std::span<const Box> boxes, DataType dtype) override;
+  bool capturing() const override;
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
+  /// Creates the communicators of `groups` (axis sets; the world and groups made before are
+  /// skipped), one ncclCommSplit of the world each, in the order given, after draining the
+  /// stream. Collective over the world: every rank passes the same list. The only place
+  /// splits happen; a group first used without it is created here on that use, which fails
+  /// with InvalidArgument while the stream is being captured into a CUDA graph.
   Status createGroups(std::span<const AxisSet> groups) override;
   bool hasGroup(AxisSet axes) const override;
 
@@ -80,8 +91,18 @@ class NcclBackend final : public Backend {
   Status group(AxisSet axes, ncclComm_t& out);
   // BackendError once the communicators were aborted.
   Status usable() const;
-  // Aborts every communicator (after an asynchronous error or a timeout).
+  // Aborts every communicator (after an asynchronous error or a timeout), in one group
+  // where the library allows it, so no abort waits for a peer of another communicator.
   void abortAll();
+  // Every communicator of the backend, the world last.
+  std::vector<ncclComm_t> communicators() const;
+  // After NCCL call `what` returned `result` on `comms`: its error, or awaitNccl on them;
+  // an error or timeout there aborts every communicator (and is returned).
+  Status settle(ncclResult_t result, std::span<const ncclComm_t> comms, std::string_view what);
+  // settle on one communicator.
+  Status settle(ncclResult_t result, ncclComm_t comm, std::string_view what) {
+    return settle(result, std::span<const ncclComm_t>(&comm, 1), what);
+  }
   // With checkArgs: agrees with the other members of `comm` on the call (see
   // nccl_agreement.hpp) and waits for the stream; without: returns `local`.
   Status agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local);
@@ -92,6 +113,7 @@ class NcclBackend final : public Backend {
   int rank_;
   int device_;
   ncclComm_t world_;
+  const NcclApi& api_;
   std::map<std::uint32_t, ncclComm_t> groups_;  // AxisSet bits -> split communicator
   NcclBackendOptions options_;
   std::string abortReason_;  // non-empty once aborted

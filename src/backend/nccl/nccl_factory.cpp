@@ -7,6 +7,9 @@
 #include <cstring>
 #include <string>
 
+#include "backend/nccl/device_choice.hpp"
+#include "backend/nccl/nccl_bootstrap_env.hpp"
+#include "backend/nccl/nccl_api.hpp"
 #include "backend/nccl/nccl_backend_impl.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "chimera/nccl_backend.hpp"
@@ -30,6 +33,29 @@ Status createNcclUniqueId(NcclUniqueId& out) {
 }
 
 namespace {
+
+// The world communicator, non-blocking, its creation bounded by the timeout (a peer that
+// never joins, e.g. after failing to parse its environment, gives Timeout, not a hang).
+Status initWorld(const detail::NcclApi& api, const Mesh& mesh, int rank, const NcclUniqueId& id,
+                 std::chrono::milliseconds timeout, ncclComm_t& world) {
+  ncclUniqueId ncclId;
+  std::memcpy(&ncclId, id.bytes.data(), sizeof ncclId);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  world = nullptr;
+  const ncclResult_t result = api.commInitRankConfig(&world, mesh.size(), ncclId, rank, &config);
+  if (result != ncclSuccess && result != ncclInProgress) {
+    if (world != nullptr) ncclCommAbort(world);
+    return detail::ncclStatus(result, "ncclCommInitRankConfig");
+  }
+  const Status ready = detail::awaitNccl(std::span<const ncclComm_t>(&world, 1), timeout,
+                                         fmt::format("ncclCommInitRankConfig of rank {} of {}", rank, mesh.size()));
+  if (!ready.isOk()) {
+    ncclCommAbort(world);
+    return ready;
+  }
+  return Status::ok();
+}
 
 detail::NcclBackendOptions implementationOptions(const NcclBackendOptions& options) {
   detail::NcclBackendOptions out;
@@ -73,13 +99,26 @@ Status createNcclBackendOnComm(const void* comm, const Mesh& mesh, int device, c
   CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
   CHIMERA_CHECK_ARG(device >= 0 && device < devices, "CUDA device {} outside 0..{}", device, devices - 1);
   CHIMERA_CUDA_RETURN(cudaSetDevice(device));
+  const detail::NcclApi* api = nullptr;
+  CHIMERA_RETURN_IF_ERROR(detail::ncclApi(api));
+  const detail::NcclBackendOptions options = implementationOptions(publicOptions);
   // A private copy, so that the backend may destroy (or abort) its world without touching
-  // the caller's communicator.
+  // the caller's communicator; non-blocking and bounded like every other creation.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
   ncclComm_t world = nullptr;
-  CHIMERA_NCCL_RETURN(ncclCommSplit(base, 0, rank, &world, nullptr));
+  const ncclResult_t split = api->commSplit(base, 0, rank, &world, &config);
+  if (split != ncclSuccess && split != ncclInProgress) return detail::ncclStatus(split, "ncclCommSplit");
+  const ncclComm_t both[] = {base, world};
+  const Status ready = detail::awaitNccl(std::span<const ncclComm_t>(both, world != nullptr ? 2 : 1), options.timeout,
+                                         "ncclCommSplit of the caller's communicator");
+  if (!ready.isOk()) {
+    if (world != nullptr) ncclCommAbort(world);
+    return ready;
+  }
   CHIMERA_LOG_INFO("nccl", "rank {} of {} on CUDA device {} (mesh {}), on the caller's communicator", rank, size,
                    device, mesh.toString());
-  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, implementationOptions(publicOptions));
+  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, *api, options);
   return Status::ok();
 }
 
@@ -90,17 +129,38 @@ Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqu
                     mesh.size());
   CHIMERA_CHECK_ARG(publicOptions.timeoutMs > 0, "NCCL backend timeout must be positive");
   const detail::NcclBackendOptions options = implementationOptions(publicOptions);
+  const detail::NcclApi* api = nullptr;
+  CHIMERA_RETURN_IF_ERROR(detail::ncclApi(api));
   int devices = 0;
   CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
   CHIMERA_CHECK_ARG(device >= 0 && device < devices, "CUDA device {} outside 0..{}", device, devices - 1);
   CHIMERA_CUDA_RETURN(cudaSetDevice(device));
-  ncclUniqueId ncclId;
-  std::memcpy(&ncclId, id.bytes.data(), sizeof ncclId);
   ncclComm_t world = nullptr;
-  CHIMERA_NCCL_RETURN(ncclCommInitRank(&world, mesh.size(), ncclId, rank));
-  CHIMERA_LOG_INFO("nccl", "rank {} of {} on CUDA device {} (mesh {})", rank, mesh.size(), device, mesh.toString());
-  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, options);
+  CHIMERA_RETURN_IF_ERROR(initWorld(*api, mesh, rank, id, options.timeout, world));
+  CHIMERA_LOG_INFO("nccl", "rank {} of {} on CUDA device {} (mesh {}, NCCL {})", rank, mesh.size(), device,
+                   mesh.toString(), api->features.text);
+  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, *api, options);
   return Status::ok();
+}
+
+Status createNcclBackendFromEnv(const Mesh& mesh, std::unique_ptr<Backend>& out) {
+  detail::NcclBootstrapEnv env;
+  CHIMERA_RETURN_IF_ERROR(detail::readNcclBootstrapEnv(env));
+  CHIMERA_CHECK_ARG(mesh.size() == env.worldSize, "mesh {} has {} ranks but CHIMERA_WORLD_SIZE={}", mesh.toString(),
+                    mesh.size(), env.worldSize);
+  int devices = 0;
+  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
+  int device = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::chooseCudaDevice(env.localRank, env.localWorldSize, devices, device));
+  return createNcclBackend(mesh, env.rank, device, env.id, out);
+}
+
+Status ncclLibraryVersion(std::string& text, int& code) {
+  const detail::NcclApi* api = nullptr;
+  const Status status = detail::ncclApi(api);
+  text = api->features.text;
+  code = api->features.code;
+  return status;
 }
 
 #if CHIMERA_HAS_MPI
@@ -119,24 +179,24 @@ Status agree(const Status& local, const char* step) {
   return Status::ok();
 }
 
-Status nodeLocalRank(int worldRank, int& localRank) {
+Status nodeLocalRank(int worldRank, int& localRank, int& localRanks) {
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, worldRank, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
     return Status::backendError("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
   }
-  const int result = MPI_Comm_rank(node, &localRank);
+  const int rankResult = MPI_Comm_rank(node, &localRank);
+  const int sizeResult = MPI_Comm_size(node, &localRanks);
   MPI_Comm_free(&node);
-  if (result != MPI_SUCCESS) return Status::backendError("MPI_Comm_rank on the node communicator failed");
+  if (rankResult != MPI_SUCCESS || sizeResult != MPI_SUCCESS) {
+    return Status::backendError("MPI_Comm_rank/MPI_Comm_size on the node communicator failed");
+  }
   return Status::ok();
 }
 
-Status pickDevice(int localRank, int& device) {
+Status pickDevice(int localRank, int localRanks, int& device) {
   int devices = 0;
   CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
-  CHIMERA_CHECK_ARG(localRank < devices, "node-local rank {} but only {} CUDA devices: one GPU per rank", localRank,
-                    devices);
-  device = localRank;
-  return Status::ok();
+  return detail::chooseCudaDevice(localRank, localRanks, devices, device);
 }
 
 }  // namespace
@@ -151,10 +211,17 @@ Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(),
                     mesh.size(), size);
+  // Everything a rank can fail on by itself is agreed on before any rank enters NCCL's
+  // communicator creation, so one rank's bad environment or old library fails all ranks.
+  detail::NcclBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(agree(detail::ncclBackendOptionsFromEnv(options), "reading the environment"));
+  const detail::NcclApi* api = nullptr;
+  CHIMERA_RETURN_IF_ERROR(agree(detail::ncclApi(api), "checking the NCCL library"));
   int localRank = 0;
+  int localRanks = 1;
   int device = 0;
-  Status local = nodeLocalRank(rank, localRank);
-  if (local.isOk()) local = pickDevice(localRank, device);
+  Status local = nodeLocalRank(rank, localRank, localRanks);
+  if (local.isOk()) local = pickDevice(localRank, localRanks, device);
   CHIMERA_RETURN_IF_ERROR(agree(local, "selecting a CUDA device"));
   NcclUniqueId id;
   CHIMERA_RETURN_IF_ERROR(agree(rank == 0 ? createNcclUniqueId(id) : Status::ok(), "creating the NCCL unique id"));
