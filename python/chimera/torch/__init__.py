@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: Apache-2.0
+"""chimera for PyTorch.
+
+``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
+chimera's MPI backend); see docs/torch.md.
+"""
+
+from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
+
+register()
+
+__all__ = ["BACKEND_NAME", "init_process_group", "mpi_environment", "register"]
