@@ -9,4 +9,7 @@ from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
 
 register()
 
-__all__ = ["BACKEND_NAME", "init_process_group", "mpi_environment", "register"]
+from .redistribute import fused_redistribute, redistribute  # noqa: E402  (after registration)
+
+__all__ = ["BACKEND_NAME", "fused_redistribute", "init_process_group", "mpi_environment", "redistribute",
+           "register"]
