@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 chimera_install_deps
+chimera_torch_python
 chimera_build
 
 chimera_log "installing into $CHIMERA_BUILD/install and building examples/consumer against it"
