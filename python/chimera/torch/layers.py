@@ -161,6 +161,99 @@ class ParallelContext:
             self.runtime.flush()
         self.comm_seconds += _now() - start
 
+    # --- pipeline hand-off ----------------------------------------------------------------------
+    def _stage_rows(self, stage: int, extra: str = "") -> str:
+        return f"pp=@{stage}," + self._rows_layout(extra) if not self._rows_layout(extra).endswith("=R") \
+            else f"pp=@{stage}"
+
+    def pipeline_send(self, partial, stage: int, shape, dtype=torch.float32):
+        """Stage `stage` hands its output, partial over tp (``partial``: [rows of the dp shard, f]
+        on its ranks, None elsewhere), to stage+1, which reads only its rows (sequence parallel).
+        Recorded as allreduce:tp + send:pp; the Session fuses that into a ReduceScatter and a
+        many-to-many of shards. Call on every rank (SPMD); returns this rank's rows on stage+1,
+        None on the other ranks. `shape` is the local [rows, f] of `partial`."""
+        if "pp" not in self.axes:
+            raise ValueError("pipeline_send needs a 'pp' mesh axis")
+        mine_stage = self.coord("pp")
+        tp = self.size("tp")
+        rows = shape[0] // tp
+        full = [shape[0] * self.size("dp")] + list(shape[1:])
+        holds = mine_stage == stage
+        receives = mine_stage == stage + 1
+        buf = partial.contiguous() if holds else torch.empty(0, dtype=dtype)
+        recv = torch.empty(list(shape), dtype=dtype) if receives else None
+        start = _now()
+        h = self.runtime.tensor(buf, full, self._with(self._stage_rows(stage), "tp=P") if tp > 1 else
+                                self._stage_rows(stage))
+        if tp > 1:
+            h = self.runtime.all_reduce(h, "tp")
+        h = self.runtime.send(h, "pp", recv)
+        self.runtime.declare_read(h, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        if not receives:
+            return None
+        t = self.coord("tp")
+        return recv[t * rows:(t + 1) * rows].clone()
+
+    def pipeline_send_back(self, grad_rows, stage: int, shape, dtype=torch.float32):
+        """The backward of :meth:`pipeline_send`: stage+1's ranks pass the gradient of their rows,
+        stage `stage` receives the full gradient of its partial input ([rows, f], every tp rank
+        alike). Recorded as allgather:tp + send:pp:prev with stage reading it whole; call on every
+        rank; returns the gradient on stage's ranks, None elsewhere."""
+        tp = self.size("tp")
+        full = [shape[0] * self.size("dp")] + list(shape[1:])
+        mine_stage = self.coord("pp")
+        holds = mine_stage == stage + 1
+        receives = mine_stage == stage
+        buf = grad_rows.contiguous() if holds else torch.empty(0, dtype=dtype)
+        gathered = torch.empty(list(shape), dtype=dtype) if holds else None
+        recv = torch.empty(list(shape), dtype=dtype) if receives else None
+        start = _now()
+        h = self.runtime.tensor(buf, full, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        if tp > 1:
+            h = self.runtime.all_gather(h, "tp", 0, gathered if gathered is not None else torch.empty(0, dtype=dtype))
+        h = self.runtime.send(h, "pp", recv, backward=True)
+        self.runtime.declare_read(h, self._stage_rows(stage))
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return recv
+
+    # --- MoE token dispatch / combine ---------------------------------------------------------
+    def _token_layout(self, axis: str, expert_sharded: bool) -> str:
+        others = [a for a in self.names if a != axis]
+        if expert_sharded:
+            return ",".join(filter(None, ["+".join(others) + "=S1" if others else "", f"{axis}=S0"]))
+        return "+".join(others + [axis]) + "=S1"
+
+    def all_to_all_slots(self, x, axis: str, dispatch: bool):
+        """Dispatch: [E, C, f] (this rank's C slots for every expert) -> [E/n, n*C, f] (this rank's
+        experts, the slots of every rank of `axis`); combine: the inverse. alltoall on the Session."""
+        n = self.size(axis)
+        x = x.contiguous()
+        if dispatch:
+            e, c = x.shape[0], x.shape[1]
+            out = torch.empty((e // n, c * n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [e, c * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, False), 1, 0
+        else:
+            el, cn = x.shape[0], x.shape[1]
+            out = torch.empty((el * n, cn // n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [el * n, cn // n * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, True), 0, 1
+        start = _now()
+        h = self.runtime.tensor(x, logical, src)
+        self.runtime.all_to_all(h, axis, fro, to, out)
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return out
+
+    def axes_product(self) -> int:
+        total = 1
+        for s in self.axes.values():
+            total *= s
+        return total
+
     def stats(self) -> dict:
         """The Session's counters (bytes as recorded vs sent, fused chains, windows)."""
         return dict(self.runtime.stats()) if self.runtime is not None else {}
@@ -246,3 +339,37 @@ class RowParallelLinear(torch.nn.Module):
 
     def forward(self, x_cols):
         return _RowParallel.apply(x_cols, self.weight, self.pctx) + self.bias
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, slots, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(slots, axis, dispatch=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=False), None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(expert_out, axis, dispatch=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=True), None, None
+
+
+def moe_dispatch(pctx, slots, axis: str = "ep"):
+    """MoE token dispatch: ``slots`` [experts, capacity, f] (this rank's tokens placed in each
+    expert's slots) -> [experts / n, n * capacity, f] for this rank's experts (n = size of
+    `axis`). One AllToAll on the Session; its backward is the combine."""
+    return _Dispatch.apply(slots, pctx, axis)
+
+
+def moe_combine(pctx, expert_out, axis: str = "ep"):
+    """The inverse of :func:`moe_dispatch` (backward: the dispatch)."""
+    return _Combine.apply(expert_out, pctx, axis)
