@@ -17,8 +17,10 @@ BACKEND_NAME = "chimera"
 
 def _create_backend(dist_opts, _backend_options):
     ranks = [int(r) for r in dist_opts.global_ranks_in_group]
+    size = int(dist_opts.group_size)
+    world = dist.get_world_size() if ranks and dist.is_initialized() else size
     return _extension.load().create_backend(
-        int(dist_opts.group_rank), int(dist_opts.group_size), ranks, str(dist_opts.group_id)
+        int(dist_opts.group_rank), size, ranks, world, str(dist_opts.group_id), dist_opts.store
     )
 
 
@@ -28,7 +30,8 @@ def register() -> None:
         return
     extension = _extension.load()
     atexit.register(extension.finalize_mpi)
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu"])
+    devices = ["cpu", "cuda"] if extension.cuda_supported() else ["cpu"]
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=devices)
 
 
 def mpi_environment(port: int | None = None) -> dict[str, str]:

@@ -3,6 +3,7 @@
 // The only translation unit that includes torch's Python headers (they compile slowly).
 #include <torch/python.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <functional>
 #include <optional>
@@ -26,37 +27,45 @@ void check(const char* what, const Status& status) {
   TORCH_CHECK(status.isOk(), "chimera ", what, ": ", status.toString());
 }
 
-// torch's ranks must be MPI's: the world group proves it, and sub-groups rely on it.
-void checkWorld(int rank, int size) {
+// Why this process cannot run CPU tensors of a torch world of `worldSize` ranks over MPI
+// (empty when it can): MPI must have launched every rank, with torch's ranks as MPI's.
+std::string mpiMismatch(int worldSize, int torchRank, bool isWorld) {
   int mpiRank = 0;
   int mpiSize = 0;
   check("process group", mpiWorldOf(mpiRank, mpiSize));
-  TORCH_CHECK(mpiSize == size,
-              "chimera process group: torch.distributed has ", size, " ranks but the MPI world has ", mpiSize,
-              ". The chimera backend runs CPU tensors over MPI and needs every rank started by an MPI launcher "
-              "(mpirun -np ", size, " ...); under torchrun each process is a one-rank MPI world, which chimera "
-              "cannot join (use backend \"gloo\" there, or launch with mpirun)");
-  TORCH_CHECK(mpiRank == rank, "chimera process group: torch rank ", rank, " is MPI rank ", mpiRank,
-              "; set RANK from the MPI launcher (chimera.torch.init_process_group does)");
+  if (mpiSize != worldSize)
+    return "torch.distributed has " + std::to_string(worldSize) + " ranks but the MPI world has " +
+           std::to_string(mpiSize) +
+           ". The chimera backend runs CPU tensors over MPI and needs every rank started by an MPI launcher "
+           "(mpirun -np " + std::to_string(worldSize) +
+           " ...); under torchrun each process is a one-rank MPI world, which chimera cannot join (use backend "
+           "\"gloo\" for CPU tensors there, or launch with mpirun)";
+  if (isWorld && mpiRank != torchRank)
+    return "torch rank " + std::to_string(torchRank) + " is MPI rank " + std::to_string(mpiRank) +
+           "; set RANK from the MPI launcher (chimera.torch.init_process_group does)";
+  return {};
 }
 
-c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<int> globalRanks,
-                                                const std::string& groupId) {
-  int mpiRank = 0;
-  int mpiSize = 0;
-  check("process group", mpiWorldOf(mpiRank, mpiSize));
-  if (globalRanks.empty()) {
-    checkWorld(rank, size);
+c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<int> globalRanks, int worldSize,
+                                                const std::string& groupId, c10::intrusive_ptr<c10d::Store> store) {
+  const bool isWorld = globalRanks.empty();
+  if (isWorld)
     for (int r = 0; r < size; ++r) globalRanks.push_back(r);
-  }
   TORCH_CHECK(static_cast<int>(globalRanks.size()) == size, "chimera process group: ", globalRanks.size(),
               " global ranks for a group of ", size);
-  TORCH_CHECK(rank >= 0 && rank < size && globalRanks[static_cast<std::size_t>(rank)] == mpiRank,
-              "chimera process group: group rank ", rank, " is not MPI rank ", mpiRank);
+  TORCH_CHECK(rank >= 0 && rank < size, "chimera process group: group rank ", rank, " of ", size);
+  std::string hostError = mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
   const int tag = static_cast<int>(std::hash<std::string>{}(groupId) & 0x3fffffff);
-  std::unique_ptr<Backend> backend;
-  check("process group", createGroupBackend(globalRanks, tag, backend));
-  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(backend));
+  ChimeraProcessGroup::HostFactory makeHost = [globalRanks, tag](std::unique_ptr<Backend>& out) {
+    return createGroupBackend(globalRanks, tag, out);
+  };
+  if (!hostError.empty()) {
+    hostError = "chimera process group: " + hostError;
+    // Without CUDA there is nothing this group could run: say so now, on every rank.
+    TORCH_CHECK(ChimeraProcessGroup::cudaSupported(), hostError);
+  }
+  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(makeHost), std::move(hostError),
+                                                  std::move(store));
 }
 
 // InvalidArgument and Unsupported mean "chimera cannot do this one": ValueError, which callers
@@ -245,7 +254,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "chimera's torch.distributed backend (import chimera.torch to register it)";
   py::module_::import("torch.distributed");
   m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"),
-        py::arg("global_ranks"), py::arg("group_id"),
+        py::arg("global_ranks"), py::arg("world_size"), py::arg("group_id"), py::arg("store"),
         "Creates the c10d backend of one process group (collective over its members).");
   m.def(
       "mpi_world",
@@ -257,5 +266,7 @@ PYBIND11_MODULE(_C, m) {
       },
       "(rank, size) of MPI_COMM_WORLD, initialising MPI when nobody has.");
   chimera::torch_ext::bindMeshRuntime(m);
+  m.def("cuda_supported", &chimera::torch_ext::ChimeraProcessGroup::cudaSupported,
+        "Whether this build runs CUDA tensors (on chimera's NCCL backend).");
   m.def("finalize_mpi", &chimera::finalizeMpi, "Finalises MPI if chimera initialised it (at interpreter exit).");
 }

@@ -6,6 +6,13 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#if defined(CHIMERA_HAS_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "chimera/nccl_backend.hpp"
+#endif
+
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -60,8 +67,9 @@ void check(const char* op, const Status& status) {
 
 void requireHost(const char* op, const at::Tensor& t) {
   TORCH_CHECK(t.defined(), "chimera ", op, ": undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "chimera ", op, ": tensor on ", t.device().str(),
-              "; this extension runs CPU tensors on chimera's MPI backend only (CUDA tensors: use the nccl backend)");
+  TORCH_CHECK(t.device().is_cpu() || (t.device().is_cuda() && ChimeraProcessGroup::cudaSupported()), "chimera ", op,
+              ": tensor on ", t.device().str(),
+              "; this build runs CPU tensors only (chimera was built without CUDA/NCCL)");
   TORCH_CHECK(t.layout() == at::kStrided, "chimera ", op, ": only dense (strided) tensors are supported");
 }
 
@@ -140,19 +148,76 @@ class Staged {
 }  // namespace
 
 struct ChimeraProcessGroup::Queued {
+  chimera::Backend* backend = nullptr;
   at::Tensor tensor;       // kept alive until the grouped call
   std::optional<Staged> staged;
   P2POp op;
   c10::intrusive_ptr<ChimeraWork> work;
 };
 
-ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, std::unique_ptr<chimera::Backend> backend)
-    : c10d::Backend(rank, size), backend_(std::move(backend)) {}
+ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
+                                         c10::intrusive_ptr<c10d::Store> store)
+    : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
+      store_(std::move(store)) {}
 
 ChimeraProcessGroup::~ChimeraProcessGroup() = default;
 
+bool ChimeraProcessGroup::cudaSupported() {
+#if defined(CHIMERA_HAS_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
+  if (!t.defined() || t.device().is_cpu()) {
+    TORCH_CHECK(hostError_.empty(), "chimera ", op, ": ", hostError_);
+    if (host_ == nullptr) check(op, makeHost_(host_));
+    backend_ = host_.get();
+    return;
+  }
+#if defined(CHIMERA_HAS_CUDA)
+  TORCH_CHECK(t.device().is_cuda(), "chimera ", op, ": tensor on ", t.device().str(), " (CPU and CUDA are supported)");
+  const int device = t.device().index();
+  if (device_ == nullptr) createDeviceBackend(device);
+  TORCH_CHECK(device == deviceIndex_, "chimera ", op, ": tensor on cuda:", device, " but this process group runs on cuda:",
+              deviceIndex_, " (one device per rank)");
+  device_->setStream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  backend_ = device_.get();
+#else
+  TORCH_CHECK(false, "chimera ", op, ": tensor on ", t.device().str(),
+              "; this build runs CPU tensors only (chimera was built without CUDA/NCCL)");
+#endif
+}
+
+void ChimeraProcessGroup::createDeviceBackend(int device) {
+#if defined(CHIMERA_HAS_CUDA)
+  // Group rank 0 makes the NCCL unique id and publishes it in the group's store; the others
+  // wait for it there (the store's timeout bounds the wait).
+  const std::string key = "chimera/nccl_unique_id";
+  NcclUniqueId id;
+  if (rank_ == 0) {
+    check("NCCL unique id", createNcclUniqueId(id));
+    store_->set(key, std::vector<uint8_t>(id.bytes.begin(), id.bytes.end()));
+  } else {
+    const std::vector<uint8_t> bytes = store_->get(key);
+    TORCH_CHECK(bytes.size() == id.bytes.size(), "chimera: NCCL unique id of ", bytes.size(), " bytes in the store");
+    std::memcpy(id.bytes.data(), bytes.data(), bytes.size());
+  }
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  std::unique_ptr<chimera::Backend> backend;
+  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, backend));
+  device_ = std::move(backend);
+  deviceIndex_ = device;
+#else
+  (void)device;
+#endif
+}
+
 WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   requireOne("broadcast", tensors);
+  select(tensors[0], "broadcast");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera broadcast: root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   Staged t(tensors[0], true);
@@ -164,6 +229,7 @@ WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c
 
 WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   requireOne("allreduce", tensors);
+  select(tensors[0], "allreduce");
   const ReduceType type = reduceTypeOf("allreduce", tensors[0].scalar_type());
   const ReduceOp op = reduceOpOf("allreduce", opts.reduceOp, !at::isFloatingType(tensors[0].scalar_type()));
   Staged t(tensors[0], type.staged, true);
@@ -184,6 +250,7 @@ WorkPtr ChimeraProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensor
 
 WorkPtr ChimeraProcessGroup::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   requireOne("reduce", tensors);
+  select(tensors[0], "reduce");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera reduce: root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   const ReduceType type = reduceTypeOf("reduce", tensors[0].scalar_type());
@@ -200,6 +267,7 @@ WorkPtr ChimeraProcessGroup::all_gather_single(at::Tensor& output, at::Tensor& i
                                                const c10d::AllgatherOptions& /*opts*/) {
   requireHost("all_gather_into_tensor", input);
   requireHost("all_gather_into_tensor", output);
+  select(input, "all_gather_into_tensor");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera all_gather_into_tensor: output dtype ",
               output.scalar_type(), " differs from input dtype ", input.scalar_type());
   TORCH_CHECK(output.numel() == input.numel() * size_, "chimera all_gather_into_tensor: output has ", output.numel(),
@@ -271,6 +339,7 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_single(at::Tensor& output, at::Tenso
                                                    const c10d::ReduceScatterOptions& opts) {
   requireHost("reduce_scatter_tensor", input);
   requireHost("reduce_scatter_tensor", output);
+  select(input, "reduce_scatter_tensor");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera reduce_scatter_tensor: output dtype ",
               output.scalar_type(), " differs from input dtype ", input.scalar_type());
   TORCH_CHECK(input.numel() == output.numel() * size_, "chimera reduce_scatter_tensor: input has ", input.numel(),
@@ -326,6 +395,7 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_tensor_coalesced(std::vector<at::Ten
 WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::GatherOptions& opts) {
   requireOne("gather", inputs);
+  select(inputs[0], "gather");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera gather: root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   const int root = static_cast<int>(opts.rootRank);
@@ -344,7 +414,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
                   " does not match the input's size and dtype");
       staged.emplace_back(out, false);
       if (i == root) {
-        std::memcpy(staged.back().data(), in.data(), bytes);
+        check("gather", backend_->copy(staged.back().data(), in.data(), bytes));
       } else if (bytes > 0) {
         ops.push_back({P2POp::Kind::Recv, staged.back().data(), bytes, DataType::U8, i});
       }
@@ -360,6 +430,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
 WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                      const c10d::ScatterOptions& opts) {
   requireOne("scatter", outputs);
+  select(outputs[0], "scatter");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera scatter: root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   const int root = static_cast<int>(opts.rootRank);
@@ -377,7 +448,7 @@ WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vect
                   " does not match the output's size and dtype");
       sources.push_back(in.contiguous());
       if (i == root) {
-        std::memcpy(out.data(), sources.back().data_ptr(), bytes);
+        check("scatter", backend_->copy(out.data(), sources.back().data_ptr(), bytes));
       } else if (bytes > 0) {
         ops.push_back({P2POp::Kind::Send, sources.back().data_ptr(), bytes, DataType::U8, i});
       }
@@ -395,6 +466,7 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
                                                const c10d::AllToAllOptions& /*opts*/) {
   requireHost("all_to_all_single", input);
   requireHost("all_to_all_single", output);
+  select(input, "all_to_all_single");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera all_to_all_single: output dtype ",
               output.scalar_type(), " differs from input dtype ", input.scalar_type());
   Staged in(input, true);
@@ -442,7 +514,7 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
       if (peer == rank_) {
         TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all_single: this rank sends itself ", sendBytes,
                     " bytes but expects ", recvBytes);
-        if (sendBytes > 0) std::memcpy(dst + recvOffset, src + sendOffset, sendBytes);
+        if (sendBytes > 0) check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes));
       } else {
         if (sendBytes > 0) ops.push_back({P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes,
                                           DataType::U8, peer});
@@ -466,6 +538,7 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
                                       const c10d::AllToAllOptions& /*opts*/) {
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
               "chimera all_to_all: expects ", size_, " input and output tensors");
+  select(inputs[0], "all_to_all");
   std::vector<at::Tensor> sources;
   std::vector<Staged> targets;
   targets.reserve(outputs.size());
@@ -479,7 +552,7 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
     if (peer == rank_) {
       TORCH_CHECK(bytesOf(sources.back()) == bytesOf(outputs[p]), "chimera all_to_all: this rank's input and output ",
                   "tensors for itself differ in size");
-      std::memcpy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p]));
+      check("all_to_all", backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p])));
       continue;
     }
     if (bytesOf(sources.back()) > 0)
@@ -497,8 +570,10 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
   requireOne(name, tensors);
   TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "chimera ", name, ": peer ", peer,
               " is not another rank of this group of ", size_);
+  select(tensors[0], name);
   if (coalescing_) {
     Queued q;
+    q.backend = backend_;
     q.tensor = tensors[0];
     q.staged.emplace(tensors[0], isSend);
     q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()),
@@ -525,6 +600,15 @@ WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank,
 }
 
 WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
+  if (!hostError_.empty() && device_ != nullptr) {
+    // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
+    at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
+    select(token, "barrier");
+    check("barrier", backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup));
+    check("barrier", backend_->synchronize());
+    return completed(rank_, OpType::BARRIER, {});
+  }
+  select(at::Tensor(), "barrier");
   std::int32_t token = 0;
   check("barrier", backend_->allReduce(&token, &token, 1, DataType::I32, ReduceOp::Sum, kGroup));
   return completed(rank_, OpType::BARRIER, {});
@@ -543,10 +627,11 @@ WorkPtr ChimeraProcessGroup::endCoalescing() {
   std::vector<P2POp> ops;
   std::vector<at::Tensor> tensors;
   for (const auto& q : queued) {
+    TORCH_CHECK(q.backend == queued.front().backend, "chimera batch_isend_irecv: CPU and CUDA tensors in one batch");
     if (q.op.count > 0) ops.push_back(q.op);
     tensors.push_back(q.tensor);
   }
-  check("batch_isend_irecv", backend_->groupedP2P(ops));
+  if (!queued.empty()) check("batch_isend_irecv", queued.front().backend->groupedP2P(ops));
   for (auto& q : queued) {
     if (q.op.kind == P2POp::Kind::Recv) q.staged->commit();
     q.work->markDone();

@@ -1,28 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
 // The torch.distributed backend "chimera": a c10d::Backend whose collectives run on chimera's
-// Backend interface (MPI over host memory for CPU tensors).
+// Backend interface (MPI over host memory for CPU tensors, NCCL for CUDA tensors in CUDA builds).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "chimera/backend.hpp"
 
 namespace chimera::torch_ext {
 
-/// One process group's backend. Every op runs to completion on the calling thread before it
-/// returns (chimera's host backend is blocking), so the returned Work is already complete;
+/// One process group's backend. CPU tensors run on chimera's MPI backend over the group's
+/// ranks; CUDA tensors (CUDA builds) on chimera's NCCL backend, created on the first CUDA op
+/// from a unique id that group rank 0 publishes in the group's store, ordered on the tensor's
+/// current CUDA stream. Every CPU op runs to completion before it returns, a CUDA op once it is
+/// enqueued on that stream (later work on the stream is ordered after it), so the returned
+/// Work is already complete;
 /// between startCoalescing/endCoalescing, send and recv are queued and run together as one
 /// grouped point-to-point call at endCoalescing (what batch_isend_irecv issues). Errors
 /// (bad arguments, unsupported dtype or op, a transport failure) raise c10::Error, which
 /// Python sees as RuntimeError, naming the op and the problem.
 class ChimeraProcessGroup final : public c10d::Backend {
  public:
-  /// Takes `backend`, whose mesh is one axis over exactly this group's ranks.
-  ChimeraProcessGroup(int rank, int size, std::unique_ptr<chimera::Backend> backend);
+  /// Makes the MPI backend (a one-axis mesh over exactly this group's ranks; collective over
+  /// them).
+  using HostFactory = std::function<Status(std::unique_ptr<chimera::Backend>&)>;
+  /// `makeHost` runs on the first CPU op (torch creates one backend per device type, and a
+  /// group used for CUDA tensors only needs no MPI communicator); when `hostError` is not
+  /// empty, CPU ops raise it instead. `store`: the group's store, for the NCCL rendezvous.
+  ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
+                      c10::intrusive_ptr<c10d::Store> store);
   ~ChimeraProcessGroup() override;
 
   const std::string getBackendName() const override { return "chimera"; }
@@ -84,16 +97,25 @@ class ChimeraProcessGroup final : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
-  /// The chimera backend this group runs on.
-  chimera::Backend& backend() { return *backend_; }
+  /// Whether this build runs CUDA tensors (chimera built with CUDA/NCCL).
+  static bool cudaSupported();
 
  private:
   struct Queued;
-  std::unique_ptr<chimera::Backend> backend_;
+  HostFactory makeHost_;
+  std::unique_ptr<chimera::Backend> host_;
+  std::string hostError_;
+  std::unique_ptr<chimera::Backend> device_;
+  int deviceIndex_ = -1;
+  c10::intrusive_ptr<c10d::Store> store_;
+  chimera::Backend* backend_ = nullptr;  // the one the current op runs on (select)
   bool coalescing_ = false;
   std::vector<Queued> queued_;
 
   c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend);
+  // Picks the backend for `t`'s device (creating the NCCL one on first use) as backend_.
+  void select(const at::Tensor& t, const char* op);
+  void createDeviceBackend(int device);
 };
 
 }  // namespace chimera::torch_ext
