@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing, builds into build/, proves an installed copy can be consumed with
-# find_package(chimera), then runs every test tier through ctest (unit, mpi, gpu; gpu tests
-# report SKIPPED without a device).
+# find_package(chimera), installs the Python package into a venv under build/ (pip install .),
+# then runs every test tier through ctest (unit, mpi, python, gpu; gpu tests report SKIPPED
+# without a device). CHIMERA_PYTHON=0 skips the Python stage.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 
 chimera_install_deps
-chimera_torch_python
-chimera_build
+python_tests=()
+if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
+  chimera_python_env
+  python_tests=(-DCHIMERA_BUILD_PYTHON=ON -DPython_EXECUTABLE="$CHIMERA_VENV/bin/python"
+    -DCHIMERA_PYTHON_TEST_INTERPRETER="$CHIMERA_VENV/bin/python")
+fi
+chimera_build "${python_tests[@]}"
 
 chimera_log "installing into $CHIMERA_BUILD/install and building examples/consumer against it"
 cmake --install "$CHIMERA_BUILD" --prefix "$CHIMERA_BUILD/install" >/dev/null
@@ -17,6 +24,10 @@ cmake -S "$CHIMERA_ROOT/examples/consumer" -B "$CHIMERA_BUILD/consumer" \
   { cat "$CHIMERA_BUILD/consumer.configure.log"; exit 1; }
 cmake --build "$CHIMERA_BUILD/consumer" >/dev/null
 "$CHIMERA_BUILD/consumer/chimera-consumer"
+
+if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
+  chimera_python_install
+fi
 
 chimera_log "running ctest"
 cd "$CHIMERA_BUILD"

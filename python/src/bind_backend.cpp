@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+// Bindings of the transports: factories (MPI, NCCL) and the plain collectives on tensors over
+// mesh axes. Counts come from the tensors; every tensor is checked (contiguous, dtype, memory
+// space, exact size) before the call, and results land in the caller's tensors.
+#include <fmt/format.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "bindings.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "chimera/nccl_backend.hpp"
+#include "errors.hpp"
+#include "resources.hpp"
+#include "tensor_view.hpp"
+
+namespace chimera::python {
+namespace {
+
+std::string groupText(const Mesh& mesh, AxisSet axes) {
+  return fmt::format("group {} of {} ranks", mesh.axesName(axes), mesh.groupSize(axes));
+}
+
+// The view of `result` when given (it must match `tensor` exactly), else of `tensor` (in place).
+nb::object resultOf(nb::handle tensor, nb::handle out) { return nb::borrow(out.is_none() ? tensor : out); }
+
+nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::handle axes, nb::handle out) {
+  constexpr const char* kCall = "all_reduce";
+  Backend& backend = self.get(kCall);
+  const AxisSet group = toAxes(axes, backend.mesh());
+  const ReduceOp reduceOp = toReduceOp(op);
+  const TensorView in = viewObject(tensor, kCall, "tensor", self.space());
+  TensorView result = in;
+  if (!out.is_none()) {
+    result = viewObject(out, kCall, "out", self.space());
+    expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
+    expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
+  }
+  checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
+  return resultOf(tensor, out);
+}
+
+nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, nb::handle op, nb::handle axes) {
+  constexpr const char* kCall = "reduce_scatter";
+  Backend& backend = self.get(kCall);
+  const AxisSet group = toAxes(axes, backend.mesh());
+  const ReduceOp reduceOp = toReduceOp(op);
+  const TensorView in = viewObject(input, kCall, "input", self.space());
+  const TensorView outView = viewObject(output, kCall, "output", self.space());
+  const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
+  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+  expectBytes(outView, in.bytes / n, kCall, "output",
+              fmt::format("'input' ({} bytes) split over the {}", in.bytes, groupText(backend.mesh(), group)));
+  if (in.elements % n != 0) {
+    raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
+                                groupText(backend.mesh(), group)));
+  }
+  checkWithoutGil(
+      [&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
+  return nb::borrow(output);
+}
+
+nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::handle axes) {
+  constexpr const char* kCall = "all_gather";
+  Backend& backend = self.get(kCall);
+  const AxisSet group = toAxes(axes, backend.mesh());
+  const TensorView in = viewObject(input, kCall, "input", self.space());
+  const TensorView outView = viewObject(output, kCall, "output", self.space());
+  const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
+  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+  expectBytes(outView, in.bytes * n, kCall, "output",
+              fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
+  checkWithoutGil([&] { return backend.allGather(in.data, outView.data, in.elements, in.dtype, group); });
+  return nb::borrow(output);
+}
+
+nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::handle axes) {
+  constexpr const char* kCall = "all_to_all";
+  Backend& backend = self.get(kCall);
+  const AxisSet group = toAxes(axes, backend.mesh());
+  const TensorView in = viewObject(input, kCall, "input", self.space());
+  const TensorView outView = viewObject(output, kCall, "output", self.space());
+  const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
+  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+  expectBytes(outView, in.bytes, kCall, "output", "the size of 'input'");
+  if (in.elements % n != 0) {
+    raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible into one block per rank of the {}",
+                                kCall, in.elements, groupText(backend.mesh(), group)));
+  }
+  if (in.data == outView.data && in.bytes != 0) {
+    raiseValueError(
+        fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
+  }
+  checkWithoutGil([&] { return backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group); });
+  return nb::borrow(output);
+}
+
+nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle axes, nb::handle out) {
+  constexpr const char* kCall = "broadcast";
+  Backend& backend = self.get(kCall);
+  const AxisSet group = toAxes(axes, backend.mesh());
+  const TensorView in = viewObject(tensor, kCall, "tensor", self.space());
+  TensorView result = in;
+  if (!out.is_none()) {
+    result = viewObject(out, kCall, "out", self.space());
+    expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
+    expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
+  }
+  checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
+  return resultOf(tensor, out);
+}
+
+void pointToPoint(PyBackend& self, nb::handle tensor, int peer, bool isSend) {
+  const char* call = isSend ? "send" : "recv";
+  Backend& backend = self.get(call);
+  const TensorView view = viewObject(tensor, call, "tensor", self.space());
+  checkWithoutGil([&] {
+    return isSend ? backend.send(view.data, view.elements, view.dtype, peer)
+                  : backend.recv(view.data, view.elements, view.dtype, peer);
+  });
+}
+
+PyBackend* mpiBackend(nb::handle meshObj) {
+#ifdef CHIMERA_HAS_MPI
+  const Mesh mesh = toMesh(meshObj);
+  std::unique_ptr<Backend> backend;
+  checkWithoutGil([&] { return createMpiBackend(mesh, backend); });
+  return new PyBackend(std::move(backend));
+#else
+  (void)meshObj;
+  raiseStatus(Status::unsupported("chimera was built without MPI (CHIMERA_WITH_MPI=OFF)"));
+#endif
+}
+
+PyBackend* ncclBackendMpi(nb::handle meshObj) {
+#ifdef CHIMERA_HAS_CUDA
+  const Mesh mesh = toMesh(meshObj);
+  std::unique_ptr<Backend> backend;
+  checkWithoutGil([&] { return createNcclBackendMpi(mesh, backend); });
+  return new PyBackend(std::move(backend));
+#else
+  (void)meshObj;
+  raiseStatus(Status::unsupported("chimera was built without CUDA/NCCL; the nccl backend is not available"));
+#endif
+}
+
+PyBackend* ncclBackendWithId(nb::handle meshObj, int rank, int device, nb::bytes id) {
+#ifdef CHIMERA_HAS_CUDA
+  const Mesh mesh = toMesh(meshObj);
+  NcclUniqueId uid;
+  if (id.size() != uid.bytes.size()) {
+    raiseStatus(
+        Status::invalidArgument(fmt::format("nccl unique id has {} bytes, expected {}", id.size(), uid.bytes.size())));
+  }
+  std::memcpy(uid.bytes.data(), id.c_str(), uid.bytes.size());
+  std::unique_ptr<Backend> backend;
+  checkWithoutGil([&] { return createNcclBackend(mesh, rank, device, uid, backend); });
+  return new PyBackend(std::move(backend));
+#else
+  (void)meshObj, (void)rank, (void)device, (void)id;
+  raiseStatus(Status::unsupported("chimera was built without CUDA/NCCL; the nccl backend is not available"));
+#endif
+}
+
+nb::bytes ncclUniqueId() {
+#ifdef CHIMERA_HAS_CUDA
+  NcclUniqueId uid;
+  check(createNcclUniqueId(uid));
+  return nb::bytes(uid.bytes.data(), uid.bytes.size());
+#else
+  raiseStatus(Status::unsupported("chimera was built without CUDA/NCCL; the nccl backend is not available"));
+#endif
+}
+
+std::pair<int, int> mpiWorldRankSize() {
+#ifdef CHIMERA_HAS_MPI
+  int rank = 0;
+  int size = 0;
+  check(mpiWorld(rank, size));
+  return {rank, size};
+#else
+  raiseStatus(Status::unsupported("chimera was built without MPI (CHIMERA_WITH_MPI=OFF)"));
+#endif
+}
+
+}  // namespace
+
+void bindBackend(nb::module_& m) {
+  nb::class_<PyBackend>(m, "Backend",
+                        "A transport bound to one Mesh: MPI (host memory) or NCCL (CUDA device memory). Every "
+                        "collective is collective over the group along `axes` (default: every axis); counts come "
+                        "from the tensors, which must be C-contiguous and in the backend's memory.")
+      .def_prop_ro("name", [](const PyBackend& self) { return std::string(self.get("name").name()); })
+      .def_prop_ro("mesh", [](const PyBackend& self) { return self.get("mesh").mesh(); })
+      .def_prop_ro("rank", [](const PyBackend& self) { return self.get("rank").rank(); })
+      .def_prop_ro("closed", &PyBackend::closed)
+      .def("all_reduce", &allReduce, nb::arg("tensor"), nb::arg("op") = "sum", nb::arg("axes").none() = nb::none(),
+           nb::arg("out").none() = nb::none(),
+           "out = op over the group of tensor (in place when out is None). Returns the result tensor.")
+      .def("reduce_scatter", &reduceScatter, nb::arg("input"), nb::arg("output"), nb::arg("op") = "sum",
+           nb::arg("axes").none() = nb::none(), "Member g receives block g of input reduced over the group.")
+      .def("all_gather", &allGather, nb::arg("input"), nb::arg("output"), nb::arg("axes").none() = nb::none(),
+           "output = every member's input concatenated by group index.")
+      .def("all_to_all", &allToAll, nb::arg("input"), nb::arg("output"), nb::arg("axes").none() = nb::none(),
+           "Block j of member i's input lands in block i of member j's output.")
+      .def("broadcast", &broadcast, nb::arg("tensor"), nb::arg("root") = 0, nb::arg("axes").none() = nb::none(),
+           nb::arg("out").none() = nb::none(), "The member with group index root copies its tensor to all.")
+      .def(
+          "send", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, true); }, nb::arg("tensor"),
+          nb::arg("peer"), "Sends tensor to world rank peer.")
+      .def(
+          "recv", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, false); },
+          nb::arg("tensor"), nb::arg("peer"), "Receives into tensor from world rank peer.")
+      .def(
+          "synchronize",
+          [](PyBackend& self) {
+            Backend& backend = self.get("synchronize");
+            checkWithoutGil([&] { return backend.synchronize(); });
+          },
+          "Waits until every call issued so far completed (host backends: returns at once).")
+      .def("close", &PyBackend::close, "Frees the backend and everything built on it (executors, sessions).")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](PyBackend& self, nb::args) { self.close(); })
+      .def("__repr__", [](const PyBackend& self) {
+        if (self.closed()) return std::string("<chimera.Backend (closed)>");
+        const Backend& b = self.get("repr");
+        return fmt::format("<chimera.Backend {} rank {} mesh {}>", b.name(), b.rank(), b.mesh().toString());
+      });
+
+  m.def("_mpi_backend", &mpiBackend, nb::arg("mesh"));
+  m.def("_nccl_backend_mpi", &ncclBackendMpi, nb::arg("mesh"));
+  m.def("_nccl_backend", &ncclBackendWithId, nb::arg("mesh"), nb::arg("rank"), nb::arg("device"), nb::arg("unique_id"));
+  m.def("nccl_unique_id", &ncclUniqueId, "A fresh NCCL unique id (bytes) to share with every rank.");
+  m.def("world", &mpiWorldRankSize, "(rank, size) of the MPI world, initialising MPI if nobody has.");
+  m.def(
+      "_view",
+      [](nb::handle tensor, const std::string& memory) {
+        const TensorView view =
+            viewObject(tensor, "_view", "tensor", memory == "device" ? MemorySpace::Device : MemorySpace::Host);
+        return nb::make_tuple(reinterpret_cast<std::uintptr_t>(view.data), view.bytes,
+                              std::string(dataTypeName(view.dtype)));
+      },
+      nb::arg("tensor"), nb::arg("memory") = "host",
+      "(address, bytes, dtype) of the zero-copy view chimera takes of `tensor` (the checks every call applies).");
+  m.def("_set_default_mesh", [](const Mesh& mesh) { defaultMesh() = mesh; });
+  m.def(
+      "_shutdown",
+      []() {
+        closeAllResources();
+#ifdef CHIMERA_HAS_MPI
+        finalizeMpi();
+#endif
+      },
+      "Closes every native object, newest first, then finalises MPI if chimera initialised it.");
+}
+
+}  // namespace chimera::python

@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// chimera.plan(...): the analysis of the chimera-plan tool (bytes per op, redundancy, the fused
+// plan and the decision), returned as the dict its --json prints. No communication.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "chimera/planner.hpp"
+#include "chimera/redundancy.hpp"
+#include "cost_choice.hpp"
+#include "errors.hpp"
+#include "tools/plan_report.hpp"
+
+namespace chimera::python {
+namespace {
+
+nb::object plan(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::handle dtype, nb::handle from,
+                const std::string& chainText, nb::handle consume, nb::handle topology) {
+  const Mesh mesh = toMesh(meshObj);
+  TensorSpec spec;
+  spec.shape = shape;
+  spec.dtype = toDataType(dtype);
+  const Layout fromLayout = toLayout(from, mesh, "from");
+  Chain chain;
+  check(Chain::parse(chainText, mesh, chain));
+  std::optional<Layout> consumed;
+  if (!consume.is_none()) consumed = toLayout(consume, mesh, "consume");
+  const std::unique_ptr<PlanCost> cost = makeCost(topology);
+  ChainPlan chainPlan;
+  check(planChain(spec, fromLayout, chain, consumed, *cost, chainPlan));
+  ChainAnalysis analysis;
+  check(analyzeChain(chainPlan.trace, chainPlan.consumed, spec, analysis));
+  const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost->name())};
+  const std::string json = detail::jsonPlanReport(query, chainPlan, analysis).dump();
+  return nb::module_::import_("json").attr("loads")(json);
+}
+
+}  // namespace
+
+void bindPlan(nb::module_& m) {
+  m.def("plan", &plan, nb::arg("mesh"), nb::arg("shape"), nb::arg("dtype"), nb::arg("from_layout"), nb::arg("chain"),
+        nb::arg("consume").none() = nb::none(), nb::arg("topology").none() = nb::none(),
+        "The analysis of chimera-plan as a dict (the fields of its --json): bytes per op, redundant and "
+        "unconsumed bytes, the fused plan, the decision and why. topology: None/\"bytes\", a preset or a profile.");
+}
+
+}  // namespace chimera::python

@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// Conversions from Python arguments to chimera types, shared by every binding: each accepts
+// the bound object or its text form, and raises the Status exception naming the bad value.
+#include <fmt/format.h>
+#include <nanobind/stl/string.h>
+
+#include <charconv>
+#include <string>
+#include <string_view>
+
+#include "bindings.hpp"
+#include "errors.hpp"
+
+namespace chimera::python {
+
+std::optional<Mesh>& defaultMesh() {
+  static std::optional<Mesh> mesh;
+  return mesh;
+}
+
+int meshTextWorldSize(const std::string& text) {
+  long long product = 1;
+  std::string_view rest = text;
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    const auto eq = part.find('=');
+    int size = 0;
+    if (eq != std::string_view::npos) {
+      const auto digits = part.substr(eq + 1);
+      std::from_chars(digits.data(), digits.data() + digits.size(), size);
+    }
+    product *= size > 0 ? size : 1;
+    if (product > (1LL << 30)) return 0;
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return static_cast<int>(product);
+}
+
+Mesh toMesh(nb::handle obj) {
+  if (nb::isinstance<Mesh>(obj)) return nb::cast<Mesh>(obj);
+  if (!nb::isinstance<nb::str>(obj)) {
+    raiseStatus(Status::invalidArgument(
+        fmt::format("expected a chimera.Mesh or its text (\"pp=2,tp=4\"), got {}", nb::str(obj.type()).c_str())));
+  }
+  const std::string text = nb::cast<std::string>(obj);
+  Mesh mesh;
+  check(Mesh::parse(text, meshTextWorldSize(text), mesh));
+  return mesh;
+}
+
+Layout toLayout(nb::handle obj, const Mesh& mesh, const char* what) {
+  if (nb::isinstance<Layout>(obj)) {
+    Layout layout = nb::cast<Layout>(obj);
+    if (!layout.mesh().axesEqual(mesh)) {
+      raiseStatus(Status::invalidArgument(fmt::format("{} layout {} is on mesh {}, but this call's mesh is {}", what,
+                                                      layout.toString(), layout.mesh().toString(), mesh.toString())));
+    }
+    return layout;
+  }
+  if (!nb::isinstance<nb::str>(obj)) {
+    raiseStatus(Status::invalidArgument(
+        fmt::format("{} layout: expected a chimera.Layout or its text, got {}", what, nb::str(obj.type()).c_str())));
+  }
+  Layout layout;
+  check(Layout::parse(nb::cast<std::string>(obj), mesh, layout));
+  return layout;
+}
+
+DataType toDataType(nb::handle obj) {
+  std::string text;
+  if (nb::isinstance<nb::str>(obj)) {
+    text = nb::cast<std::string>(obj);
+  } else if (nb::isinstance<nb::type_object>(obj) && nb::hasattr(obj, "__name__")) {
+    text = nb::cast<std::string>(obj.attr("__name__"));  // numpy.float32
+  } else {
+    text = nb::cast<std::string>(nb::str(obj));  // torch.bfloat16, dtype('float32')
+  }
+  if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"float32", "f32"}, {"float64", "f64"}, {"float16", "f16"}, {"bfloat16", "bf16"},
+      {"int32", "i32"},   {"int64", "i64"},   {"uint8", "u8"},    {"half", "f16"}};
+  for (const auto& [alias, name] : kAliases) {
+    if (text == alias) text = name;
+  }
+  DataType out;
+  check(parseDataType(text, out));
+  return out;
+}
+
+ReduceOp toReduceOp(nb::handle obj) {
+  ReduceOp out;
+  check(parseReduceOp(nb::cast<std::string>(nb::str(obj)), out));
+  return out;
+}
+
+AxisSet toAxes(nb::handle obj, const Mesh& mesh) {
+  if (obj.is_none()) return mesh.allAxes();
+  std::string text;
+  if (nb::isinstance<nb::str>(obj)) {
+    text = nb::cast<std::string>(obj);
+  } else {
+    for (nb::handle name : obj) text += (text.empty() ? "" : "+") + nb::cast<std::string>(name);
+  }
+  AxisSet axes;
+  check(mesh.parseAxes(text, axes));
+  return axes;
+}
+
+}  // namespace chimera::python
