@@ -6,7 +6,8 @@ placements)`` returns, moving the data with the plan chimera's planner picks for
 transition (``Partial`` over several mesh dims reduced once, ``Shard(i) -> Shard(j)`` as one
 AllToAll, nested shard orders as box intersections) instead of DTensor's one collective per
 mesh dim. ``with fused_redistribute(): ...`` routes ``DTensor.redistribute`` through it.
-Transitions chimera does not plan fall back to DTensor's own with a debug log line.
+Transitions chimera does not plan fall back to DTensor's own with a debug log line. Under
+autograd the gradient goes back through chimera too.
 """
 
 from __future__ import annotations
@@ -96,8 +97,6 @@ def plan(dtensor, placements):
         raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
     if dtensor.device_mesh.device_type != "cpu":
         raise Unplannable(f"device {dtensor.device_mesh.device_type} (chimera's MPI backend runs CPU tensors)")
-    if dtensor.requires_grad and torch.is_grad_enabled():
-        raise Unplannable("a tensor that requires grad (DTensor's redistribute carries the autograd graph)")
     source = layout_text(mesh, dtensor.placements, _source_order(dtensor))
     target = layout_text(mesh, placements)
     runtime = runtime_for(mesh)
@@ -120,10 +119,39 @@ def redistribute(dtensor, placements, *, _dtensor_redistribute=None):
         return own(dtensor, dtensor.device_mesh, placements)
     if source == target:
         return dtensor
-    local = dtensor.to_local().contiguous()
+    if dtensor.requires_grad and torch.is_grad_enabled():
+        return _FusedRedistribute.apply(dtensor, placements, runtime, source, target)
+    return _run(dtensor, placements, runtime, source, target)
+
+
+def _run(dtensor, placements, runtime, source, target):
+    local = dtensor._local_tensor.contiguous()  # noqa: SLF001 (to_local() would record autograd)
     out = runtime.redistribute(local, list(dtensor.shape), source, target)
     return DTensor.from_local(out, dtensor.device_mesh, placements, run_check=False, shape=dtensor.shape,
                               stride=dtensor.stride())
+
+
+def _gradient_placements(grad_placements, source_placements):
+    """Where the gradient goes back to: the source placements, with a Partial the gradient is
+    not partial on turned into Replicate (the gradient of a sum is the same on every member),
+    as DTensor's own backward does."""
+    return tuple(Replicate() if isinstance(t, Partial) and not isinstance(c, Partial) else t
+                 for c, t in zip(grad_placements, source_placements))
+
+
+class _FusedRedistribute(torch.autograd.Function):
+    """The redistribution inside autograd: its backward moves the gradient back to the source
+    placements (again through chimera when it plans that transition)."""
+
+    @staticmethod
+    def forward(ctx, dtensor, placements, runtime, source, target):  # noqa: D102
+        ctx.source_placements = tuple(dtensor.placements)
+        return _run(dtensor, placements, runtime, source, target)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        back = _gradient_placements(grad.placements, ctx.source_placements)
+        return redistribute(grad, back), None, None, None, None
 
 
 def bytes_of(dtensor, placements) -> tuple[int, int, str]:
