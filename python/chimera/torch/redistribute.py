@@ -25,6 +25,7 @@ log = logging.getLogger("chimera.torch")
 
 _PARTIAL_TEXT = {"sum": "P", "avg": "P(avg)", "max": "P(max)", "min": "P(min)", "product": "P(prod)"}
 _RUNTIMES: dict = {}
+_PLANNABLE: dict = {}
 
 
 class Unplannable(ValueError):
@@ -100,10 +101,17 @@ def plan(dtensor, placements):
     source = layout_text(mesh, dtensor.placements, _source_order(dtensor))
     target = layout_text(mesh, placements)
     runtime = runtime_for(mesh)
-    try:
-        runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target)
-    except ValueError as error:
-        raise Unplannable(str(error)) from error
+    # Whether chimera plans it, remembered per transition: a planning pass per call would cost
+    # more than many a small redistribution (the executor caches the plan itself).
+    key = (id(runtime), tuple(dtensor.shape), dtensor.dtype, source, target)
+    if key not in _PLANNABLE:
+        try:
+            runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target)
+            _PLANNABLE[key] = None
+        except ValueError as error:
+            _PLANNABLE[key] = str(error)
+    if _PLANNABLE[key] is not None:
+        raise Unplannable(_PLANNABLE[key])
     return runtime, source, target, placements
 
 
