@@ -14,8 +14,8 @@ falls). Every rank builds the same full initial parameters and keeps its shards.
 
 ``--comm chimera`` (default) records every collective on a chimera Session with fusion per
 ``--fusion on|off``; ``--comm torch`` issues the same collectives with torch.distributed (gloo)
-as the reference. ``--compare`` trains fusion off, fusion on and gloo in turn from the same start
-and prints the per-step losses side by side. Per step: loss, step time, communication time, and
+as the reference. ``--compare`` trains fusion off, fusion on and gloo from the same start, interleaved
+step by step (so the three share the machine's load alike), and prints the losses side by side. Per step: loss, step time, communication time, and
 the bytes the recorded collectives would send vs the bytes chimera sent. ``--json FILE`` writes
 all of it (rank 0).
 """
@@ -142,31 +142,43 @@ def batch(args, step):
     return torch.where(noise, torch.randint(0, args.vocab, t.shape, generator=g), t)
 
 
-def train(args, axes, comm, fusion):
-    pctx = ParallelContext(axes, fusion=fusion, comm=comm)
-    model = GPT(pctx, args)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    dp, tp = pctx.size("dp"), pctx.size("tp")
-    replicated = {id(p) for p in model.replicated()}
-    sharded = [p for p in model.parameters() if id(p) not in replicated]
-    rows_per_rank = args.batch * args.seq // (dp * tp)
-    first = (pctx.coord("dp") * tp + pctx.coord("tp")) * rows_per_rank
-    steps = []
-    for step in range(args.steps):
+class Trainer:
+    """One model, optimizer and communication setting, stepped one step at a time (so that
+    --compare can interleave the settings step by step and share the machine's load alike)."""
+
+    def __init__(self, args, axes, comm, fusion):
+        self.args, self.comm, self.fusion = args, comm, fusion
+        self.pctx = ParallelContext(axes, fusion=fusion, comm=comm)
+        self.model = GPT(self.pctx, args)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.0)
+        replicated = {id(p) for p in self.model.replicated()}
+        self.sharded = [p for p in self.model.parameters() if id(p) not in replicated]
+        dp, tp = self.pctx.size("dp"), self.pctx.size("tp")
+        self.rows = args.batch * args.seq // (dp * tp)
+        self.first = (self.pctx.coord("dp") * tp + self.pctx.coord("tp")) * self.rows
+        self.steps = []
+
+    @property
+    def name(self):
+        return "gloo" if self.comm == "torch" else f"fusion_{'on' if self.fusion else 'off'}"
+
+    def step(self, step):
+        args, pctx, model = self.args, self.pctx, self.model
         tokens = batch(args, step)
         inputs, targets = tokens[:, :-1].reshape(-1), tokens[:, 1:].reshape(-1)
         positions = torch.arange(args.seq).repeat(args.batch)
-        mine = slice(first, first + rows_per_rank)
+        mine = slice(self.first, self.first + self.rows)
         before = dict(pctx.stats())
         pctx.comm_seconds = 0.0
+        dist.barrier()
         start = time.perf_counter()
         logits = model(inputs[mine], positions[mine])
         loss = F.cross_entropy(logits, targets[mine], reduction="sum") / targets.numel()
-        opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad(set_to_none=False)
         loss.backward()
         pctx.all_reduce_([p.grad for p in model.replicated()], ["dp", "tp"])
-        pctx.all_reduce_([p.grad for p in sharded], ["dp"])
-        opt.step()
+        pctx.all_reduce_([p.grad for p in self.sharded], ["dp"])
+        self.opt.step()
         total = loss.detach().reshape(1).clone()
         pctx.all_reduce_([total], ["dp", "tp"])
         elapsed = time.perf_counter() - start
@@ -176,13 +188,20 @@ def train(args, axes, comm, fusion):
             row["bytes_as_recorded"] = after["bytes_as_recorded"] - before.get("bytes_as_recorded", 0)
             row["bytes_sent"] = after["bytes_sent"] - before.get("bytes_sent", 0)
             row["fused_chains"] = after["fused_chains"] - before.get("fused_chains", 0)
-        steps.append(row)
+        self.steps.append(row)
         if dist.get_rank() == 0:
             sent = f"  bytes recorded {row['bytes_as_recorded']:>10} sent {row['bytes_sent']:>10}" if after else ""
-            print(f"[{comm}{' fusion ' + ('on' if fusion else 'off') if comm == 'chimera' else ''}] step {step:3d}  "
-                  f"loss {row['loss']:.6f}  step {row['step_ms']:8.1f} ms  comm {row['comm_ms']:8.1f} ms{sent}",
-                  flush=True)
-    return steps
+            print(f"[{self.name:<10}] step {step:3d}  loss {row['loss']:.6f}  step {row['step_ms']:8.1f} ms  "
+                  f"comm {row['comm_ms']:8.1f} ms{sent}", flush=True)
+        return row
+
+
+def train(args, axes, comm, fusion):
+    """Trains one setting for args.steps steps; returns the per-step rows."""
+    trainer = Trainer(args, axes, comm, fusion)
+    for step in range(args.steps):
+        trainer.step(step)
+    return trainer.steps
 
 
 def summary(steps):
@@ -204,7 +223,7 @@ def main():
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--comm", choices=["chimera", "torch"], default="chimera")
     parser.add_argument("--fusion", choices=["on", "off"], default="on")
-    parser.add_argument("--compare", action="store_true", help="fusion off, fusion on, then gloo, same start")
+    parser.add_argument("--compare", action="store_true", help="fusion off, fusion on and gloo, interleaved per step")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     parser.add_argument("--json", help="write the per-step rows and summaries here (rank 0)")
     args = parser.parse_args()
@@ -214,13 +233,15 @@ def main():
     if args.batch % dp or (args.batch * args.seq) % (dp * tp) or args.heads % tp or args.hidden % args.heads:
         raise SystemExit("--batch must divide by dp, batch*seq by dp*tp, --heads by tp and --hidden by --heads")
     ct.init_process_group("gloo")
-    runs = [("chimera", False), ("chimera", True), ("torch", True)] if args.compare else \
+    settings = [("chimera", False), ("chimera", True), ("torch", True)] if args.compare else \
         [(args.comm, args.fusion == "on")]
+    trainers = [Trainer(args, axes, comm, fusion) for comm, fusion in settings]
+    for step in range(args.steps):
+        for trainer in trainers:  # interleaved: each setting sees the machine's load alike
+            trainer.step(step)
     result = {"config": vars(args), "torch": torch.__version__, "ranks": dist.get_world_size(), "runs": {}}
-    for comm, fusion in runs:
-        name = "gloo" if comm == "torch" else f"fusion_{'on' if fusion else 'off'}"
-        steps = train(args, axes, comm, fusion)
-        result["runs"][name] = {"steps": steps, **summary(steps)}
+    for trainer in trainers:
+        result["runs"][trainer.name] = {"steps": trainer.steps, **summary(trainer.steps)}
     if args.compare and dist.get_rank() == 0:
         off, on, gloo = (result["runs"][k]["steps"] for k in ("fusion_off", "fusion_on", "gloo"))
         worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(off, on))
