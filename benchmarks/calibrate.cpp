@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <vector>
@@ -100,6 +102,20 @@ std::string sampleLine(const CalibrationSample& sample, const CostModel& fitted)
                      sample.seconds * 1e6, predicted);
 }
 
+// InvalidArgument unless `path` can be written, checked before any measurement; a file the
+// check had to create is removed again.
+Status checkWritable(const std::string& path) {
+  CHIMERA_CHECK_ARG(!path.empty(), "--calibrate needs --out FILE");
+  std::error_code error;
+  const bool existed = std::filesystem::exists(path, error);
+  {
+    std::ofstream probe(path, std::ios::binary | std::ios::app);
+    CHIMERA_CHECK_ARG(probe.good(), "cannot write --out '{}' (checked before calibrating)", path);
+  }
+  if (!existed) std::filesystem::remove(path, error);
+  return Status::ok();
+}
+
 Status loadBase(const Options& options, int worldSize, Topology& out) {
   const std::string name = options.topology.empty() ? fmt::format("host:{}", worldSize) : options.topology;
   const Status status = loadTopology(name, out);
@@ -118,6 +134,7 @@ Status runCalibration(const Options& options) {
                                                           options.sizesGiven ? options.minBytes : kDefaultMinBytes,
                                                           options.sizesGiven ? options.maxBytes : kDefaultMaxBytes,
                                                           samples)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? checkWritable(options.outPath) : Status::ok()));
   Topology base;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;

@@ -236,6 +236,11 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
   GroupContext& group = context.group();
   const int rank = context.worldRank();
   const std::vector<RowCase> cases = rowCases(options, group.groupSize());
+  // A run that would measure nothing fails before any setup (every rank computes the same cases).
+  CHIMERA_CHECK_ARG(std::any_of(cases.begin(), cases.end(), [](const RowCase& row) { return row.shape.paramCount > 0; }),
+                    "nothing to measure: every size from -b {} to -e {} holds fewer elements than the {} ranks of "
+                    "the group",
+                    options.minBytes, options.maxBytes, group.groupSize());
   std::size_t sendBytes = 0;
   std::size_t recvBytes = 0;
   for (const RowCase& row : cases) {

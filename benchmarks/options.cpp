@@ -123,6 +123,11 @@ std::vector<Flag> flagTable() {
          CHIMERA_CHECK_ARG(v == "mpi" || v == "nccl", "--backend: expected mpi or nccl, got '{}'", v);
          return o.backend = v, Status::ok();
        }},
+      {"", "--chunks", true,
+       [](auto v, auto& o) {
+         if (v == "auto") return o.chunks = 0, Status::ok();
+         return parseInt<int>("--chunks", v, 1, o.chunks);
+       }},
       {"", "--calibrate", false, [](auto, auto& o) { return o.calibrate = true, Status::ok(); }},
       {"", "--out", true, [](auto v, auto& o) { return setText("--out", v, o.outPath); }},
       {"-h", "--help", false, [](auto, auto& o) { return o.help = true, Status::ok(); }},
@@ -138,6 +143,7 @@ Status checkModes(const Options& options) {
   CHIMERA_CHECK_ARG(options.calibrate == !options.outPath.empty(), "--calibrate and --out FILE go together");
   CHIMERA_CHECK_ARG(options.axis.empty() || !(options.calibrate || options.chainMode()),
                     "--axis applies to -C only (a chain names its own axes)");
+  CHIMERA_CHECK_ARG(options.chunks == 0 || options.chainMode(), "--chunks applies to --scenario and --chain");
   CHIMERA_CHECK_ARG(options.topology.empty() || options.calibrate || options.chainMode(),
                     "--topology applies to --scenario, --chain and --calibrate");
   CHIMERA_CHECK_ARG(options.backend != "nccl" || options.calibrate || options.chainMode(),
@@ -233,6 +239,7 @@ Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
       --consume LAYOUT     consumed layout (default: the chain's final layout)
       --topology NAME|FILE cost model preset or calibrated profile (host)
       --backend mpi|nccl   nccl: device buffers, CUDA-event timing (nccl if built with CUDA and a GPU is present)
+      --chunks N|auto      chunks of the pipelined fused plan timed next to the fused one (auto: the cost model's)
 Calibration:
       --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 1M -e 16M)
   -h, --help               this text

@@ -65,6 +65,9 @@ struct Options {
   std::string topology;
   /// --backend mpi|nccl; empty: nccl when built with CUDA and a device is present, else mpi.
   std::string backend;
+  /// --chunks N|auto: chunks of the pipelined fused plan timed next to the fused one in the
+  /// chain modes; 0 = auto (the cost model's choice).
+  int chunks = 0;
   /// --calibrate: measure the backend at calibrationPoints and fit a profile to --out.
   bool calibrate = false;
   /// --out FILE: where --calibrate writes the profile.

@@ -29,10 +29,15 @@ std::string scenarioTableHeader(const ScenarioRunInfo& info) {
   out += fmt::format("# {} of {} iterations after {} warm-up (each the slowest rank's time); predicted = cost model "
                      "'{}' baseline/fused; plan = the planner's decision\n",
                      info.stat, info.iters, info.warmupIters, info.topology);
-  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>6}\n", "scenario",
-                     "size", "count", "type", "shape", "baseline", "fused", "speedup", "predicted", "plan", "#wrong");
-  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>6}\n", "", "(B)",
-                     "(elements)", "", "", "(us)", "(us)", "", "", "", "");
+  out += "# pipelined = the fused plan run in `chunks` chunks (PipelinedChain); gain = fused / pipelined, "
+         "predicted = the model's\n";
+  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+                     "{:>6}  {:>9}  {:>6}\n",
+                     "scenario", "size", "count", "type", "shape", "baseline", "fused", "speedup", "predicted", "plan",
+                     "pipelined", "chunks", "gain", "predicted", "#wrong");
+  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+                     "{:>6}  {:>9}  {:>6}\n",
+                     "", "(B)", "(elements)", "", "", "(us)", "(us)", "", "", "", "(us)", "", "", "", "");
   return out;
 }
 
@@ -40,10 +45,14 @@ std::string scenarioTableRow(const ScenarioRow& row) {
   const ResultRow& r = row.result;
   const std::string wrong = r.wrong ? fmt::format("{}", *r.wrong) : "N/A";
   const std::string baseline = r.baselineTimeUs ? fmt::format("{:.1f}", *r.baselineTimeUs) : "n/a";
-  return fmt::format("{:>8}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11.1f}  {:>7}  {:>9}  {:>8}  {:>6}\n",
+  const std::string pipelined = row.pipelinedTimeUs ? fmt::format("{:.1f}", *row.pipelinedTimeUs) : "n/a";
+  std::optional<double> gain;
+  if (row.pipelinedTimeUs && *row.pipelinedTimeUs > 0) gain = r.timeUs / *row.pipelinedTimeUs;
+  return fmt::format("{:>8}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11.1f}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+                     "{:>6}  {:>9}  {:>6}\n",
                      row.scenario, r.bytes, r.count, dataTypeName(r.dtype), row.shape, baseline, r.timeUs,
                      ratioText(speedup(r)), ratioText(row.predictedSpeedup), row.plannerFuses ? "fused" : "baseline",
-                     wrong);
+                     pipelined, row.pipelineChunks, ratioText(gain), ratioText(row.predictedPipelineGain), wrong);
 }
 
 std::string scenarioTableFooter(const std::vector<ScenarioRow>& rows) {
@@ -70,6 +79,8 @@ detail::Json scenarioJson(const ScenarioRunInfo& info, const std::vector<Scenari
     item.set("speedup", optionalJson(speedup(r)));
     item.set("scenario", row.scenario).set("predicted_speedup", optionalJson(row.predictedSpeedup));
     item.set("shape", row.shape).set("planner_fuses", row.plannerFuses);
+    item.set("pipelined_time_us", optionalJson(row.pipelinedTimeUs)).set("pipeline_chunks", row.pipelineChunks);
+    item.set("predicted_pipeline_gain", optionalJson(row.predictedPipelineGain));
     rowsJson.push(std::move(item));
   }
   json.set("rows", std::move(rowsJson));

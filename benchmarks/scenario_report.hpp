@@ -27,6 +27,13 @@ struct ScenarioRow {
   bool plannerFuses = false;
   /// Predicted baseline / fused time from the cost model; empty when it could not price them.
   std::optional<double> predictedSpeedup;
+  /// Time of the pipelined fused plan (PipelinedChain, measured interleaved with the other
+  /// two); empty when not measured.
+  std::optional<double> pipelinedTimeUs;
+  /// Its chunk count (1: the fused plan as is, e.g. a chain with no pipeline dim).
+  int pipelineChunks = 1;
+  /// Predicted unpipelined / pipelined time of the fused plan; empty without a prediction.
+  std::optional<double> predictedPipelineGain;
 };
 
 /// What the run was (JSON header and the table banner).
@@ -56,7 +63,8 @@ std::string scenarioTableRow(const ScenarioRow& row);
 std::string scenarioTableFooter(const std::vector<ScenarioRow>& rows);
 /// {"mode": "scenario", "nranks", "backend", "topology", "baseline", "stat", "iters", "warmup_iters",
 ///  "rows": [{the ten fields of reportJson's rows, "scenario", "predicted_speedup", "shape",
-///  "planner_fuses"}]}; missing values are null.
+///  "planner_fuses", "pipelined_time_us", "pipeline_chunks", "predicted_pipeline_gain"}]};
+///  missing values are null. `wrong` counts the fused and the pipelined outputs' differences.
 detail::Json scenarioJson(const ScenarioRunInfo& info, const std::vector<ScenarioRow>& rows);
 
 }  // namespace chimera::bench

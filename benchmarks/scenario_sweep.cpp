@@ -16,6 +16,7 @@
 #include "bench_device.hpp"
 #include "buffer_check.hpp"
 #include "chimera/executor.hpp"
+#include "chimera/pipeline.hpp"
 #include "chimera/topology_cost.hpp"
 #include "common/check.hpp"
 #include "json_report_file.hpp"
@@ -51,12 +52,13 @@ Status loadRunTopology(const Options& options, int worldSize, Topology& out) {
   return Status::ok();
 }
 
-/// One row's buffers: the input and the two consumed outputs, in the backend's memory space.
+/// One row's buffers: the input and the three consumed outputs, in the backend's memory space.
 struct ChainBuffers {
-  explicit ChainBuffers(Backend& backend) : input(backend), baseline(backend), fused(backend) {}
-  BackendBuffer input;     ///< the start layout's local tensor
-  BackendBuffer baseline;  ///< the consumed layout's local tensor, written by the baseline
-  BackendBuffer fused;     ///< the same, written by the fused plan
+  explicit ChainBuffers(Backend& backend) : input(backend), baseline(backend), fused(backend), pipelined(backend) {}
+  BackendBuffer input;      ///< the start layout's local tensor
+  BackendBuffer baseline;   ///< the consumed layout's local tensor, written by the baseline
+  BackendBuffer fused;      ///< the same, written by the fused plan
+  BackendBuffer pipelined;  ///< the same, written by the pipelined fused plan
 };
 
 /// Everything needed to run one row's two programs.
@@ -65,11 +67,17 @@ struct RowRun {
   Backend& backend;
   const ChainRequest& request;
   ChainBuffers& buffers;
+  PipelinedChain& pipeline;
 
   /// Runs the chain in `mode` from the input into `output`.
   Status run(ChainMode mode, BackendBuffer& output) const {
     return executor.runChain(request, mode, buffers.input.data(), buffers.input.size(), output.data(),
                              output.size());
+  }
+  /// Runs the pipelined fused plan into the pipelined buffer.
+  Status runPipelined() const {
+    return pipeline.run(buffers.input.data(), buffers.input.size(), buffers.pipelined.data(),
+                        buffers.pipelined.size());
   }
 };
 
@@ -80,11 +88,17 @@ Status checkRow(const RowRun& row, DataType dtype, std::uint64_t& wrong) {
   poisonBuffer(baseline.data(), baseline.size());
   CHIMERA_RETURN_IF_ERROR(copyToBackend(row.backend, row.buffers.baseline.data(), baseline.data(), baseline.size()));
   CHIMERA_RETURN_IF_ERROR(copyToBackend(row.backend, row.buffers.fused.data(), baseline.data(), baseline.size()));
+  CHIMERA_RETURN_IF_ERROR(
+      copyToBackend(row.backend, row.buffers.pipelined.data(), baseline.data(), baseline.size()));
   CHIMERA_RETURN_IF_ERROR(row.run(ChainMode::Baseline, row.buffers.baseline));
   CHIMERA_RETURN_IF_ERROR(row.run(ChainMode::Fused, row.buffers.fused));
+  CHIMERA_RETURN_IF_ERROR(row.runPipelined());
   CHIMERA_RETURN_IF_ERROR(copyFromBackend(row.backend, baseline.data(), row.buffers.baseline.data(), baseline.size()));
   CHIMERA_RETURN_IF_ERROR(copyFromBackend(row.backend, fused.data(), row.buffers.fused.data(), fused.size()));
-  wrong = countDifferences(fused.data(), baseline.data(), fused.size() / dataTypeSize(dtype), dtype);
+  const std::size_t count = fused.size() / dataTypeSize(dtype);
+  wrong = countDifferences(fused.data(), baseline.data(), count, dtype);
+  CHIMERA_RETURN_IF_ERROR(copyFromBackend(row.backend, fused.data(), row.buffers.pipelined.data(), fused.size()));
+  wrong += countDifferences(fused.data(), baseline.data(), count, dtype);
   return Status::ok();
 }
 
@@ -97,16 +111,19 @@ double slowestRankStatistic(TimeStatistic stat, std::vector<double> seconds) {
   return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
 }
 
-/// Warm-up, then `iters` rounds of (barrier, baseline, barrier, fused), each call timed alone.
+/// Warm-up, then `iters` rounds of (barrier, baseline, barrier, fused, barrier, pipelined),
+/// each call timed alone.
 Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, double& baselineSeconds,
-               double& fusedSeconds) {
+               double& fusedSeconds, double& pipelinedSeconds) {
   const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
   for (int i = 0; i < options.warmupIters; ++i) {
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Baseline, row.buffers.baseline)));
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Fused, row.buffers.fused)));
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.runPipelined()));
   }
   std::vector<double> baseline(static_cast<std::size_t>(options.iters));
   std::vector<double> fused(baseline.size());
+  std::vector<double> pipelined(baseline.size());
   Status failed = Status::ok();
   for (std::size_t i = 0; i < baseline.size() && failed.isOk(); ++i) {
     failed = barrier();
@@ -118,10 +135,13 @@ Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, do
     if (failed.isOk()) {
       failed = timeOnBackend(row.backend, [&] { return row.run(ChainMode::Fused, row.buffers.fused); }, fused[i]);
     }
+    if (failed.isOk()) failed = barrier();
+    if (failed.isOk()) failed = timeOnBackend(row.backend, [&] { return row.runPipelined(); }, pipelined[i]);
   }
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(failed));
   baselineSeconds = slowestRankStatistic(stat, std::move(baseline));
   fusedSeconds = slowestRankStatistic(stat, std::move(fused));
+  pipelinedSeconds = slowestRankStatistic(stat, std::move(pipelined));
   return Status::ok();
 }
 
@@ -141,7 +161,30 @@ struct ScenarioRun {
   Backend& backend;
   Executor& executor;
   TimeStatistic stat;
+  const TopologyCost& cost;
 };
+
+/// The pipeline of a row: --chunks N (1 when the chain cannot be chunked so), or the model's choice.
+Status choosePipelineChunks(const ScenarioRun& run, const ChainPlan& plan, const TensorSpec& spec, int& chunks,
+                            std::optional<double>& predictedGain) {
+  PipelineChoice choice;
+  CHIMERA_RETURN_IF_ERROR(choosePipeline(plan, spec, run.cost, 16, choice));
+  chunks = choice.chunks;
+  double pipelined = choice.pipelinedSeconds;
+  if (run.options.chunks > 0) {
+    const bool divides = choice.dim >= 0 && spec.shape[static_cast<std::size_t>(choice.dim)] % run.options.chunks == 0;
+    chunks = divides ? run.options.chunks : 1;
+    pipelined = choice.unpipelinedSeconds;
+    if (chunks > 1) {
+      CHIMERA_RETURN_IF_ERROR(predictPipeline(spec, plan.trace.layouts.front(), Chain{plan.trace.ops}, plan.consumed,
+                                              choice.dim, chunks, run.cost, pipelined));
+    }
+  }
+  if (std::isfinite(pipelined) && pipelined > 0 && std::isfinite(choice.unpipelinedSeconds)) {
+    predictedGain = choice.unpipelinedSeconds / pipelined;
+  }
+  return Status::ok();
+}
 
 /// Plans, fills, checks and times one row; `out` is agreed over ranks.
 Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& out) {
@@ -157,17 +200,23 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.input.allocate(inputBytes)));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.baseline.allocate(outputBytes)));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.fused.allocate(outputBytes)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(buffers.pipelined.allocate(outputBytes)));
+  int chunks = 1;
+  std::optional<double> predictedGain;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(choosePipelineChunks(run, *plan, spec, chunks, predictedGain)));
+  PipelinedChain pipeline(run.executor, run.backend, request, chunks);
   {
     std::vector<unsigned char> host(inputBytes);
     fillScenarioInput(from, spec, rank, run.options.seed, host.data());
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(run.backend, buffers.input.data(), host.data(), inputBytes)));
   }
-  const RowRun row{run.executor, run.backend, request, buffers};
+  const RowRun row{run.executor, run.backend, request, buffers, pipeline};
   std::uint64_t wrong = 0;
   if (run.options.check) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(checkRow(row, spec.dtype, wrong)));
   double baselineSeconds = 0.0;
   double fusedSeconds = 0.0;
-  CHIMERA_RETURN_IF_ERROR(timeRow(run.options, run.stat, row, baselineSeconds, fusedSeconds));
+  double pipelinedSeconds = 0.0;
+  CHIMERA_RETURN_IF_ERROR(timeRow(run.options, run.stat, row, baselineSeconds, fusedSeconds, pipelinedSeconds));
   MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
 
   std::uint64_t startBytes = 0;  // what a holding rank has at the start (same on every rank)
@@ -179,6 +228,9 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
   result.shape = shapeText(spec);
   result.plannerFuses = plan->useFused;
   result.predictedSpeedup = predictedSpeedup(*plan);
+  result.pipelinedTimeUs = pipelinedSeconds * 1e6;
+  result.pipelineChunks = chunks;
+  result.predictedPipelineGain = predictedGain;
   ResultRow& r = result.result;
   r.bytes = startBytes;
   r.count = startBytes / dataTypeSize(spec.dtype);
@@ -193,13 +245,13 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
 }
 
 /// Every dtype x size row of one scenario, printed as measured.
-Status runScenario(const Options& options, const Scenario& scenario, const PlanCost& cost, const std::string& kind,
+Status runScenario(const Options& options, const Scenario& scenario, const TopologyCost& cost, const std::string& kind,
                    ScenarioOutcome& outcome) {
   std::unique_ptr<Backend> backend;
   CHIMERA_RETURN_IF_ERROR(createBenchBackend(kind, scenario.mesh, backend));
   Executor executor(*backend, &cost);
   const TimeStatistic stat = options.statGiven ? options.stat : TimeStatistic::Median;
-  const ScenarioRun run{options, scenario, *backend, executor, stat};
+  const ScenarioRun run{options, scenario, *backend, executor, stat, cost};
   for (DataType dtype : options.dataTypes) {
     for (std::size_t bytes : sizeSeries(options)) {
       TensorSpec spec;

@@ -5,7 +5,7 @@
 
 CHIMERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHIMERA_BUILD="${CHIMERA_BUILD:-$CHIMERA_ROOT/build}"
-CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev)
+CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev python3)
 
 chimera_log() { printf '==> %s\n' "$*"; }
 

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing, builds into build/, proves an installed copy can be consumed with
 # find_package(chimera), installs the Python package into a venv under build/ (pip install .),
-# then runs every test tier through ctest (unit, mpi, python, gpu; gpu tests report SKIPPED
-# without a device). CHIMERA_PYTHON=0 skips the Python stage.
+# then runs every test tier through ctest (unit, mpi, faults, python, gpu; gpu tests report
+# SKIPPED without a device), then the sanitizer and fuzz stages. CHIMERA_PYTHON=0 skips the
+# Python stage; CHIMERA_SKIP_SANITIZE=1 / CHIMERA_SKIP_FUZZ=1 leave the others out.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
@@ -30,5 +31,17 @@ if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
 fi
 
 chimera_log "running ctest"
-cd "$CHIMERA_BUILD"
-ctest --output-on-failure -j "$(nproc)" "$@"
+(cd "$CHIMERA_BUILD" && ctest --output-on-failure -j "$(nproc)" "$@")
+
+# Reliability stages (docs/reliability.md), each timed: ASan + UBSan over the unit and MPI tiers,
+# then each parser fuzzed from its seed corpus.
+if [ "${CHIMERA_SKIP_SANITIZE:-0}" != 1 ]; then
+  start=$SECONDS
+  "$CHIMERA_ROOT/scripts/sanitize.sh"
+  chimera_log "sanitizer stage took $((SECONDS - start)) s"
+fi
+if [ "${CHIMERA_SKIP_FUZZ:-0}" != 1 ]; then
+  start=$SECONDS
+  "$CHIMERA_ROOT/scripts/fuzz.sh"
+  chimera_log "fuzz stage took $((SECONDS - start)) s"
+fi

@@ -2,7 +2,12 @@
 /* The C API of chimera, NCCL-style: opaque handles, a result code on every call, text for
  * meshes, axes, layouts and chain ops (the same text as chimera-plan). Compiles as C11 and C++.
  * Every collective is collective over its group as in chimera::Backend; session calls record
- * locally and chimeraSessionFlush/Consume/Wait are collective over the world. */
+ * locally and chimeraSessionFlush/Consume/Wait are collective over the world.
+ * Handles are checked against a registry of live ones: a null, destroyed or foreign handle is
+ * chimeraInvalidArgument, never a dereference. Counts whose byte size (times the group size
+ * where the buffer holds every rank's block) overflows are chimeraInvalidArgument. No C++
+ * exception crosses this API (out of memory is chimeraBackendError). A buffer shorter than its
+ * count cannot be detected through a raw pointer and remains the caller's responsibility. */
 #ifndef CHIMERA_CHIMERA_H_
 #define CHIMERA_CHIMERA_H_
 
@@ -76,7 +81,8 @@ chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id);
 /** Creates an NCCL communicator (device memory) for world rank `rank` of `mesh`, driving CUDA
  * device `device`, from `id`. Collective. chimeraUnsupported without CUDA. */
 chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device, chimeraUniqueId id);
-/** Frees a communicator (and nothing else: sessions on it must be ended first). NULL is a no-op. */
+/** Frees a communicator. NULL is a no-op. chimeraInvalidArgument (nothing freed) while sessions on
+ * it are live, or when `comm` is not a live handle (destroyed already, or never created). */
 chimeraResult_t chimeraCommDestroy(chimeraComm_t comm);
 /** This process's world rank. */
 chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank);
@@ -143,7 +149,8 @@ chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimera
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session);
 /** Counters since the session began. */
 chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats);
-/** Ends a session (unflushed calls are dropped). NULL is a no-op. */
+/** Ends a session (unflushed calls are dropped). NULL is a no-op; a session that is not live
+ * (ended already, or never begun) is chimeraInvalidArgument. */
 chimeraResult_t chimeraSessionEnd(chimeraSession_t session);
 
 #ifdef __cplusplus

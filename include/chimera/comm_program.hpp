@@ -47,8 +47,15 @@ struct CommStep {
   /// Collectives: L, the bytes each rank holds before the op (AllGather: its own shard;
   /// ReduceScatter/AllReduce/AllToAll: the full local buffer; Broadcast: the root's buffer).
   std::uint64_t bytesPerRank = 0;
-  /// ManyToMany: the transfers issued together. Empty for collectives.
+  /// ManyToMany: the transfers issued together. Empty for collectives. A ManyToMany with
+  /// no transfers to other ranks is local work only (a copy or a scale).
   std::vector<Transfer> transfers;
+  /// Bytes the busiest rank passes through its memory around the step (pack, unpack,
+  /// local copy, scale: each pass reads and writes them), priced at the device's memory
+  /// bandwidth.
+  std::uint64_t localBytes = 0;
+  /// Local kernels the busiest rank launches around the step (pack, unpack, copy, scale).
+  int localLaunches = 0;
 
   /// A collective `kind` (not ManyToMany) over `groups` with `bytesPerRank` = L.
   static CommStep collective(StepKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank);

@@ -11,10 +11,13 @@ namespace chimera {
 
 /// Predicted time of one step, split into the terms of the alpha-beta model.
 struct StepCost {
-  double seconds = 0;          ///< total: latency + transfer + reduce
+  double seconds = 0;          ///< total: latency + transfer + reduce + overhead + local
   double latencySeconds = 0;   ///< alpha terms: one per ring step / message round
   double transferSeconds = 0;  ///< bandwidth terms: the busiest shared resource of each round
   double reduceSeconds = 0;    ///< local reductions (AllReduce, ReduceScatter)
+  /// Fixed costs: the step's launch and synchronisation, its extra peers, its local kernels.
+  double overheadSeconds = 0;
+  double localSeconds = 0;     ///< pack / unpack / copy passes at the device's memory bandwidth
   /// The resource that limited the bandwidth term ("cpu link domain 0->1", "gpu 3 tx",
   /// "memory bus"); empty when nothing was transferred.
   std::string bottleneck;

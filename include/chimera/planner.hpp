@@ -33,6 +33,12 @@ class PlanCost {
   virtual std::string_view name() const = 0;
   /// Prediction for `plan`.
   virtual CostPrediction predict(const Plan& plan) const = 0;
+  /// Whether plans on `mesh` can be priced at all; the planner calls it first and fails
+  /// with its error, so that no decision rests on unpriced plans. Default: any mesh.
+  [[nodiscard]] virtual Status checkMesh(const Mesh& mesh) const {
+    (void)mesh;
+    return Status::ok();
+  }
 };
 
 /// The cost by bytes alone: value = bytes sent by all ranks together, tie broken by the

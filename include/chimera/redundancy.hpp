@@ -34,12 +34,16 @@ struct ChainAnalysis {
   std::int64_t bytesTotal = 0;       ///< sum over ops
   std::int64_t bytesPerRankMax = 0;  ///< max over ranks of the bytes each rank sends over the chain
   std::int64_t unconsumedTotal = 0;  ///< sum over ops of unconsumedTotal
+  /// False when the liveness analysis was too large to run (ranks x grid cells above
+  /// 2^27): the byte counts are exact, every unconsumed count is 0 and unknown.
+  bool unconsumedAnalysed = true;
 };
 
 /// Analyses a traced chain whose consumer reads `consumed`. Liveness runs backward from
 /// the consumed boxes over a grid of the finest shards any layout of the chain uses.
-/// InvalidArgument when `consumed` is not readable after the chain; Unsupported when that
-/// grid would exceed 2^22 cells.
+/// InvalidArgument when `consumed` is not readable after the chain. When the grid exceeds
+/// 2^22 cells, or ranks x cells exceeds 2^27 (the masks of a world-sized group of 10^4
+/// ranks), only the byte counts are filled in and `unconsumedAnalysed` is false.
 [[nodiscard]] Status analyzeChain(const ChainTrace& trace, const Layout& consumed, const TensorSpec& spec,
                                   ChainAnalysis& out);
 

@@ -40,11 +40,24 @@ struct LinkParams {
   double bytesPerSecond = 0;  ///< bandwidth per direction (> 0)
 };
 
+/// The device each rank runs on, for the work the links do not price: local passes of
+/// the planner's programs (pack, unpack, copy, scale) and compute (the roofline of
+/// chimera-model). Zero fields mean "not modelled": that work is free / unknown.
+struct DeviceParams {
+  double memoryBytesPerSecond = 0;  ///< memory bandwidth of one rank's device (>= 0); a pass reads and writes
+  double launchSeconds = 0;         ///< fixed cost of one local kernel: pack, unpack, copy or scale (>= 0)
+  double peakFlopsPerSecond = 0;    ///< dense 16-bit tensor-core peak of one device (>= 0)
+};
+
 /// Provenance of a calibrated topology (zero samples: a preset, not calibrated).
 struct CalibrationInfo {
   int samples = 0;                ///< number of measurements the fit used
   double rmsRelativeError = 0;    ///< root-mean-square of (predicted - measured) / measured over them
 };
+
+/// Most ranks a topology may describe: the cost model keeps per-rank state, so a profile
+/// claiming more is refused rather than exhausting memory.
+inline constexpr int kMaxTopologyRanks = 1 << 20;
 
 /// A machine as the cost model sees it: a fabric plus the parameters of its link classes.
 /// Plain data; obtain one from a preset or profile with loadTopology, check it with
@@ -52,7 +65,7 @@ struct CalibrationInfo {
 struct Topology {
   std::string name;                     ///< preset name or the name stored in a profile
   Fabric fabric = Fabric::SharedMemory;
-  int ranks = 0;                        ///< world ranks it describes (>= 1)
+  int ranks = 0;                        ///< world ranks it describes (1..kMaxTopologyRanks)
   /// Ranks per NUMA domain (PcieDomains) or per node (NvSwitchMultiNode); divides `ranks`.
   /// Equal to `ranks` for the other fabrics.
   int ranksPerDomain = 0;
@@ -62,6 +75,13 @@ struct Topology {
   double reduceSecondsPerByte = 0;      ///< local reduction cost of one byte on one core / device (>= 0)
   /// Cores that all ranks' reductions share (SharedMemory); 0 = every rank reduces on its own device.
   int computeSlots = 0;
+  /// Fixed cost of every communication step, paid once per step however many rounds it
+  /// has: the collective's kernel launch and the synchronisation that ends the step (>= 0).
+  double stepSeconds = 0;
+  /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
+  /// connection of a fan-out, on top of the link bandwidth (>= 0).
+  double peerSeconds = 0;
+  DeviceParams device;                  ///< local passes and compute
   CalibrationInfo calibration;          ///< set by fitProfile; saved with the profile
 };
 
@@ -76,8 +96,8 @@ std::vector<std::string> topologyPresetNames();
 /// Finds a topology by preset name (see topologyPresetNames; "host:N" sets the number of
 /// host processes, default 8) or else by path of a profile JSON file written by
 /// saveTopology. InvalidArgument when the text is neither a preset nor a readable file
-/// (the message lists the presets), or when the file is malformed (the message names the
-/// file, and the field or the parse position).
+/// of at most 1 MiB (the message lists the presets), or when the file is malformed (the
+/// message names the file, and the field or the parse position).
 [[nodiscard]] Status loadTopology(std::string_view nameOrPath, Topology& out);
 
 /// The profile JSON of `topology` (format "chimera-topology-1"), pretty-printed.

@@ -101,7 +101,13 @@ AxisSet toAxes(nb::handle obj, const Mesh& mesh) {
   if (nb::isinstance<nb::str>(obj)) {
     text = nb::cast<std::string>(obj);
   } else {
-    for (nb::handle name : obj) text += (text.empty() ? "" : "+") + nb::cast<std::string>(name);
+    for (nb::handle name : obj) {
+      if (!nb::isinstance<nb::str>(name)) {
+        raiseStatus(Status::invalidArgument(fmt::format("axes: expected axis names (str), got {}",
+                                                        nb::str(name.type()).c_str())));
+      }
+      text += (text.empty() ? "" : "+") + nb::cast<std::string>(name);
+    }
   }
   AxisSet axes;
   check(mesh.parseAxes(text, axes));

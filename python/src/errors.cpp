@@ -38,6 +38,15 @@ void raiseValueError(const std::string& message) {
 }
 
 void bindErrors(nb::module_& m) {
+  // A Python value nanobind cannot convert inside a binding (e.g. a negative byte count) is the
+  // caller's type error, not an opaque "std::bad_cast".
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const nb::cast_error&) {
+      PyErr_SetString(PyExc_TypeError, "chimera: an argument has the wrong type or is out of range for it");
+    }
+  });
   PyObject* base =
       makeException(m, "Error", PyExc_RuntimeError, nullptr, "Base of every error chimera reports (a failed Status).");
   gExceptions[0] = base;

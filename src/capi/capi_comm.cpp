@@ -2,13 +2,17 @@
 // C API: results, communicators, plain collectives, redistribution.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
 #include "capi/capi_handles.hpp"
+#include "capi/capi_registry.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/nccl_backend.hpp"
 #include "common/check.hpp"
+#include "common/checked_math.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -53,9 +57,18 @@ namespace {
 using chimera::Status;
 using chimera::detail::toResult;
 
-Status checkComm(const chimeraComm* comm) {
-  CHIMERA_CHECK_ARG(comm != nullptr && comm->backend != nullptr, "null communicator");
-  return Status::ok();
+using chimera::detail::guardedCall;
+
+// Ok for a live communicator (capi_registry.hpp).
+Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
+
+// InvalidArgument when `count` elements of `type`, times the size of the group along `axes`
+// when `perRank`, do not fit in one buffer.
+Status checkCount(const chimeraComm* comm, std::size_t count, chimera::DataType type, chimera::AxisSet axes,
+                  bool perRank, const char* what) {
+  std::size_t bytes = 0;
+  const auto parts = perRank ? static_cast<std::size_t>(comm->mesh.groupSize(axes)) : std::size_t{1};
+  return chimera::detail::bufferBytes(count, chimera::dataTypeSize(type), parts, what, bytes);
 }
 
 Status commonArgs(const chimeraComm* comm, chimeraDataType_t datatype, const char* axesText, chimera::DataType& type,
@@ -116,9 +129,10 @@ chimeraResult_t chimeraCommInitMpi(chimeraComm_t* comm, const char* mesh) {
     CHIMERA_RETURN_IF_ERROR(parseMesh(mesh, size, made->mesh));
     CHIMERA_RETURN_IF_ERROR(chimera::createMpiBackend(made->mesh, made->backend));
     *comm = made.release();
+    chimera::detail::registerComm(*comm);
     return Status::ok();
   };
-  return toResult(run());
+  return guardedCall("chimeraCommInitMpi", run);
 #else
   (void)comm;
   (void)mesh;
@@ -128,11 +142,13 @@ chimeraResult_t chimeraCommInitMpi(chimeraComm_t* comm, const char* mesh) {
 
 chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id) {
 #ifdef CHIMERA_HAS_CUDA
-  if (id == nullptr) return toResult(Status::invalidArgument("null chimeraUniqueId*"));
-  chimera::NcclUniqueId nccl;
-  const Status status = chimera::createNcclUniqueId(nccl);
-  if (status.isOk()) std::memcpy(id->internal, nccl.bytes.data(), sizeof(id->internal));
-  return toResult(status);
+  return guardedCall("chimeraGetUniqueId", [&]() -> Status {
+    CHIMERA_CHECK_ARG(id != nullptr, "null chimeraUniqueId*");
+    chimera::NcclUniqueId nccl;
+    CHIMERA_RETURN_IF_ERROR(chimera::createNcclUniqueId(nccl));
+    std::memcpy(id->internal, nccl.bytes.data(), sizeof(id->internal));
+    return Status::ok();
+  });
 #else
   (void)id;
   return toResult(Status::unsupported("chimera was built without CUDA: no NCCL unique id"));
@@ -147,18 +163,21 @@ chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int r
     CHIMERA_CHECK_ARG(mesh != nullptr, "null mesh text");
     auto made = std::make_unique<chimeraComm>();
     // The world size is the product of the axis sizes; Mesh::parse validates the text.
-    int world = 1;
+    long long world = 1;
     for (const char* p = mesh; *p != '\0'; ++p) {
-      if (*p == '=') world *= std::atoi(p + 1);
+      if (*p != '=') continue;
+      world *= std::max(0LL, std::min(std::atoll(p + 1), static_cast<long long>(INT_MAX)));
+      CHIMERA_CHECK_ARG(world <= INT_MAX, "mesh '{}' has more than INT_MAX ranks", mesh);
     }
     CHIMERA_RETURN_IF_ERROR(chimera::Mesh::parse(mesh, world, made->mesh));
     chimera::NcclUniqueId nccl;
     std::memcpy(nccl.bytes.data(), id.internal, sizeof(id.internal));
     CHIMERA_RETURN_IF_ERROR(chimera::createNcclBackend(made->mesh, rank, device, nccl, made->backend));
     *comm = made.release();
+    chimera::detail::registerComm(*comm);
     return Status::ok();
   };
-  return toResult(run());
+  return guardedCall("chimeraCommInitRank", run);
 #else
   (void)comm;
   (void)mesh;
@@ -170,22 +189,30 @@ chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int r
 }
 
 chimeraResult_t chimeraCommDestroy(chimeraComm_t comm) {
-  delete comm;
-  return chimeraSuccess;
+  return guardedCall("chimeraCommDestroy", [&]() -> Status {
+    if (comm == nullptr) return Status::ok();
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::releaseComm(comm));
+    delete comm;
+    return Status::ok();
+  });
 }
 
 chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank) {
-  if (Status s = checkComm(comm); !s.isOk()) return toResult(s);
-  if (rank == nullptr) return toResult(Status::invalidArgument("null int* for the rank"));
-  *rank = comm->backend->rank();
-  return chimeraSuccess;
+  return guardedCall("chimeraCommRank", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_CHECK_ARG(rank != nullptr, "null int* for the rank");
+    *rank = comm->backend->rank();
+    return Status::ok();
+  });
 }
 
 chimeraResult_t chimeraCommSize(chimeraComm_t comm, int* size) {
-  if (Status s = checkComm(comm); !s.isOk()) return toResult(s);
-  if (size == nullptr) return toResult(Status::invalidArgument("null int* for the size"));
-  *size = comm->mesh.size();
-  return chimeraSuccess;
+  return guardedCall("chimeraCommSize", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_CHECK_ARG(size != nullptr, "null int* for the size");
+    *size = comm->mesh.size();
+    return Status::ok();
+  });
 }
 
 void chimeraFinalize(void) {
@@ -199,10 +226,12 @@ chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t co
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
-  Status s = commonArgs(comm, datatype, axes, type, set);
-  if (s.isOk()) s = reduceOp(op, reduce);
-  if (s.isOk()) s = comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set);
-  return toResult(s);
+  return guardedCall("chimeraAllReduce", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraAllReduce count"));
+    return comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set);
+  });
 }
 
 chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -211,54 +240,66 @@ chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
-  Status s = commonArgs(comm, datatype, axes, type, set);
-  if (s.isOk()) s = reduceOp(op, reduce);
-  if (s.isOk()) s = comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set);
-  return toResult(s);
+  return guardedCall("chimeraReduceScatter", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, recvcount, type, set, true, "chimeraReduceScatter recvcount"));
+    return comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set);
+  });
 }
 
 chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
                                  const char* axes, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
-  Status s = commonArgs(comm, datatype, axes, type, set);
-  if (s.isOk()) s = comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set);
-  return toResult(s);
+  return guardedCall("chimeraAllGather", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, sendcount, type, set, true, "chimeraAllGather sendcount"));
+    return comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set);
+  });
 }
 
 chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
                                 chimeraDataType_t datatype, const char* axes, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
-  Status s = commonArgs(comm, datatype, axes, type, set);
-  if (s.isOk()) s = comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set);
-  return toResult(s);
+  return guardedCall("chimeraAllToAll", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, countPerPeer, type, set, true, "chimeraAllToAll countPerPeer"));
+    return comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set);
+  });
 }
 
 chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
                                  int root, const char* axes, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
-  Status s = commonArgs(comm, datatype, axes, type, set);
-  if (s.isOk()) s = comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set);
-  return toResult(s);
+  return guardedCall("chimeraBroadcast", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraBroadcast count"));
+    return comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set);
+  });
 }
 
 chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
                             chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
-  Status s = checkComm(comm);
-  if (s.isOk()) s = chimera::detail::fromCDataType(datatype, type);
-  if (s.isOk()) s = comm->backend->send(sendbuff, count, type, peer);
-  return toResult(s);
+  return guardedCall("chimeraSend", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraSend count"));
+    return comm->backend->send(sendbuff, count, type, peer);
+  });
 }
 
 chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
-  Status s = checkComm(comm);
-  if (s.isOk()) s = chimera::detail::fromCDataType(datatype, type);
-  if (s.isOk()) s = comm->backend->recv(recvbuff, count, type, peer);
-  return toResult(s);
+  return guardedCall("chimeraRecv", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
+    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraRecv count"));
+    return comm->backend->recv(recvbuff, count, type, peer);
+  });
 }
 
 chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatype, const char* from, const char* to,
@@ -277,7 +318,7 @@ chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatyp
     if (!comm->executor) comm->executor = std::make_unique<chimera::Executor>(*comm->backend);
     return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes);
   };
-  return toResult(run());
+  return guardedCall("chimeraRedistribute", run);
 }
 
 }  // extern "C"

@@ -1,18 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // C API: sessions (begin, describe tensors, record chain-op text, consume, flush).
 #include "capi/capi_handles.hpp"
+#include "capi/capi_registry.hpp"
 #include "chimera/chain.hpp"
 #include "common/check.hpp"
 
 namespace {
 
 using chimera::Status;
-using chimera::detail::toResult;
 
-Status checkSession(const chimeraSession* session) {
-  CHIMERA_CHECK_ARG(session != nullptr && session->session != nullptr, "null session");
-  return Status::ok();
-}
+using chimera::detail::guardedCall;
+
+// Ok for a live session (capi_registry.hpp).
+Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
 
 chimera::TensorHandle toHandle(chimeraTensor_t t) { return {t.index, t.window}; }
 chimeraTensor_t fromHandle(chimera::TensorHandle t) { return {t.index, t.window}; }
@@ -41,7 +41,7 @@ extern "C" {
 
 chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session) {
   auto run = [&]() -> Status {
-    CHIMERA_CHECK_ARG(comm != nullptr && comm->backend != nullptr, "null communicator");
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::lookupComm(comm));
     CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
     CHIMERA_CHECK_ARG(fusion >= -1 && fusion <= 1, "fusion {} (expected 1 on, 0 off, -1 from the environment)",
                       fusion);
@@ -52,9 +52,10 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
     *session = made.release();
+    chimera::detail::registerSession(*session);
     return Status::ok();
   };
-  return toResult(run());
+  return guardedCall("chimeraSessionBegin", run);
 }
 
 chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
@@ -72,12 +73,12 @@ chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, siz
     *out = fromHandle(handle);
     return Status::ok();
   };
-  return toResult(run());
+  return guardedCall("chimeraSessionTensor", run);
 }
 
 chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
                                      size_t outputBytes, chimeraTensor_t* out) {
-  return toResult(record(session, op, input, output, outputBytes, out));
+  return guardedCall("chimeraSessionRecord", [&] { return record(session, op, input, output, outputBytes, out); });
 }
 
 chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
@@ -87,7 +88,7 @@ chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTenso
     CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
     return session->session->declareRead(toHandle(t), read);
   };
-  return toResult(run());
+  return guardedCall("chimeraSessionDeclareRead", run);
 }
 
 chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
@@ -97,37 +98,49 @@ chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t 
     CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
     return session->session->consume(toHandle(t), read);
   };
-  return toResult(run());
+  return guardedCall("chimeraSessionConsume", run);
 }
 
 chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimeraTensor_t t, size_t offset,
                                                size_t bytes) {
-  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
-  return toResult(session->session->declareRead(toHandle(t), offset, bytes));
+  return guardedCall("chimeraSessionDeclareReadRange", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    return session->session->declareRead(toHandle(t), offset, bytes);
+  });
 }
 
 chimeraResult_t chimeraSessionConsumeRange(chimeraSession_t session, chimeraTensor_t t, size_t offset, size_t bytes) {
-  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
-  return toResult(session->session->consume(toHandle(t), offset, bytes));
+  return guardedCall("chimeraSessionConsumeRange", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    return session->session->consume(toHandle(t), offset, bytes);
+  });
 }
 
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session) {
-  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
-  return toResult(session->session->flush());
+  return guardedCall("chimeraSessionFlush", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    return session->session->flush();
+  });
 }
 
 chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats) {
-  if (Status s = checkSession(session); !s.isOk()) return toResult(s);
-  if (stats == nullptr) return toResult(Status::invalidArgument("null chimeraSessionStats_t*"));
-  const chimera::SessionStats s = session->session->stats();
-  *stats = {s.recordedCalls, s.windows, s.windowCacheHits, s.chainsRun, s.fusedChains, s.bytesAsRecorded,
-            s.bytesSent};
-  return chimeraSuccess;
+  return guardedCall("chimeraSessionGetStats", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
+    const chimera::SessionStats s = session->session->stats();
+    *stats = {s.recordedCalls, s.windows, s.windowCacheHits, s.chainsRun, s.fusedChains, s.bytesAsRecorded,
+              s.bytesSent};
+    return Status::ok();
+  });
 }
 
 chimeraResult_t chimeraSessionEnd(chimeraSession_t session) {
-  delete session;
-  return chimeraSuccess;
+  return guardedCall("chimeraSessionEnd", [&]() -> Status {
+    if (session == nullptr) return Status::ok();
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::releaseSession(session));
+    delete session;
+    return Status::ok();
+  });
 }
 
 }  // extern "C"

@@ -38,6 +38,21 @@ Status readEnvCount(const char* name, std::size_t fallback, std::size_t& out) {
   return Status::ok();
 }
 
-Status checkArgsFromEnv(bool& out) { return readEnvSwitch("CHIMERA_CHECK_ARGS", kCheckArgsByDefault, out); }
+Status checkArgsFromEnv(bool& out, bool fallback) { return readEnvSwitch("CHIMERA_CHECK_ARGS", fallback, out); }
+
+Status timeoutMsFromEnv(std::int64_t& out) {
+  const char* text = std::getenv("CHIMERA_TIMEOUT_MS");
+  if (text == nullptr || *text == '\0') {
+    out = kDefaultTimeoutMs;
+    return Status::ok();
+  }
+  const std::string_view value(text);
+  std::int64_t parsed = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  CHIMERA_CHECK_ARG(error == std::errc() && end == value.data() + value.size() && parsed >= 1,
+                    "CHIMERA_TIMEOUT_MS='{}' is not a positive number of milliseconds", value);
+  out = parsed;
+  return Status::ok();
+}
 
 }  // namespace chimera::detail

@@ -56,9 +56,15 @@ Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& s
     detail::StepTerms terms;
     CHIMERA_RETURN_IF_ERROR(detail::stepTerms(base, sampleStep(samples[i]), terms));
     const Row row = {terms.latencySeconds, terms.transferSeconds, terms.reducedBytes};
+    // The fixed per-step costs are the base's, not fitted: the terms explain the rest.
+    const double fitted = samples[i].seconds - terms.overheadSeconds - terms.localSeconds;
+    CHIMERA_CHECK_ARG(fitted > 0.05 * samples[i].seconds,
+                      "sample {}: measured {} s is at or below the base's fixed step cost {} s; calibrate "
+                      "larger sizes or lower the base's step_s / peer_s",
+                      i, samples[i].seconds, terms.overheadSeconds + terms.localSeconds);
     Row weighted{};
     for (int j = 0; j < kTerms; ++j) {
-      weighted[j] = row[j] / samples[i].seconds;
+      weighted[j] = row[j] / fitted;
       design.present[j] = design.present[j] || row[j] > 0;
     }
     design.rows.push_back(weighted);

@@ -21,7 +21,10 @@ Status CostModel::predictStep(const CommStep& step, StepCost& out) const {
   cost.latencySeconds = terms.latencySeconds;
   cost.transferSeconds = terms.transferSeconds;
   cost.reduceSeconds = terms.reducedBytes * topology_.reduceSecondsPerByte;
-  cost.seconds = cost.latencySeconds + cost.transferSeconds + cost.reduceSeconds;
+  cost.overheadSeconds = terms.overheadSeconds;
+  cost.localSeconds = terms.localSeconds;
+  cost.seconds =
+      cost.latencySeconds + cost.transferSeconds + cost.reduceSeconds + cost.overheadSeconds + cost.localSeconds;
   cost.bottleneck = std::move(terms.bottleneck);
   out = std::move(cost);
   return Status::ok();

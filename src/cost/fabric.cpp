@@ -17,8 +17,11 @@ namespace {
 //   receive, 4R the memory bus, then one CPU link per ordered pair of domains.
 class ResourceIndex {
  public:
+  // CPU links between domains exist on PCIe only; other fabrics get none (a multi-node
+  // topology of thousands of nodes would otherwise allocate nodes^2 unused resources).
   explicit ResourceIndex(const Topology& topology)
-      : ranks_(topology.ranks), domains_(topology.ranks / topology.ranksPerDomain) {}
+      : ranks_(topology.ranks),
+        domains_(topology.fabric == Fabric::PcieDomains ? topology.ranks / topology.ranksPerDomain : 0) {}
 
   int count() const { return 4 * ranks_ + 1 + domains_ * domains_; }
   int tx(int rank) const { return rank; }
@@ -89,33 +92,29 @@ Route routeOf(const Topology& topology, const ResourceIndex& index, int src, int
 
 }  // namespace
 
-RoundCost priceRound(const Topology& topology, std::span<const Flow> flows) {
-  const ResourceIndex index(topology);
-  std::vector<double> load(static_cast<std::size_t>(index.count()), 0.0);
-  // Distinct peers per GPU port, for the NVSwitch fan-out / fan-in penalty.
-  std::vector<std::vector<int>> peers(static_cast<std::size_t>(2 * topology.ranks));
+namespace {
+
+// What one round puts on each resource, before it is turned into time.
+struct RoundLoad {
+  explicit RoundLoad(const Topology& topology)
+      : index(topology), load(static_cast<std::size_t>(index.count()), 0.0),
+        peers(static_cast<std::size_t>(2 * topology.ranks), 0) {}
+  ResourceIndex index;
+  std::vector<double> load;  // bytes per resource
+  std::vector<int> peers;    // distinct peers per GPU port (tx then rx), for the peer penalty
+  double latencySeconds = 0;
+};
+
+RoundCost evaluate(const Topology& topology, const RoundLoad& round) {
   RoundCost cost;
-  for (const Flow& flow : flows) {
-    if (flow.src == flow.dst || flow.bytes <= 0) continue;
-    const Route route = routeOf(topology, index, flow.src, flow.dst);
-    cost.latencySeconds = std::max(cost.latencySeconds, route.alphaSeconds);
-    for (const int resource : route.resources) {
-      if (resource >= 0) load[static_cast<std::size_t>(resource)] += flow.bytes;
-    }
-    if (route.usesPorts) {
-      auto addPeer = [](std::vector<int>& list, int peer) {
-        if (std::find(list.begin(), list.end(), peer) == list.end()) list.push_back(peer);
-      };
-      addPeer(peers[static_cast<std::size_t>(index.tx(flow.src))], flow.dst);
-      addPeer(peers[static_cast<std::size_t>(index.rx(flow.dst))], flow.src);
-    }
-  }
+  cost.latencySeconds = round.latencySeconds;
+  const ResourceIndex& index = round.index;
   for (int resource = 0; resource < index.count(); ++resource) {
-    const double bytes = load[static_cast<std::size_t>(resource)];
+    const double bytes = round.load[static_cast<std::size_t>(resource)];
     if (bytes <= 0) continue;
     double capacity = topology.local.bytesPerSecond;
     if (resource < 2 * topology.ranks) {
-      const auto numPeers = static_cast<double>(peers[static_cast<std::size_t>(resource)].size());
+      const auto numPeers = static_cast<double>(round.peers[static_cast<std::size_t>(resource)]);
       capacity /= 1.0 + topology.peerPenalty * std::max(0.0, numPeers - 1.0);
     } else if (resource != index.bus()) {
       capacity = topology.cross.bytesPerSecond;  // NIC or CPU link
@@ -127,6 +126,99 @@ RoundCost priceRound(const Topology& topology, std::span<const Flow> flows) {
     }
   }
   return cost;
+}
+
+}  // namespace
+
+RoundCost priceRound(const Topology& topology, std::span<const Flow> flows) {
+  RoundLoad round(topology);
+  const ResourceIndex& index = round.index;
+  // Distinct peers per GPU port, for the NVSwitch fan-out / fan-in penalty.
+  std::vector<std::vector<int>> peers(static_cast<std::size_t>(2 * topology.ranks));
+  for (const Flow& flow : flows) {
+    if (flow.src == flow.dst || flow.bytes <= 0) continue;
+    const Route route = routeOf(topology, index, flow.src, flow.dst);
+    round.latencySeconds = std::max(round.latencySeconds, route.alphaSeconds);
+    for (const int resource : route.resources) {
+      if (resource >= 0) round.load[static_cast<std::size_t>(resource)] += flow.bytes;
+    }
+    if (route.usesPorts) {
+      auto addPeer = [](std::vector<int>& list, int peer) {
+        if (std::find(list.begin(), list.end(), peer) == list.end()) list.push_back(peer);
+      };
+      addPeer(peers[static_cast<std::size_t>(index.tx(flow.src))], flow.dst);
+      addPeer(peers[static_cast<std::size_t>(index.rx(flow.dst))], flow.src);
+    }
+  }
+  for (std::size_t port = 0; port < peers.size(); ++port) round.peers[port] = static_cast<int>(peers[port].size());
+  return evaluate(topology, round);
+}
+
+RoundCost priceAllToAllRound(const Topology& topology, const std::vector<std::vector<int>>& groups, double bytes) {
+  RoundLoad round(topology);
+  const ResourceIndex& index = round.index;
+  if (bytes <= 0) return evaluate(topology, round);
+  const auto domainOf = [&](int rank) { return rank / topology.ranksPerDomain; };
+  std::vector<std::pair<int, int>> counts;  // (domain, members of the group in it), by domain
+  for (const auto& group : groups) {
+    const auto n = static_cast<int>(group.size());
+    if (n < 2) continue;
+    std::vector<int> domains;
+    domains.reserve(group.size());
+    for (const int rank : group) domains.push_back(domainOf(rank));
+    std::sort(domains.begin(), domains.end());
+    counts.clear();
+    for (const int d : domains) {
+      if (counts.empty() || counts.back().first != d) counts.push_back({d, 0});
+      ++counts.back().second;
+    }
+    const bool crosses = counts.size() > 1;
+    bool within = false;  // some pair of members shares a domain
+    for (const auto& entry : counts) within = within || entry.second > 1;
+    const double alpha =
+        std::max(within ? topology.local.alphaSeconds : 0.0,
+                 crosses && topology.fabric != Fabric::NvSwitch ? topology.cross.alphaSeconds : 0.0);
+    const auto countIn = [&](int domain) {
+      return std::lower_bound(counts.begin(), counts.end(), std::make_pair(domain, 0))->second;
+    };
+    switch (topology.fabric) {
+      case Fabric::SharedMemory:
+        round.load[static_cast<std::size_t>(index.bus())] += static_cast<double>(n) * (n - 1) * bytes;
+        round.latencySeconds = std::max(round.latencySeconds, topology.local.alphaSeconds);
+        break;  // one domain: every route has the local alpha
+      case Fabric::PcieDomains:
+      case Fabric::NvSwitch:
+        for (const int rank : group) {
+          round.load[static_cast<std::size_t>(index.tx(rank))] += (n - 1) * bytes;
+          round.load[static_cast<std::size_t>(index.rx(rank))] += (n - 1) * bytes;
+          round.peers[static_cast<std::size_t>(index.tx(rank))] += n - 1;
+          round.peers[static_cast<std::size_t>(index.rx(rank))] += n - 1;
+        }
+        round.latencySeconds = std::max(round.latencySeconds, alpha);
+        if (topology.fabric == Fabric::PcieDomains && crosses) {
+          for (const auto& [a, countA] : counts) {
+            for (const auto& [b, countB] : counts) {
+              if (a != b) round.load[static_cast<std::size_t>(index.cpuLink(a, b))] += 1.0 * countA * countB * bytes;
+            }
+          }
+        }
+        break;
+      case Fabric::NvSwitchMultiNode:
+        for (const int rank : group) {
+          const int inNode = countIn(domainOf(rank)) - 1;
+          const int across = n - 1 - inNode;
+          round.load[static_cast<std::size_t>(index.tx(rank))] += inNode * bytes;
+          round.load[static_cast<std::size_t>(index.rx(rank))] += inNode * bytes;
+          round.peers[static_cast<std::size_t>(index.tx(rank))] += inNode;
+          round.peers[static_cast<std::size_t>(index.rx(rank))] += inNode;
+          round.load[static_cast<std::size_t>(index.nicTx(rank))] += across * bytes;
+          round.load[static_cast<std::size_t>(index.nicRx(rank))] += across * bytes;
+        }
+        round.latencySeconds = std::max(round.latencySeconds, alpha);
+        break;
+    }
+  }
+  return evaluate(topology, round);
 }
 
 }  // namespace chimera::detail

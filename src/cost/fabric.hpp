@@ -5,6 +5,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "chimera/topology.hpp"
 
@@ -28,5 +29,10 @@ struct RoundCost {
 /// nothing. Preconditions (checked by the caller): every rank in [0, topology.ranks),
 /// topology valid.
 RoundCost priceRound(const Topology& topology, std::span<const Flow> flows);
+
+/// What priceRound returns for the round in which every member of every group sends
+/// `bytes` to every other member of its group (an AllToAll), computed from each group's
+/// count of members per domain instead of its n^2 flows: O(ranks log ranks).
+RoundCost priceAllToAllRound(const Topology& topology, const std::vector<std::vector<int>>& groups, double bytes);
 
 }  // namespace chimera::detail

@@ -24,19 +24,6 @@ std::vector<Flow> ringRound(const Groups& groups, double bytes) {
   return flows;
 }
 
-// Every member sends `bytes` to every other member at once (NCCL-style all-to-all).
-std::vector<Flow> allToAllRound(const Groups& groups, double bytes) {
-  std::vector<Flow> flows;
-  for (const auto& group : groups) {
-    for (const int src : group) {
-      for (const int dst : group) {
-        if (src != dst) flows.push_back({src, dst, bytes});
-      }
-    }
-  }
-  return flows;
-}
-
 // The root (first member) feeds a pipelined chain: every chain link carries the buffer.
 std::vector<Flow> chainRound(const Groups& groups, double bytes) {
   std::vector<Flow> flows;
@@ -79,7 +66,7 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
       addRounds(terms, priceRound(topology, ringRound(step.groups, bytes)), n - 1, n - 1);
       break;
     case StepKind::AllToAll:
-      addRounds(terms, priceRound(topology, allToAllRound(step.groups, chunk)), 1, 1);
+      addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1);
       break;
     case StepKind::Broadcast:
       addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1);
@@ -89,13 +76,51 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
   return terms;
 }
 
+// Distinct peers the busiest rank sends to or receives from in a many-to-many.
+int manyToManyPeers(const Topology& topology, const std::vector<Transfer>& transfers) {
+  std::vector<std::vector<int>> sendsTo(static_cast<std::size_t>(topology.ranks));
+  std::vector<std::vector<int>> receivesFrom(static_cast<std::size_t>(topology.ranks));
+  const auto add = [](std::vector<int>& list, int peer) {
+    if (std::find(list.begin(), list.end(), peer) == list.end()) list.push_back(peer);
+  };
+  std::size_t most = 0;
+  for (const Transfer& t : transfers) {
+    if (t.src == t.dst || t.bytes == 0) continue;
+    auto& out = sendsTo[static_cast<std::size_t>(t.src)];
+    auto& in = receivesFrom[static_cast<std::size_t>(t.dst)];
+    add(out, t.dst);
+    add(in, t.src);
+    most = std::max({most, out.size(), in.size()});
+  }
+  return static_cast<int>(most);
+}
+
+// Peers of the busiest rank: one for the ring and chain algorithms, n-1 for an AllToAll.
+int collectivePeers(const CommStep& step) {
+  const auto n = static_cast<int>(step.groups.front().size());
+  if (n < 2 || step.bytesPerRank == 0) return 0;
+  return step.kind == StepKind::AllToAll ? n - 1 : 1;
+}
+
+// The fixed and local terms of `step` (see StepTerms).
+void addOverheads(const Topology& topology, const CommStep& step, int peers, StepTerms& terms) {
+  if (peers > 0) terms.overheadSeconds += topology.stepSeconds + topology.peerSeconds * (peers - 1);
+  terms.overheadSeconds += topology.device.launchSeconds * step.localLaunches;
+  if (topology.device.memoryBytesPerSecond > 0) {
+    terms.localSeconds = 2.0 * static_cast<double>(step.localBytes) / topology.device.memoryBytesPerSecond;
+  }
+}
+
 }  // namespace
 
 Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out) {
   CHIMERA_RETURN_IF_ERROR(validateTopology(topology));  // a few comparisons; keeps priceRound safe
   CHIMERA_RETURN_IF_ERROR(validateStep(step, topology.ranks));
+  CHIMERA_CHECK_ARG(step.localLaunches >= 0, "step {}: local launches must be >= 0, got {}", step.toString(),
+                    step.localLaunches);
   if (step.kind != StepKind::ManyToMany) {
     out = collectiveTerms(topology, step);
+    addOverheads(topology, step, collectivePeers(step), out);
     return Status::ok();
   }
   std::vector<Flow> flows;
@@ -103,6 +128,7 @@ Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out)
   for (const Transfer& t : step.transfers) flows.push_back({t.src, t.dst, static_cast<double>(t.bytes)});
   StepTerms terms;
   addRounds(terms, priceRound(topology, flows), 1, 1);
+  addOverheads(topology, step, manyToManyPeers(topology, step.transfers), terms);
   out = terms;
   return Status::ok();
 }

@@ -18,6 +18,10 @@ struct StepTerms {
   /// Bytes reduced one after another on the critical path, already multiplied by the
   /// core-sharing factor; times topology.reduceSecondsPerByte gives the reduce term.
   double reducedBytes = 0;
+  /// Fixed costs (not fitted by calibration): stepSeconds when the step moves bytes,
+  /// peerSeconds per peer of the busiest rank beyond the first, launchSeconds per local kernel.
+  double overheadSeconds = 0;
+  double localSeconds = 0;     ///< 2 x localBytes / device memory bandwidth (0 when unmodelled)
   std::string bottleneck;      ///< the resource limiting the largest round ("" if none)
 };
 

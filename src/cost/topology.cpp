@@ -29,7 +29,7 @@ constexpr std::array<std::pair<Fabric, std::string_view>, 4> kFabricNames = {{
 constexpr double kGB = 1e9;  // GB/s as vendors quote it: 10^9 bytes per second
 // Microseconds; dividing keeps 10 us == 1e-05 exactly, so profiles print round numbers.
 constexpr double us(double x) { return x / 1e6; }
-constexpr int kMaxPresetCount = 4096;  // bound for "host:N" / "multinode-ib:N"
+constexpr int kMaxPresetCount = 1 << 17;  // bound for "host:N" / "multinode-ib:N" (1M GPUs)
 
 bool finiteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
 bool finitePositive(double x) { return std::isfinite(x) && x > 0; }
@@ -63,11 +63,15 @@ Topology pcie4080Preset() {
   t.ranksPerDomain = 4;
   t.local = {us(10), 22 * kGB};
   t.cross = {us(15), 12 * kGB};
+  // Staged copies: a step ends with a host round trip; every peer is its own staged copy.
+  t.stepSeconds = us(12);
+  t.peerSeconds = us(3);
+  t.device = {716.8 * kGB, us(4), 97.5e12};  // 256-bit GDDR6X at 22.4 Gb/s; FP16 tensor dense
   return t;
 }
 
 // One NVSwitch node of 8 GPUs with NVLink 4 (900 GB/s bidirectional per GPU).
-Topology nvswitchPreset(std::string name, double peerPenalty) {
+Topology nvswitchPreset(std::string name, double peerPenalty, DeviceParams device) {
   Topology t;
   t.name = std::move(name);
   t.fabric = Fabric::NvSwitch;
@@ -75,18 +79,29 @@ Topology nvswitchPreset(std::string name, double peerPenalty) {
   t.ranksPerDomain = 8;
   t.local = {us(3), 360 * kGB};
   t.peerPenalty = peerPenalty;
+  t.stepSeconds = us(8);  // collective launch + end-of-step synchronisation
+  t.peerSeconds = us(1);  // one more NVLink peer connection in a grouped send/recv
+  t.device = device;
   return t;
 }
 
+// H100 SXM5: HBM3 3.35 TB/s, 989 TFLOP/s dense BF16. H20: HBM3 4.0 TB/s, 148 TFLOP/s dense BF16.
+constexpr DeviceParams kH100 = {3350 * kGB, us(3), 989e12};
+constexpr DeviceParams kH20 = {4000 * kGB, us(3), 148e12};
+
 // Nodes of 8 H100 GPUs (as dgx-h100x8), one 400 Gb/s InfiniBand NDR NIC per GPU.
 Topology multinodePreset(int nodes) {
-  Topology t = nvswitchPreset(fmt::format("multinode-ib:{}", nodes), 0.0);
+  Topology t = nvswitchPreset(fmt::format("multinode-ib:{}", nodes), 0.0, kH100);
   t.fabric = Fabric::NvSwitchMultiNode;
   t.ranks = 8 * nodes;
   t.ranksPerDomain = 8;
   t.cross = {us(8), 45 * kGB};
   return t;
 }
+
+// Fitted to the paper's observation (docs/cost_model.md): above 0.5 an 8-rank fan-out of
+// 4 peers per port loses to a 1:1 send plus a 4-rank AllToAll.
+constexpr double kH20PeerPenalty = 0.6;
 
 // "host" / "host:N" style names: `count` is left unchanged when there is no ":N".
 // Returns false when `text` is not `base` or `base:...`.
@@ -107,13 +122,20 @@ bool matchCounted(std::string_view text, std::string_view base, int& count, Stat
   return true;
 }
 
+// Profiles are a few KiB; anything past this is not one (and /dev/zero never ends).
+constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
+
 Status readFile(const std::string& path, std::string& out) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return Status::invalidArgument(fmt::format("cannot open '{}'", path));
-  std::ostringstream text;
-  text << file.rdbuf();
+  std::string text(kMaxProfileBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (file.bad()) return Status::invalidArgument(fmt::format("cannot read '{}'", path));
-  out = text.str();
+  const auto length = static_cast<std::size_t>(file.gcount());
+  CHIMERA_CHECK_ARG(length <= kMaxProfileBytes, "'{}' is larger than {} bytes, too large for a topology profile",
+                    path, kMaxProfileBytes);
+  text.resize(length);
+  out = std::move(text);
   return Status::ok();
 }
 
@@ -139,7 +161,8 @@ Status parseFabric(std::string_view text, Fabric& out) {
 
 Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(!t.name.empty(), "topology name is empty");
-  CHIMERA_CHECK_ARG(t.ranks >= 1, "topology '{}': ranks must be >= 1, got {}", t.name, t.ranks);
+  CHIMERA_CHECK_ARG(t.ranks >= 1 && t.ranks <= kMaxTopologyRanks, "topology '{}': ranks must be in 1..{}, got {}",
+                    t.name, kMaxTopologyRanks, t.ranks);
   CHIMERA_CHECK_ARG(t.ranksPerDomain >= 1 && t.ranks % t.ranksPerDomain == 0,
                     "topology '{}': ranks_per_domain {} must be >= 1 and divide ranks {}", t.name, t.ranksPerDomain,
                     t.ranks);
@@ -160,6 +183,12 @@ Status validateTopology(const Topology& t) {
                     "topology '{}': reduction cost must be >= 0, got {} s/B", t.name, t.reduceSecondsPerByte);
   CHIMERA_CHECK_ARG(t.computeSlots >= 0, "topology '{}': compute_slots must be >= 0, got {}", t.name,
                     t.computeSlots);
+  CHIMERA_CHECK_ARG(finiteNonNegative(t.stepSeconds) && finiteNonNegative(t.peerSeconds),
+                    "topology '{}': step_s and peer_s must be >= 0, got {} s, {} s", t.name, t.stepSeconds,
+                    t.peerSeconds);
+  CHIMERA_CHECK_ARG(finiteNonNegative(t.device.memoryBytesPerSecond) && finiteNonNegative(t.device.launchSeconds) &&
+                        finiteNonNegative(t.device.peakFlopsPerSecond),
+                    "topology '{}': device memory bandwidth, launch time and peak FLOP/s must be >= 0", t.name);
   CHIMERA_CHECK_ARG(t.calibration.samples >= 0 && finiteNonNegative(t.calibration.rmsRelativeError),
                     "topology '{}': calibration samples and error must be >= 0", t.name);
   return Status::ok();
@@ -190,19 +219,19 @@ Status loadTopology(std::string_view nameOrPath, Topology& out) {
   // H20: the paper saw per-GPU switch bandwidth fall with more concurrent peers; H100 did not
   // show it in public all-to-all measurements (docs/cost_model.md).
   if (nameOrPath == "nvswitch-h20x8") {
-    out = nvswitchPreset("nvswitch-h20x8", 0.35);
+    out = nvswitchPreset("nvswitch-h20x8", kH20PeerPenalty, kH20);
     return Status::ok();
   }
   if (nameOrPath == "dgx-h100x8") {
-    out = nvswitchPreset("dgx-h100x8", 0.0);
+    out = nvswitchPreset("dgx-h100x8", 0.0, kH100);
     return Status::ok();
   }
   const std::string path(nameOrPath);
   std::string text;
-  if (!readFile(path, text).isOk()) {
+  if (const Status read = readFile(path, text); !read.isOk()) {
     return Status::invalidArgument(fmt::format(
-        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N) and not a readable profile file", path,
-        fmt::join(topologyPresetNames(), ", ")));
+        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N) and not a readable profile file ({})", path,
+        fmt::join(topologyPresetNames(), ", "), read.message()));
   }
   Topology loaded;
   const Status parsed = topologyFromJson(text, loaded);

@@ -48,6 +48,80 @@ Status sendTransfers(const PlanBuffer& input, const PlanBuffer& output, const Pl
   return Status::ok();
 }
 
+// True when the dims before `dim` of `shape` are all 1: blocks of `dim` are contiguous runs.
+bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
+  for (int d = 0; d < dim && d < static_cast<int>(shape.size()); ++d) {
+    if (shape[static_cast<std::size_t>(d)] != 1) return false;
+  }
+  return true;
+}
+
+// True when `box` is one contiguous run of a tensor of `shape` (row-major): outside the
+// outermost dim with extent > 1 every dim is 1, inside it every dim is whole.
+bool boxContiguous(const Box& box, const std::vector<std::int64_t>& shape) {
+  std::size_t d = 0;
+  while (d < box.extent.size() && box.extent[d] == 1) ++d;
+  for (++d; d < box.extent.size(); ++d) {
+    if (box.extent[d] != shape[d]) return false;
+  }
+  return true;
+}
+
+// The local passes the executor makes around `step` (docs/planner.md, "Steps"), on the
+// busiest rank: bytes packed, unpacked or copied, and the kernels that do it.
+void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
+  const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
+  const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
+  const auto inBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
+  const auto outBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, output.localBytes));
+  const auto pass = [&](std::uint64_t bytes) {
+    out.localBytes += bytes;
+    out.localLaunches += 1;
+  };
+  switch (step.kind) {
+    case PlanStep::Kind::ReduceScatter:
+      if (!blocksContiguous(input.localShape, step.dim)) pass(inBytes);
+      break;
+    case PlanStep::Kind::AllGather:
+      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
+      break;
+    case PlanStep::Kind::AllToAll:
+      if (!blocksContiguous(input.localShape, step.toDim)) pass(inBytes);
+      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
+      break;
+    case PlanStep::Kind::ManyToMany: {
+      // Per rank: boxes that are not one run are packed (sender) or unpacked (receiver);
+      // transfers to itself are box copies. The boxes of one kind go in one batched launch.
+      const Mesh& mesh = input.layout.mesh();
+      enum : unsigned { kPack = 1, kUnpack = 2, kCopy = 4 };
+      std::vector<std::uint64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
+      std::vector<unsigned> kinds(static_cast<std::size_t>(mesh.size()), 0);
+      const auto add = [&](int rank, std::uint64_t b, unsigned kind) {
+        bytes[static_cast<std::size_t>(rank)] += b;
+        kinds[static_cast<std::size_t>(rank)] |= kind;
+      };
+      for (const BoxTransfer& t : step.transfers) {
+        const auto b = static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.bytes));
+        if (t.src == t.dst) {
+          add(t.src, b, kCopy);
+          continue;
+        }
+        if (!boxContiguous(t.srcBox, input.localShape)) add(t.src, b, kPack);
+        if (!boxContiguous(t.dstBox, output.localShape)) add(t.dst, b, kUnpack);
+      }
+      const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+      out.localBytes += bytes[busiest];
+      out.localLaunches += std::popcount(kinds[busiest]);
+      break;
+    }
+    case PlanStep::Kind::LocalCopy:
+    case PlanStep::Kind::Scale: pass(outBytes); break;
+    case PlanStep::Kind::AllReduce:
+    case PlanStep::Kind::Broadcast:
+    case PlanStep::Kind::Send: break;
+  }
+}
+
 Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
   CHIMERA_CHECK_ARG(step.input >= 0 && static_cast<std::size_t>(step.input) < plan.buffers.size(),
                     "plan step '{}' reads buffer {} of {}", planStepKindName(step.kind), step.input,
@@ -90,8 +164,15 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
       break;
     }
     case PlanStep::Kind::LocalCopy:
-    case PlanStep::Kind::Scale: break;  // local work is free in the model (docs/cost_model.md)
+    case PlanStep::Kind::Scale:
+      // Local work only: an empty many-to-many that carries the pass.
+      out.push_back(CommStep::manyToMany({}));
+      break;
   }
+  CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
+                    "plan step '{}' writes buffer {} of {}", planStepKindName(step.kind), step.output,
+                    plan.buffers.size());
+  addLocalWork(plan, step, out.back());
   return Status::ok();
 }
 
@@ -111,6 +192,18 @@ Status planProgram(const Plan& plan, CommProgram& out) {
 TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
 std::string_view TopologyCost::name() const { return model_.topology().name; }
+
+Status TopologyCost::checkMesh(const Mesh& mesh) const {
+  const Topology& topology = model_.topology();
+  CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
+  if (mesh.size() <= topology.ranks) return Status::ok();
+  const int perNode = topology.fabric == Fabric::NvSwitchMultiNode ? topology.ranksPerDomain : 8;
+  const int nodes = (mesh.size() + perNode - 1) / perNode;
+  return Status::invalidArgument(fmt::format(
+      "mesh {} has {} ranks but topology '{}' has {} GPUs: price it on one that covers the mesh "
+      "(multinode-ib:{} for nodes of 8, or a profile with at least {} ranks)",
+      mesh.toString(), mesh.size(), topology.name, topology.ranks, nodes, mesh.size()));
+}
 
 CostPrediction TopologyCost::predict(const Plan& plan) const {
   CostPrediction prediction;

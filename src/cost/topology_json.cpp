@@ -72,6 +72,16 @@ class FieldReader {
     return reader.number("bandwidth_bytes_per_s", true, out.bytesPerSecond);
   }
 
+  Status device(std::string_view key, DeviceParams& out) const {
+    const Json* value = object_.find(key);
+    if (value == nullptr) return Status::ok();
+    const FieldReader reader(*value, prefix() + std::string(key));
+    CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"memory_bytes_per_s", "launch_s", "peak_flops_per_s"}));
+    CHIMERA_RETURN_IF_ERROR(reader.number("memory_bytes_per_s", false, out.memoryBytesPerSecond));
+    CHIMERA_RETURN_IF_ERROR(reader.number("launch_s", false, out.launchSeconds));
+    return reader.number("peak_flops_per_s", false, out.peakFlopsPerSecond);
+  }
+
   Status calibration(std::string_view key, CalibrationInfo& out) const {
     const Json* value = object_.find(key);
     if (value == nullptr) return Status::ok();
@@ -105,7 +115,13 @@ std::string topologyToJson(const Topology& t) {
       .set("cross_link", linkToJson(t.cross))
       .set("peer_penalty", t.peerPenalty)
       .set("reduce_s_per_byte", t.reduceSecondsPerByte)
-      .set("compute_slots", t.computeSlots);
+      .set("compute_slots", t.computeSlots)
+      .set("step_s", t.stepSeconds)
+      .set("peer_s", t.peerSeconds)
+      .set("device", Json::object()
+                         .set("memory_bytes_per_s", t.device.memoryBytesPerSecond)
+                         .set("launch_s", t.device.launchSeconds)
+                         .set("peak_flops_per_s", t.device.peakFlopsPerSecond));
   if (t.calibration.samples > 0) {
     json.set("calibration", Json::object()
                                 .set("samples", t.calibration.samples)
@@ -120,7 +136,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   const FieldReader reader(json, "");
   CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link",
                                              "cross_link", "peer_penalty", "reduce_s_per_byte", "compute_slots",
-                                             "calibration"}));
+                                             "step_s", "peer_s", "device", "calibration"}));
   std::string format;
   CHIMERA_RETURN_IF_ERROR(reader.string("format", true, format));
   CHIMERA_CHECK_ARG(format == kFormat, "field 'format' is '{}', expected '{}'", format, kFormat);
@@ -136,6 +152,9 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(reader.number("peer_penalty", false, t.peerPenalty));
   CHIMERA_RETURN_IF_ERROR(reader.number("reduce_s_per_byte", false, t.reduceSecondsPerByte));
   CHIMERA_RETURN_IF_ERROR(reader.integer("compute_slots", false, t.computeSlots));
+  CHIMERA_RETURN_IF_ERROR(reader.number("step_s", false, t.stepSeconds));
+  CHIMERA_RETURN_IF_ERROR(reader.number("peer_s", false, t.peerSeconds));
+  CHIMERA_RETURN_IF_ERROR(reader.device("device", t.device));
   CHIMERA_RETURN_IF_ERROR(reader.calibration("calibration", t.calibration));
   CHIMERA_RETURN_IF_ERROR(validateTopology(t));
   out = std::move(t);

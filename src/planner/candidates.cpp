@@ -31,6 +31,10 @@ Program oneStep(ProgramStep step) {
   return program;
 }
 
+// Above this many transfers per rank, an explicit many-to-many that a single collective
+// can replace is not built (see directOptions).
+constexpr std::int64_t kTransfersPerRank = 16;
+
 // Direct ways from `from` (the layout of `source`) to `to`: nothing, a local copy, a
 // many-to-many, or a collective.
 Status directOptions(TransferSource& source, const Layout& from, const Layout& to, const TensorSpec& spec,
@@ -41,21 +45,30 @@ Status directOptions(TransferSource& source, const Layout& from, const Layout& t
   }
   bool local = false;
   CHIMERA_RETURN_IF_ERROR(source.isLocal(to, local));
-  std::vector<BoxTransfer> transfers;
-  if (!local) CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
-  PlanStep step;
   if (local) {
+    PlanStep step;
     step.kind = PlanStep::Kind::LocalCopy;
     step.origin = "every rank already holds what it needs: keep own part";
-  } else {
+    out.push_back(oneStep({std::move(step), to}));
+    return Status::ok();
+  }
+  const std::vector<ChainOp> collectives = collectivesBetween(from, to, spec);
+  // An explicit many-to-many with more transfers than kTransfersPerRank per rank (an
+  // all-to-all of a large group has ranks^2) is only built when no single collective does
+  // the same movement: building it would make planning quadratic in the group size.
+  std::int64_t count = 0;
+  CHIMERA_RETURN_IF_ERROR(source.countTransfers(to, count));
+  if (collectives.empty() || count <= kTransfersPerRank * from.mesh().size()) {
+    std::vector<BoxTransfer> transfers;
+    CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
+    PlanStep step;
     step.kind = PlanStep::Kind::ManyToMany;
     step.allToAllGroup = allToAllGroup(from, to, transfers);
     step.transfers = std::move(transfers);
     step.origin = "send each destination the intersection of its box with each source's";
+    out.push_back(oneStep({std::move(step), to}));
   }
-  out.push_back(oneStep({std::move(step), to}));
-  if (local) return Status::ok();
-  for (const ChainOp& op : collectivesBetween(from, to, spec)) {
+  for (const ChainOp& op : collectives) {
     OpEffect effect;
     CHIMERA_RETURN_IF_ERROR(applyChainOp(from, op, spec, effect));
     PlanStep collective = stepForChainOp(op, effect);
@@ -96,7 +109,65 @@ std::vector<Layout> trimsToward(const Layout& from, const Layout& to, const Tens
 
 namespace {
 
-// ReduceScatter of the reduced axes `to` shards (per dim, in dim order), then AllReduce of the rest.
+// Permutations of more axes than this are not searched (4! = 24 orders per dim already).
+constexpr int kMaxPermutedAxes = 4;
+
+// The axes of `axes`, ascending (mesh order).
+std::vector<int> axisList(AxisSet axes, int numAxes) {
+  std::vector<int> list;
+  for (int axis = 0; axis < numAxes; ++axis) {
+    if (axes.contains(axis)) list.push_back(axis);
+  }
+  return list;
+}
+
+// Every order of `axes` (the first is mesh order); mesh order alone beyond kMaxPermutedAxes.
+std::vector<std::vector<int>> nestingOrders(AxisSet axes, int numAxes) {
+  std::vector<int> order = axisList(axes, numAxes);
+  std::vector<std::vector<int>> orders;
+  if (static_cast<int>(order.size()) > kMaxPermutedAxes) return {order};
+  do {
+    orders.push_back(order);
+  } while (std::next_permutation(order.begin(), order.end()));
+  return orders;
+}
+
+// `order` (outer first) cut into collective groups: a group nests its axes in mesh order, so
+// a nesting order needs one group per maximal run that increases in mesh order (`together`),
+// or one group per axis (not `together`, e.g. to reduce inside a node before across nodes).
+std::vector<AxisSet> groupsOf(const std::vector<int>& order, bool together) {
+  std::vector<AxisSet> groups;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (together && i > 0 && order[i] > order[i - 1]) {
+      groups.back() = groups.back() | AxisSet::single(order[i]);
+    } else {
+      groups.push_back(AxisSet::single(order[i]));
+    }
+  }
+  return groups;
+}
+
+// ReduceScatters over `groups` in turn, each appending its axes as the innermost splits of
+// `dim`, starting from `from`. Empty when a step does not divide evenly.
+Program reduceScatterSequence(const Layout& from, const std::vector<AxisSet>& groups, int dim,
+                              const TensorSpec& spec) {
+  const Mesh& mesh = from.mesh();
+  const ReduceOp op = from.partialOp();
+  Program program;
+  Layout current = from;
+  for (const AxisSet group : groups) {
+    Layout next = current.withShards(group, dim);
+    if (!next.validate(spec).isOk()) return {};
+    program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
+                                     fmt::format("reduce over {} into shards of dim {} nested inside the previous",
+                                                 mesh.axesName(group), dim)));
+    current = std::move(next);
+  }
+  return program;
+}
+
+// ReduceScatter of the reduced axes `to` shards (per dim, in dim order, nested as `to`
+// nests them), then AllReduce of the rest.
 Program reductionTowardTarget(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec) {
   const Mesh& mesh = from.mesh();
   const ReduceOp op = from.partialOp();
@@ -104,18 +175,20 @@ Program reductionTowardTarget(const Layout& from, AxisSet axes, const Layout& to
   Layout current = from;
   AxisSet rest = axes;
   for (int dim = 0; dim <= to.maxShardDim(); ++dim) {
-    AxisSet group;
+    std::vector<int> order;  // the reduced axes splitting `dim` in `to`, outer first
     for (int axis : to.splitAxes(dim)) {
-      if (axes.contains(axis)) group = group | AxisSet::single(axis);
+      if (axes.contains(axis)) order.push_back(axis);
     }
-    if (group.empty()) continue;
-    Layout next = current.withShards(group, dim);
-    if (!next.validate(spec).isOk()) return {};
-    program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
-                                     fmt::format("reduce over {} straight into the consumer's shards of dim {}",
-                                                 mesh.axesName(group), dim)));
-    current = std::move(next);
-    rest = AxisSet::fromBits(rest.bits() & ~group.bits());
+    if (order.empty()) continue;
+    for (const AxisSet group : groupsOf(order, /*together=*/true)) {
+      Layout next = current.withShards(group, dim);
+      if (!next.validate(spec).isOk()) return {};
+      program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
+                                       fmt::format("reduce over {} straight into the consumer's shards of dim {}",
+                                                   mesh.axesName(group), dim)));
+      current = std::move(next);
+      rest = AxisSet::fromBits(rest.bits() & ~group.bits());
+    }
   }
   if (program.empty()) return {};
   if (!rest.empty()) {
@@ -139,6 +212,19 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const La
     if (!sharded.validate(spec).isOk()) continue;
     options.push_back(oneStep(collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
                                             fmt::format("reduce over {} straight into shards of dim {}", group, dim))));
+  }
+  // The other nesting orders of the reduced axes on each dim, and one axis per step.
+  for (int dim = 0; dim < spec.rank(); ++dim) {
+    const std::vector<std::vector<int>> orders = nestingOrders(axes, mesh.numAxes());
+    for (std::size_t i = 0; i < orders.size(); ++i) {
+      for (const bool together : {true, false}) {
+        const std::vector<AxisSet> groups = groupsOf(orders[i], together);
+        if (groups.size() == 1) continue;  // the single ReduceScatter above
+        if (!together && groups.size() == groupsOf(orders[i], true).size()) continue;  // same program
+        Program program = reduceScatterSequence(from, groups, dim, spec);
+        if (!program.empty()) options.push_back(std::move(program));
+      }
+    }
   }
   Program toward = reductionTowardTarget(from, axes, to, spec);
   if (!toward.empty()) options.push_back(std::move(toward));
@@ -179,17 +265,27 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
   const Mesh& mesh = from.mesh();
   const std::uint32_t replicated = to.axesOfKind(Placement::Kind::Replicate).bits();
   // Gather at the destination: deliver shards over a subset X of to's R axes, then AllGather(X).
+  // X's axes may nest on the dim in any order: an AllGather takes the innermost mesh-ordered
+  // run, so a nesting order is gathered as one AllGather per run, innermost first.
   for (std::uint32_t bits = replicated; bits != 0; bits = (bits - 1) & replicated) {
     const AxisSet gather = AxisSet::fromBits(bits);
     for (int dim = 0; dim < spec.rank(); ++dim) {
-      Layout sharded = to.withShards(gather, dim);
-      if (!sharded.validate(spec).isOk()) continue;
-      std::vector<Program> heads;
-      CHIMERA_RETURN_IF_ERROR(directOptions(source, from, sharded, spec, heads));
-      for (auto& head : heads) {
-        head.push_back(collectiveStep(PlanStep::Kind::AllGather, gather, ReduceOp::Sum, dim, to,
-                                      fmt::format("gather at the destination over {}", mesh.axesName(gather))));
-        options.push_back(std::move(head));
+      for (const std::vector<int>& order : nestingOrders(gather, mesh.numAxes())) {
+        const std::vector<AxisSet> groups = groupsOf(order, /*together=*/true);
+        std::vector<Layout> layouts{to};  // layouts[k]: to with groups [0, k) appended on dim
+        for (const AxisSet group : groups) layouts.push_back(layouts.back().withShards(group, dim));
+        const Layout& sharded = layouts.back();
+        if (!sharded.validate(spec).isOk()) continue;
+        std::vector<Program> heads;
+        CHIMERA_RETURN_IF_ERROR(directOptions(source, from, sharded, spec, heads));
+        for (auto& head : heads) {
+          for (std::size_t k = groups.size(); k-- > 0;) {
+            head.push_back(collectiveStep(PlanStep::Kind::AllGather, groups[k], ReduceOp::Sum, dim, layouts[k],
+                                          fmt::format("gather at the destination over {}",
+                                                      mesh.axesName(groups[k]))));
+          }
+          options.push_back(std::move(head));
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <charconv>
 
 #include "common/check.hpp"
+#include "common/checked_math.hpp"
 
 namespace chimera {
 namespace {
@@ -287,7 +288,10 @@ Status traceChain(const Layout& start, const Chain& chain, const TensorSpec& spe
       return Status(status.code(), fmt::format("op {} ({}): {}", i + 1, chain.ops[i].toString(start.mesh()),
                                                status.message()));
     }
-    trace.scale *= effect.scale;
+    CHIMERA_CHECK_ARG(detail::checkedMul(trace.scale, effect.scale, trace.scale),
+                      "op {} ({}): the chain scales the tensor by more than 2^63 (too many sums over replicated "
+                      "axes)",
+                      i + 1, chain.ops[i].toString(start.mesh()));
     trace.layouts.push_back(effect.output);
     trace.effects.push_back(std::move(effect));
   }

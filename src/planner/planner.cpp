@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <tuple>
 
 #include "common/check.hpp"
+#include "common/checked_math.hpp"
 #include "planner/byte_formulas.hpp"
 #include "planner/candidates.hpp"
 #include "planner/redistribute.hpp"
@@ -97,12 +99,37 @@ CostPrediction BytesCost::predict(const Plan& plan) const {
           fmt::format("{} B total, {} B max per rank", total, maxPerRank)};
 }
 
+namespace {
+
+// Plans count bytes in int64: every rank sends at most twice the tensor per step, and a plan
+// has at most `ops` + kStepSlack steps, so the totals fit when bytes x ranks x 2 x steps does.
+constexpr std::int64_t kStepSlack = 64;
+
+Status checkPlannable(const TensorSpec& spec, const Mesh& mesh, std::size_t ops) {
+  std::int64_t bytes = 1;
+  for (const std::int64_t extent : spec.shape) {
+    CHIMERA_CHECK_ARG(extent >= 1 && detail::checkedMul(bytes, extent, bytes), "shape {} has too many elements",
+                      spec.toString());
+  }
+  std::int64_t total = 0;
+  const bool fits = detail::checkedMul(bytes, static_cast<std::int64_t>(dataTypeSize(spec.dtype)), bytes) &&
+                    detail::checkedMul(bytes, static_cast<std::int64_t>(mesh.size()) * 2, total) &&
+                    detail::checkedMul(total, static_cast<std::int64_t>(ops) + kStepSlack, total);
+  CHIMERA_CHECK_ARG(fits, "tensor {} over {} ranks and {} ops is too large: its byte counts overflow 64 bits",
+                    spec.toString(), mesh.size(), ops);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to, std::int64_t scale,
                           const PlanCost& cost, Plan& out, int* candidates) {
+  CHIMERA_RETURN_IF_ERROR(checkPlannable(spec, from.mesh(), 0));
   CHIMERA_RETURN_IF_ERROR(from.validate(spec));
   CHIMERA_RETURN_IF_ERROR(to.validate(spec));
   CHIMERA_RETURN_IF_ERROR(checkReachable(from, to));
   CHIMERA_CHECK_ARG(scale >= 1, "scale {} must be >= 1", scale);
+  CHIMERA_RETURN_IF_ERROR(cost.checkMesh(from.mesh()));
   const AxisSet partial = from.axesOfKind(Placement::Kind::Partial);
   const AxisSet kept = to.axesOfKind(Placement::Kind::Partial);
   const AxisSet reduce = AxisSet::fromBits(partial.bits() & ~kept.bits());
@@ -186,6 +213,7 @@ Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layou
 Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain, const std::optional<Layout>& consumed,
                  const PlanCost& cost, ChainPlan& out) {
   ChainPlan result;
+  CHIMERA_RETURN_IF_ERROR(checkPlannable(spec, from.mesh(), chain.ops.size()));
   CHIMERA_RETURN_IF_ERROR(traceChain(from, chain, spec, result.trace));
   result.consumed = consumed.value_or(result.trace.final());
   CHIMERA_RETURN_IF_ERROR(checkConsumable(result.trace.final(), result.consumed, spec));
@@ -194,10 +222,17 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   result.baseline = writtenPlan(spec, result.trace, result.consumed);
   CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
                                              &result.candidates));
+  // The chain as written is a candidate too, so the chosen plan never costs more than it.
+  ++result.candidates;
+  if (scoreOf(result.baseline, cost) < scoreOf(result.fused, cost)) result.fused = result.baseline;
   result.baselineBytes = planBytes(result.baseline);
   result.fusedBytes = planBytes(result.fused);
   result.baselineCost = cost.predict(result.baseline);
   result.fusedCost = cost.predict(result.fused);
+  // A decision between unpriced plans would be arbitrary: say why they were not priced.
+  CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value) && std::isfinite(result.fusedCost.value),
+                    "the '{}' cost cannot price these plans (baseline: {}; fused: {})", cost.name(),
+                    result.baselineCost.summary, result.fusedCost.summary);
   // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
   result.useFused = std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
                     std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak,

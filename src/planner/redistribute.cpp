@@ -52,7 +52,8 @@ struct TransferSource::Index {
   std::vector<int> pinIndex;               // rank -> group index on the pinned axes
   std::vector<std::int32_t> holderBegin;   // key -> first entry in holderRanks (prefix sums)
   std::vector<int> holderRanks;            // per key, the ranks holding it, ascending
-  std::vector<std::int64_t> load;          // bytes each rank sends so far
+  std::vector<int> freeAxes;               // the replicated axes of `from`
+  std::vector<int> strides;                // rank stride of each mesh axis (row-major)
   std::vector<std::int64_t> lo, hi, index;  // deliver's cell range and cursor
   std::int64_t elementSize = 1;
 
@@ -66,7 +67,13 @@ struct TransferSource::Index {
     pinned = from.axesOfKind(Placement::Kind::Partial);
     pinCount = mesh.groupSize(pinned);
     elementSize = static_cast<std::int64_t>(dataTypeSize(spec.dtype));
-    load.assign(static_cast<std::size_t>(world), 0);
+    strides.assign(static_cast<std::size_t>(mesh.numAxes()), 1);
+    for (int axis = mesh.numAxes() - 1; axis > 0; --axis) {
+      strides[static_cast<std::size_t>(axis - 1)] = strides[static_cast<std::size_t>(axis)] * mesh.axis(axis).size;
+    }
+    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+      if (from.placement(axis).isReplicate()) freeAxes.push_back(axis);
+    }
     pinIndex.resize(static_cast<std::size_t>(world));
     for (int rank = 0; rank < world; ++rank) pinIndex[static_cast<std::size_t>(rank)] = mesh.groupIndex(rank, pinned);
     holderBegin.assign(static_cast<std::size_t>(cells * pinCount) + 1, 0);
@@ -96,31 +103,17 @@ struct TransferSource::Index {
 
   std::int64_t offsetOf(int rank, std::size_t d) const { return offsets[static_cast<std::size_t>(rank) * dims + d]; }
 
-  int coordinateDistance(int a, int b) const {
-    int distance = 0;
-    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
-      distance += mesh.coordinate(a, axis) != mesh.coordinate(b, axis) ? 1 : 0;
-    }
-    return distance;
-  }
-
-  // The holder of key `k` to send to `dst`: `dst` itself, else the nearest, then least loaded.
+  // The holder of key `k` to send to `dst`: the one nearest in mesh coordinates. The holders
+  // of a key are a product set: coordinates fixed on the axes that split, stage or pin
+  // `from`, any coordinate on its replicated axes. So the nearest is unique: any holder with
+  // its replicated coordinates replaced by dst's (dst itself when it holds the key). O(axes).
   int chooseSource(std::int64_t k, int dst) const {
-    const auto begin = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k)];
-    const auto end = holderRanks.begin() + holderBegin[static_cast<std::size_t>(k) + 1];
-    int best = -1;
-    int dBest = 0;
-    for (auto it = begin; it != end; ++it) {
-      const int src = *it;
-      if (src == dst) return dst;
-      const int dSrc = coordinateDistance(src, dst);
-      if (best < 0 || dSrc < dBest ||
-          (dSrc == dBest && load[static_cast<std::size_t>(src)] < load[static_cast<std::size_t>(best)])) {
-        best = src;
-        dBest = dSrc;
-      }
+    const int holder = holderRanks[static_cast<std::size_t>(holderBegin[static_cast<std::size_t>(k)])];
+    int src = holder;
+    for (const int axis : freeAxes) {
+      src += (mesh.coordinate(dst, axis) - mesh.coordinate(holder, axis)) * strides[static_cast<std::size_t>(axis)];
     }
-    return best;
+    return src;
   }
 
   Box cellBox() const {
@@ -169,7 +162,6 @@ struct TransferSource::Index {
                         "no rank holding layout {} has box {} for rank {}", from.toString(), cellBox().toString(), dst);
       const int src = chooseSource(k, dst);
       out.push_back(piece(src, dst, needOffset, needExtent));
-      if (src != dst) load[static_cast<std::size_t>(src)] += out.back().bytes;
       std::size_t d = dims;
       while (d > 0 && ++index[d - 1] == hi[d - 1]) {
         index[d - 1] = lo[d - 1];
@@ -204,7 +196,6 @@ Status TransferSource::checkTarget(const Layout& to) const {
 Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& out) {
   CHIMERA_RETURN_IF_ERROR(checkTarget(to));
   if (!index_) index_ = std::make_unique<Index>(from_, spec_);
-  std::fill(index_->load.begin(), index_->load.end(), 0);
   const Mesh& mesh = from_.mesh();
   const std::vector<std::int64_t> needExtent = to.localShape(spec_);
   const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
@@ -216,6 +207,28 @@ Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& o
                                             needExtent.data(), transfers));
   }
   out = std::move(transfers);
+  return Status::ok();
+}
+
+Status TransferSource::countTransfers(const Layout& to, std::int64_t& out) const {
+  CHIMERA_RETURN_IF_ERROR(checkTarget(to));
+  // deliver() emits one transfer per cell of `from` that a destination's box overlaps.
+  const Mesh& mesh = from_.mesh();
+  const std::vector<std::int64_t> extent = from_.localShape(spec_);
+  const std::vector<std::int64_t> needExtent = to.localShape(spec_);
+  const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
+  const auto dims = static_cast<std::size_t>(spec_.rank());
+  std::int64_t count = 0;
+  for (int dst = 0; dst < mesh.size(); ++dst) {
+    if (!to.holds(dst)) continue;
+    std::int64_t cells = 1;
+    for (std::size_t d = 0; d < dims; ++d) {
+      const std::int64_t offset = needOffsets[static_cast<std::size_t>(dst) * dims + d];
+      cells *= (offset + needExtent[d] + extent[d] - 1) / extent[d] - offset / extent[d];
+    }
+    count += cells;
+  }
+  out = count;
   return Status::ok();
 }
 

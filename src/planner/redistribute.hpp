@@ -19,7 +19,8 @@ namespace chimera::detail {
 /// every rank holding `to` receives its box piece by piece from ranks holding `from`
 /// (intersection of what each source holds with what each destination needs). A piece the
 /// destination already holds is a local copy; otherwise the source is the holder nearest
-/// in mesh coordinates, then the least loaded so far, then the lowest rank.
+/// in mesh coordinates (unique: the holders of a piece differ only on `from`'s replicated
+/// axes, so the nearest takes the destination's coordinates there).
 /// Axes partial in both layouts are pinned: data moves only between ranks with equal
 /// coordinates on them. Preconditions (InvalidArgument otherwise): both layouts valid for
 /// `spec`, and every partial axis of `from` is partial in `to` with the same op.
@@ -39,6 +40,10 @@ class TransferSource {
 
   /// What manyToManyTransfers(from, to, spec, out) returns.
   [[nodiscard]] Status transfersTo(const Layout& to, std::vector<BoxTransfer>& out);
+
+  /// How many transfers transfersTo(to) would return (local ones included), counted from
+  /// the box geometry in O(ranks x dims) without building them. Fails as transfersTo does.
+  [[nodiscard]] Status countTransfers(const Layout& to, std::int64_t& out) const;
 
   /// Whether every transfer of transfersTo(to) would be local (src == dst: each holder of
   /// `to` already holds its box), found without building them. Fails as transfersTo does

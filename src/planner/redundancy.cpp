@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <unordered_map>
 
 #include "chimera/planner.hpp"
 #include "common/check.hpp"
@@ -83,6 +84,11 @@ struct OpLiveness {
     std::vector<Mask> before(static_cast<std::size_t>(world), Mask(static_cast<std::size_t>(grid.count()), 0));
     const std::int64_t n = mesh.groupSize(op.axes);
     std::int64_t deadAtoms = 0;
+    struct GroupLive {
+      Mask any;                   // some member reads the cell after the op
+      std::vector<int> liveCount; // members that read it
+    };
+    std::unordered_map<int, GroupLive> groupLive;  // by group color
     for (int s = 0; s < world; ++s) {
       if (!in.holds(s)) continue;
       const Mask inBox = grid.mask(in.rankBox(s, spec));
@@ -102,15 +108,22 @@ struct OpLiveness {
           break;
         }
         default: {
-          Mask any(static_cast<std::size_t>(grid.count()), 0);
-          std::vector<int> liveCount(static_cast<std::size_t>(grid.count()), 0);
-          for (int g : mesh.groupRanks(s, op.axes)) {
-            const auto& a = after[static_cast<std::size_t>(g)];
-            for (std::size_t i = 0; i < a.size(); ++i) {
-              any[i] |= a[i];
-              liveCount[i] += a[i];
+          // What the group reads after the op, computed once per group (not per member:
+          // that made a world-sized group cubic in its size).
+          auto [entry, fresh] = groupLive.try_emplace(mesh.groupColor(s, op.axes));
+          if (fresh) {
+            entry->second.any.assign(static_cast<std::size_t>(grid.count()), 0);
+            entry->second.liveCount.assign(static_cast<std::size_t>(grid.count()), 0);
+            for (int g : mesh.groupRanks(s, op.axes)) {
+              const auto& a = after[static_cast<std::size_t>(g)];
+              for (std::size_t i = 0; i < a.size(); ++i) {
+                entry->second.any[i] |= a[i];
+                entry->second.liveCount[i] += a[i];
+              }
             }
           }
+          const Mask& any = entry->second.any;
+          const std::vector<int>& liveCount = entry->second.liveCount;
           const bool isRoot = mesh.groupIndex(s, op.axes) == op.root;
           if (op.kind != ChainOp::Kind::Broadcast || isRoot) {
             for (std::size_t i = 0; i < live.size(); ++i) live[i] = inBox[i] && any[i];
@@ -166,11 +179,27 @@ Status analyzeChain(const ChainTrace& trace, const Layout& consumed, const Tenso
   std::vector<Layout> layouts = trace.layouts;
   layouts.push_back(consumed);
   const AtomGrid grid(layouts, spec);
-  if (grid.count() > (1LL << 22)) {
-    return Status::unsupported(fmt::format("redundancy analysis grid of {} cells is too large", grid.count()));
-  }
   const Mesh& mesh = consumed.mesh();
   ChainAnalysis analysis;
+  analysis.unconsumedAnalysed = grid.count() <= (1LL << 22) && grid.count() * mesh.size() <= (1LL << 27);
+  if (!analysis.unconsumedAnalysed) {
+    for (std::size_t k = 0; k < trace.ops.size(); ++k) {
+      OpBytes ob;
+      ob.op = trace.ops[k].toString(mesh);
+      ob.localBytes = trace.layouts[k].localBytes(spec);
+      ob.groupSize = mesh.groupSize(trace.ops[k].axes);
+      ob.participants = static_cast<int>(trace.layouts[k].holders().size());
+      const auto bytes = stepBytesPerRank(baseline, baseline.steps[k]);
+      ob.bytesTotal = std::accumulate(bytes.begin(), bytes.end(), std::int64_t{0});
+      ob.bytesPerRankMax = *std::max_element(bytes.begin(), bytes.end());
+      analysis.ops.push_back(std::move(ob));
+    }
+    const PlanBytes total = planBytes(baseline);
+    analysis.bytesTotal = total.total;
+    analysis.bytesPerRankMax = total.maxPerRank;
+    out = std::move(analysis);
+    return Status::ok();
+  }
   std::vector<Mask> live(static_cast<std::size_t>(mesh.size()));
   for (int r = 0; r < mesh.size(); ++r) live[static_cast<std::size_t>(r)] = grid.mask(consumed.rankBox(r, spec));
   analysis.ops.resize(trace.ops.size());

@@ -8,6 +8,7 @@
 // decision. Bad input: one line on stderr, exit status 2.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdio>
 #include <map>
@@ -90,7 +91,8 @@ int meshWorldSize(std::string_view text) {
     const auto eq = part.find('=');
     int size = 0;
     if (eq != std::string_view::npos) {
-      const auto digits = part.substr(eq + 1);
+      std::string_view digits = part.substr(eq + 1);  // Mesh::parse allows spaces around sizes
+      while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.front()))) digits.remove_prefix(1);
       std::from_chars(digits.data(), digits.data() + digits.size(), size);
     }
     product *= size > 0 ? size : 1;

@@ -80,10 +80,16 @@ std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const
     const auto& op = analysis.ops[i];
     text += fmt::format("  {:<28} {:>12} {:>4} {:>6} {:>14} {:>14} {:>14}   -> {}\n", op.op, size(op.localBytes),
                         op.groupSize, op.participants, size(op.bytesPerRankMax), size(op.bytesTotal),
-                        size(op.unconsumedTotal), plan.trace.layouts[i + 1].toString());
+                        analysis.unconsumedAnalysed ? size(op.unconsumedTotal) : std::string("-"),
+                        plan.trace.layouts[i + 1].toString());
   }
-  text += fmt::format("  total {} ({} max per rank); {} of it carry data never consumed\n\n",
-                      size(analysis.bytesTotal), size(analysis.bytesPerRankMax), size(analysis.unconsumedTotal));
+  if (analysis.unconsumedAnalysed) {
+    text += fmt::format("  total {} ({} max per rank); {} of it carry data never consumed\n\n",
+                        size(analysis.bytesTotal), size(analysis.bytesPerRankMax), size(analysis.unconsumedTotal));
+  } else {
+    text += fmt::format("  total {} ({} max per rank); unconsumed bytes not analysed (too many ranks x blocks)\n\n",
+                        size(analysis.bytesTotal), size(analysis.bytesPerRankMax));
+  }
   text += fmt::format("best plan ({} candidates priced):\n", plan.candidates);
   text += plan.fused.toString();
   text += fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
@@ -120,8 +126,12 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
   out.set("fused", planJson(plan.fused, plan.fusedBytes));
   out.set("baseline_prediction", plan.baselineCost.summary);
   out.set("fused_prediction", plan.fusedCost.summary);
+  // The costs' values (seconds under a topology, bytes under 'bytes'), for tables and plots.
+  out.set("baseline_cost", plan.baselineCost.value);
+  out.set("fused_cost", plan.fusedCost.value);
   out.set("redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total));
   out.set("unconsumed_bytes_total", analysis.unconsumedTotal);
+  out.set("unconsumed_analysed", analysis.unconsumedAnalysed);
   out.set("decision", plan.useFused ? "fused" : "baseline");
   out.set("explain", plan.explain);
   return out;

@@ -197,13 +197,16 @@ int run(int argc, char** argv) {
   if (sizes.empty()) sizes = {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{32} << 20};
 
   std::unique_ptr<Backend> backend;
-  must(detail::createMpiBackend(Mesh::flat(size), detail::MpiBackendOptions{}, backend));  // auto, unchecked
+  detail::MpiBackendOptions unchecked;
+  unchecked.checkArgs = false;
+  must(detail::createMpiBackend(Mesh::flat(size), unchecked, backend));  // auto, unchecked
   detail::ScratchBuffer scratch;
   Context c;
   c.backend = backend.get();
   c.scratch = &scratch;
-  c.group = {MPI_COMM_NULL, size, rank};
-  MPI_Comm_dup(MPI_COMM_WORLD, &c.group.comm);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  c.group = detail::worldGroup(comm, rank, size, detail::kDefaultTimeoutMs, "the world");
   if (rank == 0) fmt::print("| op | bytes/rank | algorithm | median (ms) | best (ms) |\n|---|---|---|---|---|\n");
   for (const std::size_t bytes : sizes) {
     c.count = bytes / sizeof(float) / static_cast<std::size_t>(size) * static_cast<std::size_t>(size);

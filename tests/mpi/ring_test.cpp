@@ -20,7 +20,7 @@ TEST(MpiRing, SegmentedAllGatherRingAndDirectReduceScatterOnUnevenBlocks) {
   const int n = worldSize();
   const int me = worldRank();
   const Mesh mesh = Mesh::flat(n);
-  detail::MpiGroupCache cache(MPI_COMM_WORLD, mesh, me);
+  detail::MpiGroupCache cache(MPI_COMM_WORLD, mesh, me, detail::kDefaultTimeoutMs);
   const detail::MpiGroup* group = nullptr;
   const Status status = cache.get(mesh.allAxes(), group);
   FirstFailure failure;

@@ -226,3 +226,21 @@ def test_one_libnccl_shared_with_torch():
     assert len(maps) == 1 and "nvidia" not in loaded
     with pytest.raises(subprocess.CalledProcessError):
         _probe("/nonexistent/libnccl.so.2")
+
+
+def test_argument_type_errors():
+    backend = chimera._chimera._null_backend(chimera.Mesh("tp=2"), 0)  # moves no data
+    with pytest.raises(chimera.InvalidArgument, match="axis names"):
+        backend.all_reduce(np.ones(4, np.float32), axes=[1])
+    session = chimera.Session(backend)
+    t = session.tensor(np.ones(4, np.float32), chimera.Layout("tp=P", backend.mesh))
+    with pytest.raises(TypeError, match="wrong type"):
+        session.consume(t, offset=-1, nbytes=4)
+    with pytest.raises(chimera.InvalidArgument, match="unknown backend"):
+        chimera.init("tp=1", backend="gloo")
+
+
+def test_overhead_bench_runs():
+    out = subprocess.run([sys.executable, "-m", "chimera.bench", "--iters", "3", "--calls", "3", "--lib", "numpy"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    assert "cached Session window, per recorded call" in out and "all_reduce on MPI" in out

@@ -125,6 +125,10 @@ TEST(BenchScenario, ModeFlags) {
   EXPECT_FALSE(options.statGiven);
   EXPECT_TRUE(parseOptions({"--chain", "allreduce:tp", "--from", "tp=P", "--mesh", "tp=8"}, options).isOk());
   EXPECT_TRUE(parseOptions({"--calibrate", "--out", "p.json"}, options).isOk());
+  EXPECT_TRUE(parseOptions({"--scenario", "tp_pp", "--chunks", "4"}, options).isOk());
+  EXPECT_EQ(options.chunks, 4);
+  EXPECT_TRUE(parseOptions({"--scenario", "tp_pp", "--chunks", "auto"}, options).isOk());
+  EXPECT_EQ(options.chunks, 0);
   for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
            {"--scenario", "xx"},
            {"--scenario", "all", "--chain", "allreduce:tp", "--from", "tp=P"},
@@ -135,7 +139,9 @@ TEST(BenchScenario, ModeFlags) {
            {"--out", "p.json"},
            {"--backend", "gloo"},
            {"-C", "allreduce", "--backend", "nccl"},
-           {"--topology", "host"}}) {
+           {"--topology", "host"},
+           {"--scenario", "all", "--chunks", "0"},
+           {"-C", "allreduce", "--chunks", "2"}}) {
     const Status status = parseOptions(bad, options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad[0] << " " << bad[1];
   }
@@ -169,6 +175,9 @@ TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
   row.result.timeUs = 100.0;
   row.result.baselineTimeUs = 170.0;
   row.result.wrong = 0;
+  row.pipelinedTimeUs = 80.0;
+  row.pipelineChunks = 4;
+  row.predictedPipelineGain = 1.5;
   ScenarioRow unchecked = row;
   unchecked.result.wrong.reset();
   unchecked.predictedSpeedup.reset();
@@ -176,13 +185,16 @@ TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
   for (const char* field : {"\"bytes\":16777216", "\"count\":4194304", "\"op\":\"sum\"", "\"time_us\":100",
                             "\"baseline_time_us\":170", "\"speedup\":1.7", "\"wrong\":0", "\"scenario\":\"tp_sp\"",
                             "\"predicted_speedup\":2", "\"planner_fuses\":true", "\"wrong\":null",
-                            "\"predicted_speedup\":null", "\"mode\":\"scenario\"", "\"stat\":\"median\""}) {
+                            "\"predicted_speedup\":null", "\"mode\":\"scenario\"", "\"stat\":\"median\"",
+                            "\"pipelined_time_us\":80", "\"pipeline_chunks\":4", "\"predicted_pipeline_gain\":1.5"}) {
     EXPECT_NE(text.find(field), std::string::npos) << field << " in " << text;
   }
   const std::string line = scenarioTableRow(row);
   EXPECT_NE(line.find("1.70"), std::string::npos) << line;
   EXPECT_NE(line.find("2.00"), std::string::npos) << line;
   EXPECT_NE(line.find("fused"), std::string::npos) << line;
+  EXPECT_NE(line.find("1.25"), std::string::npos) << line;  // fused / pipelined = 100 / 80
+  EXPECT_NE(line.find("1.50"), std::string::npos) << line;
   EXPECT_NE(scenarioTableRow(unchecked).find("N/A"), std::string::npos);
 }
 

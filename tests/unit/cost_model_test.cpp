@@ -3,10 +3,12 @@
 // every preset (monotone in bytes and group size, link sharing visible).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "chimera/cost_model.hpp"
+#include "cost/fabric.hpp"
 
 namespace chimera {
 namespace {
@@ -107,6 +109,69 @@ TEST(CostModel, NvSwitchPortBandwidthFallsWithConcurrentPeers) {
   EXPECT_NEAR(ring.transferSeconds, 7 * 1e6 / h20.local.bytesPerSecond, 1e-12);
 }
 
+TEST(CostModel, StepLaunchPeersAndLocalPassesAreAddedPerStep) {
+  Topology t = roundHost(8);
+  t.stepSeconds = 10e-6;
+  t.peerSeconds = 2e-6;
+  t.device = {1e9, 3e-6, 0};  // 1 GB/s memory, 3 us per local kernel
+  const CostModel model(t);
+  // A ring AllGather: one peer, so the step cost alone; no local work.
+  const StepCost ring = price(model, CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 1000));
+  EXPECT_NEAR(ring.overheadSeconds, 10e-6, 1e-15);
+  EXPECT_EQ(ring.localSeconds, 0);
+  // An AllToAll of 8 talks to 7 peers: 6 extra; a pack and an unpack of 1 MB each.
+  CommStep a2a = CommStep::collective(StepKind::AllToAll, {iota(0, 8)}, 1000000);
+  a2a.localBytes = 2000000;
+  a2a.localLaunches = 2;
+  const StepCost all = price(model, a2a);
+  EXPECT_NEAR(all.overheadSeconds, 10e-6 + 6 * 2e-6 + 2 * 3e-6, 1e-15);
+  EXPECT_NEAR(all.localSeconds, 2 * 2000000 / 1e9, 1e-15);  // each pass reads and writes
+  EXPECT_NEAR(all.seconds,
+              all.latencySeconds + all.transferSeconds + all.reduceSeconds + all.overheadSeconds + all.localSeconds,
+              1e-15);
+  // A many-to-many fan-out: rank 0 sends to 3 peers, each receives from one.
+  const StepCost fan = price(model, CommStep::manyToMany({{0, 1, 100}, {0, 2, 100}, {0, 3, 100}}));
+  EXPECT_NEAR(fan.overheadSeconds, 10e-6 + 2 * 2e-6, 1e-15);
+  // Local work alone (a copy): no step cost, the kernel and its pass.
+  CommStep copy = CommStep::manyToMany({});
+  copy.localBytes = 1000;
+  copy.localLaunches = 1;
+  const StepCost local = price(model, copy);
+  EXPECT_NEAR(local.seconds, 3e-6 + 2 * 1000 / 1e9, 1e-15);
+  // A step that moves nothing costs nothing.
+  EXPECT_EQ(price(model, CommStep::collective(StepKind::AllReduce, {{0}, {1}}, 1000)).seconds, 0);
+}
+
+// The closed form of an AllToAll round (per-domain member counts) must price exactly what
+// its n^2 flows do, on every fabric, for groups that span domains unevenly.
+TEST(CostModel, AllToAllClosedFormEqualsItsFlows) {
+  std::mt19937 rng(7);
+  for (const std::string& name : {std::string("host"), std::string("pcie-4080x8"), std::string("nvswitch-h20x8"),
+                                  std::string("dgx-h100x8"), std::string("multinode-ib:4")}) {
+    const Topology t = preset(name);
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<int> ranks = iota(0, t.ranks);
+      std::shuffle(ranks.begin(), ranks.end(), rng);
+      const int size = std::uniform_int_distribution<int>(2, std::min(8, t.ranks))(rng);
+      std::vector<std::vector<int>> groups;
+      for (int g = 0; g + 1 <= t.ranks / size && g < 3; ++g) {
+        groups.emplace_back(ranks.begin() + g * size, ranks.begin() + (g + 1) * size);
+      }
+      std::vector<detail::Flow> flows;
+      for (const auto& group : groups) {
+        for (const int src : group) {
+          for (const int dst : group) flows.push_back({src, dst, 1000.0});
+        }
+      }
+      const detail::RoundCost byFlows = detail::priceRound(t, flows);
+      const detail::RoundCost closed = detail::priceAllToAllRound(t, groups, 1000.0);
+      EXPECT_NEAR(closed.transferSeconds, byFlows.transferSeconds, 1e-12 * byFlows.transferSeconds) << name;
+      EXPECT_EQ(closed.latencySeconds, byFlows.latencySeconds) << name;
+      EXPECT_EQ(closed.bottleneck.empty(), byFlows.bottleneck.empty()) << name;
+    }
+  }
+}
+
 TEST(CostModel, MultiNodeTrafficUsesTheNicsAndNodeCountIsAParameter) {
   const Topology ib = preset("multinode-ib:4");
   EXPECT_EQ(ib.ranks, 32);
@@ -116,7 +181,8 @@ TEST(CostModel, MultiNodeTrafficUsesTheNicsAndNodeCountIsAParameter) {
   const StepCost across = price(model, CommStep::manyToMany({{0, 8, 1000000}}));
   EXPECT_EQ(across.bottleneck, "nic of gpu 0 tx");
   EXPECT_NEAR(across.transferSeconds, 1e6 / ib.cross.bytesPerSecond, 1e-12);
-  EXPECT_GT(across.seconds, 5 * inNode.seconds);
+  EXPECT_GT(across.transferSeconds, 5 * inNode.transferSeconds);
+  EXPECT_GT(across.seconds, inNode.seconds);
   StepCost outOfRange;
   EXPECT_FALSE(model.predictStep(CommStep::manyToMany({{0, 32, 1}}), outOfRange).isOk());
 }

@@ -65,6 +65,34 @@ TEST(CostPlanner, BaselineOfTpPpBecomesAllReduceInStageZeroThenStageHandOffs) {
   }
 }
 
+TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
+  // tp=4 on a 4096x1024 f32 tensor: AllGather along dim 1 unpacks every member's column
+  // block (dims before 1 are not 1); along dim 0 the blocks are contiguous.
+  const ChainCase cols = chainCase("tp=4", 4, "tp=S1", "allgather:tp:1", "R");
+  const ChainCase rows = chainCase("tp=4", 4, "tp=S0", "allgather:tp:0", "R");
+  const TopologyCost cost = topologyCost("dgx-h100x8");
+  CommProgram program;
+  ASSERT_TRUE(planProgram(planOn(cols, cost).baseline, program).isOk());
+  ASSERT_EQ(program.size(), 1u);
+  EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
+  EXPECT_EQ(program[0].localLaunches, 1);
+  ASSERT_TRUE(planProgram(planOn(rows, cost).baseline, program).isOk());
+  EXPECT_EQ(program[0].localBytes, 0u);
+  // A slice is a local copy of the kept part; a sum over replicas a scale of the output.
+  const ChainCase slice = chainCase("tp=4", 4, "R", "slice:tp:0", "tp=S0");
+  ASSERT_TRUE(planProgram(planOn(slice, cost).baseline, program).isOk());
+  ASSERT_EQ(program.size(), 1u);
+  EXPECT_EQ(program[0].kind, StepKind::ManyToMany);
+  EXPECT_TRUE(program[0].transfers.empty());
+  EXPECT_EQ(program[0].localBytes, 1024u * 1024 * 4);
+  const ChainCase scale = chainCase("tp=4", 4, "R", "allreduce:tp", "R");
+  const ChainPlan scaled = planOn(scale, cost);
+  ASSERT_TRUE(planProgram(scaled.fused, program).isOk());
+  ASSERT_EQ(program.size(), 1u) << scaled.fused.toString();
+  EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
+  EXPECT_EQ(program[0].localLaunches, 1);
+}
+
 TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
   const ChainCase s = chainCase("pp=2,tp=4", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
   const TopologyCost cost = topologyCost("pcie-4080x8");
@@ -138,16 +166,27 @@ TEST(CostPlanner, OnH20ThePlannerAvoidsTheFanOutThatTheH100ModelPrefers) {
   EXPECT_EQ(maxFanOut(onH20), 1u);   // 1:1 hand-offs, then a ring AllGather in stage 1
 }
 
-TEST(CostPlanner, MeshLargerThanTheTopologyIsNotPricedAndSaysWhy) {
+TEST(CostPlanner, MeshLargerThanTheTopologyIsAnErrorNamingBothCounts) {
   const ChainCase s = chainCase("pp=2,tp=8", 16, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
-  const ChainPlan plan = planOn(s, topologyCost("pcie-4080x8"));
-  // Neither program can be priced: both values are infinite, so only the bytes tie-break
-  // can separate them, and the summaries say why.
-  EXPECT_TRUE(std::isinf(plan.fusedCost.value));
-  EXPECT_TRUE(std::isinf(plan.baselineCost.value));
-  EXPECT_LT(plan.fusedCost.tieBreak, plan.baselineCost.tieBreak);
-  EXPECT_NE(plan.fusedCost.summary.find("not priced on pcie-4080x8"), std::string::npos) << plan.fusedCost.summary;
-  EXPECT_NE(plan.baselineCost.summary.find("outside the 8 ranks"), std::string::npos) << plan.baselineCost.summary;
+  ChainPlan plan;
+  Status status = planChain(s.spec, s.from, s.chain, s.consume, topologyCost("pcie-4080x8"), plan);
+  ASSERT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("has 16 ranks but topology 'pcie-4080x8' has 8 GPUs"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("multinode-ib:2"), std::string::npos) << status.message();
+  // A multi-node topology that covers the mesh prices it; one that does not is an error too.
+  EXPECT_TRUE(planChain(s.spec, s.from, s.chain, s.consume, topologyCost("multinode-ib:2"), plan).isOk());
+  EXPECT_TRUE(std::isfinite(plan.fusedCost.value));
+  const ChainCase big = chainCase("pp=4,tp=8", 32, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
+  status = planChain(big.spec, big.from, big.chain, big.consume, topologyCost("multinode-ib"), plan);
+  ASSERT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("has 32 ranks but topology 'multinode-ib:2' has 16 GPUs"), std::string::npos)
+      << status.message();
+  EXPECT_NE(status.message().find("multinode-ib:4"), std::string::npos) << status.message();
+  // Redistributions are checked the same way.
+  Plan out;
+  status = planRedistribution(s.spec, s.from, s.consume, 1, topologyCost("dgx-h100x8"), out);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
 }
 
 }  // namespace

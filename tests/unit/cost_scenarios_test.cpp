@@ -127,6 +127,31 @@ TEST(CostScenarios, H20KeepsBaselineWhereFourRankOpsFuseIntoOneEightRankManyToMa
   EXPECT_TRUE(decide("nvswitch-h20x8", oneToOne).fuse);
 }
 
+TEST(CostScenarios, H20KeepsBaselineForThePapersPpSpAndPpEpAtThePapersSizes) {
+  // The paper measured 1.75-8 GiB per GPU; on its H20 node both multicasts were slower.
+  for (const std::uint64_t size : {std::uint64_t{7} << 28, std::uint64_t{2} << 30, std::uint64_t{8} << 30}) {
+    const std::vector<Scenario> all = paperScenarios(size);
+    for (const std::size_t i : {std::size_t{4}, std::size_t{5}}) {
+      const FusionDecision d = decide("nvswitch-h20x8", all[i]);
+      EXPECT_FALSE(d.fuse) << all[i].name << " at " << size << " B: " << d.explanation;
+      // Without the switch's peer penalty the same fusion wins.
+      EXPECT_TRUE(decide("dgx-h100x8", all[i]).fuse) << all[i].name;
+    }
+  }
+}
+
+TEST(CostScenarios, TinyMessagesKeepTheBaselineWhenFusionAddsSteps) {
+  // tp_pp fused as the paper does it has three steps to the baseline's two: at 16 KiB per
+  // rank the extra launch, synchronisation and ring rounds outweigh 3/4 of a tiny send; at
+  // 16 MiB the bytes decide.
+  for (const char* name : {"pcie-4080x8", "nvswitch-h20x8", "dgx-h100x8"}) {
+    const FusionDecision tiny = decide(name, paperScenarios(std::uint64_t{16} << 10)[1]);
+    EXPECT_FALSE(tiny.fuse) << name << ": " << tiny.explanation;
+    const FusionDecision large = decide(name, paperScenarios(std::uint64_t{16} << 20)[1]);
+    EXPECT_TRUE(large.fuse) << name << ": " << large.explanation;
+  }
+}
+
 TEST(CostScenarios, TpPpAcrossNodesGainsMoreBecauseTheNicCarriesOneEighth) {
   // pp=2,tp=8 on multinode-ib:2: stage 0 = node 0, stage 1 = node 1. Hand-derived with the
   // preset's numbers: baseline = AllReduce (1.75 L over NVLink) + L over IB; fused =

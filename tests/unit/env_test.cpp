@@ -35,15 +35,38 @@ TEST(EnvSwitch, UnsetKeepsFallbackAndEverySpellingIsRead) {
   ::unsetenv(kName);
 }
 
-TEST(EnvSwitch, CheckArgsDefaultsByBuildType) {
+TEST(EnvSwitch, CheckArgsDefaultsByBuildTypeExceptOnMpi) {
   ::unsetenv("CHIMERA_CHECK_ARGS");
   bool value = !detail::kCheckArgsByDefault;
   ASSERT_TRUE(detail::checkArgsFromEnv(value).isOk());
   EXPECT_EQ(value, detail::kCheckArgsByDefault);
+  value = false;
+  ASSERT_TRUE(detail::checkArgsFromEnv(value, detail::kMpiCheckArgsByDefault).isOk());
+  EXPECT_TRUE(value);
+  ::setenv("CHIMERA_CHECK_ARGS", "0", 1);
+  ASSERT_TRUE(detail::checkArgsFromEnv(value, detail::kMpiCheckArgsByDefault).isOk());
+  EXPECT_FALSE(value);
   ::setenv("CHIMERA_CHECK_ARGS", "1", 1);
   ASSERT_TRUE(detail::checkArgsFromEnv(value).isOk());
   EXPECT_TRUE(value);
   ::unsetenv("CHIMERA_CHECK_ARGS");
+}
+
+TEST(EnvTimeout, DefaultValueAndMalformedSpellings) {
+  ::unsetenv("CHIMERA_TIMEOUT_MS");
+  std::int64_t ms = 0;
+  ASSERT_TRUE(detail::timeoutMsFromEnv(ms).isOk());
+  EXPECT_EQ(ms, 600000);
+  ::setenv("CHIMERA_TIMEOUT_MS", "2500", 1);
+  ASSERT_TRUE(detail::timeoutMsFromEnv(ms).isOk());
+  EXPECT_EQ(ms, 2500);
+  for (const char* bad : {"0", "-5", "soon", "10s", "99999999999999999999999"}) {
+    ::setenv("CHIMERA_TIMEOUT_MS", bad, 1);
+    const Status status = detail::timeoutMsFromEnv(ms);
+    EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad;
+    EXPECT_NE(status.message().find("CHIMERA_TIMEOUT_MS"), std::string::npos) << status.message();
+  }
+  ::unsetenv("CHIMERA_TIMEOUT_MS");
 }
 
 }  // namespace

@@ -214,7 +214,8 @@ TEST(PlannerRewrite, TwoAllReducesMergeIntoOneOverTheUnion) {
   EXPECT_EQ(p.fused.steps[0].axes, AxisSet::fromBits(3));
 }
 
-// A cost that makes the dp links 10x slower than the tp links: the hierarchical form wins.
+// A cost that makes the dp links (and many-to-many steps, which may cross them) 10x slower
+// than the tp links: the hierarchical form wins.
 class SlowDpCost final : public PlanCost {
  public:
   std::string_view name() const override { return "slow-dp"; }
@@ -224,7 +225,9 @@ class SlowDpCost final : public PlanCost {
     for (std::size_t s = 0; s < plan.steps.size(); ++s) {
       const auto& perRank = bytes.stepPerRank[s];
       const double busiest = static_cast<double>(*std::max_element(perRank.begin(), perRank.end()));
-      time += busiest * (plan.steps[s].axes.contains(0) ? 10.0 : 1.0);
+      // A many-to-many has no axes; its transfers may cross dp, so it is priced as slow.
+      const bool slow = plan.steps[s].axes.contains(0) || plan.steps[s].kind == PlanStep::Kind::ManyToMany;
+      time += busiest * (slow ? 10.0 : 1.0);
     }
     return {time, 0, "weighted bytes"};
   }

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Runs chimera-plan and checks its result (CTest driver, `cmake -P`).
+# Runs chimera-plan or chimera-model and checks its result (CTest driver, `cmake -P`).
 #   -DTOOL=path -DARGS="a;b;..."           arguments (a CMake list)
 #   -DEXPECT="key.path=value;..."          JSON fields that must equal the values (--json added)
 #   -DEXPECT_ERROR="regex"                 instead: the run must fail with stderr matching
@@ -21,7 +21,7 @@ if(DEFINED EXPECT_ERROR)
 endif()
 execute_process(COMMAND ${TOOL} ${args} --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "chimera-plan failed (${rc}): ${err}")
+  message(FATAL_ERROR "${TOOL} failed (${rc}): ${err}")
 endif()
 foreach(check IN LISTS EXPECT)
   string(FIND "${check}" "=" eq)

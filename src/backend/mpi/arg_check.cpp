@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string>
 
+#include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 
@@ -17,6 +18,7 @@ namespace {
 // Fields of the agreement vector; the last entry is the validity flag (1 valid, 0 not).
 constexpr std::array<const char*, 5> kFieldNames = {"collective", "count", "dtype", "op", "root"};
 constexpr std::size_t kFields = kFieldNames.size() + 1;
+constexpr int kAgreementTag = 0x4143;  // 'AC'
 
 std::string describe(std::size_t field, long long value) {
   switch (field) {
@@ -81,20 +83,15 @@ Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const 
                                                static_cast<long long>(signature.op),
                                                signature.root,
                                                local.isOk() ? 1 : 0};
-  // Interleaved [v, -v] pairs: one MIN reduction yields min(v) and -max(v).
-  std::array<long long, 2 * kFields> values{};
-  for (std::size_t i = 0; i < kFields; ++i) {
-    values[2 * i] = mine[i];
-    values[2 * i + 1] = -mine[i];
-  }
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
-                                                  MPI_LONG_LONG, MPI_MIN, group.comm),
-                                    "MPI_Allreduce (argument agreement check)"));
+  WordRange range;
+  CHIMERA_RETURN_IF_ERROR(agreeOnWords(group, mine, kAgreementTag,
+                                       fmt::format("argument agreement check of {}", collectiveKindName(signature.kind)),
+                                       range));
   if (!local.isOk()) return local;
   std::string differences;
   for (std::size_t i = 0; i + 1 < kFields; ++i) {
-    const long long low = values[2 * i];
-    const long long high = -values[2 * i + 1];
+    const long long low = range.low[i];
+    const long long high = range.high[i];
     if (low == high) continue;
     if (!differences.empty()) differences += "; ";
     differences += fmt::format("{} differs (min {}, max {})", kFieldNames[i], describe(i, low), describe(i, high));
@@ -102,7 +99,7 @@ Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const 
   if (!differences.empty())
     return Status::mismatch(fmt::format("ranks of a group of {} disagree on the arguments of {}: {}", group.size,
                                         collectiveKindName(signature.kind), differences));
-  if (values[2 * (kFields - 1)] == 0)
+  if (range.low[kFields - 1] == 0)
     return Status::invalidArgument(fmt::format("another rank of the group passed invalid arguments to {}",
                                                collectiveKindName(signature.kind)));
   return Status::ok();

@@ -37,11 +37,12 @@ struct CallSignature {
 /// InvalidArgument "<what> is null but count is N" when `ptr` is null and count > 0.
 [[nodiscard]] Status checkBuffer(const void* ptr, std::size_t count, const char* what);
 
-/// Agreement check, collective over `group`: one MPI_Allreduce(MIN) over the signature,
-/// its negation (so MIN also yields MAX) and a "my arguments are valid" flag. Returns
+/// Agreement check, collective over `group`: agreeOnWords (word_agreement.hpp) over the
+/// signature and a "my arguments are valid" flag. Returns
 /// `local` when it is an error; otherwise Mismatch naming each field whose values differ
 /// (with their min and max), InvalidArgument when another member reported bad arguments,
-/// or BackendError when MPI fails. The same verdict class reaches every member.
+/// BackendError when MPI fails, or Timeout (bounded_wait.hpp) when a member does not join.
+/// The same verdict class reaches every member.
 [[nodiscard]] Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const Status& local);
 
 }  // namespace chimera::detail

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/check.hpp"
@@ -30,15 +31,19 @@ Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, 
   if (blockBytes > 0) std::memcpy(out + me * blockBytes, in + me * blockBytes, blockBytes);
   const MPI_Datatype type = mpiDataType(dtype);
   const std::size_t piece = std::max<std::size_t>(1, std::min(maxMessageCount, kMaxMpiCount));
-  for (int step = 1; step < n; ++step) {
-    const int to = (me + step) % n;
-    const int from = (me - step + n) % n;
+  RequestSet step;
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n;
+    const int from = (me - s + n) % n;
     for (std::size_t begin = 0; begin < countPerPeer; begin += piece) {
       const int count = static_cast<int>(std::min(piece, countPerPeer - begin));
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Sendrecv(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag,
-                                                     out + from * blockBytes + begin * es, count, type, from,
-                                                     kAllToAllTag, group.comm, MPI_STATUS_IGNORE),
-                                        "MPI_Sendrecv (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(out + from * blockBytes + begin * es, count, type, from,
+                                                  kAllToAllTag, group.comm, &step.add(from)),
+                                        "MPI_Irecv (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag,
+                                                  group.comm, &step.add(to)),
+                                        "MPI_Isend (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(step.waitAll(group, "pairwise AllToAll step"));
     }
   }
   return Status::ok();
@@ -61,7 +66,7 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
   auto* result = static_cast<std::byte*>(out);
   const MPI_Datatype type = mpiDataType(dtype);
   // Segment-major, peers staggered (me+1, me+2, ...) so that no member is everyone's first.
-  std::vector<MPI_Request> sends;
+  RequestSet sends;
   sends.reserve(segments * static_cast<std::size_t>(n - 1));
   for (std::size_t k = 0; k < segments; ++k) {
     for (int i = 1; i < n; ++i) {
@@ -69,10 +74,9 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
       const std::size_t begin = k * segElems;
       const std::size_t size = split.size(to);
       if (begin >= size) continue;
-      sends.push_back(MPI_REQUEST_NULL);
       CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(in + (split.offset(to) + begin) * es,
                                                   static_cast<int>(std::min(segElems, size - begin)), type, to,
-                                                  kReduceScatterTag, group.comm, &sends.back()),
+                                                  kReduceScatterTag, group.comm, &sends.add(to)),
                                         "MPI_Isend (direct ReduceScatter)"));
     }
   }
@@ -82,9 +86,11 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
     const std::size_t len = std::min(segElems, mySize - begin);
     for (int i = 1; i < n; ++i) {
       const int from = (me - i + n) % n;
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Recv(slot, static_cast<int>(len), type, from, kReduceScatterTag,
-                                                 group.comm, MPI_STATUS_IGNORE),
-                                        "MPI_Recv (direct ReduceScatter)"));
+      MPI_Request receive = MPI_REQUEST_NULL;
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, from, kReduceScatterTag,
+                                                  group.comm, &receive),
+                                        "MPI_Irecv (direct ReduceScatter)"));
+      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, from, "direct ReduceScatter"));
       if (i == 1) {
         reduceTo(result + begin * es, slot, mine + begin * es, len, dtype, op);
       } else {
@@ -92,8 +98,7 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
       }
     }
   }
-  return mpiStatus(MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE),
-                   "MPI_Waitall (direct ReduceScatter)");
+  return sends.waitAll(group, "direct ReduceScatter (sends)");
 }
 
 Status directAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup& group) {
@@ -104,23 +109,21 @@ Status directAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGro
   const std::size_t es = dataTypeSize(dtype);
   auto* bytes = static_cast<std::byte*>(buf);
   const MPI_Datatype type = mpiDataType(dtype);
-  std::vector<MPI_Request> requests(2 * static_cast<std::size_t>(n - 1), MPI_REQUEST_NULL);
+  RequestSet requests;
+  requests.reserve(2 * static_cast<std::size_t>(n - 1));
   for (int i = 1; i < n; ++i) {
     const int from = (me - i + n) % n;
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(bytes + split.offset(from) * es, static_cast<int>(split.size(from)),
-                                                type, from, kAllGatherTag, group.comm,
-                                                &requests[static_cast<std::size_t>(i - 1)]),
+                                                type, from, kAllGatherTag, group.comm, &requests.add(from)),
                                       "MPI_Irecv (direct AllGather)"));
   }
   for (int i = 1; i < n; ++i) {
     const int to = (me + i) % n;
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(bytes + split.offset(me) * es, static_cast<int>(split.size(me)), type,
-                                                to, kAllGatherTag, group.comm,
-                                                &requests[static_cast<std::size_t>(n - 2 + i)]),
+                                                to, kAllGatherTag, group.comm, &requests.add(to)),
                                       "MPI_Isend (direct AllGather)"));
   }
-  return mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                   "MPI_Waitall (direct AllGather)");
+  return requests.waitAll(group, "direct AllGather");
 }
 
 Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
@@ -146,11 +149,14 @@ Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count
   }
   const MPI_Datatype type = mpiDataType(dtype);
   auto* mine = static_cast<std::byte*>(recv) + split.offset(group.index) * es;
-  const int rc = group.index == root
-                     ? MPI_Scatterv(recv, counts.data(), displs.data(), type, MPI_IN_PLACE, 0, type, root, group.comm)
-                     : MPI_Scatterv(nullptr, counts.data(), displs.data(), type, mine,
-                                    counts[static_cast<std::size_t>(group.index)], type, root, group.comm);
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(rc, "MPI_Scatterv (broadcast)"));
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = group.index == root ? MPI_Iscatterv(recv, counts.data(), displs.data(), type, MPI_IN_PLACE, 0, type,
+                                                     root, group.comm, &request)
+                                     : MPI_Iscatterv(nullptr, counts.data(), displs.data(), type, mine,
+                                                     counts[static_cast<std::size_t>(group.index)], type, root,
+                                                     group.comm, &request);
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(rc, "MPI_Iscatterv (broadcast)"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Iscatterv (broadcast)"));
   return ringAllGather(recv, split, dtype, group, kUnsegmented);
 }
 

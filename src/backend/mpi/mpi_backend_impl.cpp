@@ -7,11 +7,13 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/exchange.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/check.hpp"
+#include "common/checked_math.hpp"
 #include "common/host_reduce.hpp"
 #include "common/log.hpp"
 #include "exec/local_ops.hpp"
@@ -39,18 +41,30 @@ std::size_t pointToPointThreshold(CollectiveKind kind) {
   return std::numeric_limits<std::size_t>::max();
 }
 
-Status checkTotal(std::size_t perRank, int parts, const char* what) {
-  CHIMERA_CHECK_ARG(perRank <= std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(parts),
-                    "{} {} times {} ranks overflows", what, perRank, parts);
-  return Status::ok();
+// bufferBytes for a call's buffers of `count` elements times `parts`, the result discarded.
+Status checkBytes(std::size_t count, DataType dtype, int parts, const char* what) {
+  std::size_t bytes = 0;
+  return bufferBytes(count, dataTypeSize(dtype), static_cast<std::size_t>(parts), what, bytes);
 }
 
 }  // namespace
 
 MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options)
-    : mesh_(std::move(mesh)), rank_(rank), world_(world), p2p_(p2p), options_(options), groups_(world, mesh_, rank) {}
+    : mesh_(std::move(mesh)),
+      rank_(rank),
+      world_(world),
+      p2p_(p2p),
+      options_(options),
+      p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
+      groups_(world, mesh_, rank, options.timeoutMs) {}
 
 MpiBackend::~MpiBackend() {
+  if (!failure_.isOk()) {
+    // Operations may still be pending on these; leave them to process exit.
+    groups_.abandon();
+    scratch_.abandon();
+    return;
+  }
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized != 0) return;
@@ -64,6 +78,18 @@ Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const S
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   if (!options_.checkArgs) return local;
   return agreeOnCall(*group, signature, local);
+}
+
+Status MpiBackend::unusable() const {
+  return Status(failure_.code(), fmt::format("the MPI backend is unusable after an earlier failure (every later call "
+                                             "fails, as after NCCL's abort): {}",
+                                             failure_.message()));
+}
+
+Status MpiBackend::fail(std::string_view call, const Status& status) {
+  failure_ = Status(status.code(), fmt::format("{}: {}", call, status.message()));
+  CHIMERA_LOG_ERROR("mpi", "{}", failure_.toString());
+  return failure_;
 }
 
 bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const {
@@ -84,17 +110,20 @@ bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int gro
 
 Status MpiBackend::libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                                     const MpiGroup& group) {
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                                                  mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm),
-                                    "MPI_Allreduce"));
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
+                                                   mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm, &request),
+                                    "MPI_Iallreduce"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Iallreduce"));
   if (op == ReduceOp::Avg) divideByCount(recv, count, dtype, group.size);
   return Status::ok();
 }
 
-Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                              AxisSet axes) {
   Status local = checkDataType(dtype);
   if (local.isOk()) local = checkReduceOp(dtype, op);
+  if (local.isOk()) local = checkBytes(count, dtype, 1, "allReduce count");
   if (local.isOk()) local = checkBuffer(send, count, "allReduce send buffer");
   if (local.isOk()) local = checkBuffer(recv, count, "allReduce recv buffer");
   const MpiGroup* group = nullptr;
@@ -124,21 +153,24 @@ Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_
     target = scratch_.get(bytes);
     if (target == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of scratch", bytes));
   }
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Reduce_scatter_block(send, target, static_cast<int>(recvCount),
-                                                             mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm),
-                                    "MPI_Reduce_scatter_block"));
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Ireduce_scatter_block(send, target, static_cast<int>(recvCount),
+                                                              mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm,
+                                                              &request),
+                                    "MPI_Ireduce_scatter_block"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Ireduce_scatter_block"));
   if (inPlace) std::memcpy(recv, target, bytes);
   if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group.size);
   return Status::ok();
 }
 
-Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
                                  AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
   if (local.isOk()) local = checkReduceOp(dtype, op);
-  if (local.isOk()) local = checkTotal(recvCount, group->size, "reduceScatter recvCount");
+  if (local.isOk()) local = checkBytes(recvCount, dtype, group->size, "reduceScatter recvCount");
   if (local.isOk()) local = checkBuffer(send, recvCount, "reduceScatter send buffer");
   if (local.isOk()) local = checkBuffer(recv, recvCount, "reduceScatter recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::ReduceScatter, recvCount, dtype, op, 0}, local, group));
@@ -157,11 +189,11 @@ Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvC
   return libraryReduceScatter(send, recv, recvCount, dtype, op, *group);
 }
 
-Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
-  if (local.isOk()) local = checkTotal(sendCount, group->size, "allGather sendCount");
+  if (local.isOk()) local = checkBytes(sendCount, dtype, group->size, "allGather sendCount");
   if (local.isOk()) local = checkBuffer(send, sendCount, "allGather send buffer");
   if (local.isOk()) local = checkBuffer(recv, sendCount, "allGather recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllGather, sendCount, dtype, ReduceOp::Sum, 0}, local, group));
@@ -177,16 +209,18 @@ Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount
     return directAllGather(recv, split, dtype, *group);
   }
   const MPI_Datatype type = mpiDataType(dtype);
-  return mpiStatus(MPI_Allgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type, recv,
-                                 static_cast<int>(sendCount), type, group->comm),
-                   "MPI_Allgather");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type,
+                                                   recv, static_cast<int>(sendCount), type, group->comm, &request),
+                                    "MPI_Iallgather"));
+  return waitOne(*group, request, kWholeGroup, "MPI_Iallgather");
 }
 
-Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
-  if (local.isOk()) local = checkTotal(countPerPeer, group->size, "allToAll countPerPeer");
+  if (local.isOk()) local = checkBytes(countPerPeer, dtype, group->size, "allToAll countPerPeer");
   if (local.isOk()) local = checkBuffer(send, countPerPeer, "allToAll send buffer");
   if (local.isOk()) local = checkBuffer(recv, countPerPeer, "allToAll recv buffer");
   if (local.isOk() && countPerPeer > 0 && send == recv)
@@ -199,10 +233,13 @@ Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPe
     return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group, options_.maxMessageCount);
   const MPI_Datatype type = mpiDataType(dtype);
   const int count = static_cast<int>(countPerPeer);
-  return mpiStatus(MPI_Alltoall(send, count, type, recv, count, type, group->comm), "MPI_Alltoall");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Ialltoall(send, count, type, recv, count, type, group->comm, &request), "MPI_Ialltoall"));
+  return waitOne(*group, request, kWholeGroup, "MPI_Ialltoall");
 }
 
-Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                              AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
@@ -211,6 +248,7 @@ Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, Da
     local = Status::invalidArgument(
         fmt::format("broadcast root {} is not a group index of axes {} (size {})", root, mesh_.axesName(axes),
                     group->size));
+  if (local.isOk()) local = checkBytes(count, dtype, 1, "broadcast count");
   if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
   if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
@@ -220,13 +258,17 @@ Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, Da
     return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group);
   if (group->index == root && send != recv) std::memcpy(recv, send, count * es);
   return forEachMessage(count, es, [&](std::size_t offset, int n) {
-    return mpiStatus(MPI_Bcast(static_cast<std::byte*>(recv) + offset, n, mpiDataType(dtype), root, group->comm),
-                     "MPI_Bcast");
+    MPI_Request request = MPI_REQUEST_NULL;
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(
+        MPI_Ibcast(static_cast<std::byte*>(recv) + offset, n, mpiDataType(dtype), root, group->comm, &request),
+        "MPI_Ibcast"));
+    return waitOne(*group, request, kWholeGroup, "MPI_Ibcast");
   });
 }
 
 Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const {
   CHIMERA_RETURN_IF_ERROR(checkDataType(dtype));
+  CHIMERA_RETURN_IF_ERROR(checkBytes(count, dtype, 1, "point-to-point count"));
   CHIMERA_CHECK_ARG(peer >= 0 && peer < mesh_.size(), "peer {} is not a world rank (world size {})", peer,
                     mesh_.size());
   return checkBuffer(buf, count, "point-to-point buffer");
@@ -234,15 +276,49 @@ Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const 
 
 Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
   if (!options_.checkArgs || !local.isOk()) return local;
-  return agreeOnTransfers(p2p_, rank_, ops);
+  return agreeOnTransfers(p2pGroup_, ops);
 }
 
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
-  return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer});
+  return guarded([&] { return fmt::format("send of {} {} to rank {}", count, dataTypeName(dtype), peer); },
+                 [&] { return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer}); });
 }
 
 Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
-  return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer});
+  return guarded([&] { return fmt::format("recv of {} {} from rank {}", count, dataTypeName(dtype), peer); },
+                 [&] { return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer}); });
+}
+
+Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
+  return guarded([&] { return fmt::format("groupedP2P of {} ops", ops.size()); }, [&] { return groupedP2PCall(ops); });
+}
+
+Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                             AxisSet axes) {
+  return guarded([&] { return fmt::format("allReduce of {} {}", count, dataTypeName(dtype)); },
+                 [&] { return allReduceCall(send, recv, count, dtype, op, axes); });
+}
+
+Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                                 AxisSet axes) {
+  return guarded([&] { return fmt::format("reduceScatter of {} {} per rank", recvCount, dataTypeName(dtype)); },
+                 [&] { return reduceScatterCall(send, recv, recvCount, dtype, op, axes); });
+}
+
+Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+  return guarded([&] { return fmt::format("allGather of {} {} per rank", sendCount, dataTypeName(dtype)); },
+                 [&] { return allGatherCall(send, recv, sendCount, dtype, axes); });
+}
+
+Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+  return guarded([&] { return fmt::format("allToAll of {} {} per peer", countPerPeer, dataTypeName(dtype)); },
+                 [&] { return allToAllCall(send, recv, countPerPeer, dtype, axes); });
+}
+
+Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
+                             AxisSet axes) {
+  return guarded([&] { return fmt::format("broadcast of {} {} from root {}", count, dataTypeName(dtype), root); },
+                 [&] { return broadcastCall(send, recv, count, dtype, root, axes); });
 }
 
 Status MpiBackend::blockingP2P(const P2POp& op) {
@@ -256,12 +332,15 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
   return forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
     auto* at = static_cast<std::byte*>(op.buffer) + offset;
     const MPI_Datatype type = mpiDataType(op.dtype);
-    return sending ? mpiStatus(MPI_Send(at, n, type, op.peer, kP2PTag, p2p_), "MPI_Send")
-                   : mpiStatus(MPI_Recv(at, n, type, op.peer, kP2PTag, p2p_, MPI_STATUS_IGNORE), "MPI_Recv");
+    MPI_Request request = MPI_REQUEST_NULL;
+    CHIMERA_RETURN_IF_ERROR(
+        sending ? mpiStatus(MPI_Isend(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Isend")
+                : mpiStatus(MPI_Irecv(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Irecv"));
+    return waitOne(p2pGroup_, request, op.peer, sending ? "send" : "recv");
   });
 }
 
-Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
+Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   Status local = Status::ok();
   for (std::size_t i = 0; i < ops.size() && local.isOk(); ++i) {
     const Status status = checkPeer(ops[i].peer, ops[i].count, ops[i].dtype, ops[i].buffer);
@@ -270,13 +349,13 @@ Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
   CHIMERA_RETURN_IF_ERROR(agreeOnP2P(ops, local));
   // An op larger than one message is posted as several, in order: messages between two ranks
   // on one communicator and tag match in the order they were posted.
-  std::vector<MPI_Request>& requests = p2pRequests_;
-  requests.clear();
+  RequestSet requests;
+  requests.reserve(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     const Status posted = forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
       auto* at = static_cast<std::byte*>(op.buffer) + offset;
-      MPI_Request& request = requests.emplace_back(MPI_REQUEST_NULL);
+      MPI_Request& request = requests.add(op.peer);
       const int rc = op.kind == P2POp::Kind::Send
                          ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request)
                          : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request);
@@ -284,13 +363,12 @@ Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
       return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
     });
     if (!posted.isOk()) {
-      // Complete what was posted so no request outlives the call, then report the failure.
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+      // Complete what was posted (bounded) so no request outlives the call, then report the failure.
+      (void)requests.waitAll(p2pGroup_, "groupedP2P (after a failed post)");
       return posted;
     }
   }
-  return mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                   "MPI_Waitall (groupedP2P)");
+  return requests.waitAll(p2pGroup_, "groupedP2P");
 }
 
 Status MpiBackend::allocate(std::size_t bytes, void** out) {

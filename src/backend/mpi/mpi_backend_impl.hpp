@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/mpi/arg_check.hpp"
@@ -18,6 +20,7 @@
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 #include "common/check.hpp"
+#include "common/env.hpp"
 
 namespace chimera::detail {
 
@@ -36,8 +39,11 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 /// Tuning and checking options of the MPI backend.
 struct MpiBackendOptions {
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
-  /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS).
-  bool checkArgs = false;
+  /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS; on by default).
+  bool checkArgs = kMpiCheckArgsByDefault;
+  /// How long one wait inside a call may go without progress before the call returns Timeout
+  /// and the backend becomes unusable (CHIMERA_TIMEOUT_MS).
+  std::int64_t timeoutMs = kDefaultTimeoutMs;
   /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside AllReduce
   /// (CHIMERA_MPI_SEGMENT_BYTES; kUnsegmented = whole blocks). See docs/performance.md.
   std::size_t segmentBytes = std::size_t{1} << 20;
@@ -47,8 +53,9 @@ struct MpiBackendOptions {
   std::size_t maxMessageCount = kMaxMpiCount;
 };
 
-/// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1 unless NDEBUG),
-/// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library, CHIMERA_MPI_SEGMENT_BYTES (parseSize syntax).
+/// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1), CHIMERA_TIMEOUT_MS
+/// (default 600000), CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library, CHIMERA_MPI_SEGMENT_BYTES
+/// (parseSize syntax).
 /// InvalidArgument naming the variable on malformed values.
 [[nodiscard]] Status mpiBackendOptionsFromEnv(MpiBackendOptions& out);
 
@@ -59,6 +66,10 @@ struct MpiBackendOptions {
 /// Backend over MPI_COMM_WORLD with host buffers; every call completes before it returns.
 /// With argument checking off, a rank-local argument error returns at once on that rank
 /// only and its peers may wait for it (as in NCCL); with it on, every rank gets the error.
+/// Every wait is bounded by options.timeoutMs (bounded_wait.hpp). A Timeout or an MPI
+/// failure makes the backend unusable, as NCCL's abort does: every later call returns the
+/// stored error, and the destructor leaves communicators and scratch unfreed (operations may
+/// still be pending on them).
 class MpiBackend final : public Backend {
  public:
   /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv).
@@ -95,7 +106,37 @@ class MpiBackend final : public Backend {
   /// The options in force.
   const MpiBackendOptions& options() const { return options_; }
 
+  /// Ok while the backend is usable; else the failure that made it unusable.
+  const Status& failure() const { return failure_; }
+
  private:
+  // Runs `body` unless the backend already failed; a Timeout or BackendError from it is
+  // stored (prefixed with the text `describe()` returns) and makes the backend unusable. An
+  // exception (an allocation that failed) becomes a BackendError: none leaves the backend.
+  template <typename Describe, typename Body>
+  Status guarded(Describe describe, Body body) {
+    if (!failure_.isOk()) return unusable();
+    Status status;
+    try {
+      status = body();
+    } catch (const std::exception& e) {
+      status = Status::backendError(std::string("unexpected exception: ") + e.what());
+    }
+    if (status.code() == StatusCode::Timeout || status.code() == StatusCode::BackendError)
+      return fail(describe(), status);
+    return status;
+  }
+  Status unusable() const;
+  Status fail(std::string_view call, const Status& status);
+
+  Status allReduceCall(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes);
+  Status reduceScatterCall(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
+                           AxisSet axes);
+  Status allGatherCall(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes);
+  Status allToAllCall(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes);
+  Status broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes);
+  Status groupedP2PCall(std::span<const P2POp> ops);
+
   // Resolves the group, then (with checking on) agrees with its members on `signature`
   // and `local`; returns `group` ready for the call or the verdict.
   Status prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group);
@@ -133,10 +174,11 @@ class MpiBackend final : public Backend {
   MPI_Comm world_;
   MPI_Comm p2p_;
   MpiBackendOptions options_;
+  MpiGroup p2pGroup_;  // the world over p2p_, for bounded point-to-point waits
+  Status failure_;     // the Timeout or MPI failure that made the backend unusable
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
   HostMemory memory_;
-  std::vector<MPI_Request> p2pRequests_;  // groupedP2P's requests, kept to avoid allocating per call
 };
 
 }  // namespace chimera::detail

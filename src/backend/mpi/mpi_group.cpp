@@ -1,16 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/mpi/mpi_group.hpp"
 
+#include <array>
+
+#include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 #include "common/log.hpp"
 
 namespace chimera::detail {
+namespace {
+
+constexpr int kAxesAgreementTag = 0x4158;  // 'AX'
+
+}  // namespace
+
+MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label) {
+  MpiGroup group;
+  group.comm = comm;
+  group.size = size;
+  group.index = rank;
+  group.members.resize(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) group.members[static_cast<std::size_t>(r)] = r;
+  group.timeoutMs = timeoutMs;
+  group.label = std::move(label);
+  return group;
+}
 
 MpiGroupCache::~MpiGroupCache() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized != 0) return;
+  if (finalized != 0 || abandoned_) return;
   for (auto& [bits, group] : groups_) MPI_Comm_free(&group.comm);
 }
 
@@ -22,10 +42,19 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
     out = &it->second;
     return Status::ok();
   }
+  CHIMERA_RETURN_IF_ERROR(agreeOnAxes(axes));
   MpiGroup group;
   group.size = mesh_.groupSize(axes);
   group.index = mesh_.groupIndex(rank_, axes);
+  group.timeoutMs = timeoutMs_;
   const int color = mesh_.groupColor(rank_, axes);
+  group.members.resize(static_cast<std::size_t>(group.size));
+  for (int r = 0; r < mesh_.size(); ++r) {
+    if (mesh_.groupColor(r, axes) == color) group.members[static_cast<std::size_t>(mesh_.groupIndex(r, axes))] = r;
+  }
+  std::string ranks;
+  for (const int r : group.members) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  group.label = fmt::format("axes {} (world ranks {})", mesh_.axesName(axes), ranks);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_split(world_, color, group.index, &group.comm),
                                     fmt::format("MPI_Comm_split for axes {}", mesh_.axesName(axes))));
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_set_errhandler(group.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
@@ -39,6 +68,25 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
                     group.index);
   out = &groups_.emplace(axes.bits(), group).first->second;
   return Status::ok();
+}
+
+Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
+  const std::array<long long, 1> bits = {static_cast<long long>(axes.bits())};
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  WordRange range;
+  CHIMERA_RETURN_IF_ERROR(agreeOnWords(world, bits, kAxesAgreementTag,
+                                       fmt::format("creating the communicator of axes {} (every rank must ask for "
+                                                   "the same new group at the same time)",
+                                                   mesh_.axesName(axes)),
+                                       range));
+  const long long low = range.low[0];
+  const long long high = range.high[0];
+  if (low == high) return Status::ok();
+  return Status::mismatch(fmt::format(
+      "ranks disagree on the axes of a collective that creates a new group: this rank asked for axes {}, the ranks "
+      "asked for axes from {} to {} (mesh {}); no communicator was created",
+      mesh_.axesName(axes), mesh_.axesName(AxisSet::fromBits(static_cast<std::uint32_t>(low))),
+      mesh_.axesName(AxisSet::fromBits(static_cast<std::uint32_t>(high))), mesh_.toString()));
 }
 
 }  // namespace chimera::detail

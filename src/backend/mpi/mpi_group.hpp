@@ -5,8 +5,10 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
@@ -20,16 +22,29 @@ struct MpiGroup {
   int size = 1;
   /// The caller's group index (its rank in `comm`, equal to Mesh::groupIndex).
   int index = 0;
+  /// World rank of each member, by group index (names late peers in Timeout messages).
+  std::vector<int> members;
+  /// How long a wait on this group may go without progress before it is a Timeout.
+  std::int64_t timeoutMs = 600000;
+  /// "axes tp (world ranks 0, 1)": how errors name the group.
+  std::string label = "group";
 };
+
+/// The group of all world ranks over `comm` (index = world rank), labelled `label`.
+MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label);
 
 /// Cache of sub-communicators keyed by AxisSet, each made with
 /// MPI_Comm_split(world, mesh.groupColor, mesh.groupIndex) and set to MPI_ERRORS_RETURN.
-/// Creating one is collective over the world. Frees them on destruction (unless MPI is
-/// already finalised).
+/// Creating one is collective over the world and starts with a bounded agreement over the
+/// world on the axes (one small non-blocking MPI_Iallreduce), so that ranks asking for
+/// different groups get Mismatch (or Timeout, when some ranks are busy elsewhere) and nothing
+/// is cached, instead of a split that mixes groups. Frees them on destruction (unless MPI is
+/// already finalised or the cache was abandoned after a failure).
 class MpiGroupCache {
  public:
   /// `world` must outlive the cache; `rank` is the caller's world rank.
-  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank) : world_(world), mesh_(std::move(mesh)), rank_(rank) {}
+  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs)
+      : world_(world), mesh_(std::move(mesh)), rank_(rank), timeoutMs_(timeoutMs) {}
   MpiGroupCache(const MpiGroupCache&) = delete;
   MpiGroupCache& operator=(const MpiGroupCache&) = delete;
   ~MpiGroupCache();
@@ -38,10 +53,19 @@ class MpiGroupCache {
   /// InvalidArgument when `axes` is empty or names axes the mesh lacks; BackendError when MPI fails.
   [[nodiscard]] Status get(AxisSet axes, const MpiGroup*& out);
 
+  /// Leaves the communicators unfreed at destruction: after a Timeout, operations may still
+  /// be pending on them.
+  void abandon() { abandoned_ = true; }
+
  private:
+  // Bounded agreement over the world on `axes` before a split.
+  Status agreeOnAxes(AxisSet axes);
+
   MPI_Comm world_;
   Mesh mesh_;
   int rank_;
+  std::int64_t timeoutMs_;
+  bool abandoned_ = false;
   std::unordered_map<std::uint32_t, MpiGroup> groups_;
 };
 

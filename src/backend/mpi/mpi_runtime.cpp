@@ -2,9 +2,11 @@
 // MPI process setup and the MPI backend factory.
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mpi_backend.hpp"
@@ -17,9 +19,14 @@ namespace {
 
 bool gChimeraInitializedMpi = false;
 
-// Creates a duplicate of MPI_COMM_WORLD that returns errors instead of aborting.
-Status duplicateWorld(MPI_Comm& out) {
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, &out), "MPI_Comm_dup"));
+// Creates a duplicate of MPI_COMM_WORLD that returns errors instead of aborting; the
+// duplication (collective over the world) is bounded by `timeoutMs`, so a rank that never
+// creates its backend is a Timeout naming it rather than a hang.
+Status duplicateWorld(int rank, int size, std::int64_t timeoutMs, MPI_Comm& out) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(MPI_COMM_WORLD, &out, &request), "MPI_Comm_idup"));
+  const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, rank, size, timeoutMs, "the world");
+  CHIMERA_RETURN_IF_ERROR(detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
@@ -65,7 +72,8 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
 
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs));
+  CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs, kMpiCheckArgsByDefault));
+  CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
   if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
     const std::string_view value(text);
     bool known = false;
@@ -96,13 +104,14 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);
   CHIMERA_CHECK_ARG(options.segmentBytes > 0, "MPI backend segment size must be positive");
+  CHIMERA_CHECK_ARG(options.timeoutMs > 0, "MPI backend timeout must be positive, not {} ms", options.timeoutMs);
   CHIMERA_RETURN_IF_ERROR(createUserOps());
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(world));
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(p2p));
-  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, ReduceScatter segment {}", mesh.toString(),
-                    options.checkArgs ? "on" : "off",
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(rank, size, options.timeoutMs, world));
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(rank, size, options.timeoutMs, p2p));
+  CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
+                    mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
   out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options);
   return Status::ok();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 
@@ -78,7 +79,9 @@ PeerView parse(const std::vector<std::int64_t>& words) {
 
 }  // namespace
 
-Status agreeOnTransfers(MPI_Comm comm, int self, std::span<const P2POp> ops) {
+Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
+  const MPI_Comm comm = world.comm;
+  const int self = world.index;
   std::vector<int> peers;
   for (const P2POp& op : ops) {
     if (op.peer == self || std::find(peers.begin(), peers.end(), op.peer) != peers.end()) continue;
@@ -86,21 +89,22 @@ Status agreeOnTransfers(MPI_Comm comm, int self, std::span<const P2POp> ops) {
   }
   std::vector<std::vector<std::int64_t>> outgoing;
   outgoing.reserve(peers.size());
-  std::vector<MPI_Request> requests(peers.size(), MPI_REQUEST_NULL);
+  RequestSet requests;
+  requests.reserve(peers.size());
   for (std::size_t i = 0; i < peers.size(); ++i) {
     outgoing.push_back(manifest(ops, peers[i]));
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(outgoing[i].data(), static_cast<int>(outgoing[i].size()), MPI_INT64_T,
-                                                peers[i], kManifestTag, comm, &requests[i]),
+                                                peers[i], kManifestTag, comm, &requests.add(peers[i])),
                                       "MPI_Isend (point-to-point argument check)"));
   }
   Status verdict = Status::ok();
   for (const int peer : peers) {
     MPI_Status probed;
-    CHIMERA_RETURN_IF_ERROR(
-        mpiStatus(MPI_Probe(peer, kManifestTag, comm, &probed), "MPI_Probe (point-to-point argument check)"));
+    CHIMERA_RETURN_IF_ERROR(probeWithin(world, peer, kManifestTag, probed, "point-to-point argument check"));
     int words = 0;
     MPI_Get_count(&probed, MPI_INT64_T, &words);
     std::vector<std::int64_t> incoming(static_cast<std::size_t>(std::max(words, 0)));
+    // The message was probed, so this receive completes at once.
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Recv(incoming.data(), words, MPI_INT64_T, peer, kManifestTag, comm,
                                                MPI_STATUS_IGNORE),
                                       "MPI_Recv (point-to-point argument check)"));
@@ -109,8 +113,7 @@ Status agreeOnTransfers(MPI_Comm comm, int self, std::span<const P2POp> ops) {
     verdict = compare(transfersWith(ops, peer, P2POp::Kind::Send), view.receives, self, peer);
     if (verdict.isOk()) verdict = compare(view.sends, transfersWith(ops, peer, P2POp::Kind::Recv), peer, self);
   }
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
-                                    "MPI_Waitall (point-to-point argument check)"));
+  CHIMERA_RETURN_IF_ERROR(requests.waitAll(world, "point-to-point argument check (manifest sends)"));
   if (verdict.isOk()) {
     verdict = compare(transfersWith(ops, self, P2POp::Kind::Send), transfersWith(ops, self, P2POp::Kind::Recv), self,
                       self);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "common/check.hpp"
 #include "common/host_reduce.hpp"
@@ -38,9 +39,14 @@ Status exchange(const void* sendBuf, std::size_t sendCount, void* recvBuf, std::
   const int right = wrap(group.index + 1, group.size);
   const int left = wrap(group.index - 1, group.size);
   const MPI_Datatype type = mpiDataType(dtype);
-  return mpiStatus(MPI_Sendrecv(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, recvBuf,
-                                static_cast<int>(recvCount), type, left, kRingTag, group.comm, MPI_STATUS_IGNORE),
-                   "MPI_Sendrecv (ring step)");
+  RequestSet step;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(
+      MPI_Irecv(recvBuf, static_cast<int>(recvCount), type, left, kRingTag, group.comm, &step.add(left)),
+      "MPI_Irecv (ring step)"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(
+      MPI_Isend(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, group.comm, &step.add(right)),
+      "MPI_Isend (ring step)"));
+  return step.waitAll(group, "ring AllGather step");
 }
 
 }  // namespace
@@ -79,7 +85,8 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
   const MPI_Datatype type = mpiDataType(dtype);
   const int right = wrap(me + 1, n);
   const int left = wrap(me - 1, n);
-  std::vector<MPI_Request> sends((largest + segElems - 1) / segElems, MPI_REQUEST_NULL);
+  RequestSet sends;
+  sends.reserve((largest + segElems - 1) / segElems);
   const std::byte* outgoing = nullptr;  // this rank's running sum of the block it sends next
   for (int step = 0; step < n - 1; ++step) {
     const int sendBlock = wrap(me - step - 1, n);
@@ -93,7 +100,7 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
     for (std::size_t k = 0; k < sendSegments; ++k) {
       const std::size_t len = segmentLength(sendLen, k, segElems);
       CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(outgoing + k * segElems * es, static_cast<int>(len), type, right,
-                                                  kRingTag, group.comm, &sends[k]),
+                                                  kRingTag, group.comm, &sends.add(right)),
                                         "MPI_Isend (ring ReduceScatter)"));
     }
     std::byte* target = step == n - 2 ? static_cast<std::byte*>(out) : sums[step & 1];  // recvBlock == me last
@@ -101,13 +108,14 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
     const std::size_t recvLen = split.size(recvBlock);
     for (std::size_t k = 0; k * segElems < recvLen; ++k) {
       const std::size_t len = segmentLength(recvLen, k, segElems);
+      MPI_Request receive = MPI_REQUEST_NULL;
       CHIMERA_RETURN_IF_ERROR(mpiStatus(
-          MPI_Recv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, MPI_STATUS_IGNORE),
-          "MPI_Recv (ring ReduceScatter)"));
+          MPI_Irecv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, &receive),
+          "MPI_Irecv (ring ReduceScatter)"));
+      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, left, "ring ReduceScatter"));
       reduceTo(target + k * segElems * es, slot, mine + k * segElems * es, len, dtype, op);
     }
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Waitall(static_cast<int>(sendSegments), sends.data(), MPI_STATUSES_IGNORE),
-                                      "MPI_Waitall (ring ReduceScatter)"));
+    CHIMERA_RETURN_IF_ERROR(sends.waitAll(group, "ring ReduceScatter (sends)"));
     outgoing = target;
   }
   return Status::ok();

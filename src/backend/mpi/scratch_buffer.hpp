@@ -23,6 +23,7 @@ class ScratchBuffer {
   /// are unspecified; the pointer stays valid until a call with a larger size.
   void* get(std::size_t bytes) {
     if (bytes <= capacity_) return data_;
+    if (bytes > kMaxBytes) return nullptr;  // rounding up would overflow
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     void* grown = std::aligned_alloc(kAlignment, rounded);
     if (grown == nullptr) return nullptr;
@@ -33,11 +34,18 @@ class ScratchBuffer {
     return data_;
   }
 
+  /// Forgets the buffer without freeing it: after a Timeout, a late peer may still write into it.
+  void abandon() {
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
   /// Bytes currently held.
   std::size_t capacity() const { return capacity_; }
 
  private:
   static constexpr std::size_t kAlignment = 64;
+  static constexpr std::size_t kMaxBytes = static_cast<std::size_t>(-1) - kAlignment;
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
 };

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// chimera-model: whole-model analysis of one training iteration (no communication).
+//
+//   chimera-model --model gpt2-medium --parallel "tp=4,sp=4,pp=2,microbatches=8"
+//                 --topology pcie-4080x8 [--json] [--collectives]
+//
+// Lists every collective of the iteration, plans each chain on the topology and prints per
+// layer and in total the baseline vs fused bytes and communication time, the roofline
+// compute, the predicted iteration times and the end-to-end speedup. Bad input: one line
+// on stderr, exit status 2.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "chimera/topology.hpp"
+#include "chimera/training_model.hpp"
+#include "common/check.hpp"
+#include "common/json.hpp"
+
+namespace chimera {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: chimera-model --model NAME|FILE --parallel CONFIG --topology NAME|FILE [--json] [--collectives]\n"
+    "  --model gpt2-medium       built in: gpt2-medium, gpt-moe; or a chimera-model-1 JSON file\n"
+    "  --parallel \"tp=4,sp=4,pp=2,microbatches=8\"  dp, tp, sp (1 or tp), pp, ep, microbatches (default 1)\n"
+    "  --topology pcie-4080x8    a preset (pcie-4080x8, nvswitch-h20x8, dgx-h100x8, multinode-ib:N) or a\n"
+    "                            profile JSON with device memory bandwidth and peak FLOP/s\n"
+    "  --json                    one JSON document (every collective, every layer, the totals)\n"
+    "  --collectives             also list every collective kind with its plan (text mode)\n";
+
+struct Options {
+  std::map<std::string, std::string> values;
+  bool json = false;
+  bool collectives = false;
+  bool help = false;
+};
+
+Status parseArgs(int argc, char** argv, Options& out) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--json" || arg == "--collectives" || arg == "--help" || arg == "-h") {
+      (arg == "--json" ? out.json : arg == "--collectives" ? out.collectives : out.help) = true;
+      continue;
+    }
+    CHIMERA_CHECK_ARG(arg.substr(0, 2) == "--", "unexpected argument '{}' (see --help)", arg);
+    std::string key(arg.substr(2));
+    std::string value;
+    if (const auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    } else {
+      CHIMERA_CHECK_ARG(i + 1 < argc, "option --{} needs a value", key);
+      value = argv[++i];
+    }
+    CHIMERA_CHECK_ARG(key == "model" || key == "parallel" || key == "topology", "unknown option --{} (see --help)",
+                      key);
+    CHIMERA_CHECK_ARG(out.values.count(key) == 0, "option --{} given twice", key);
+    out.values[key] = value;
+  }
+  return Status::ok();
+}
+
+std::string ms(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
+std::string mib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1048576.0); }
+
+std::string textReport(const ModelReport& r, bool collectives) {
+  const ParallelConfig& p = r.parallel;
+  std::string text = fmt::format(
+      "model {}: {} layers, hidden {}, {} heads, seq {}, micro-batch {}, {}{}\n", r.model.name, r.model.layers,
+      r.model.hidden, r.model.heads, r.model.seqLength, r.model.microBatch, dataTypeName(r.model.dtype),
+      r.model.experts > 0 ? fmt::format(", {} experts top-{} every {} layers", r.model.experts, r.model.topK,
+                                        r.model.moeEvery)
+                          : "");
+  text += fmt::format("parallel dp={} tp={} sp={} pp={} ep={}, {} micro-batches (1F1B), {} GPUs on {}\n\n", p.dp,
+                      p.tp, p.sp, p.pp, p.ep, p.microbatches, p.ranks(), r.topology);
+  text += "per layer over the iteration (all micro-batches, forward and backward; times per GPU):\n";
+  text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", "layer", "stage", "moe",
+                      "compute ms", "baseline ms", "fused ms", "base MiB", "fused MiB");
+  for (const ModelLayer& l : r.layers) {
+    text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", l.layer, l.stage,
+                        l.moe ? "yes" : "", ms(l.computeSeconds), ms(l.baselineCommSeconds), ms(l.fusedCommSeconds),
+                        mib(l.baselineBytes), mib(l.fusedBytes));
+  }
+  text += "\nnot in a layer (hand-offs and gradient reduction not merged into a layer's chain):\n";
+  for (const ModelCollective& c : r.collectives) {
+    if (c.layer >= 0) continue;
+    text += fmt::format("  {:<40} x{:<3} {} -> {} ms, {} -> {} MiB\n", c.where, c.count, ms(c.baselineSeconds),
+                        ms(c.fusedSeconds), mib(c.baselineBytes), mib(c.fusedBytes));
+  }
+  if (collectives) {
+    text += "\nevery collective (per run):\n";
+    for (const ModelCollective& c : r.collectives) {
+      text += fmt::format("  {} x{}: {} on {} from {} consume {}: {} ms -> {} ms ({})\n", c.where, c.count, c.chain,
+                          c.shape, c.from, c.consume, ms(c.baselineSeconds), ms(c.fusedSeconds),
+                          c.fused ? "fused" : "baseline");
+    }
+  }
+  text += fmt::format(
+      "\ntotal bytes sent by all GPUs: baseline {} MiB, fused {} MiB\n"
+      "critical path (1F1B, no overlap): compute {} ms\n"
+      "  communication: baseline {} ms, fused {} ms (speedup {:.2f}x)\n"
+      "  iteration:     baseline {} ms, fused {} ms (end-to-end speedup {:.2f}x)\n",
+      mib(r.baselineBytes), mib(r.fusedBytes), ms(r.computeSeconds), ms(r.baselineCommSeconds),
+      ms(r.fusedCommSeconds), r.communicationSpeedup(), ms(r.baselineIterationSeconds), ms(r.fusedIterationSeconds),
+      r.endToEndSpeedup());
+  return text;
+}
+
+detail::Json jsonReport(const ModelReport& r) {
+  using detail::Json;
+  Json collectives = Json::array();
+  for (const ModelCollective& c : r.collectives) {
+    collectives.push(Json::object()
+                         .set("where", c.where)
+                         .set("layer", c.layer)
+                         .set("mesh", c.mesh)
+                         .set("from", c.from)
+                         .set("chain", c.chain)
+                         .set("consume", c.consume)
+                         .set("shape", c.shape)
+                         .set("count", c.count)
+                         .set("baseline_bytes", c.baselineBytes)
+                         .set("fused_bytes", c.fusedBytes)
+                         .set("baseline_s", c.baselineSeconds)
+                         .set("fused_s", c.fusedSeconds)
+                         .set("decision", c.fused ? "fused" : "baseline"));
+  }
+  Json layers = Json::array();
+  for (const ModelLayer& l : r.layers) {
+    layers.push(Json::object()
+                    .set("layer", l.layer)
+                    .set("stage", l.stage)
+                    .set("moe", l.moe)
+                    .set("compute_s", l.computeSeconds)
+                    .set("baseline_comm_s", l.baselineCommSeconds)
+                    .set("fused_comm_s", l.fusedCommSeconds)
+                    .set("baseline_bytes", l.baselineBytes)
+                    .set("fused_bytes", l.fusedBytes));
+  }
+  const ParallelConfig& p = r.parallel;
+  return Json::object()
+      .set("format", "chimera-model-report-1")
+      .set("model", r.model.name)
+      .set("parallel", Json::object()
+                           .set("dp", p.dp)
+                           .set("tp", p.tp)
+                           .set("sp", p.sp)
+                           .set("pp", p.pp)
+                           .set("ep", p.ep)
+                           .set("microbatches", p.microbatches))
+      .set("topology", r.topology)
+      .set("compute_s", r.computeSeconds)
+      .set("baseline_comm_s", r.baselineCommSeconds)
+      .set("fused_comm_s", r.fusedCommSeconds)
+      .set("baseline_iteration_s", r.baselineIterationSeconds)
+      .set("fused_iteration_s", r.fusedIterationSeconds)
+      .set("communication_speedup", r.communicationSpeedup())
+      .set("end_to_end_speedup", r.endToEndSpeedup())
+      .set("baseline_bytes", r.baselineBytes)
+      .set("fused_bytes", r.fusedBytes)
+      .set("layers", std::move(layers))
+      .set("collectives", std::move(collectives));
+}
+
+Status run(const Options& options, std::string& output) {
+  for (const char* key : {"model", "parallel", "topology"}) {
+    CHIMERA_CHECK_ARG(options.values.count(key) != 0, "missing --{} (see --help)", key);
+  }
+  ModelConfig model;
+  CHIMERA_RETURN_IF_ERROR(loadModelConfig(options.values.at("model"), model));
+  ParallelConfig parallel;
+  CHIMERA_RETURN_IF_ERROR(parseParallelConfig(options.values.at("parallel"), parallel));
+  Topology topology;
+  CHIMERA_RETURN_IF_ERROR(loadTopology(options.values.at("topology"), topology));
+  ModelReport report;
+  CHIMERA_RETURN_IF_ERROR(analyzeModel(model, parallel, topology, report));
+  output = options.json ? jsonReport(report).dump(2) + "\n" : textReport(report, options.collectives);
+  return Status::ok();
+}
+
+}  // namespace
+}  // namespace chimera
+
+int main(int argc, char** argv) {
+  chimera::Options options;
+  chimera::Status status = chimera::parseArgs(argc, argv, options);
+  if (status.isOk() && options.help) {
+    std::fputs(chimera::kUsage.data(), stdout);
+    return 0;
+  }
+  std::string output;
+  if (status.isOk()) status = chimera::run(options, output);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "chimera-model: %s\n", status.message().c_str());
+    return 2;
+  }
+  std::fputs(output.c_str(), stdout);
+  return 0;
+}

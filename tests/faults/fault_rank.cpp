@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: Apache-2.0
+// One rank of a fault-injection run (driven by run_faults.py): runs one mismatch mode (or the
+// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend) on 4 ranks through the public API with the
+// environment's settings, and writes what this rank saw to OUTDIR/rank<R>.txt:
+//   code=<status code> ms=<wall time of the mode> data=<ok|wrong|-> message=<status message>
+// `ms` runs from MPI_Init (backend creation included). `data` is checked only when the call
+// returned ok: `wrong` is a silent wrong result.
+// The process then waits (bounded) for the other ranks' reports and leaves with _Exit,
+// never MPI_Finalize: after a Timeout, operations may still be pending.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chimera/executor.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "chimera/session.hpp"
+
+namespace chimera {
+namespace {
+
+struct Outcome {
+  Status status;
+  std::string data = "-";  // ok / wrong / - (not checked)
+};
+
+struct Run {
+  Mesh mesh;
+  std::unique_ptr<Backend> backend;
+  int rank = 0;
+  AxisSet tp;
+  AxisSet pp;
+};
+
+constexpr std::size_t kCount = 1024;  // 4 KiB of f32 per call
+
+// Input of `rank` for call `call`: exact in f32 when summed over 4 ranks.
+float inputValue(int rank, int call, std::size_t i) { return static_cast<float>(rank + 1 + 10 * call) + (i % 5); }
+
+// Sum over the members of this rank's `axes` group of inputValue(member, call, i).
+float groupSum(const Run& r, AxisSet axes, int call, std::size_t i) {
+  float sum = 0;
+  for (const int member : r.mesh.groupRanks(r.rank, axes)) sum += inputValue(member, call, i);
+  return sum;
+}
+
+std::vector<float> inputs(int rank, int call, std::size_t count = kCount) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = inputValue(rank, call, i);
+  return v;
+}
+
+// AllReduce(Sum) of inputs(call) over `axes`, checked when ok.
+Outcome checkedAllReduce(Run& r, AxisSet axes, int call, std::size_t count = kCount, ReduceOp op = ReduceOp::Sum,
+                         DataType dtype = DataType::F32) {
+  std::vector<float> buf = inputs(r.rank, call, count);
+  Outcome out{r.backend->allReduce(buf.data(), buf.data(), count, dtype, op, axes)};
+  if (!out.status.isOk()) return out;
+  out.data = "ok";
+  for (std::size_t i = 0; i < count; ++i) {
+    if (buf[i] != groupSum(r, axes, call, i)) out.data = "wrong";
+  }
+  return out;
+}
+
+Outcome modeCountAllReduce(Run& r) { return checkedAllReduce(r, r.tp, 0, r.rank == 0 ? kCount / 2 : kCount); }
+Outcome modeDtype(Run& r) {
+  return checkedAllReduce(r, r.tp, 0, kCount, ReduceOp::Sum, r.rank == 0 ? DataType::I32 : DataType::F32);
+}
+Outcome modeOp(Run& r) { return checkedAllReduce(r, r.tp, 0, kCount, r.rank == 0 ? ReduceOp::Max : ReduceOp::Sum); }
+
+Outcome modeCountReduceScatter(Run& r) {
+  const std::size_t block = r.rank == 0 ? kCount / 4 : kCount / 2;
+  const std::vector<float> in = inputs(r.rank, 0, 2 * block);
+  std::vector<float> out(block);
+  Outcome o{r.backend->reduceScatter(in.data(), out.data(), block, DataType::F32, ReduceOp::Sum, r.tp)};
+  if (!o.status.isOk()) return o;
+  const int index = r.mesh.groupIndex(r.rank, r.tp);
+  o.data = "ok";
+  for (std::size_t i = 0; i < block; ++i) {
+    if (out[i] != groupSum(r, r.tp, 0, index * block + i)) o.data = "wrong";
+  }
+  return o;
+}
+
+Outcome modeCountAllGather(Run& r) {
+  const std::size_t count = r.rank == 0 ? kCount / 2 : kCount;
+  const std::vector<float> in = inputs(r.rank, 0, count);
+  std::vector<float> out(2 * count);
+  Outcome o{r.backend->allGather(in.data(), out.data(), count, DataType::F32, r.tp)};
+  if (!o.status.isOk()) return o;
+  const std::vector<int> members = r.mesh.groupRanks(r.rank, r.tp);
+  o.data = "ok";
+  for (std::size_t m = 0; m < members.size(); ++m) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (out[m * count + i] != inputValue(members[m], 0, i)) o.data = "wrong";
+    }
+  }
+  return o;
+}
+
+// Broadcast from group index `root` of `count` elements, checked against the root's input.
+Outcome checkedBroadcast(Run& r, std::size_t count, int root) {
+  std::vector<float> buf = inputs(r.rank, 0, count);
+  Outcome o{r.backend->broadcast(buf.data(), buf.data(), count, DataType::F32, root, r.tp)};
+  if (!o.status.isOk()) return o;
+  const int rootRank = r.mesh.groupPeer(r.rank, r.tp, 0);  // both roots' data are checked against index 0's
+  o.data = "ok";
+  for (std::size_t i = 0; i < count; ++i) {
+    if (buf[i] != inputValue(rootRank, 0, i)) o.data = "wrong";
+  }
+  return o;
+}
+
+Outcome modeCountBroadcast(Run& r) { return checkedBroadcast(r, r.rank == 0 ? kCount / 2 : kCount, 0); }
+Outcome modeRoot(Run& r) { return checkedBroadcast(r, kCount, r.rank == 0 ? 1 : 0); }
+
+Outcome modeKind(Run& r) {
+  if (r.rank == 0) return checkedBroadcast(r, kCount, 0);
+  return checkedAllReduce(r, r.tp, 0);
+}
+
+// The very first call differs in its axes (tp on rank 0, pp elsewhere): no group exists yet.
+Outcome modeAxesFirst(Run& r) { return checkedAllReduce(r, r.rank == 0 ? r.tp : r.pp, 0); }
+
+// tp works once; then rank 0 asks for pp (a new group) while the others reuse tp.
+Outcome modeAxesLater(Run& r) {
+  Outcome first = checkedAllReduce(r, r.tp, 0);
+  if (!first.status.isOk() || first.data != "ok") return first;
+  return checkedAllReduce(r, r.rank == 0 ? r.pp : r.tp, 1);
+}
+
+// Both groups exist; then rank 0 calls on tp while the others call on pp.
+Outcome modeAxesSwapped(Run& r) {
+  Outcome a = checkedAllReduce(r, r.tp, 0);
+  if (!a.status.isOk() || a.data != "ok") return a;
+  Outcome b = checkedAllReduce(r, r.pp, 1);
+  if (!b.status.isOk() || b.data != "ok") return b;
+  return checkedAllReduce(r, r.rank == 0 ? r.tp : r.pp, 2);
+}
+
+// Three identical AllReduces with different data; rank 0 skips the second. Every rank makes
+// all its calls (as a program that does not check its data would): the first error is
+// reported, and `data` is wrong when any call before it returned ok with wrong data.
+Outcome modeSkippedCall(Run& r) {
+  Outcome result{Status::ok(), "ok"};
+  for (int call = 0; call < 3; ++call) {
+    if (r.rank == 0 && call == 1) continue;
+    const Outcome o = checkedAllReduce(r, r.tp, call);
+    if (!o.status.isOk()) return {o.status, result.data};
+    if (o.data == "wrong") result.data = "wrong";
+  }
+  return result;
+}
+
+// A chain that differs on rank 0 (allreduce:tp vs reducescatter:tp:0) through the Executor.
+Outcome modeChain(Run& r) {
+  ChainRequest request;
+  request.spec = TensorSpec{{64, 16}, DataType::F32};
+  Status status = Layout::parse("tp=P", r.mesh, request.from);
+  if (status.isOk())
+    status = Chain::parse(r.rank == 0 ? "allreduce:tp" : "reducescatter:tp:0", r.mesh, request.chain);
+  if (!status.isOk()) return {status};
+  const std::size_t count = 64 * 16;
+  std::vector<float> in = inputs(r.rank, 0, count);
+  std::vector<float> out(count);
+  Executor executor(*r.backend);
+  return {executor.runChain(request, ChainMode::Baseline, in.data(), count * 4, out.data(), count * 4)};
+}
+
+// A Session window repeated three times; on the third, rank 3 alone changes its declaration.
+Outcome modeSessionWindow(Run& r) {
+  SessionOptions options;
+  Status status = SessionOptions::fromEnvironment(options);
+  std::unique_ptr<Session> session;
+  if (status.isOk()) status = Session::create(*r.backend, options, session);
+  Layout partial, sharded;
+  if (status.isOk()) status = Layout::parse("tp=P", r.mesh, partial);
+  if (status.isOk()) status = Layout::parse("tp=S0", r.mesh, sharded);
+  const TensorSpec spec{{16, 8}, DataType::F32};
+  std::vector<float> buffer(16 * 8);
+  for (int step = 0; step < 3 && status.isOk(); ++step) {
+    for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = inputValue(r.rank, 0, i);
+    TensorHandle x, y;
+    status = session->tensor(buffer.data(), buffer.size() * 4, spec, partial, x);
+    if (status.isOk()) status = session->allReduce(x, r.tp, y);
+    if (status.isOk()) status = (step == 2 && r.rank == 3) ? session->flush() : session->consume(y, sharded);
+    if (status.isOk() && !(step == 2 && r.rank == 3)) status = session->flush();
+  }
+  return {status};
+}
+
+// A 64 MiB AllReduce over every rank, repeated; the driver stops one rank in the middle.
+Outcome modeStall(Run& r, const std::string& dir) {
+  const std::size_t count = std::size_t{16} << 20;
+  std::vector<float> buf(count, 1.0f);
+  { std::ofstream(dir + "/pid" + std::to_string(r.rank)) << getpid() << "\n"; }
+  for (int i = 0; i < 1000; ++i) {
+    Status status = r.backend->allReduce(buf.data(), buf.data(), count, DataType::F32, ReduceOp::Sum, r.mesh.allAxes());
+    if (!status.isOk()) return {status};
+    std::fill(buf.begin(), buf.end(), 1.0f);
+  }
+  return {Status::internal("the stalled rank was never stopped")};
+}
+
+void report(const std::string& dir, int rank, const Outcome& o, double ms) {
+  std::string message = o.status.message();
+  for (char& c : message) {
+    if (c == '\n') c = ' ';
+  }
+  const std::string path = dir + "/rank" + std::to_string(rank) + ".txt";
+  {
+    std::ofstream file(path + ".tmp");
+    file << "code=" << statusCodeName(o.status.code()) << " ms=" << static_cast<long long>(ms) << " data=" << o.data
+         << " message=" << message << "\n";
+  }
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+// Waits until every rank reported or `lingerMs` passed, so that no rank's exit (which makes
+// mpirun end the job) cuts off a peer that is about to report.
+void linger(const std::string& dir, int size, long lingerMs) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(lingerMs);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int reported = 0;
+    for (int r = 0; r < size; ++r) reported += std::filesystem::exists(dir + "/rank" + std::to_string(r) + ".txt");
+    if (reported == size) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+}  // namespace chimera
+
+int main(int argc, char** argv) {
+  using namespace chimera;
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s MODE OUTDIR LINGER_MS\n", argv[0]);
+    return 2;
+  }
+  const std::string mode = argv[1];
+  const std::string dir = argv[2];
+  const long lingerMs = std::strtol(argv[3], nullptr, 10);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  const auto start = std::chrono::steady_clock::now();  // backend creation included
+  Run r;
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Status status = Mesh::parse("pp=2,tp=" + std::to_string(size / 2), size, r.mesh);
+  if (status.isOk()) status = r.mesh.parseAxes("tp", r.tp);
+  if (status.isOk()) status = r.mesh.parseAxes("pp", r.pp);
+  // absent-rank: the last rank is busy elsewhere (sleeps past the others' timeout) instead of
+  // creating its backend; the others' creation must time out naming it.
+  const bool absent = mode == "absent-rank" && r.rank == size - 1;
+  if (absent) std::this_thread::sleep_for(std::chrono::milliseconds(lingerMs));
+  if (status.isOk() && !absent) status = createMpiBackend(r.mesh, r.backend);
+  const std::map<std::string, std::function<Outcome(Run&)>> modes = {
+      {"count-allreduce", modeCountAllReduce},
+      {"count-reducescatter", modeCountReduceScatter},
+      {"count-allgather", modeCountAllGather},
+      {"count-broadcast", modeCountBroadcast},
+      {"dtype", modeDtype},
+      {"op", modeOp},
+      {"kind", modeKind},
+      {"root", modeRoot},
+      {"axes-first", modeAxesFirst},
+      {"axes-later", modeAxesLater},
+      {"axes-swapped", modeAxesSwapped},
+      {"skipped-call", modeSkippedCall},
+      {"chain", modeChain},
+      {"session-window", modeSessionWindow},
+      {"stall", [&dir](Run& run) { return modeStall(run, dir); }},
+      {"absent-rank", [](Run&) { return Outcome{Status::ok()}; }},
+  };
+  Outcome outcome{status};
+  if (status.isOk() && !absent) {
+    const auto it = modes.find(mode);
+    outcome = it == modes.end() ? Outcome{Status::invalidArgument("unknown mode " + mode)} : it->second(r);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  report(dir, r.rank, outcome, ms);
+  linger(dir, size, lingerMs);
+  std::fflush(nullptr);
+  std::_Exit(outcome.status.isOk() && outcome.data != "wrong" ? 0 : 1);
+}

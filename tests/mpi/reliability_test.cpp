@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reliability of the MPI backend: bounded waits (Timeout naming the call, the group and the
+// late peer; the backend unusable afterwards) and group creation that refuses ranks asking
+// for different groups without caching a wrong communicator.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/mpi/mpi_backend_impl.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "mpi_test_util.hpp"
+
+namespace chimera::testing {
+namespace {
+
+bool contains(const Status& status, const std::string& text) {
+  return status.message().find(text) != std::string::npos;
+}
+
+std::unique_ptr<Backend> makeBackend(const Mesh& mesh, detail::MpiBackendOptions options) {
+  std::unique_ptr<Backend> backend;
+  const Status status = detail::createMpiBackend(mesh, options, backend);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  return backend;
+}
+
+// The last rank never calls: every other rank gets Timeout naming the collective, the group
+// and the late rank, within the timeout, and every later call returns the stored error.
+void expectLateRankTimesOut(bool checkArgs, detail::MpiAlgorithm algorithm, const std::string& where) {
+  const Mesh mesh = Mesh::flat(worldSize());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 300;
+  options.checkArgs = checkArgs;
+  options.algorithm = algorithm;
+  auto backend = makeBackend(mesh, options);
+  const int late = worldSize() - 1;
+  bool ok = backend != nullptr;
+  std::vector<float> data(std::size_t{1} << 16, 1.0f);
+  if (ok) {
+    // Every rank once, so that the group exists and the late rank is missed inside the call.
+    ok = backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, mesh.allAxes()).isOk();
+  }
+  if (allRanksAgree(ok) && worldRank() != late) {
+    const Status first =
+        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
+    EXPECT_EQ(first.code(), StatusCode::Timeout) << first.toString();
+    EXPECT_TRUE(contains(first, "allReduce of 65536 float")) << first.toString();
+    EXPECT_TRUE(contains(first, where)) << first.toString();
+    EXPECT_TRUE(contains(first, "world rank " + std::to_string(late))) << first.toString();
+    EXPECT_TRUE(contains(first, "300 ms")) << first.toString();
+    const Status later = backend->broadcast(data.data(), data.data(), 4, DataType::F32, 0, mesh.allAxes());
+    EXPECT_EQ(later.code(), StatusCode::Timeout) << later.toString();
+    EXPECT_TRUE(contains(later, "unusable")) << later.toString();
+    EXPECT_TRUE(contains(later, first.message())) << later.toString();
+    ok = first.code() == StatusCode::Timeout && later.code() == StatusCode::Timeout;
+  }
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+TEST(MpiReliability, ArgumentCheckNamesTheLateRank) {
+  expectLateRankTimesOut(true, detail::MpiAlgorithm::Auto, "argument agreement check of allReduce");
+}
+
+TEST(MpiReliability, PointToPointAlgorithmNamesTheLateRank) {
+  expectLateRankTimesOut(false, detail::MpiAlgorithm::PointToPoint, "direct ReduceScatter");
+}
+
+TEST(MpiReliability, LibraryCollectiveTimesOut) {
+  const Mesh mesh = Mesh::flat(worldSize());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 300;
+  options.checkArgs = false;
+  options.algorithm = detail::MpiAlgorithm::Library;
+  auto backend = makeBackend(mesh, options);
+  bool ok = backend != nullptr;
+  std::vector<float> data(256, 1.0f);
+  if (ok) ok = backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, mesh.allAxes()).isOk();
+  if (allRanksAgree(ok) && worldRank() != 0) {
+    const Status status =
+        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
+    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
+    EXPECT_TRUE(contains(status, "MPI_Iallreduce")) << status.toString();
+    ok = status.code() == StatusCode::Timeout;
+  }
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// Ranks asking for different new groups get Mismatch on every rank; the groups made later
+// by agreeing calls are the right ones.
+TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {
+  if (worldSize() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("pp=2,tp=" + std::to_string(worldSize() / 2), worldSize(), mesh).isOk());
+  AxisSet tp, pp;
+  ASSERT_TRUE(mesh.parseAxes("tp", tp).isOk());
+  ASSERT_TRUE(mesh.parseAxes("pp", pp).isOk());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 5000;
+  auto backend = makeBackend(mesh, options);
+  ASSERT_TRUE(allRanksAgree(backend != nullptr));
+  const int rank = worldRank();
+  std::vector<float> data(64, static_cast<float>(rank));
+  const Status wrong =
+      backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, rank == 0 ? tp : pp);
+  EXPECT_EQ(wrong.code(), StatusCode::Mismatch) << wrong.toString();
+  EXPECT_TRUE(contains(wrong, "no communicator was created")) << wrong.toString();
+  // Both groups now, agreed: the sums are over the right members.
+  for (AxisSet axes : {tp, pp}) {
+    std::fill(data.begin(), data.end(), static_cast<float>(rank));
+    const Status status =
+        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, axes);
+    EXPECT_TRUE(status.isOk()) << status.toString();
+    float expected = 0;
+    for (const int member : mesh.groupRanks(rank, axes)) expected += static_cast<float>(member);
+    EXPECT_EQ(data[0], expected) << mesh.axesName(axes);
+    EXPECT_EQ(data[63], expected) << mesh.axesName(axes);
+  }
+  EXPECT_TRUE(allRanksAgree(!::testing::Test::HasFailure()));
+}
+
+// A rank-local error with checks on is reported on every rank and leaves the backend usable.
+TEST(MpiReliability, MismatchLeavesTheBackendUsable) {
+  const Mesh mesh = Mesh::flat(worldSize());
+  auto backend = makeBackend(mesh, detail::MpiBackendOptions{});
+  ASSERT_TRUE(allRanksAgree(backend != nullptr));
+  std::vector<float> data(64, 1.0f);
+  const std::size_t count = worldRank() == 0 ? 32 : 64;
+  const Status bad = backend->allReduce(data.data(), data.data(), count, DataType::F32, ReduceOp::Sum, mesh.allAxes());
+  EXPECT_EQ(bad.code(), StatusCode::Mismatch) << bad.toString();
+  const Status good = backend->allReduce(data.data(), data.data(), 64, DataType::F32, ReduceOp::Sum, mesh.allAxes());
+  EXPECT_TRUE(good.isOk()) << good.toString();
+  EXPECT_EQ(data[0], static_cast<float>(worldSize()));
+  EXPECT_TRUE(allRanksAgree(!::testing::Test::HasFailure()));
+}
+
+}  // namespace
+}  // namespace chimera::testing
