@@ -19,8 +19,10 @@ def _create_backend(dist_opts, _backend_options):
     ranks = [int(r) for r in dist_opts.global_ranks_in_group]
     size = int(dist_opts.group_size)
     world = dist.get_world_size() if ranks and dist.is_initialized() else size
+    timeout = getattr(dist_opts, "timeout", None)
+    timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else 0
     return _extension.load().create_backend(
-        int(dist_opts.group_rank), size, ranks, world, str(dist_opts.group_id), dist_opts.store
+        int(dist_opts.group_rank), size, ranks, world, str(dist_opts.group_id), dist_opts.store, timeout_ms
     )
 
 

@@ -47,7 +47,8 @@ std::string mpiMismatch(int worldSize, int torchRank, bool isWorld) {
 }
 
 c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<int> globalRanks, int worldSize,
-                                                const std::string& groupId, c10::intrusive_ptr<c10d::Store> store) {
+                                                const std::string& groupId, c10::intrusive_ptr<c10d::Store> store,
+                                                std::int64_t timeoutMs) {
   const bool isWorld = globalRanks.empty();
   if (isWorld)
     for (int r = 0; r < size; ++r) globalRanks.push_back(r);
@@ -56,8 +57,8 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
   TORCH_CHECK(rank >= 0 && rank < size, "chimera process group: group rank ", rank, " of ", size);
   std::string hostError = mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
   const int tag = static_cast<int>(std::hash<std::string>{}(groupId) & 0x3fffffff);
-  ChimeraProcessGroup::HostFactory makeHost = [globalRanks, tag](std::unique_ptr<Backend>& out) {
-    return createGroupBackend(globalRanks, tag, out);
+  ChimeraProcessGroup::HostFactory makeHost = [globalRanks, tag, timeoutMs](std::unique_ptr<Backend>& out) {
+    return createGroupBackend(globalRanks, tag, timeoutMs, out);
   };
   if (!hostError.empty()) {
     hostError = "chimera process group: " + hostError;
@@ -254,7 +255,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "chimera's torch.distributed backend (import chimera.torch to register it)";
   py::module_::import("torch.distributed");
   m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"),
-        py::arg("global_ranks"), py::arg("world_size"), py::arg("group_id"), py::arg("store"),
+        py::arg("global_ranks"), py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms") = 0,
         "Creates the c10d backend of one process group (collective over its members).");
   m.def(
       "mpi_world",

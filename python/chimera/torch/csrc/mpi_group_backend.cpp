@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <cstdlib>
 #include <set>
 #include <utility>
 #include <vector>
@@ -40,7 +41,8 @@ Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
 
 }  // namespace
 
-Status createGroupBackend(std::span<const int> worldRanks, int tag, std::unique_ptr<Backend>& out) {
+Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+                          std::unique_ptr<Backend>& out) {
   int worldRank = 0;
   int worldSize = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
@@ -66,6 +68,8 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::unique_
 
   detail::MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(detail::mpiBackendOptionsFromEnv(options));
+  const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
+  if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
   CHIMERA_RETURN_IF_ERROR(detail::createUserOps());
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));

@@ -4,6 +4,7 @@
 // communicator). Free of torch headers, so it compiles against chimera's internals alone.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -20,7 +21,10 @@ namespace chimera::torch_ext {
 /// Collective over those ranks only (MPI_Comm_create_group), so a torch sub-group is created
 /// by its members alone. `tag` must be equal on the members and differ between groups whose
 /// creations may overlap in time. InvalidArgument when the caller is not in `worldRanks`, a
-/// rank is out of range or repeated. Options come from the environment as createMpiBackend's.
-[[nodiscard]] Status createGroupBackend(std::span<const int> worldRanks, int tag, std::unique_ptr<Backend>& out);
+/// rank is out of range or repeated. Options come from the environment as createMpiBackend's;
+/// `timeoutMs` > 0 (torch's process-group timeout) bounds every wait instead of the default
+/// unless CHIMERA_TIMEOUT_MS is set.
+[[nodiscard]] Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+                                        std::unique_ptr<Backend>& out);
 
 }  // namespace chimera::torch_ext
