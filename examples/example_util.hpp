@@ -73,7 +73,8 @@ inline std::vector<float> consumedPart(const std::vector<float>& buffer, const c
   return out;
 }
 
-/// The A/B harness of the examples: runs one training step's communication,
+/// The A/B harness of the examples: on sessions recording per rank
+/// (`SessionOptions::perRank`), runs one training step's communication,
 /// `step(session, buffers, i)` returning what the consumers read, `iters` + 1 times on a
 /// fusion-off session (with `off` buffers) and a fusion-on session (with `on` buffers),
 /// interleaved, and compares what was read. Rank 0 prints `title`, the median step times
@@ -82,11 +83,12 @@ inline std::vector<float> consumedPart(const std::vector<float>& buffer, const c
 template <typename Buffers, typename Step>
 bool compareFusion(chimera::Backend& backend, const std::string& title, int iters, Buffers off, Buffers on,
                    Step step) {
-  chimera::SessionOptions offOptions;
+  chimera::SessionOptions offOptions, onOptions;
+  offOptions.perRank = onOptions.perRank = true;
   offOptions.fusion = false;
   std::unique_ptr<chimera::Session> unfused, fused;
   check(chimera::Session::create(backend, offOptions, unfused), "session");
-  check(chimera::Session::create(backend, chimera::SessionOptions{}, fused), "session");
+  check(chimera::Session::create(backend, onOptions, fused), "session");
   std::vector<double> timeOff, timeOn;
   bool identical = true;
   for (int i = 0; i < iters + 1; ++i) {
@@ -101,21 +103,33 @@ bool compareFusion(chimera::Backend& backend, const std::string& title, int iter
   }
   identical = allRanks(backend, identical);
   const chimera::SessionStats so = unfused->stats(), sf = fused->stats();
-  const auto perStep = [&](std::uint64_t total) { return static_cast<unsigned long long>(total / (iters + 1)); };
+  // Per-rank recording counts this rank's bytes: the job's are the sum over the ranks.
+  std::int64_t bytes[2] = {static_cast<std::int64_t>(so.rankBytesSent), static_cast<std::int64_t>(sf.rankBytesSent)};
+  check(backend.allReduce(bytes, bytes, 2, chimera::DataType::I64, chimera::ReduceOp::Sum, backend.mesh().allAxes()),
+        "bytes");
+  const auto perStep = [&](std::int64_t total) { return static_cast<unsigned long long>(total / (iters + 1)); };
   if (backend.rank() == 0) {
     std::printf("%s, %d steps\n", title.c_str(), iters);
     std::printf("  fusion off: %9.1f us/step  %10llu bytes/step sent (all ranks)\n", median(timeOff),
-                perStep(so.bytesSent));
+                perStep(bytes[0]));
     std::printf("  fusion on : %9.1f us/step  %10llu bytes/step sent (all ranks), %llu of %llu chains fused, "
                 "%llu/%llu windows from the cache\n",
-                median(timeOn), perStep(sf.bytesSent), static_cast<unsigned long long>(sf.fusedChains),
+                median(timeOn), perStep(bytes[1]), static_cast<unsigned long long>(sf.fusedChains),
                 static_cast<unsigned long long>(sf.chainsRun), static_cast<unsigned long long>(sf.windowCacheHits),
                 static_cast<unsigned long long>(sf.windows));
     std::printf("  speedup %.2fx, bytes %.2fx fewer, results %s\n", median(timeOff) / median(timeOn),
-                static_cast<double>(so.bytesSent) / static_cast<double>(sf.bytesSent),
+                static_cast<double>(bytes[0]) / static_cast<double>(bytes[1]),
                 identical ? "identical on every rank" : "DIFFER");
   }
   return identical;
+}
+
+/// Reads "--name value" from argv as text, or `fallback`.
+inline std::string textArgument(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (name == argv[i]) return argv[i + 1];
+  }
+  return fallback;
 }
 
 /// Reads "--name value" from argv as an integer, or `fallback`.

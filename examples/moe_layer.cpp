@@ -3,7 +3,9 @@
 // (ep=2) parallelism on 8 ranks, written the way a framework issues it.
 //
 // Tokens are a [tokens, hidden] tensor; each expert-parallel group holds its own tokens
-// (ep=S0). What the framework writes (`moeStep` below, the same code for both runs):
+// (ep=S0). Every rank takes part in every call here, so per-rank recording (the mode the
+// sessions use) records the same calls on every rank.
+// What the framework writes (`moeStep` below, the same code for both runs):
 //   dispatch: the attention output is row-parallel, partial over tp -> allReduce(tp);
 //             each tp rank keeps its slice of the tokens              -> slice(tp, dim 0);
 //             the tokens go to the experts, all ranks exchanging      -> allToAll(ep+tp, 0 -> 1);
@@ -91,6 +93,11 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("ep+tp", s.eptp), "ep+tp");
   std::unique_ptr<chimera::Backend> backend;
   check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  // What a framework does at initialisation: create its process groups, once.
+  chimera::AxisSet ep;
+  check(s.mesh.parseAxes("ep", ep), "ep");
+  const chimera::AxisSet groups[] = {s.tp, ep, s.eptp};
+  check(backend->createGroups(groups), "createGroups");
   auto buffers = [&] {
     return Buffers{s.buffer("ep=S0,tp=R"), s.buffer("ep=S0,tp=S0"), s.buffer("ep+tp=S1"),
                    s.buffer("ep+tp=S1"),   s.buffer("ep+tp=S0"),    s.buffer("ep=S0,tp=R")};

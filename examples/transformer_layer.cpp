@@ -1,19 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // A transformer layer's communication under tensor (tp=4), sequence and pipeline (pp=2)
 // parallelism on 8 ranks, written the way a framework issues it: one call at a time, on the
-// buffers it already has, plus a note of what the next computation reads.
+// buffers it already has, plus a note of what the next computation reads. Each stage records
+// only its own calls (per-rank recording): the sender its side of a hand-off, the receiver
+// its `recv`.
 //
 // What the framework writes (both runs use the very same code, `layerStep` below):
 //   forward, stage 0:
 //     attention output projection (row-parallel)  -> partial sums over tp -> allReduce(tp);
 //       the sequence-parallel LayerNorm reads only its rows:     declareRead(pp=@0,tp=S0)
 //     MLP output projection (row-parallel)          -> allReduce(tp), then send(pp) to stage 1;
-//       stage 1 reads the whole activation:                      declareRead(pp=@1,tp=R)
-//   backward, stage 1 back to stage 0:
+//   forward, stage 1: it receives the activation and reads it whole:
+//                                                      recv(pp), declareRead(pp=@1,tp=R)
+//   backward, stage 1:
 //     input gradient of a column-parallel layer     -> allReduce(tp), then sendBack(pp) to stage 0;
-//       stage 0's sequence-parallel region reads its rows, which the framework knows as a
-//       byte range of the received buffer:                       consume(buffer, offset, bytes)
 //     sequence-parallel activations for recompute   -> allGather(tp) (read in full: no declaration)
+//   backward, stage 0: it receives the gradient; its sequence-parallel region reads its rows,
+//     which the framework knows as a byte range of the buffer: recvBack(pp), consume(offset, bytes)
 //
 // What chimera does with it: with CHIMERA_FUSION=0 (or fusion off) it runs exactly those calls.
 // With fusion on it sees, at the flush, that the first AllReduce is read as a row shard only
@@ -73,32 +76,44 @@ struct Read {
   bool operator==(const Read&) const = default;
 };
 
-// One training step's communication of the layer, as a framework issues it.
+// One training step's communication of the layer, as a framework issues it: each stage
+// records its own calls.
 Read layerStep(Session& session, const Setup& s, Buffers& b, int seed) {
   example::fill(b.attention, seed, s.rank);
   example::fill(b.mlp, seed + 1, s.rank);
   example::fill(b.gradient, seed + 2, s.rank);
   example::fill(b.activations, seed + 3, 0);
-  TensorHandle attention, attentionSum, mlp, mlpSum, mlpNext, gradient, gradientSum, gradientBack, activations,
-      gathered;
-  // Forward, stage 0.
-  check(session.tensor(s.data(b.attention), b.attention.size() * 4, s.spec, s.layout("pp=@0,tp=P"), attention), "t");
-  check(session.allReduce(attention, s.tp, attentionSum), "attention allReduce");
-  check(session.declareRead(attentionSum, s.layout("pp=@0,tp=S0")), "declare");
-  check(session.tensor(s.data(b.mlp), b.mlp.size() * 4, s.spec, s.layout("pp=@0,tp=P"), mlp), "t");
-  check(session.allReduce(mlp, s.tp, mlpSum), "mlp allReduce");
-  check(session.send(mlpSum, s.pp, s.data(b.mlpOnStage1), b.mlpOnStage1.size() * 4, mlpNext), "send");
-  check(session.declareRead(mlpNext, s.layout("pp=@1,tp=R")), "declare");
-  check(session.flush(), "forward flush");
-  // Backward, stage 1 back to stage 0.
-  check(session.tensor(s.data(b.gradient), b.gradient.size() * 4, s.spec, s.layout("pp=@1,tp=P"), gradient), "t");
-  check(session.allReduce(gradient, s.tp, gradientSum), "gradient allReduce");
-  check(session.sendBack(gradientSum, s.pp, s.data(b.gradientOnStage0), b.gradientOnStage0.size() * 4, gradientBack),
-        "sendBack");
-  check(session.tensor(s.data(b.activations), b.activations.size() * 4, s.spec, s.layout("pp=@1,tp=S0"), activations),
-        "t");
-  check(session.allGather(activations, s.tp, 0, s.data(b.gathered), b.gathered.size() * 4, gathered), "allGather");
-  check(session.consume(gradientBack, s.rowsOffset(0), s.rowsBytes(0)), "backward consume");
+  const bool stage0 = s.mesh.coordinates(s.rank)[0] == 0;
+  if (stage0) {
+    TensorHandle attention, attentionSum, mlp, mlpSum, mlpNext, gradientBack;
+    // Forward.
+    check(session.tensor(s.data(b.attention), b.attention.size() * 4, s.spec, s.layout("pp=@0,tp=P"), attention), "t");
+    check(session.allReduce(attention, s.tp, attentionSum), "attention allReduce");
+    check(session.declareRead(attentionSum, s.layout("pp=@0,tp=S0")), "declare");
+    check(session.tensor(s.data(b.mlp), b.mlp.size() * 4, s.spec, s.layout("pp=@0,tp=P"), mlp), "t");
+    check(session.allReduce(mlp, s.tp, mlpSum), "mlp allReduce");
+    check(session.send(mlpSum, s.pp, nullptr, 0, mlpNext), "send");
+    check(session.flush(), "forward flush");
+    // Backward: the gradient from stage 1; this rank reads its rows of it.
+    check(session.recvBack(s.spec, s.layout("pp=@0,tp=R"), s.pp, s.data(b.gradientOnStage0),
+                           b.gradientOnStage0.size() * 4, gradientBack),
+          "recvBack");
+    check(session.consume(gradientBack, s.rowsOffset(0), s.rowsBytes(0)), "backward consume");
+  } else {
+    TensorHandle mlpNext, gradient, gradientSum, gradientBack, activations, gathered;
+    // Forward: the activation from stage 0, read whole.
+    check(session.recv(s.spec, s.layout("pp=@1,tp=R"), s.pp, s.data(b.mlpOnStage1), b.mlpOnStage1.size() * 4, mlpNext),
+          "recv");
+    check(session.consume(mlpNext, s.layout("pp=@1,tp=R")), "forward consume");
+    // Backward.
+    check(session.tensor(s.data(b.gradient), b.gradient.size() * 4, s.spec, s.layout("pp=@1,tp=P"), gradient), "t");
+    check(session.allReduce(gradient, s.tp, gradientSum), "gradient allReduce");
+    check(session.sendBack(gradientSum, s.pp, nullptr, 0, gradientBack), "sendBack");
+    check(session.tensor(s.data(b.activations), b.activations.size() * 4, s.spec, s.layout("pp=@1,tp=S0"), activations),
+          "t");
+    check(session.allGather(activations, s.tp, 0, s.data(b.gathered), b.gathered.size() * 4, gathered), "allGather");
+    check(session.flush(), "backward flush");
+  }
 
   Read read;
   read.attention = example::consumedPart(b.attention, s.layout("pp=@0,tp=R"), s.layout("pp=@0,tp=S0"), s.spec, s.rank);
@@ -126,6 +141,9 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("pp", s.pp), "pp");
   std::unique_ptr<chimera::Backend> backend;
   check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  // What a framework does at initialisation: create its process groups, once.
+  const chimera::AxisSet groups[] = {s.tp, s.pp};
+  check(backend->createGroups(groups), "createGroups");
 
   auto buffers = [&] {
     return Buffers{s.buffer("pp=@0,tp=R"), s.buffer("pp=@0,tp=R"),  s.buffer("pp=@1,tp=R"), s.buffer("pp=@1,tp=R"),

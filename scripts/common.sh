@@ -5,9 +5,18 @@
 
 CHIMERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHIMERA_BUILD="${CHIMERA_BUILD:-$CHIMERA_ROOT/build}"
-CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev python3)
+CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev python3 ccache)
 
 chimera_log() { printf '==> %s\n' "$*"; }
+
+# Compiler launcher flags for every build (ccache when present). Paths are hashed relative to
+# the clone, so a fresh clone in another folder reuses what an earlier one compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$CHIMERA_ROOT}"
+CHIMERA_LAUNCHER=()
+if command -v ccache >/dev/null 2>&1; then
+  CHIMERA_LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 
 # Installs whichever of CHIMERA_PACKAGES is missing; does nothing (and needs no network) when all are present.
 chimera_install_deps() {
@@ -35,7 +44,7 @@ chimera_build() {
   if [ -n "${CUDA_HOME:-}" ] && ! command -v nvcc >/dev/null 2>&1; then export PATH="$CUDA_HOME/bin:$PATH"; fi
   chimera_log "configuring $CHIMERA_BUILD"
   cmake -S "$CHIMERA_ROOT" -B "$CHIMERA_BUILD" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
-    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" "$@" >"$CHIMERA_BUILD.configure.log" 2>&1 ||
+    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" "${CHIMERA_LAUNCHER[@]}" "$@" >"$CHIMERA_BUILD.configure.log" 2>&1 ||
     { cat "$CHIMERA_BUILD.configure.log"; return 1; }
   grep -E 'chimera:' "$CHIMERA_BUILD.configure.log" || true
   chimera_log "building with $jobs jobs"

@@ -13,15 +13,11 @@ build="${CHIMERA_FUZZ_BUILD:-$CHIMERA_ROOT/build-fuzz}"
 seconds="${CHIMERA_FUZZ_SECONDS:-60}"
 harnesses=(mesh layout chain size topology)
 instrument="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-launcher=()
-if command -v ccache >/dev/null 2>&1; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-fi
 chimera_log "configuring $build (clang, libFuzzer + ASan + UBSan)"
 mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S "$CHIMERA_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=None -DCHIMERA_WITH_CUDA=OFF \
   -DCHIMERA_WITH_MPI=OFF -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF -DCHIMERA_BUILD_FUZZERS=ON \
-  "${launcher[@]}" "-DCMAKE_CXX_FLAGS=-O1 -g $instrument" "-DCMAKE_C_FLAGS=-O1 -g $instrument" \
+  "${CHIMERA_LAUNCHER[@]}" "-DCMAKE_CXX_FLAGS=-O1 -g $instrument" "-DCMAKE_C_FLAGS=-O1 -g $instrument" \
   "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
 targets=()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by test.sh: the Python stage's virtual environment under build/ (torch, numpy, pytest,
-# mpi4py and the build requirements from pip, reusing pip's download cache between runs) and
+# mpi4py and the build requirements from pip, through a wheelhouse kept between runs) and
 # the package installed into it with `pip install` from the repository root.
 
 CHIMERA_VENV="${CHIMERA_VENV:-$CHIMERA_BUILD/venv}"
+# Wheels kept between runs and clones (CHIMERA_WHEELHOUSE overrides).
+CHIMERA_WHEELHOUSE="${CHIMERA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/chimera/wheels}"
 CHIMERA_PYTHON_REQUIREMENTS=(numpy pytest mpi4py torch "scikit-build-core>=0.10" "nanobind>=2.0")
 
 # Creates the venv when missing and installs what it lacks (quiet; nothing to do on a rerun).
@@ -17,8 +19,18 @@ chimera_python_env() {
     chimera_log "creating $CHIMERA_VENV"
     python3 -m venv "$CHIMERA_VENV"
   fi
-  chimera_log "installing ${CHIMERA_PYTHON_REQUIREMENTS[*]} into $CHIMERA_VENV (pip cache reused)"
-  "$CHIMERA_VENV/bin/python" -m pip install -q --disable-pip-version-check "${CHIMERA_PYTHON_REQUIREMENTS[@]}"
+  # pip's HTTP cache does not keep these downloads here (the registry's answers are not
+  # cacheable), so the wheels are kept in a wheelhouse outside the clone: a fresh clone installs
+  # from it without the ~3 GB torch download, and only a missing wheel is fetched.
+  local pip=("$CHIMERA_VENV/bin/python" -m pip --disable-pip-version-check)
+  mkdir -p "$CHIMERA_WHEELHOUSE"
+  if ! "${pip[@]}" install -q --no-index --find-links "$CHIMERA_WHEELHOUSE" "${CHIMERA_PYTHON_REQUIREMENTS[@]}" \
+    >/dev/null 2>&1; then
+    chimera_log "downloading ${CHIMERA_PYTHON_REQUIREMENTS[*]} into $CHIMERA_WHEELHOUSE"
+    "${pip[@]}" download -q -d "$CHIMERA_WHEELHOUSE" "${CHIMERA_PYTHON_REQUIREMENTS[@]}"
+    "${pip[@]}" install -q --no-index --find-links "$CHIMERA_WHEELHOUSE" "${CHIMERA_PYTHON_REQUIREMENTS[@]}"
+  fi
+  chimera_log "installed ${CHIMERA_PYTHON_REQUIREMENTS[*]} into $CHIMERA_VENV from $CHIMERA_WHEELHOUSE"
 }
 
 # The value of NAME in the CMake cache of $CHIMERA_BUILD.

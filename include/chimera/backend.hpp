@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string_view>
 
@@ -28,11 +29,17 @@ struct P2POp {
   DataType dtype = DataType::F32;
   /// World rank of the peer.
   int peer = 0;
+  /// Transfers between two ranks match only transfers on the same channel, in order (MPI: a
+  /// message tag per channel). Channel 0 carries data; the Session's hand-off descriptions
+  /// travel on 1, so that a description can never be taken for data by a peer running a
+  /// different program. NCCL has no tags: there every transfer between a pair matches in order.
+  std::uint8_t channel = 0;
 };
 
 /// The communication interface every transport implements: MPI over host memory, NCCL over
-/// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`),
-/// and the communicator of each group is created on first use and cached.
+/// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`).
+/// The communicator of each group is created by `createGroups` at setup, or else on first
+/// use (collectively over the world), and cached.
 ///
 /// Every collective is *collective over the group*: each rank of the group along `axes`
 /// that contains the caller must make the matching call. Counts are in elements. Buffers
@@ -86,6 +93,16 @@ class Backend {
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;
   /// Frees memory from allocate. nullptr is a no-op.
   virtual void deallocate(void* ptr) = 0;
+  /// Allocates `bytes` of host memory that `copy` moves to and from the backend's memory
+  /// without staging (NCCL: pinned, cudaMallocHost; host backends: ordinary memory). Small
+  /// control data (agreement words) goes through it. InvalidArgument on 0.
+  [[nodiscard]] virtual Status allocateHost(std::size_t bytes, void** out) {
+    if (out == nullptr || bytes == 0) return Status::invalidArgument("allocateHost: null output or 0 bytes");
+    *out = ::operator new(bytes, std::nothrow);
+    return *out != nullptr ? Status::ok() : Status::backendError("allocateHost: out of host memory");
+  }
+  /// Frees memory from allocateHost. nullptr is a no-op.
+  virtual void deallocateHost(void* ptr) { ::operator delete(ptr); }
   /// Local copy within the backend's memory space, ordered on stream().
   [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
   /// Local op (no communication), ordered on stream(): copies the elements of `box` (local
@@ -104,6 +121,19 @@ class Backend {
                                      double factor) = 0;
   /// Waits until every call issued so far has completed (host: returns at once).
   [[nodiscard]] virtual Status synchronize() = 0;
+
+  /// Creates the communicators of the groups along each axis set of `groups` (MPI_Comm_split,
+  /// ncclCommSplit), those that do not exist yet, in the order given. Collective over the
+  /// world: every rank calls it with the same list, once, at setup, as a framework creates
+  /// its process groups at initialisation. Callers that record per rank (a Session with
+  /// `SessionOptions::perRank`) need every group they use created this way: a group's
+  /// communicator is otherwise made on first use, collectively over the world, which a
+  /// call made by one pipeline stage alone cannot do. InvalidArgument for an empty axis set
+  /// or axes the mesh lacks; BackendError when the transport fails.
+  [[nodiscard]] virtual Status createGroups(std::span<const AxisSet> groups) = 0;
+  /// True when the communicator of the group along `axes` exists on this rank (a single-rank
+  /// group always counts as existing). Local.
+  virtual bool hasGroup(AxisSet axes) const = 0;
 
   /// Stream the calls are ordered on (NCCL: cudaStream_t; default the legacy stream).
   void setStream(Stream stream) { stream_ = stream; }

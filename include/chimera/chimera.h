@@ -2,7 +2,9 @@
 /* The C API of chimera, NCCL-style: opaque handles, a result code on every call, text for
  * meshes, axes, layouts and chain ops (the same text as chimera-plan). Compiles as C11 and C++.
  * Every collective is collective over its group as in chimera::Backend; session calls record
- * locally and chimeraSessionFlush/Consume/Wait are collective over the world.
+ * locally, and chimeraSessionFlush, chimeraSessionConsume and chimeraSessionConsumeRange are
+ * collective: over the world for an SPMD session, over the window's groups and its hand-off
+ * peers for a per-rank session (chimeraSessionBeginConfig).
  * Handles are checked against a registry of live ones: a null, destroyed or foreign handle is
  * chimeraInvalidArgument, never a dereference. Counts whose byte size (times the group size
  * where the buffer holds every rank's block) overflows are chimeraInvalidArgument. No C++
@@ -13,6 +15,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/** The version of this header: major * 10000 + minor * 100 + patch (as NCCL_VERSION_CODE). */
+#define CHIMERA_MAJOR 0
+#define CHIMERA_MINOR 1
+#define CHIMERA_PATCH 0
+#define CHIMERA_VERSION_CODE (CHIMERA_MAJOR * 10000 + CHIMERA_MINOR * 100 + CHIMERA_PATCH)
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,7 +73,17 @@ typedef struct {
   uint64_t fusedChains;
   uint64_t bytesAsRecorded;
   uint64_t bytesSent;
+  uint64_t rankBytesAsRecorded; /**< this rank's share of bytesAsRecorded (per-rank sessions fill only these) */
+  uint64_t rankBytesSent;       /**< this rank's share of bytesSent */
+  uint64_t agreements;          /**< agreement collectives and hand-off exchanges run */
 } chimeraSessionStats_t;
+/** How a session records (see chimera::SessionOptions). */
+typedef struct {
+  int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION */
+  int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs) */
+  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK */
+  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL: the communicator's */
+} chimeraSessionConfig_t;
 
 /** A static description of `result` ("invalid argument", ...). */
 const char* chimeraGetErrorString(chimeraResult_t result);
@@ -152,6 +170,30 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
 /** Ends a session (unflushed calls are dropped). NULL is a no-op; a session that is not live
  * (ended already, or never begun) is chimeraInvalidArgument. */
 chimeraResult_t chimeraSessionEnd(chimeraSession_t session);
+
+/** The library's version, CHIMERA_VERSION_CODE of the build (compare with the header's). */
+chimeraResult_t chimeraGetVersion(int* version);
+/** Creates the communicators of the groups in `groups`, axis sets separated by ';'
+ * ("tp;pp;dp+tp"). Collective over the world, once at setup; a per-rank session needs every
+ * group it uses created this way. */
+chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups);
+/** Sets the stream the communicator's plain collectives are ordered on (cudaStream_t; NULL
+ * the default stream). Host communicators ignore it. */
+chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream);
+/** Waits until every call issued on the communicator (on any stream it was given) completed. */
+chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm);
+/** Begins a session configured by `config` (NULL: as chimeraSessionBegin(comm, -1, ...)). */
+chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
+                                          chimeraSession_t* session);
+/** Per-rank sessions: this rank's receiving side of a hand-off along `axis` ("pp"): the
+ * tensor of `shape` arrives placed as `layout` (this rank's stage) into `buffer`;
+ * `fromNext` 0 receives a "send:AX" of the previous stage, 1 a "send:AX:prev" of the next. */
+chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
+                                   const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
+                                   chimeraTensor_t* out);
+/** Sets the stream the session's work is ordered on from its next flush (NULL: the
+ * communicator's). */
+chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);
 
 #ifdef __cplusplus
 }

@@ -59,11 +59,23 @@ class Executor {
   /// allReduce over the world); a rank with a different chain makes EVERY rank return Status::mismatch, no hang.
   /// `out` stays valid as long as the executor.
   [[nodiscard]] Status plan(const ChainRequest& request, const ChainPlan*& out);
+  /// As `plan`, for a caller that has already agreed on `request` with every rank the plan
+  /// touches (a Session recording per rank agrees within its groups and with its pipeline
+  /// peers): nothing is agreed over the world, and the chain's programs are later prepared
+  /// without communicating, so only the ranks that take part in a step make its calls. Every
+  /// group a step uses must have been created (`Backend::createGroups`); running a program
+  /// that uses one that was not is InvalidArgument naming the group.
+  [[nodiscard]] Status planAgreed(const ChainRequest& request, const ChainPlan*& out);
   /// Plans (cached) and runs `request` in `mode`. `input`/`output` are this rank's local buffers of the start and
   /// consumed layouts (nullptr allowed with 0 bytes on a rank that holds nothing there), with their sizes in bytes:
   /// a buffer smaller than the rank's local tensor is InvalidArgument naming both sizes.
   [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
                                 void* output, std::size_t outputBytes);
+  /// As above, with the work ordered on `stream` (NCCL: a cudaStream_t) instead of the
+  /// backend's: the stream belongs to this call (set on the backend for its duration and
+  /// restored after), as NCCL takes a stream per call.
+  [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                                void* output, std::size_t outputBytes, Stream stream);
   /// Moves a tensor of `spec` placed as `from` into `to` by the cheapest plan (planRedistribution), cached likewise.
   [[nodiscard]] Status redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
                                     std::size_t inputBytes, void* output, std::size_t outputBytes);

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "chimera/backend.hpp"
@@ -15,6 +18,43 @@ namespace chimera {
 
 /// Finalises MPI if chimera initialised it; otherwise does nothing.
 void finalizeMpi();
+
+/// Which implementation the MPI backend's collectives run.
+enum class MpiAlgorithm : std::uint8_t {
+  Auto,          ///< per op and size, as measured best (docs/performance.md)
+  PointToPoint,  ///< chimera's own: direct ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
+  Ring,          ///< as PointToPoint, but ring ReduceScatter/AllGather/AllReduce (n-1 neighbour steps; fewer
+                 ///< concurrent messages, for fabrics where fan-out costs more than steps)
+  Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
+};
+
+/// Options of the MPI backend. A framework sets them in code; `fromEnvironment` gives the
+/// defaults the environment variables override (what `createMpiBackend(mesh, out)` uses).
+struct MpiBackendOptions {
+  /// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library.
+  MpiAlgorithm algorithm = MpiAlgorithm::Auto;
+  /// Cross-rank argument agreement before each collective, and pairwise checks of
+  /// point-to-point calls (CHIMERA_CHECK_ARGS=0|1, on by default in every build; see
+  /// docs/reliability.md for its cost and what goes wrong without it).
+  bool checkArgs = true;
+  /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside
+  /// AllReduce (CHIMERA_MPI_SEGMENT_BYTES, default 1M). See docs/performance.md.
+  std::size_t segmentBytes = std::size_t{1} << 20;
+  /// How long, in milliseconds, one wait inside a call may go without progress before the call
+  /// returns Timeout and the backend becomes unusable (CHIMERA_TIMEOUT_MS, default 600000).
+  std::int64_t timeoutMs = 600000;
+  /// Most elements one MPI message or library call carries (MPI's count is an int); larger
+  /// transfers are split into messages of at most this many. Tests lower it to exercise the
+  /// split without gigabyte buffers.
+  std::size_t maxMessageCount = static_cast<std::size_t>(std::numeric_limits<int>::max());
+
+  /// The defaults overridden by the environment variables above. InvalidArgument naming the
+  /// variable when one is malformed.
+  [[nodiscard]] static Status fromEnvironment(MpiBackendOptions& out);
+};
+
+/// The CHIMERA_MPI_ALGORITHM spelling of `algorithm`: "auto", "p2p", "ring", "library".
+std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 
 /// Creates the MPI backend (host memory) over MPI_COMM_WORLD for `mesh`, whose size must
 /// equal the world size. Sub-communicators per axis group are created on first use and
@@ -41,5 +81,18 @@ void finalizeMpi();
 ///   ring ReduceScatter/AllGather/AllReduce, or the MPI library's collectives.
 /// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): segment size of chimera's ReduceScatter.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
+
+/// createMpiBackend with explicit options (the environment is not read).
+[[nodiscard]] Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options,
+                                      std::unique_ptr<Backend>& out);
+
+/// Creates the MPI backend on a communicator the caller owns, e.g. the world group a framework
+/// created: `comm` points to an `MPI_Comm` (passed by address so that this header needs no
+/// mpi.h); its ranks are the mesh's world ranks, in order, and its size must equal
+/// `mesh.size()`. The backend works on duplicates of it (`MPI_Comm_dup`), so the caller's
+/// communicator stays the caller's and must only outlive the call. Collective over `comm`.
+/// InvalidArgument when `comm` is null or MPI_COMM_NULL, or sizes differ.
+[[nodiscard]] Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBackendOptions& options,
+                                            std::unique_ptr<Backend>& out);
 
 }  // namespace chimera

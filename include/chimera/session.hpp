@@ -28,10 +28,21 @@ struct TensorHandle {
 struct SessionOptions {
   /// Plan and fuse recorded windows (true) or run exactly the recorded calls (false).
   bool fusion = true;
-  /// Agree on the window over the world at every flush (one small allReduce) instead of only
-  /// when a window is planned for the first time. Catches a rank that changes its calls
-  /// (or its consume declarations) alone after warm-up; costs one allReduce per window.
+  /// Per-rank recording (the mode a training framework uses): each rank records only the
+  /// calls it takes part in, on tensors it holds, and its own side of each pipeline hand-off
+  /// (`send`/`sendBack` on the sending stage, `recv`/`recvBack` on the receiving one). A new
+  /// window is agreed within the groups its tensors live on and with the hand-off peers,
+  /// never over the world; every group a plan uses must exist (`Backend::createGroups`).
+  /// False: SPMD recording, every rank records every call (see the class comment).
+  bool perRank = false;
+  /// Agree on the window at every flush (SPMD: over the world; per rank: within its groups
+  /// and with its hand-off peers) instead of only when a window is planned for the first
+  /// time. Catches a rank that changes its calls (or its consume declarations) alone after
+  /// warm-up; costs one small allReduce (and, with hand-offs, one message exchange) per window.
   bool checkEveryWindow = false;
+  /// The stream this session's work is ordered on (NCCL: a cudaStream_t), set on the backend
+  /// for the duration of each flush and restored after; nullptr: the backend's own.
+  Stream stream = nullptr;
   /// Prices plans (not owned; must outlive the session). Default: bytes alone.
   const PlanCost* cost = nullptr;
   /// Prepared plans (each with its scratch) the session's executor keeps; the least recently
@@ -56,12 +67,25 @@ struct SessionStats {
   /// every rank).
   std::uint64_t bytesAsRecorded = 0;
   std::uint64_t bytesSent = 0;
+  /// This rank's share of the two above: bytes this rank would send running the recorded
+  /// calls as written, and with the programs that ran. Per-rank recording fills only these
+  /// (sum them over the ranks for the job's total).
+  std::uint64_t rankBytesAsRecorded = 0;
+  std::uint64_t rankBytesSent = 0;
+  /// Agreement collectives and hand-off exchanges this session ran (the Executor's included
+  /// in per-rank mode, where it has none of its own). A repeated window adds none unless
+  /// `checkEveryWindow` is on.
+  std::uint64_t agreements = 0;
 };
 
 /// Records collectives on tensors as a framework issues them and runs them when a result is
 /// needed: `flush`, `wait`, or `consume` (which also declares what the next computation reads).
 ///
-/// The model is SPMD, as in the chain vocabulary: every rank of the mesh records the same
+/// Two recording modes. Per rank (`SessionOptions::perRank`, what a training framework's
+/// schedule does): each rank records only the calls it takes part in, on the tensors it holds,
+/// and its own side of each pipeline hand-off (`send`/`sendBack` where the tensor leaves,
+/// `recv`/`recvBack` where it arrives); a hand-off still runs fused across the stage boundary.
+/// SPMD (the default), as in the chain vocabulary: every rank of the mesh records the same
 /// calls in the same order, describing the same logical tensors; a rank passes its own local
 /// buffers, and nullptr with 0 bytes for a tensor it does not hold (e.g. the other pipeline
 /// stage's activation). Calls are addressed by mesh axes and change the tensor's layout as the
@@ -83,12 +107,15 @@ struct SessionStats {
 /// `consume(t, offset, bytes)` resolves to such a layout (the same on every rank).
 ///
 /// Windows are cached by signature (calls, tensors, layouts, declarations, aliasing): a
-/// repeated training step pays a lookup. On a miss the ranks agree on the window (one
-/// allReduce over the world): a rank with different calls or declarations makes every rank
-/// return Mismatch, no hang (after warm-up only with `checkEveryWindow`).
+/// repeated training step pays a lookup. On a miss the ranks agree on the window (SPMD: one
+/// allReduce over the world; per rank: one within the window's groups, and one message
+/// exchange with each hand-off peer): a rank with different calls or declarations makes every
+/// rank involved return Mismatch, no hang (after warm-up only with `checkEveryWindow`; see
+/// docs/session.md for the failure analysis).
 ///
 /// Not thread-safe. Every call below is recorded locally and communicates nothing, except
-/// `flush`, `wait` and `consume`, which are collective over the world.
+/// `flush`, `wait` and `consume`, which are collective (SPMD: over the world; per rank: over
+/// the ranks of the window's groups and hand-offs).
 class Session {
  public:
   /// Most values (registered tensors plus call results) in one window; recording beyond it
@@ -125,15 +152,29 @@ class Session {
   /// In place: the member with group index `root` over `axes` copies its value to all.
   [[nodiscard]] Status broadcast(TensorHandle in, AxisSet axes, int root, TensorHandle& out);
   /// Pipeline hand-off along the single axis `axis` (the `send:AX` chain op): the ranks of
-  /// stage k (holders of `in`) send, the ranks of stage k+1 receive into `recvBuffer`. Both
-  /// sides make this one call (a sender passes nullptr/0 as `recvBuffer`, a receiver the
+  /// stage k (holders of `in`) send, the ranks of stage k+1 receive into `recvBuffer`. SPMD:
+  /// both sides make this one call (a sender passes nullptr/0 as `recvBuffer`, a receiver the
   /// handle of the tensor it does not hold), which stands for a framework's send and recv.
+  /// Per rank: only the sender makes it (nullptr/0 as `recvBuffer`); the receiver calls `recv`.
+  /// The returned handle is then not held by this rank.
   [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                             TensorHandle& out);
   /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
   /// stage k-1.
   [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
                                 TensorHandle& out);
+  /// Per-rank recording: this rank's receiving side of `send` along `axis` from the previous
+  /// stage. The tensor of `spec` arrives placed as `layout` (a stage placement on `axis`, this
+  /// rank's stage; the layout the sender's calls give it), this rank's part into `buffer`.
+  /// The returned handle may be read by later calls and declared (`consume`/`declareRead`);
+  /// what the rank's group declares decides what the sending stage sends. InvalidArgument
+  /// outside per-rank mode, when `layout` is not held by this rank, has no stage on `axis`,
+  /// or the buffer is smaller than the local tensor.
+  [[nodiscard]] Status recv(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
+                            TensorHandle& out);
+  /// Per-rank recording: the receiving side of `sendBack` (from the next stage).
+  [[nodiscard]] Status recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
+                                std::size_t bytes, TensorHandle& out);
   /// Records `op` given as a chain op (e.g. parsed from "alltoall:ep:0:1"): the same as the
   /// call of its kind above. In-place kinds (allreduce, broadcast) ignore `output`.
   [[nodiscard]] Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,
@@ -166,6 +207,8 @@ class Session {
   SessionStats stats() const;
   /// The options in force.
   const SessionOptions& options() const;
+  /// Orders this session's work on `stream` from the next flush (`SessionOptions::stream`).
+  void setStream(Stream stream);
 
  private:
   struct Impl;

@@ -28,18 +28,42 @@ std::string groupText(const Mesh& mesh, AxisSet axes) {
 // The view of `result` when given (it must match `tensor` exactly), else of `tensor` (in place).
 nb::object resultOf(nb::handle tensor, nb::handle out) { return nb::borrow(out.is_none() ? tensor : out); }
 
+// Runs the tensor checks of one collective call. They are local to this rank, while its peers
+// are about to enter the collective: when one fails, this rank enters it too with arguments
+// the backend rejects (a null buffer, `poison`), so that with argument checking on
+// (CHIMERA_CHECK_ARGS=1) every rank of the group gets an error instead of waiting for this one;
+// with it off the backend rejects the call locally at once, as any bad argument. Then the
+// check's ValueError is raised here.
+template <typename Checks, typename Poison>
+void checkTensors(Checks&& checks, Poison&& poison) {
+  try {
+    checks();
+  } catch (nb::python_error&) {
+    {
+      nb::gil_scoped_release release;
+      (void)poison();
+    }
+    throw;
+  }
+}
+
 nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::handle axes, nb::handle out) {
   constexpr const char* kCall = "all_reduce";
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
   const ReduceOp reduceOp = toReduceOp(op);
-  const TensorView in = viewObject(tensor, kCall, "tensor", self.space());
-  TensorView result = in;
-  if (!out.is_none()) {
-    result = viewObject(out, kCall, "out", self.space());
-    expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
-    expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
-  }
+  TensorView in, result;
+  checkTensors(
+      [&] {
+        in = viewObject(tensor, kCall, "tensor", self.space());
+        result = in;
+        if (!out.is_none()) {
+          result = viewObject(out, kCall, "out", self.space());
+          expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
+          expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
+        }
+      },
+      [&] { return backend.allReduce(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
   checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
   return resultOf(tensor, out);
 }
@@ -49,16 +73,21 @@ nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, n
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
   const ReduceOp reduceOp = toReduceOp(op);
-  const TensorView in = viewObject(input, kCall, "input", self.space());
-  const TensorView outView = viewObject(output, kCall, "output", self.space());
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
-  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-  expectBytes(outView, in.bytes / n, kCall, "output",
-              fmt::format("'input' ({} bytes) split over the {}", in.bytes, groupText(backend.mesh(), group)));
-  if (in.elements % n != 0) {
-    raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
-                                groupText(backend.mesh(), group)));
-  }
+  TensorView in, outView;
+  checkTensors(
+      [&] {
+        in = viewObject(input, kCall, "input", self.space());
+        outView = viewObject(output, kCall, "output", self.space());
+        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+        expectBytes(outView, in.bytes / n, kCall, "output",
+                    fmt::format("'input' ({} bytes) split over the {}", in.bytes, groupText(backend.mesh(), group)));
+        if (in.elements % n != 0) {
+          raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
+                                      groupText(backend.mesh(), group)));
+        }
+      },
+      [&] { return backend.reduceScatter(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
   checkWithoutGil(
       [&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
   return nb::borrow(output);
@@ -68,12 +97,18 @@ nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::h
   constexpr const char* kCall = "all_gather";
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
-  const TensorView in = viewObject(input, kCall, "input", self.space());
-  const TensorView outView = viewObject(output, kCall, "output", self.space());
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
-  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-  expectBytes(outView, in.bytes * n, kCall, "output",
-              fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
+  TensorView in, outView;
+  checkTensors(
+      [&] {
+        in = viewObject(input, kCall, "input", self.space());
+        outView = viewObject(output, kCall, "output", self.space());
+        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+        expectBytes(
+            outView, in.bytes * n, kCall, "output",
+            fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
+      },
+      [&] { return backend.allGather(nullptr, nullptr, 1, DataType::F32, group); });
   checkWithoutGil([&] { return backend.allGather(in.data, outView.data, in.elements, in.dtype, group); });
   return nb::borrow(output);
 }
@@ -82,19 +117,25 @@ nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::ha
   constexpr const char* kCall = "all_to_all";
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
-  const TensorView in = viewObject(input, kCall, "input", self.space());
-  const TensorView outView = viewObject(output, kCall, "output", self.space());
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
-  expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-  expectBytes(outView, in.bytes, kCall, "output", "the size of 'input'");
-  if (in.elements % n != 0) {
-    raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible into one block per rank of the {}",
-                                kCall, in.elements, groupText(backend.mesh(), group)));
-  }
-  if (in.data == outView.data && in.bytes != 0) {
-    raiseValueError(
-        fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
-  }
+  TensorView in, outView;
+  checkTensors(
+      [&] {
+        in = viewObject(input, kCall, "input", self.space());
+        outView = viewObject(output, kCall, "output", self.space());
+        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+        expectBytes(outView, in.bytes, kCall, "output", "the size of 'input'");
+        if (in.elements % n != 0) {
+          raiseValueError(
+              fmt::format("{}: tensor 'input' has {} elements, not divisible into one block per rank of the {}", kCall,
+                          in.elements, groupText(backend.mesh(), group)));
+        }
+        if (in.data == outView.data && in.bytes != 0) {
+          raiseValueError(
+              fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
+        }
+      },
+      [&] { return backend.allToAll(nullptr, nullptr, 1, DataType::F32, group); });
   checkWithoutGil([&] { return backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group); });
   return nb::borrow(output);
 }
@@ -103,13 +144,18 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
   constexpr const char* kCall = "broadcast";
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
-  const TensorView in = viewObject(tensor, kCall, "tensor", self.space());
-  TensorView result = in;
-  if (!out.is_none()) {
-    result = viewObject(out, kCall, "out", self.space());
-    expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
-    expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
-  }
+  TensorView in, result;
+  checkTensors(
+      [&] {
+        in = viewObject(tensor, kCall, "tensor", self.space());
+        result = in;
+        if (!out.is_none()) {
+          result = viewObject(out, kCall, "out", self.space());
+          expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
+          expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
+        }
+      },
+      [&] { return backend.broadcast(nullptr, nullptr, 1, DataType::F32, root, group); });
   checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
   return resultOf(tensor, out);
 }

@@ -41,8 +41,8 @@ chimeraResult_t toResult(const Status& status) {
   return chimeraInternalError;
 }
 
-Status fromCDataType(chimeraDataType_t datatype, DataType& out) {
-  const int value = static_cast<int>(datatype);
+Status fromCDataType(const chimeraDataType_t& datatype, DataType& out) {
+  const long long value = cEnumValue(datatype);
   CHIMERA_CHECK_ARG(value >= 0 && value <= static_cast<int>(DataType::U8), "unknown chimeraDataType_t {}", value);
   out = static_cast<DataType>(value);
   return Status::ok();
@@ -71,16 +71,16 @@ Status checkCount(const chimeraComm* comm, std::size_t count, chimera::DataType 
   return chimera::detail::bufferBytes(count, chimera::dataTypeSize(type), parts, what, bytes);
 }
 
-Status commonArgs(const chimeraComm* comm, chimeraDataType_t datatype, const char* axesText, chimera::DataType& type,
-                  chimera::AxisSet& axes) {
+Status commonArgs(const chimeraComm* comm, const chimeraDataType_t& datatype, const char* axesText,
+                  chimera::DataType& type, chimera::AxisSet& axes) {
   CHIMERA_RETURN_IF_ERROR(checkComm(comm));
   CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
   CHIMERA_CHECK_ARG(axesText != nullptr, "null axes text");
   return comm->mesh.parseAxes(axesText, axes);
 }
 
-Status reduceOp(chimeraRedOp_t op, chimera::ReduceOp& out) {
-  const int value = static_cast<int>(op);
+Status reduceOp(const chimeraRedOp_t& op, chimera::ReduceOp& out) {
+  const long long value = chimera::detail::cEnumValue(op);
   CHIMERA_CHECK_ARG(value >= 0 && value <= static_cast<int>(chimera::ReduceOp::Avg), "unknown chimeraRedOp_t {}",
                     value);
   out = static_cast<chimera::ReduceOp>(value);

@@ -2,8 +2,10 @@
 // The objects behind the C API's opaque handles, and the Status -> chimeraResult_t bridge.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "chimera/backend.hpp"
 #include "chimera/chimera.h"
@@ -29,7 +31,17 @@ chimeraResult_t toResult(const Status& status);
 /// This thread's last error message ("" before any failure).
 const char* lastErrorText();
 
+/// The integer a C enum argument holds, read from its bytes: a C caller may pass any int, and
+/// loading an out-of-range value as the C++ enum type would be undefined behaviour.
+template <typename CEnum>
+long long cEnumValue(const CEnum& value) {
+  std::underlying_type_t<CEnum> raw;
+  static_assert(sizeof(raw) == sizeof(CEnum));
+  std::memcpy(&raw, &value, sizeof(raw));
+  return static_cast<long long>(raw);
+}
+
 /// The element type of a C datatype; InvalidArgument naming the value when out of range.
-[[nodiscard]] Status fromCDataType(chimeraDataType_t datatype, DataType& out);
+[[nodiscard]] Status fromCDataType(const chimeraDataType_t& datatype, DataType& out);
 
 }  // namespace chimera::detail

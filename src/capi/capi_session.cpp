@@ -128,8 +128,8 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
     const chimera::SessionStats s = session->session->stats();
-    *stats = {s.recordedCalls, s.windows, s.windowCacheHits, s.chainsRun, s.fusedChains, s.bytesAsRecorded,
-              s.bytesSent};
+    *stats = {s.recordedCalls,  s.windows,    s.windowCacheHits,     s.chainsRun,     s.fusedChains,
+              s.bytesAsRecorded, s.bytesSent, s.rankBytesAsRecorded, s.rankBytesSent, s.agreements};
     return Status::ok();
   });
 }

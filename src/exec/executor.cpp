@@ -10,6 +10,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
 #include "common/env.hpp"
@@ -35,6 +36,7 @@ bool debugLogging() { return detail::logger(kLog)->should_log(spdlog::level::deb
 // A planned chain and its two programs, prepared on first use.
 struct ChainEntry {
   ChainPlan plan;
+  bool agreed = false;  // the caller agreed on it with the ranks it touches: prepare without communicating
   std::unique_ptr<detail::PreparedPlan> baseline;
   std::unique_ptr<detail::PreparedPlan> fused;
 };
@@ -48,23 +50,22 @@ struct RedistributionEntry {
 }  // namespace
 
 struct Executor::Impl {
-  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost) {}
+  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost), agreement(b) {}
   ~Impl() {
     chains.clear();
     redistributions.clear();
     plans.clear();
-    backend.deallocate(agreement);
   }
 
   Status agree(const std::string& signature, const Status& local, std::string_view failure);
   Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                 std::size_t outputBytes);
-  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot);
+                 std::size_t outputBytes, bool agreed);
+  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed);
   // Prepares `slot` from `plan` unless it holds a plan (freed ones are prepared again), then
-  // runs it.
+  // runs it. `agreed`: prepared without communicating, buffers checked locally.
   Status runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                 std::size_t inputBytes, void* output, std::size_t outputBytes);
-  Status findChain(const ChainRequest& request, ChainEntry*& out);
+                 std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed = false);
+  Status findChain(const ChainRequest& request, bool agreed, ChainEntry*& out);
 
   Backend& backend;
   BytesCost bytesCost;
@@ -74,27 +75,22 @@ struct Executor::Impl {
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
   detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
   std::size_t passes = 0;
-  void* agreement = nullptr;  // 3 int64 in the backend's memory space
+  detail::Agreement agreement;
   bool checkBuffers = checkBuffersFromEnv();
 };
 
-// One MAX allReduce over the world of {hash, -hash, failed}: the MAX and MIN hash and
-// whether any rank failed. Every rank takes part whatever its local verdict.
+// Agrees over the world on {hash, -hash, failed}: the MAX and MIN hash and whether any rank
+// failed. Every rank takes part whatever its local verdict.
 Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure) {
-  constexpr std::size_t kBytes = 3 * sizeof(std::int64_t);
-  if (agreement == nullptr) CHIMERA_RETURN_IF_ERROR(backend.allocate(kBytes, &agreement));
   const std::int64_t hash = detail::signatureHash(signature);
-  std::array<std::int64_t, 3> values{hash, -hash, local.isOk() ? 0 : 1};
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement, values.data(), kBytes));
-  CHIMERA_RETURN_IF_ERROR(
-      backend.allReduce(agreement, agreement, 3, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(values.data(), agreement, kBytes));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  std::vector<std::int64_t> values = detail::Agreement::words(hash, !local.isOk());
+  const AxisSet world[] = {backend.mesh().allAxes()};
+  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(values, world));
   if (!local.isOk()) return local;
-  if (values[2] != 0) {
+  if (detail::Agreement::anyFailed(values)) {
     return Status::mismatch(fmt::format("another rank failed to {}; this rank has {}", failure, signature));
   }
-  if (values[0] != -values[1]) {
+  if (!detail::Agreement::sameHash(values)) {
     return Status::mismatch(fmt::format(
         "ranks disagree on what to plan: this rank has {} (hash {:#x}), the world's hashes range over [{:#x}, {:#x}]",
         signature, hash, -values[1], values[0]));
@@ -105,33 +101,33 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local, 
 // With argument checking on, the buffer sizes are agreed on before running, so a rank with a
 // bad buffer fails every rank instead of leaving its peers waiting in a collective.
 Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                               std::size_t outputBytes) {
-  if (checkBuffers) {
+                               std::size_t outputBytes, bool agreed) {
+  if (checkBuffers && !agreed) {
     CHIMERA_RETURN_IF_ERROR(agree("buffers that fit", plan.checkBuffers(input, inputBytes, output, outputBytes),
                                   "pass buffers that fit the plan"));
   }
   return plan.run(input, inputBytes, output, outputBytes);
 }
 
-Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot) {
+Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed) {
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
-  CHIMERA_RETURN_IF_ERROR(preparedPlan->prepare(backend, plan));
+  CHIMERA_RETURN_IF_ERROR(agreed ? preparedPlan->prepareAgreed(backend, plan) : preparedPlan->prepare(backend, plan));
   slot = std::move(preparedPlan);
   preparedPlans.added(slot);
   return Status::ok();
 }
 
 Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                               std::size_t inputBytes, void* output, std::size_t outputBytes) {
+                               std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed) {
   if (slot) {
     preparedPlans.ran(slot);
   } else {
-    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot));
+    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot, agreed));
   }
-  return execute(*slot, input, inputBytes, output, outputBytes);
+  return execute(*slot, input, inputBytes, output, outputBytes, agreed);
 }
 
-Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) {
+Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, ChainEntry*& out) {
   Status local = detail::checkRequestMesh(request, backend.mesh());
   const std::string signature =
       local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
@@ -146,7 +142,12 @@ Status Executor::Impl::findChain(const ChainRequest& request, ChainEntry*& out) 
     ++passes;
     local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan);
   }
-  CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
+  if (agreed) {
+    CHIMERA_RETURN_IF_ERROR(local);
+    entry->agreed = true;
+  } else {
+    CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
+  }
   const ChainPlan& p = entry->plan;
   if (debugLogging()) {
     CHIMERA_LOG_DEBUG(kLog, "planned {}: {} ({} candidates; baseline {}, fused {})\nbaseline:\n{}fused:\n{}", signature,
@@ -164,7 +165,14 @@ Executor::~Executor() = default;
 
 Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
+  out = &entry->plan;
+  return Status::ok();
+}
+
+Status Executor::planAgreed(const ChainRequest& request, const ChainPlan*& out) {
+  ChainEntry* entry = nullptr;
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, true, entry));
   out = &entry->plan;
   return Status::ok();
 }
@@ -172,10 +180,20 @@ Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
 Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
                           void* output, std::size_t outputBytes) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
   return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline,
-                        input, inputBytes, output, outputBytes);
+                        input, inputBytes, output, outputBytes, entry->agreed);
+}
+
+Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
+                          void* output, std::size_t outputBytes, Stream stream) {
+  Backend& backend = impl_->backend;
+  const Stream saved = backend.stream();
+  backend.setStream(stream);
+  const Status status = runChain(request, mode, input, inputBytes, output, outputBytes);
+  backend.setStream(saved);
+  return status;
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,

@@ -7,6 +7,7 @@
 #include <bit>
 
 #include "common/check.hpp"
+#include "exec/agreement.hpp"
 #include "exec/box_blocks.hpp"
 
 namespace chimera::detail {
@@ -62,19 +63,30 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan) {
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
-  void* probe = nullptr;
-  CHIMERA_RETURN_IF_ERROR(backend.allocate(sizeof(std::int64_t), &probe));
-  owned_.push_back(probe);
-  probe_ = probe;
   const Status local = resolve(plan);
-  std::int64_t failed = local.isOk() ? 0 : 1;
-  CHIMERA_RETURN_IF_ERROR(backend.copy(probe_, &failed, sizeof(failed)));
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(probe_, probe_, 1, DataType::I64, ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(&failed, probe_, sizeof(failed)));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  Agreement agreement(backend);
+  std::vector<std::int64_t> words = Agreement::words(0, !local.isOk());
+  const AxisSet world[] = {backend.mesh().allAxes()};
+  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(words, world));
   if (!local.isOk()) return local;
-  if (failed != 0) return Status::mismatch("another rank failed to prepare this plan");
+  if (Agreement::anyFailed(words)) return Status::mismatch("another rank failed to prepare this plan");
   return createGroups(plan);
+}
+
+Status PreparedPlan::prepareAgreed(Backend& backend, const Plan& plan) {
+  backend_ = &backend;
+  rank_ = backend.rank();
+  dtype_ = plan.spec.dtype;
+  elementSize_ = dataTypeSize(dtype_);
+  CHIMERA_RETURN_IF_ERROR(resolve(plan));
+  for (const PreparedStep& step : steps_) {
+    if (step.comm == PreparedStep::Comm::None || step.comm == PreparedStep::Comm::Grouped) continue;
+    CHIMERA_CHECK_ARG(backend.hasGroup(step.axes),
+                      "the communicator of group {} was not created on rank {}: call Backend::createGroups with "
+                      "every group the job uses at setup",
+                      backend.mesh().axesName(step.axes), rank_);
+  }
+  return Status::ok();
 }
 
 Status PreparedPlan::resolve(const Plan& plan) {
@@ -122,10 +134,9 @@ Status PreparedPlan::resolve(const Plan& plan) {
   return Status::ok();
 }
 
-// A backend creates a group's communicator on first use, collectively over the world (an
-// MPI_Comm_split, an ncclCommSplit). A step on one pipeline stage is called by that stage's
-// ranks only, so every rank first takes part in a one-element allReduce on each group the
-// plan uses, in plan order, which creates them all.
+// A group's communicator is made collectively over the world (an MPI_Comm_split, an
+// ncclCommSplit). A step on one pipeline stage is called by that stage's ranks only, so every
+// rank (all prepare this plan together) creates the groups the plan uses, in plan order.
 Status PreparedPlan::createGroups(const Plan& plan) {
   std::vector<std::uint32_t> seen;
   for (const PlanStep& step : plan.steps) {
@@ -134,11 +145,9 @@ Status PreparedPlan::createGroups(const Plan& plan) {
     if (!collective || std::find(seen.begin(), seen.end(), step.axes.bits()) != seen.end()) continue;
     seen.push_back(step.axes.bits());
   }
-  for (std::uint32_t bits : seen) {
-    CHIMERA_RETURN_IF_ERROR(
-        backend_->allReduce(probe_, probe_, 1, DataType::I64, ReduceOp::Max, AxisSet::fromBits(bits)));
-  }
-  return Status::ok();
+  std::vector<AxisSet> groups;
+  for (std::uint32_t bits : seen) groups.push_back(AxisSet::fromBits(bits));
+  return backend_->createGroups(groups);
 }
 
 Status PreparedPlan::prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out) {

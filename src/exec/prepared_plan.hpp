@@ -80,6 +80,10 @@ class PreparedPlan {
   /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
   /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
   [[nodiscard]] Status prepare(Backend& backend, const Plan& plan);
+  /// Resolves `plan` for `backend.rank()` without communicating: for a caller that agreed on
+  /// the plan with every rank it touches already. Every group the rank's steps use must
+  /// exist (`Backend::createGroups`): InvalidArgument naming the group otherwise.
+  [[nodiscard]] Status prepareAgreed(Backend& backend, const Plan& plan);
   /// InvalidArgument naming both sizes when a buffer is smaller than this rank's part of the
   /// input or output, or null where the rank holds some.
   [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
@@ -112,7 +116,6 @@ class PreparedPlan {
   std::vector<std::size_t> bufferBytes_;           // per plan buffer: this rank's bytes (0 = not held)
   std::vector<std::vector<std::int64_t>> shapes_;  // per plan buffer: local shape
   std::size_t stagingBytes_[2] = {0, 0};
-  void* probe_ = nullptr;          // one int64 for the prepare-time allReduces
   std::vector<void*> owned_;       // scratch from backend.allocate
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;

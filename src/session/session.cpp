@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <string_view>
 
 #include "common/check.hpp"
@@ -71,6 +72,9 @@ Status Session::tensor(void* buffer, std::size_t bytes, const TensorSpec& spec, 
   CHIMERA_CHECK_ARG(layout.mesh().axesEqual(s.backend.mesh()), "tensor layout {} is on mesh {}, the session on {}",
                     layout.toString(), layout.mesh().toString(), s.backend.mesh().toString());
   CHIMERA_RETURN_IF_ERROR(layout.validate(spec));
+  CHIMERA_CHECK_ARG(!s.options.perRank || layout.holds(s.backend.rank()),
+                    "per-rank recording: rank {} does not hold {} placed as {}; record only this rank's tensors",
+                    s.backend.rank(), spec.toString(), layout.toString());
   CHIMERA_RETURN_IF_ERROR(checkBuffer(layout, spec, s.backend.rank(), buffer, bytes, "tensor"));
   CHIMERA_CHECK_ARG(s.window.values.size() < kMaxWindowValues,
                     "window holds {} values, the most a window may hold; flush first", s.window.values.size());
@@ -103,6 +107,17 @@ Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, s
                         input.layout.toString());
     }
   }
+  const bool handOff = options.perRank && op.kind == ChainOp::Kind::Send;
+  if (options.perRank) {
+    CHIMERA_CHECK_ARG(input.layout.holds(backend.rank()) && !input.handedOff,
+                      "per-rank recording: {} on {} names a group rank {} is not in (it does not hold the tensor); "
+                      "record only the calls this rank takes part in",
+                      op.toString(mesh), input.layout.toString(), backend.rank());
+    CHIMERA_CHECK_ARG(!handOff || (output == nullptr && outputBytes == 0),
+                      "per-rank recording: {} is the sending side only (no receive buffer); the receiving stage "
+                      "records recv",
+                      op.toString(mesh));
+  }
   OpEffect effect;
   Status applied = applyChainOp(input.layout, op, input.spec, effect);
   if (!applied.isOk()) return Status(applied.code(), fmt::format("{}: {}", op.toString(mesh), applied.message()));
@@ -114,6 +129,12 @@ Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, s
     value.buffer = input.buffer;
     value.bytes = input.bytes;
     value.storage = input.storage;
+  } else if (handOff) {
+    // Not held here: what the receiving group reads is declared there and exchanged at the
+    // first flush; until then the chain counts as declared (it ends in the hand-off).
+    value.handedOff = true;
+    value.declared = value.layout;
+    value.storage = window.storages++;
   } else {
     CHIMERA_RETURN_IF_ERROR(
         checkBuffer(value.layout, value.spec, backend.rank(), output, outputBytes, op.toString(mesh)));
@@ -167,6 +188,52 @@ Status Session::sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::s
   return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, -1}, recvBuffer, recvBytes, out);
 }
 
+Status Session::Impl::recordReceive(const TensorSpec& spec, const Layout& layout, AxisSet axis, int stageStep,
+                                    void* buffer, std::size_t bytes, TensorHandle& out) {
+  const int rank = backend.rank();
+  const Mesh& mesh = backend.mesh();
+  CHIMERA_CHECK_ARG(options.perRank, "recv records the receiving side of a hand-off, which only per-rank recording "
+                                     "has (SessionOptions::perRank); SPMD recording makes one send call on both sides");
+  CHIMERA_CHECK_ARG(layout.mesh().axesEqual(mesh), "received layout {} is on mesh {}, the session on {}",
+                    layout.toString(), layout.mesh().toString(), mesh.toString());
+  CHIMERA_RETURN_IF_ERROR(layout.validate(spec));
+  CHIMERA_CHECK_ARG(std::popcount(axis.bits()) == 1 && (axis.bits() & ~mesh.allAxes().bits()) == 0,
+                    "recv needs exactly one mesh axis, got axis set {:#x}", axis.bits());
+  const int a = std::countr_zero(axis.bits());
+  CHIMERA_CHECK_ARG(layout.placement(a).isStage(), "recv along {} needs a stage placement there, got {}",
+                    mesh.axis(a).name, layout.toString());
+  const int from = layout.placement(a).stage - stageStep;
+  CHIMERA_CHECK_ARG(from >= 0 && from < mesh.axis(a).size, "recv{} into {}: there is no stage {} along {} to send it",
+                    stageStep > 0 ? "" : "Back", layout.toString(), from, mesh.axis(a).name);
+  CHIMERA_CHECK_ARG(layout.holds(rank), "per-rank recording: rank {} does not hold {} placed as {}; record only this "
+                                        "rank's side of a hand-off", rank, spec.toString(), layout.toString());
+  CHIMERA_RETURN_IF_ERROR(checkBuffer(layout, spec, rank, buffer, bytes, "recv"));
+  CHIMERA_CHECK_ARG(window.values.size() < kMaxWindowValues,
+                    "window holds {} values, the most a window may hold; flush first", window.values.size());
+  detail::WindowValue value;
+  value.spec = spec;
+  value.layout = layout;
+  value.buffer = buffer;
+  value.bytes = bytes;
+  value.storage = window.storages++;
+  value.received = true;
+  window.receives.push_back({static_cast<std::uint32_t>(window.values.size()), axis, stageStep, window.calls.size()});
+  window.values.push_back(std::move(value));
+  ++stats.recordedCalls;
+  out = {static_cast<std::uint32_t>(window.values.size() - 1), windowId};
+  return Status::ok();
+}
+
+Status Session::recv(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
+                     TensorHandle& out) {
+  return impl_->recordReceive(spec, layout, axis, 1, buffer, bytes, out);
+}
+
+Status Session::recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
+                         TensorHandle& out) {
+  return impl_->recordReceive(spec, layout, axis, -1, buffer, bytes, out);
+}
+
 Status Session::record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, TensorHandle& out) {
   return impl_->record(in, op, output, outputBytes, out);
 }
@@ -175,6 +242,8 @@ Status Session::declareRead(TensorHandle t, const Layout& layout) {
   Impl& s = *impl_;
   CHIMERA_RETURN_IF_ERROR(s.checkHandle(t));
   detail::WindowValue& value = s.window.values[t.index];
+  CHIMERA_CHECK_ARG(!value.handedOff, "tensor {} was sent to another stage; its receivers declare what they read",
+                    t.index);
   CHIMERA_CHECK_ARG(layout.mesh().axesEqual(s.backend.mesh()), "consumed layout {} is on mesh {}, the session on {}",
                     layout.toString(), layout.mesh().toString(), s.backend.mesh().toString());
   CHIMERA_RETURN_IF_ERROR(layout.validate(value.spec));
@@ -192,6 +261,8 @@ Status Session::declareRead(TensorHandle t, std::size_t offset, std::size_t byte
   Impl& s = *impl_;
   CHIMERA_RETURN_IF_ERROR(s.checkHandle(t));
   detail::WindowValue& value = s.window.values[t.index];
+  CHIMERA_CHECK_ARG(!value.handedOff, "tensor {} was sent to another stage; its receivers declare what they read",
+                    t.index);
   const detail::ByteRange range{offset, bytes};
   Status valid = detail::checkByteRange(value.layout, value.spec, s.backend.rank(), range);
   if (!valid.isOk()) {
@@ -234,5 +305,7 @@ Status Session::layoutOf(TensorHandle t, Layout& out) const {
 SessionStats Session::stats() const { return impl_->stats; }
 
 const SessionOptions& Session::options() const { return impl_->options; }
+
+void Session::setStream(Stream stream) { impl_->options.stream = stream; }
 
 }  // namespace chimera

@@ -7,6 +7,7 @@
 
 #include "common/check.hpp"
 #include "common/log.hpp"
+#include "session/hand_off.hpp"
 #include "session/session_impl.hpp"
 
 namespace chimera {
@@ -24,50 +25,75 @@ bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
 
 }  // namespace
 
-// One MAX allReduce over the world of {hash, -hash, failed, aliased per value} (a fixed size,
-// so ranks with different windows still meet): equal hashes prove every rank recorded the
-// same window; the aliasing verdicts are OR-ed, so every rank materialises a value aliased on
+// One MAX allReduce over the agreement scope (SPMD: the world) of {hash, -hash, failed,
+// aliased per value} (a fixed size, so ranks with different windows still meet): equal hashes
+// prove every rank of the scope recorded the same window; the aliasing verdicts are OR-ed, so every rank materialises a value aliased on
 // any rank. A window with byte-range declarations then OR-s the flags of their candidate
 // layouts (equal windows have equal candidate lists), so every rank resolves a range to a
 // layout that holds every rank's range.
 Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, Verdicts& out) {
-  const std::size_t count = std::max(kAgreementWords, key.uncovered.size());
-  CHIMERA_RETURN_IF_ERROR(agreement.reserve(count * sizeof(std::int64_t)));
   std::vector<std::int64_t>& words = agreementWords;
-  words.assign(kAgreementWords, 0);
-  words[0] = key.sharedHash;
-  words[1] = -key.sharedHash;
-  words[2] = local.isOk() ? 0 : 1;
-  std::copy(key.aliased.begin(), key.aliased.end(), words.begin() + 3);
-  CHIMERA_RETURN_IF_ERROR(allReduceMax(words));
+  words = detail::Agreement::words(key.sharedHash, !local.isOk(), key.aliased);
+  words.resize(kAgreementWords, 0);
+  const AxisSet scope = agreementScope();
+  CHIMERA_RETURN_IF_ERROR(allReduceMax(words, scope));
   if (!local.isOk()) return local;
-  if (words[2] != 0) return Status::mismatch("another rank failed to prepare the window this rank flushed");
-  if (words[0] != -words[1]) {
+  if (detail::Agreement::anyFailed(words)) {
+    return Status::mismatch("another rank failed to prepare the window this rank flushed");
+  }
+  if (!detail::Agreement::sameHash(words)) {
     return Status::mismatch(fmt::format(
-        "ranks recorded different windows (calls or consume declarations differ): this rank has {} (hash {:#x}), "
-        "the world's hashes range over [{:#x}, {:#x}]",
-        detail::windowText(window), key.sharedHash, -words[1], words[0]));
+        "ranks recorded different windows (calls or consume declarations differ): rank {} has {} (hash {:#x}), "
+        "the hashes of group {} range over [{:#x}, {:#x}]",
+        backend.rank(), detail::windowText(window), key.sharedHash, backend.mesh().axesName(scope), -words[1],
+        words[0]));
   }
   const auto flag = [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); };
-  out.aliased.resize(key.aliased.size());
-  std::transform(words.begin() + 3, words.begin() + 3 + static_cast<std::ptrdiff_t>(key.aliased.size()),
-                 out.aliased.begin(), flag);
+  out.aliased = detail::Agreement::flags(words, key.aliased.size());
   out.uncovered.clear();
   if (key.uncovered.empty()) return Status::ok();
   words.assign(key.uncovered.begin(), key.uncovered.end());
-  CHIMERA_RETURN_IF_ERROR(allReduceMax(words));
+  CHIMERA_RETURN_IF_ERROR(allReduceMax(words, scope));
   out.uncovered.resize(words.size());
   std::transform(words.begin(), words.end(), out.uncovered.begin(), flag);
   return Status::ok();
 }
 
-Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words) {
-  const std::size_t bytes = words.size() * sizeof(std::int64_t);
-  CHIMERA_RETURN_IF_ERROR(backend.copy(agreement.data(), words.data(), bytes));
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement.data(), agreement.data(), words.size(), DataType::I64,
-                                            ReduceOp::Max, backend.mesh().allAxes()));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(words.data(), agreement.data(), bytes));
-  return backend.synchronize();
+// A MAX over a group is a MAX over each of its axes in turn, so a scope whose own
+// communicator was not created is agreed axis by axis on the single-axis groups.
+Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words, AxisSet scope) {
+  if (scope.empty()) return Status::ok();
+  const Mesh& mesh = backend.mesh();
+  std::vector<AxisSet> groups;
+  if (!options.perRank || backend.hasGroup(scope)) {
+    groups.push_back(scope);
+  } else {
+    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+      if (!scope.contains(axis)) continue;
+      const AxisSet single = AxisSet::fromBits(1u << axis);
+      CHIMERA_CHECK_ARG(backend.hasGroup(single),
+                        "per-rank recording agrees on a window within group {}, whose communicator (or that of {}) "
+                        "was not created: call Backend::createGroups at setup",
+                        mesh.axesName(scope), mesh.axis(axis).name);
+      groups.push_back(single);
+    }
+  }
+  const std::uint64_t before = agreement.collectives();
+  const Status status = agreement.maxOver(words, groups);
+  stats.agreements += agreement.collectives() - before;
+  return status;
+}
+
+AxisSet Session::Impl::agreementScope() const {
+  const Mesh& mesh = backend.mesh();
+  if (!options.perRank) return mesh.allAxes();
+  std::uint32_t bits = 0;
+  for (const detail::WindowValue& v : window.values) {
+    for (int axis = 0; axis < mesh.numAxes(); ++axis) {
+      if (mesh.axis(axis).size > 1 && !v.layout.placement(axis).isStage()) bits |= 1u << axis;
+    }
+  }
+  return AxisSet::fromBits(bits);
 }
 
 // Turns every byte-range declaration into the layout the world agreed on.
@@ -85,13 +111,131 @@ void Session::Impl::resolveRanges(const std::vector<std::uint8_t>& uncovered) {
   }
 }
 
-// A backend creates a group's communicator on first use, collectively over the world; a
-// direct call is made by the tensor's holders only (one pipeline stage), so every rank first
-// joins a one-element allReduce on the group (the agreement buffer exists by now).
+// A direct call is made by the tensor's holders only (one pipeline stage). SPMD: every rank
+// plans the window, so all create the group together (collective over the world). Per rank:
+// the group must exist already.
 Status Session::Impl::createGroup(AxisSet axes) {
   if (std::find(createdGroups.begin(), createdGroups.end(), axes.bits()) != createdGroups.end()) return Status::ok();
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(agreement.data(), agreement.data(), 1, DataType::I64, ReduceOp::Max, axes));
+  if (options.perRank) {
+    CHIMERA_CHECK_ARG(backend.hasGroup(axes),
+                      "the communicator of group {} was not created on rank {}: call Backend::createGroups with "
+                      "every group the job uses at setup",
+                      backend.mesh().axesName(axes), backend.rank());
+  } else {
+    const AxisSet groups[] = {axes};
+    CHIMERA_RETURN_IF_ERROR(backend.createGroups(groups));
+  }
   createdGroups.push_back(axes.bits());
+  return Status::ok();
+}
+
+Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, const std::vector<std::uint8_t>& aliased,
+                                       const Status& local) {
+  const Mesh& mesh = backend.mesh();
+  const int rank = backend.rank();
+  std::vector<int> readers(window.values.size(), 0);
+  for (const detail::WindowCall& c : window.calls) ++readers[c.input];
+  // The receiving steps, each placed before the first step recorded after it. A received value
+  // that passes into one declared chain (no send in it) takes that chain along as its tail.
+  for (const detail::WindowReceive& r : window.receives) {
+    detail::WindowStep step;
+    step.handOff = detail::WindowStep::HandOff::Receive;
+    step.input = r.value;
+    step.output = r.value;
+    const detail::WindowValue& v = window.values[r.value];
+    const int axis = std::countr_zero(r.axis.bits());
+    step.peer = detail::handOffPeer(mesh, rank, r.axis, v.layout.placement(axis).stage - r.stageStep);
+    step.declared = options.fusion && v.declared && readers[r.value] == 0 && aliased[r.value] == 0;
+    if (options.fusion && readers[r.value] == 1 && !v.declared && aliased[r.value] == 0) {
+      const auto next = std::find_if(steps.begin(), steps.end(), [&](const detail::WindowStep& s) {
+        return s.handOff == detail::WindowStep::HandOff::None && s.kind == detail::WindowStep::Kind::Chain &&
+               s.input == r.value && s.declared &&
+               std::none_of(s.request.chain.ops.begin(), s.request.chain.ops.end(),
+                            [](const ChainOp& op) { return op.kind == ChainOp::Kind::Send; });
+      });
+      if (next != steps.end()) {
+        step.output = next->output;
+        step.request.chain = next->request.chain;  // the tail, until the exchange completes it
+        step.request.consume = next->request.consume;
+        step.declared = true;
+        steps.erase(next);
+      }
+    }
+    step.calls = {static_cast<int>(r.position)};
+    const auto at = std::find_if(steps.begin(), steps.end(), [&](const detail::WindowStep& s) {
+      return s.handOff != detail::WindowStep::HandOff::Receive && s.calls.front() >= static_cast<int>(r.position);
+    });
+    steps.insert(at, std::move(step));
+  }
+  std::vector<detail::HandOffSide> sides;
+  std::vector<std::size_t> sideSteps;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    detail::WindowStep& step = steps[i];
+    detail::HandOffSide side;
+    if (step.handOff == detail::WindowStep::HandOff::Receive) {
+      const detail::WindowValue& v = window.values[step.input];
+      const detail::WindowReceive& r =
+          *std::find_if(window.receives.begin(), window.receives.end(),
+                        [&](const detail::WindowReceive& x) { return x.value == step.input; });
+      side.sending = false;
+      side.stageStep = r.stageStep;
+      side.spec = v.spec;
+      side.received = v.layout;
+      side.tail = step.request.chain;
+      if (step.declared) side.consume = step.request.chain.ops.empty() ? v.declared : step.request.consume;
+    } else if (step.kind == detail::WindowStep::Kind::Chain &&
+               step.request.chain.ops.back().kind == ChainOp::Kind::Send) {
+      const detail::WindowValue& v = window.values[step.output];
+      const ChainOp& send = step.request.chain.ops.back();
+      step.handOff = detail::WindowStep::HandOff::Send;
+      step.peer = detail::handOffPeer(mesh, rank, send.axes, v.layout.placement(std::countr_zero(send.axes.bits())).stage);
+      side.sending = true;
+      side.stageStep = send.stageStep;
+      side.spec = step.request.spec;
+      side.received = v.layout;
+      side.request = step.request;
+      side.request.consume.reset();
+    } else {
+      continue;
+    }
+    side.peer = step.peer;
+    sides.push_back(std::move(side));
+    sideSteps.push_back(i);
+  }
+  if (sides.empty()) return local;
+  CHIMERA_RETURN_IF_ERROR(detail::exchangeHandOffs(backend, handOffs, sides, options.fusion, local, stats.agreements));
+  for (std::size_t k = 0; k < sides.size(); ++k) {
+    detail::WindowStep& step = steps[sideSteps[k]];
+    step.request = sides[k].request;
+    step.declared = step.request.consume.has_value();
+  }
+  // Hand-offs run forward-flowing first, then backward-flowing, each kind in record order:
+  // both ends of a pair then meet in the same order whatever order each recorded them in
+  // (a stage's send_forward_recv_backward against its neighbour's send_backward_recv_forward).
+  // Not when a hand-off sends what this window received: that order is the data's.
+  std::vector<std::uint8_t> derived(window.values.size(), 0);
+  for (const detail::WindowReceive& r : window.receives) derived[r.value] = 1;
+  for (const detail::WindowCall& c : window.calls) derived[c.output] = derived[c.input];
+  bool reorder = true;
+  for (const detail::WindowStep& step : steps) {
+    if (step.handOff == detail::WindowStep::HandOff::Send && derived[step.input] != 0) reorder = false;
+  }
+  if (!reorder) return Status::ok();
+  std::vector<std::size_t> slots;
+  std::vector<detail::WindowStep> handOffSteps;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].handOff == detail::WindowStep::HandOff::None) continue;
+    slots.push_back(i);
+    handOffSteps.push_back(std::move(steps[i]));
+  }
+  const auto flow = [&](const detail::WindowStep& s) {
+    const auto send = std::find_if(s.request.chain.ops.begin(), s.request.chain.ops.end(),
+                                   [](const ChainOp& op) { return op.kind == ChainOp::Kind::Send; });
+    return send != s.request.chain.ops.end() && send->stageStep > 0 ? 0 : 1;
+  };
+  std::stable_sort(handOffSteps.begin(), handOffSteps.end(),
+                   [&](const detail::WindowStep& a, const detail::WindowStep& b) { return flow(a) < flow(b); });
+  for (std::size_t k = 0; k < slots.size(); ++k) steps[slots[k]] = std::move(handOffSteps[k]);
   return Status::ok();
 }
 
@@ -99,19 +243,26 @@ Status Session::Impl::planWindow(detail::CachedWindow& out) {
   const int rank = backend.rank();
   resolveRanges(out.agreedUncovered);
   out.steps = detail::analyseWindow(window, out.agreedAliased, options.fusion);
+  if (options.perRank) CHIMERA_RETURN_IF_ERROR(completeHandOffs(out.steps, out.agreedAliased, Status::ok()));
   out.fused.assign(out.steps.size(), 0);
   out.bytesAsRecorded = 0;
   out.bytesSent = 0;
+  out.rankBytesAsRecorded = 0;
+  out.rankBytesSent = 0;
   for (std::size_t i = 0; i < out.steps.size(); ++i) {
     const detail::WindowStep& step = out.steps[i];
     const ChainPlan* plan = nullptr;
-    CHIMERA_RETURN_IF_ERROR(executor.plan(step.request, plan));
+    CHIMERA_RETURN_IF_ERROR(options.perRank ? executor.planAgreed(step.request, plan) : executor.plan(step.request, plan));
     if (step.kind != detail::WindowStep::Kind::Chain) CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
     const bool fused = options.fusion && step.kind == detail::WindowStep::Kind::Chain && plan->useFused;
     out.fused[i] = fused ? 1 : 0;
     const auto r = static_cast<std::size_t>(rank);
-    out.bytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.total);
-    out.bytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).total);
+    if (!options.perRank) {
+      out.bytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.total);
+      out.bytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).total);
+    }
+    out.rankBytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.perRank[r]);
+    out.rankBytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).perRank[r]);
     if (fused) {
       std::string rewrites;
       for (const std::string& name : plan->rewrites) rewrites += (rewrites.empty() ? "" : ", ") + name;
@@ -133,7 +284,15 @@ Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*
     ++stats.windowCacheHits;
     if (!options.checkEveryWindow) return Status::ok();
     Verdicts verdicts;
-    CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), verdicts));
+    CHIMERA_RETURN_IF_ERROR(agreeOrRelease(key, verdicts));
+    // Per rank, the hand-off peers check too: the exchange runs again (a peer's declaration
+    // may have changed; the Executor's plans stay cached).
+    if (options.perRank && !window.receives.empty()) return planWindow(*out);
+    if (options.perRank) {
+      for (const detail::WindowCall& c : window.calls) {
+        if (c.op.kind == ChainOp::Kind::Send) return planWindow(*out);
+      }
+    }
     if (verdicts.aliased == out->agreedAliased && verdicts.uncovered == out->agreedUncovered) return Status::ok();
     // Another rank's aliasing or byte range changed: re-derive the steps.
     out->agreedAliased = std::move(verdicts.aliased);
@@ -143,7 +302,7 @@ Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*
   auto entry = std::make_unique<detail::CachedWindow>();
   entry->key = key;
   Verdicts verdicts;
-  CHIMERA_RETURN_IF_ERROR(agree(key, Status::ok(), verdicts));
+  CHIMERA_RETURN_IF_ERROR(agreeOrRelease(key, verdicts));
   entry->agreedAliased = std::move(verdicts.aliased);
   entry->agreedUncovered = std::move(verdicts.uncovered);
   CHIMERA_RETURN_IF_ERROR(planWindow(*entry));
@@ -153,18 +312,27 @@ Status Session::Impl::lookup(const detail::WindowKey& key, detail::CachedWindow*
   return Status::ok();
 }
 
+// Agrees on the window; per rank, a failed agreement still meets the hand-off peers (with a
+// failure flag) so that they return Mismatch instead of waiting in the exchange.
+Status Session::Impl::agreeOrRelease(const detail::WindowKey& key, Verdicts& verdicts) {
+  const Status agreed = agree(key, Status::ok(), verdicts);
+  if (agreed.isOk() || !options.perRank) return agreed;
+  std::vector<detail::WindowStep> steps = detail::analyseWindow(window, key.aliased, options.fusion);
+  (void)completeHandOffs(steps, key.aliased, agreed);
+  return agreed;
+}
+
 // The consumed part lands in the final buffer where the recorded calls would have put it.
-Status Session::Impl::runStaged(const detail::WindowStep& step, const detail::WindowValue& in,
-                                detail::WindowValue& out) {
+Status Session::Impl::runStaged(const detail::WindowStep& step, const TensorSpec& spec, const void* input,
+                                std::size_t inputBytes, detail::WindowValue& out) {
   const int rank = backend.rank();
   const Layout& consumed = step.request.consume ? *step.request.consume : out.layout;
-  const TensorSpec& spec = in.spec;
   const bool holds = consumed.holds(rank);
   const auto bytes = holds ? static_cast<std::size_t>(consumed.localBytes(spec)) : 0;
   if (bytes > 0) CHIMERA_RETURN_IF_ERROR(staging.reserve(bytes));
   const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
   CHIMERA_RETURN_IF_ERROR(
-      executor.runChain(step.request, mode, in.buffer, in.bytes, bytes > 0 ? staging.data() : nullptr, bytes));
+      executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr, bytes));
   if (bytes == 0) return Status::ok();
   const Box finalBox = out.layout.rankBox(rank, spec);
   const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
@@ -179,6 +347,14 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   const int rank = backend.rank();
   const detail::WindowValue& in = window.values[step.input];
   detail::WindowValue& out = window.values[step.output];
+  const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
+  if (step.handOff == detail::WindowStep::HandOff::Receive) {
+    ++stats.chainsRun;
+    if (fused) ++stats.fusedChains;
+    const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
+    if (reshaped) return runStaged(step, out.spec, nullptr, 0, out);
+    return executor.runChain(step.request, mode, nullptr, 0, out.buffer, out.bytes);
+  }
   const ChainOp& op = step.request.chain.ops.front();
   const auto count = static_cast<std::size_t>(in.layout.localBytes(in.spec)) / dataTypeSize(in.spec.dtype);
   switch (step.kind) {
@@ -194,14 +370,22 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   ++stats.chainsRun;
   if (fused) ++stats.fusedChains;
   const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
-  if (reshaped || overlapping(in, out)) return runStaged(step, in, out);
-  const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
+  if (reshaped || overlapping(in, out)) return runStaged(step, in.spec, in.buffer, in.bytes, out);
   return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes);
 }
 
 Status Session::Impl::flush() {
+  // The session's stream orders this flush's work; the backend's is restored after.
+  struct StreamScope {
+    Backend& backend;
+    Stream saved;
+    StreamScope(Backend& b, Stream s) : backend(b), saved(b.stream()) {
+      if (s != nullptr) backend.setStream(s);
+    }
+    ~StreamScope() { backend.setStream(saved); }
+  } scope(backend, options.stream);
   Status status = Status::ok();
-  if (!window.calls.empty()) {
+  if (!window.calls.empty() || !window.receives.empty()) {
     const detail::WindowKey key = detail::windowKey(window, backend.rank());
     detail::CachedWindow* entry = nullptr;
     status = lookup(key, entry);
@@ -213,6 +397,8 @@ Status Session::Impl::flush() {
       ++stats.windows;
       stats.bytesAsRecorded += entry->bytesAsRecorded;
       stats.bytesSent += entry->bytesSent;
+      stats.rankBytesAsRecorded += entry->rankBytesAsRecorded;
+      stats.rankBytesSent += entry->rankBytesSent;
     }
   }
   startWindow();
@@ -222,9 +408,14 @@ Status Session::Impl::flush() {
 // A consume whose declaration failed on this rank still meets the other ranks' agreement
 // (with the failure flag), so ranks planning the window return Mismatch instead of waiting.
 Status Session::Impl::abandon(const Status& reason) {
-  if (!window.calls.empty()) {
+  if (!window.calls.empty() || !window.receives.empty()) {
     Verdicts ignored;
-    (void)agree(detail::windowKey(window, backend.rank()), reason, ignored);
+    const detail::WindowKey key = detail::windowKey(window, backend.rank());
+    (void)agree(key, reason, ignored);
+    if (options.perRank) {
+      std::vector<detail::WindowStep> steps = detail::analyseWindow(window, key.aliased, options.fusion);
+      (void)completeHandOffs(steps, key.aliased, reason);
+    }
   }
   startWindow();
   return reason;
@@ -234,6 +425,7 @@ Status Session::Impl::abandon(const Status& reason) {
 void Session::Impl::startWindow() {
   window.values.clear();
   window.calls.clear();
+  window.receives.clear();
   window.storages = 0;
   ++windowId;
 }

@@ -9,6 +9,7 @@
 
 #include "chimera/executor.hpp"
 #include "chimera/session.hpp"
+#include "exec/agreement.hpp"
 #include "session/backend_buffer.hpp"
 #include "session/window.hpp"
 
@@ -23,6 +24,8 @@ struct CachedWindow {
   std::vector<std::uint8_t> fused;  ///< per step: runs a fused plan
   std::uint64_t bytesAsRecorded = 0;
   std::uint64_t bytesSent = 0;
+  std::uint64_t rankBytesAsRecorded = 0;
+  std::uint64_t rankBytesSent = 0;
 };
 
 }  // namespace chimera::detail
@@ -31,11 +34,14 @@ namespace chimera {
 
 struct Session::Impl {
   Impl(Backend& b, const SessionOptions& o)
-      : backend(b), options(o), executor(b, o.cost), staging(b), agreement(b) {}
+      : backend(b), options(o), executor(b, o.cost), staging(b), agreement(b), handOffs(b) {}
 
   Status checkHandle(TensorHandle t) const;
   // Records `op`; in-place kinds (allreduce, broadcast) ignore `output`.
   Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes, TensorHandle& out);
+  // Per-rank recording: the receiving side of a hand-off sent with `stageStep`.
+  Status recordReceive(const TensorSpec& spec, const Layout& layout, AxisSet axis, int stageStep, void* buffer,
+                       std::size_t bytes, TensorHandle& out);
   Status flush();
   Status abandon(const Status& reason);
   void startWindow();
@@ -47,10 +53,20 @@ struct Session::Impl {
     std::vector<std::uint8_t> uncovered;
   };
   Status agree(const detail::WindowKey& key, const Status& local, Verdicts& out);
-  Status allReduceMax(std::vector<std::int64_t>& words);
+  Status agreeOrRelease(const detail::WindowKey& key, Verdicts& out);
+  Status allReduceMax(std::vector<std::int64_t>& words, AxisSet scope);
+  // The ranks a window's agreement spans: SPMD the world; per rank the groups of the mesh
+  // axes its tensors are spread over (every axis of size > 1 without a stage placement).
+  AxisSet agreementScope() const;
   void resolveRanges(const std::vector<std::uint8_t>& uncovered);
+  // Per-rank recording: adds the receiving steps, exchanges the hand-off descriptions with
+  // the peers and completes both kinds of hand-off step (hand_off.hpp); `local` is the
+  // window's verdict so far (an error still meets the peers, see exchangeHandOffs).
+  Status completeHandOffs(std::vector<detail::WindowStep>& steps, const std::vector<std::uint8_t>& aliased,
+                          const Status& local);
   Status runStep(const detail::WindowStep& step, bool fused);
-  Status runStaged(const detail::WindowStep& step, const detail::WindowValue& in, detail::WindowValue& out);
+  Status runStaged(const detail::WindowStep& step, const TensorSpec& spec, const void* input, std::size_t inputBytes,
+                   detail::WindowValue& out);
   Status createGroup(AxisSet axes);
 
   Backend& backend;
@@ -61,7 +77,8 @@ struct Session::Impl {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<detail::CachedWindow>> cache;
   SessionStats stats;
   detail::BackendBuffer staging;    ///< a consumed part on its way into the final buffer
-  detail::BackendBuffer agreement;  ///< the agreement's words
+  detail::Agreement agreement;      ///< the agreement's words
+  detail::BackendBuffer handOffs;   ///< the hand-off exchange's messages
   std::vector<std::int64_t> agreementWords;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };

@@ -27,6 +27,16 @@ struct WindowValue {
   bool overwritten = false;     ///< an in-place call replaced it; it can no longer be read
   std::optional<Layout> declared;  ///< the consume declaration by layout, if any
   std::optional<ByteRange> declaredRange;  ///< the consume declaration by byte range, if any
+  bool received = false;        ///< per-rank recording: arrives by a hand-off from another stage
+  bool handedOff = false;       ///< per-rank recording: sent to another stage (not held here)
+};
+
+/// Per-rank recording: this rank's receiving side of a hand-off into value `value`.
+struct WindowReceive {
+  std::uint32_t value = 0;
+  AxisSet axis;                 ///< the pipeline axis
+  int stageStep = 1;            ///< the send's direction: +1 from the previous stage, -1 from the next
+  std::size_t position = 0;     ///< calls recorded before it (orders it among the steps)
 };
 
 /// One recorded call: `op` reads value `input` and writes value `output`.
@@ -41,6 +51,7 @@ struct WindowCall {
 struct Window {
   std::vector<WindowValue> values;
   std::vector<WindowCall> calls;
+  std::vector<WindowReceive> receives;  ///< per-rank recording: hand-offs this rank receives
   int storages = 0;  ///< storage ids handed out
 };
 
@@ -78,6 +89,11 @@ struct WindowStep {
   std::uint32_t input = 0;          ///< value read
   std::uint32_t output = 0;         ///< value written (the chain's final value)
   bool declared = false;            ///< the output carries a consume declaration in force
+  /// Per-rank recording: a step ending in a send (its consume comes from the receiving peer),
+  /// or the receiving side of a hand-off (its chain comes from the sending peer).
+  enum class HandOff : std::uint8_t { None, Send, Receive };
+  HandOff handOff = HandOff::None;
+  int peer = -1;                    ///< hand-off: the world rank at the other end
 };
 
 /// Joins the calls of `window` into steps, given which values are aliased on some rank.

@@ -13,6 +13,14 @@ std::uint64_t mix(std::uint64_t hash, std::uint64_t word) {
   return hash;
 }
 
+// The splitmix64 finaliser: every input bit reaches every output bit. `mix` alone leaves a
+// difference in the last word in the low bits, which the 62-bit shared hash drops.
+std::uint64_t avalanche(std::uint64_t h) {
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
 // Placements only; the split order of nested shards is left to the full comparison.
 std::uint64_t layoutHash(std::uint64_t hash, const Layout& layout) {
   for (int axis = 0; axis < layout.mesh().numAxes(); ++axis) {
@@ -48,6 +56,11 @@ WindowKey windowKey(const Window& window, int rank) {
                       c.op.toDim, c.op.root, c.op.stageStep, static_cast<std::int64_t>(c.input),
                       static_cast<std::int64_t>(c.output), c.inPlace ? 1 : 0});
   }
+  for (const WindowReceive& r : window.receives) {
+    key.words.insert(key.words.end(), {-0x7265637600ll, static_cast<std::int64_t>(r.value),
+                                       static_cast<std::int64_t>(r.axis.bits()), r.stageStep,
+                                       static_cast<std::int64_t>(r.position)});
+  }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (!window.values[i].declared) continue;
     key.words.push_back(-1 - static_cast<std::int64_t>(i));
@@ -71,6 +84,7 @@ WindowKey windowKey(const Window& window, int rank) {
   std::uint64_t hash = 1469598103934665603ull;
   for (std::int64_t w : key.words) hash = mix(hash, static_cast<std::uint64_t>(w));
   for (const Layout& l : key.layouts) hash = layoutHash(hash, l);
+  hash = avalanche(hash);
   key.sharedHash = static_cast<std::int64_t>(hash >> 2);
   for (std::uint8_t a : key.aliased) hash = mix(hash, a);
   for (std::uint8_t u : key.uncovered) hash = mix(hash, u);
@@ -82,7 +96,10 @@ std::string windowText(const Window& window) {
   std::string text;
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     const WindowValue& v = window.values[i];
-    if (v.producer < 0) text += fmt::format("v{} = tensor {} {}; ", i, v.spec.toString(), v.layout.toString());
+    if (v.producer < 0) {
+      text += fmt::format("v{} = {} {} {}; ", i, v.received ? "received" : "tensor", v.spec.toString(),
+                          v.layout.toString());
+    }
   }
   for (const WindowCall& c : window.calls) {
     const Mesh& mesh = window.values[c.input].layout.mesh();

@@ -135,6 +135,33 @@ TEST(ExecutorCache, SecondRunPlansNothing) {
   EXPECT_EQ(f.executor->planningPasses(), passes + 1);
 }
 
+// A run given its own stream orders its work there and leaves the backend's stream as it was
+// (the MPI backend ignores streams, so the results are the reference ones either way).
+TEST(ExecutorStreams, PerCallStreamIsRestored) {
+  const ChainCase c = chainCases(worldSize()).front();
+  Fixture f = makeFixture(c.mesh);
+  ChainRequest request;
+  Status status = f.status.isOk() ? makeRequest(f.mesh, c, DataType::F32, request) : f.status;
+  if (!allRanksAgree(status.isOk())) {
+    ADD_FAILURE() << status.toString();
+    return;
+  }
+  int marker = 0;
+  int callStream = 0;
+  f.backend->setStream(&marker);
+  const int rank = worldRank();
+  const auto inBytes = request.from.holds(rank) ? static_cast<std::size_t>(request.from.localBytes(request.spec)) : 0;
+  const Layout& out = request.consume ? *request.consume : request.from;
+  const auto outBytes = out.holds(rank) ? static_cast<std::size_t>(out.localBytes(request.spec)) : 0;
+  std::vector<float> input(inBytes / 4 + 1, 1.0f), output(outBytes / 4 + 1);
+  status = f.executor->runChain(request, ChainMode::Planned, inBytes ? input.data() : nullptr, inBytes,
+                                outBytes ? output.data() : nullptr, outBytes, &callStream);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  EXPECT_EQ(f.backend->stream(), static_cast<Stream>(&marker));
+  f.backend->setStream(nullptr);
+  EXPECT_TRUE(allRanksAgree(status.isOk()));
+}
+
 // With a limit of 3 prepared plans, three signatures (6 programs) keep only the 3 most
 // recently run; running them all again prepares the freed ones anew (no new planning pass) and
 // still gives the reference results.

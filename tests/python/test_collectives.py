@@ -174,3 +174,29 @@ def test_mpi4py_world_communicator(world):
         assert x[0] == sum(range(size))
     with pytest.raises(chimera.Unsupported, match="MPI_COMM_WORLD"):
         chimera.init(f"world={size // 2}", comm=MPI.COMM_WORLD.Split(MPI.COMM_WORLD.Get_rank() % 2))
+
+
+@pytest.mark.skipif(os.environ.get("CHIMERA_CHECK_ARGS") != "1", reason="needs CHIMERA_CHECK_ARGS=1 (set by ctest)")
+def test_a_bad_tensor_on_one_rank_fails_every_rank(backend):
+    """Rank 0 passes a non-contiguous tensor: it raises ValueError, its peers a chimera error, nobody waits."""
+    n = backend.mesh.group_size("dp+tp")
+    good = np.ones(4 * n, np.float32)
+    bad = np.ones(8 * n, np.float32)[::2]
+    calls = [
+        lambda t: backend.all_reduce(t, axes="dp+tp"),
+        lambda t: backend.reduce_scatter(t, np.ones(4, np.float32), axes="dp+tp"),
+        lambda t: backend.all_gather(t[:4].copy() if t.flags.c_contiguous else t[:4], np.ones(4 * n, np.float32),
+                                     axes="dp+tp"),
+        lambda t: backend.all_to_all(t, np.ones(4 * n, np.float32), axes="dp+tp"),
+        lambda t: backend.broadcast(t, root=0, axes="dp+tp"),
+    ]
+    for call in calls:
+        if backend.rank == 0:
+            with pytest.raises(ValueError, match="C-contiguous"):
+                call(bad)
+        else:
+            with pytest.raises(chimera.Error):
+                call(good.copy())
+    x = np.ones(4, np.float32)
+    backend.all_reduce(x, axes="dp+tp")  # the group is in step again
+    np.testing.assert_array_equal(x, np.full(4, n, np.float32))

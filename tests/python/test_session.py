@@ -240,3 +240,19 @@ def test_tp_sp_example_of_the_docs(grid_backend):
     assert session.stats()["fused_chains"] == 1
     expected = float(sum(backend.mesh.group_ranks(backend.rank, "tp")))
     assert torch.equal(full, torch.full((seq, hidden), expected))
+
+
+def test_a_failed_recording_on_one_rank_gives_mismatch_everywhere(tp_backend):
+    size = tp_backend.mesh.size
+    session = chimera.Session(tp_backend)
+    layout = chimera.Layout("tp=P", tp_backend.mesh)
+    session.all_reduce(session.tensor(torch.ones(size), layout), "tp")  # the window holds a call on every rank
+    t = session.tensor(torch.ones(size * 2, 3), layout)
+    out = torch.empty(3 if tp_backend.rank == 0 else 2, 3)  # rank 0: the wrong size
+    if tp_backend.rank == 0:
+        with pytest.raises(ValueError, match="must hold"):
+            session.reduce_scatter(t, "tp", 0, out)
+    else:
+        session.reduce_scatter(t, "tp", 0, out)
+    with pytest.raises(chimera.Mismatch):
+        session.flush()

@@ -357,8 +357,8 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
       auto* at = static_cast<std::byte*>(op.buffer) + offset;
       MPI_Request& request = requests.add(op.peer);
       const int rc = op.kind == P2POp::Kind::Send
-                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request)
-                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag, p2p_, &request);
+                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request)
+                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request);
       if (rc == MPI_SUCCESS) return Status::ok();
       return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
     });
@@ -378,6 +378,14 @@ Status MpiBackend::allocate(std::size_t bytes, void** out) {
 }
 
 void MpiBackend::deallocate(void* ptr) { memory_.release(ptr); }
+
+Status MpiBackend::createGroups(std::span<const AxisSet> groups) {
+  for (AxisSet axes : groups) {
+    const MpiGroup* group = nullptr;
+    CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  }
+  return Status::ok();
+}
 
 Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return Status::ok();

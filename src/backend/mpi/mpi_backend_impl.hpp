@@ -19,49 +19,27 @@
 #include "backend/mpi/ring.hpp"
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
+#include "chimera/mpi_backend.hpp"
 #include "common/check.hpp"
 #include "common/env.hpp"
 
 namespace chimera::detail {
 
-/// Which implementation a collective runs.
-enum class MpiAlgorithm : std::uint8_t {
-  Auto,          ///< per op and size, as measured best (docs/performance.md)
-  PointToPoint,  ///< chimera's own: direct ReduceScatter/AllGather/AllReduce, pairwise AllToAll, scatter+ring Broadcast
-  Ring,          ///< as PointToPoint, but ring ReduceScatter/AllGather/AllReduce (n-1 neighbour steps; fewer
-                 ///< concurrent messages, for fabrics where fan-out costs more than steps)
-  Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
-};
+/// The public options and algorithm names (include/chimera/mpi_backend.hpp) under the names the
+/// implementation uses.
+using MpiAlgorithm = chimera::MpiAlgorithm;
+using MpiBackendOptions = chimera::MpiBackendOptions;
+using chimera::mpiAlgorithmName;
 
-/// The CHIMERA_MPI_ALGORITHM spelling of `algorithm`: "auto", "p2p", "ring", "library".
-std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
-
-/// Tuning and checking options of the MPI backend.
-struct MpiBackendOptions {
-  MpiAlgorithm algorithm = MpiAlgorithm::Auto;
-  /// Cross-rank argument agreement before each collective (CHIMERA_CHECK_ARGS; on by default).
-  bool checkArgs = kMpiCheckArgsByDefault;
-  /// How long one wait inside a call may go without progress before the call returns Timeout
-  /// and the backend becomes unusable (CHIMERA_TIMEOUT_MS).
-  std::int64_t timeoutMs = kDefaultTimeoutMs;
-  /// Segment size in bytes of chimera's ReduceScatter (direct or ring), alone or inside AllReduce
-  /// (CHIMERA_MPI_SEGMENT_BYTES; kUnsegmented = whole blocks). See docs/performance.md.
-  std::size_t segmentBytes = std::size_t{1} << 20;
-  /// Most elements one MPI message or library call carries (MPI's count is an int); larger
-  /// transfers are split into messages of at most this many, or run on chimera's own
-  /// algorithms. Tests lower it to exercise the split without gigabyte buffers.
-  std::size_t maxMessageCount = kMaxMpiCount;
-};
-
-/// Options from the environment: CHIMERA_CHECK_ARGS=0|1 (default 1), CHIMERA_TIMEOUT_MS
-/// (default 600000), CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library, CHIMERA_MPI_SEGMENT_BYTES
-/// (parseSize syntax).
-/// InvalidArgument naming the variable on malformed values.
+/// MpiBackendOptions::fromEnvironment.
 [[nodiscard]] Status mpiBackendOptionsFromEnv(MpiBackendOptions& out);
 
 /// createMpiBackend with explicit options.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options,
                                       std::unique_ptr<Backend>& out);
+/// The backend on duplicates of `base` (whose ranks are the mesh's world ranks).
+[[nodiscard]] Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
+                                        std::unique_ptr<Backend>& out);
 
 /// Backend over MPI_COMM_WORLD with host buffers; every call completes before it returns.
 /// With argument checking off, a rank-local argument error returns at once on that rank
@@ -97,6 +75,8 @@ class MpiBackend final : public Backend {
   void deallocate(void* ptr) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override { return Status::ok(); }
+  Status createGroups(std::span<const AxisSet> groups) override;
+  bool hasGroup(AxisSet axes) const override { return mesh_.groupSize(axes) == 1 || groups_.contains(axes); }
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,

@@ -52,6 +52,8 @@ class MpiGroupCache {
   /// The group along `axes` containing this rank, creating its communicator on first use.
   /// InvalidArgument when `axes` is empty or names axes the mesh lacks; BackendError when MPI fails.
   [[nodiscard]] Status get(AxisSet axes, const MpiGroup*& out);
+  /// True when the communicator along `axes` exists.
+  bool contains(AxisSet axes) const { return groups_.contains(axes.bits()); }
 
   /// Leaves the communicators unfreed at destruction: after a Timeout, operations may still
   /// be pending on them.

@@ -19,13 +19,13 @@ namespace {
 
 bool gChimeraInitializedMpi = false;
 
-// Creates a duplicate of MPI_COMM_WORLD that returns errors instead of aborting; the
-// duplication (collective over the world) is bounded by `timeoutMs`, so a rank that never
-// creates its backend is a Timeout naming it rather than a hang.
-Status duplicateWorld(int rank, int size, std::int64_t timeoutMs, MPI_Comm& out) {
+// Creates a duplicate of `base` (MPI_COMM_WORLD or the caller's communicator) that returns
+// errors instead of aborting; the duplication (collective over `base`) is bounded by
+// `timeoutMs`, so a rank that never creates its backend is a Timeout naming it rather than a hang.
+Status duplicateWorld(MPI_Comm base, int rank, int size, std::int64_t timeoutMs, MPI_Comm& out) {
   MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(MPI_COMM_WORLD, &out, &request), "MPI_Comm_idup"));
-  const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, rank, size, timeoutMs, "the world");
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(base, &out, &request), "MPI_Comm_idup"));
+  const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
   CHIMERA_RETURN_IF_ERROR(detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
@@ -53,12 +53,27 @@ void finalizeMpi() {
 }
 
 Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out) {
-  detail::MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiBackendOptionsFromEnv(options));
+  MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   return detail::createMpiBackend(mesh, options, out);
 }
 
-namespace detail {
+Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std::unique_ptr<Backend>& out) {
+  return detail::createMpiBackend(mesh, options, out);
+}
+
+Status MpiBackendOptions::fromEnvironment(MpiBackendOptions& out) { return detail::mpiBackendOptionsFromEnv(out); }
+
+Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBackendOptions& options,
+                              std::unique_ptr<Backend>& out) {
+  CHIMERA_CHECK_ARG(comm != nullptr, "createMpiBackendOnComm: comm is null (pass the address of an MPI_Comm)");
+  const MPI_Comm base = *static_cast<const MPI_Comm*>(comm);
+  CHIMERA_CHECK_ARG(base != MPI_COMM_NULL, "createMpiBackendOnComm: the communicator is MPI_COMM_NULL");
+  int initialized = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
+  CHIMERA_CHECK_ARG(initialized != 0, "createMpiBackendOnComm: MPI is not initialised");
+  return detail::createMpiBackendOn(base, mesh, options, out);
+}
 
 std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
   switch (algorithm) {
@@ -69,6 +84,8 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
   }
   return "unknown";
 }
+
+namespace detail {
 
 Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
@@ -100,6 +117,15 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   int rank = 0;
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
+  return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out);
+}
+
+Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
+                          std::unique_ptr<Backend>& out) {
+  int rank = 0;
+  int size = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_rank(base, &rank), "MPI_Comm_rank"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_size(base, &size), "MPI_Comm_size"));
   setLogRank(rank);
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);
@@ -108,8 +134,8 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   CHIMERA_RETURN_IF_ERROR(createUserOps());
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(rank, size, options.timeoutMs, world));
-  CHIMERA_RETURN_IF_ERROR(duplicateWorld(rank, size, options.timeoutMs, p2p));
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
                     mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));

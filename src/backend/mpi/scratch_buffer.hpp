@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace chimera::detail {
 
@@ -34,8 +35,11 @@ class ScratchBuffer {
     return data_;
   }
 
-  /// Forgets the buffer without freeing it: after a Timeout, a late peer may still write into it.
+  /// Hands the buffer to a process-wide list of abandoned buffers instead of freeing it: after
+  /// a Timeout, a late peer may still write into it. The list keeps it reachable (not a leak)
+  /// until the process exits.
   void abandon() {
+    if (data_ != nullptr) abandonedBuffers().push_back(data_);
     data_ = nullptr;
     capacity_ = 0;
   }
@@ -44,6 +48,11 @@ class ScratchBuffer {
   std::size_t capacity() const { return capacity_; }
 
  private:
+  static std::vector<void*>& abandonedBuffers() {
+    static auto* buffers = new std::vector<void*>();  // never destroyed: outlives every backend
+    return *buffers;
+  }
+
   static constexpr std::size_t kAlignment = 64;
   static constexpr std::size_t kMaxBytes = static_cast<std::size_t>(-1) - kAlignment;
   void* data_ = nullptr;

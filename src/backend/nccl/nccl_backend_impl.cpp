@@ -154,6 +154,18 @@ Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
   return Status::ok();
 }
 
+Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
+  for (AxisSet axes : groups) {
+    ncclComm_t comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  }
+  return Status::ok();
+}
+
+bool NcclBackend::hasGroup(AxisSet axes) const {
+  return axes == mesh_.allAxes() || mesh_.groupSize(axes) == 1 || groups_.contains(axes.bits());
+}
+
 Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local) {
   if (!options_.checkArgs) return local;
   constexpr std::size_t kBytes = kAgreementValues * sizeof(std::int64_t);
@@ -341,6 +353,19 @@ void NcclBackend::deallocate(void* ptr) {
   if (cudaSetDevice(device_) != cudaSuccess || cudaFree(ptr) != cudaSuccess) {
     CHIMERA_LOG_WARN(kLog, "cudaFree({}) on device {} failed: {}", ptr, device_,
                      cudaGetErrorString(cudaGetLastError()));
+  }
+}
+
+Status NcclBackend::allocateHost(std::size_t bytes, void** out) {
+  CHIMERA_CHECK_ARG(out != nullptr, "allocateHost: null output pointer");
+  CHIMERA_CHECK_ARG(bytes > 0, "allocateHost: 0 bytes requested");
+  CHIMERA_CUDA_RETURN(cudaMallocHost(out, bytes));
+  return Status::ok();
+}
+
+void NcclBackend::deallocateHost(void* ptr) {
+  if (ptr != nullptr && cudaFreeHost(ptr) != cudaSuccess) {
+    CHIMERA_LOG_WARN(kLog, "cudaFreeHost({}) failed: {}", ptr, cudaGetErrorString(cudaGetLastError()));
   }
 }
 

@@ -63,6 +63,8 @@ class NcclBackend final : public Backend {
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
+  Status allocateHost(std::size_t bytes, void** out) override;
+  void deallocateHost(void* ptr) override;
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
                  DataType dtype) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
@@ -70,6 +72,8 @@ class NcclBackend final : public Backend {
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
   Status copy(void* dst, const void* src, std::size_t bytes) override;
   Status synchronize() override;
+  Status createGroups(std::span<const AxisSet> groups) override;
+  bool hasGroup(AxisSet axes) const override;
 
  private:
   // The communicator of the group along `axes` containing this rank (created on first use).

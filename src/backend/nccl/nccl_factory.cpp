@@ -29,13 +29,67 @@ Status createNcclUniqueId(NcclUniqueId& out) {
   return Status::ok();
 }
 
+namespace {
+
+detail::NcclBackendOptions implementationOptions(const NcclBackendOptions& options) {
+  detail::NcclBackendOptions out;
+  out.timeout = std::chrono::milliseconds(options.timeoutMs);
+  out.groupedAllToAll = options.groupedAllToAll;
+  out.checkArgs = options.checkArgs;
+  return out;
+}
+
+}  // namespace
+
+Status NcclBackendOptions::fromEnvironment(NcclBackendOptions& out) {
+  detail::NcclBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(detail::ncclBackendOptionsFromEnv(options));
+  out.timeoutMs = static_cast<std::uint64_t>(options.timeout.count());
+  out.groupedAllToAll = options.groupedAllToAll;
+  out.checkArgs = options.checkArgs;
+  return Status::ok();
+}
+
 Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqueId& id,
                          std::unique_ptr<Backend>& out) {
+  NcclBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(NcclBackendOptions::fromEnvironment(options));
+  return createNcclBackend(mesh, rank, device, id, options, out);
+}
+
+Status createNcclBackendOnComm(const void* comm, const Mesh& mesh, int device, const NcclBackendOptions& publicOptions,
+                               std::unique_ptr<Backend>& out) {
+  CHIMERA_CHECK_ARG(comm != nullptr, "createNcclBackendOnComm: comm is null (pass the address of an ncclComm_t)");
+  const ncclComm_t base = *static_cast<const ncclComm_t*>(comm);
+  CHIMERA_CHECK_ARG(base != nullptr, "createNcclBackendOnComm: the communicator is null");
+  CHIMERA_CHECK_ARG(publicOptions.timeoutMs > 0, "NCCL backend timeout must be positive");
+  int size = 0;
+  int rank = 0;
+  CHIMERA_NCCL_RETURN(ncclCommCount(base, &size));
+  CHIMERA_NCCL_RETURN(ncclCommUserRank(base, &rank));
+  CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the NCCL communicator has {}", mesh.toString(),
+                    mesh.size(), size);
+  int devices = 0;
+  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
+  CHIMERA_CHECK_ARG(device >= 0 && device < devices, "CUDA device {} outside 0..{}", device, devices - 1);
+  CHIMERA_CUDA_RETURN(cudaSetDevice(device));
+  // A private copy, so that the backend may destroy (or abort) its world without touching
+  // the caller's communicator.
+  ncclComm_t world = nullptr;
+  CHIMERA_NCCL_RETURN(ncclCommSplit(base, 0, rank, &world, nullptr));
+  CHIMERA_LOG_INFO("nccl", "rank {} of {} on CUDA device {} (mesh {}), on the caller's communicator", rank, size,
+                   device, mesh.toString());
+  out = std::make_unique<detail::NcclBackend>(mesh, rank, device, world, implementationOptions(publicOptions));
+  return Status::ok();
+}
+
+Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqueId& id,
+                         const NcclBackendOptions& publicOptions, std::unique_ptr<Backend>& out) {
   CHIMERA_CHECK_ARG(mesh.size() >= 1, "NCCL backend needs a mesh with at least one rank");
   CHIMERA_CHECK_ARG(rank >= 0 && rank < mesh.size(), "rank {} outside mesh {} of {} ranks", rank, mesh.toString(),
                     mesh.size());
-  detail::NcclBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(detail::ncclBackendOptionsFromEnv(options));
+  CHIMERA_CHECK_ARG(publicOptions.timeoutMs > 0, "NCCL backend timeout must be positive");
+  const detail::NcclBackendOptions options = implementationOptions(publicOptions);
   int devices = 0;
   CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
   CHIMERA_CHECK_ARG(device >= 0 && device < devices, "CUDA device {} outside 0..{}", device, devices - 1);

@@ -40,6 +40,8 @@ class NullBackend final : public Backend {
   }
   Status scale(const void*, void*, std::size_t, DataType, double) override { return Status::ok(); }
   Status synchronize() override { return Status::ok(); }
+  Status createGroups(std::span<const AxisSet>) override { return Status::ok(); }
+  bool hasGroup(AxisSet) const override { return true; }
   /// Communication calls received so far.
   std::size_t calls() const { return calls_; }
 

@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// chimera-session-bench: the Session's overhead figures of issue 6, item 2.
+// chimera-session-bench: the Session's overhead figures.
 //   1. cached window: record an 8-call window and flush it, per recorded call (target < 5 us)
 //   2. cold planning of the same window in a fresh session (target < 500 us)
+//   1b. the same for a per-rank session (SessionOptions::perRank) on a window of stage 0's
+//       own calls (hand-offs need a peer, which the no-op backend does not have)
 //   3. fusion off: a Session call vs the direct backend call at 1 MiB (target < 2 %)
+//   4. what checkEveryWindow costs per window in a per-rank session: a hand-off window
+//      (tp AllReduce + send on stage 0, recv on stage 1) of a small tensor on pp=2,tp=4,
+//      sessions with and without the check interleaved, on the MPI backend
 // 1 and 2 run on rank 0 on a no-op backend (null_backend.hpp), so they time the Session and
 // Executor alone; 3 runs on every rank on the MPI backend, the two variants interleaved.
 // Usage: mpirun -np 8 chimera-session-bench [--iters N] [--bytes B]
@@ -80,6 +85,26 @@ struct Window8 {
     check(s.consume(w1, parse("tp=S0")), "consume");
   }
   static constexpr int kCalls = 8;
+
+  // Stage 0's own calls of a per-rank window: two AllReduces read as rows, a ReduceScatter,
+  // an AllGather read whole.
+  void recordPerRank(Session& s) {
+    const std::size_t n = a.size() * 4;
+    TensorHandle x, x1, y, y1, z, z1, w, w1;
+    check(s.tensor(a.data(), n, spec, parse("pp=@0,tp=P"), x), "tensor x");
+    check(s.allReduce(x, axes("tp"), x1), "allreduce");
+    check(s.declareRead(x1, parse("pp=@0,tp=S0")), "declare");
+    check(s.tensor(b.data(), n / 4, spec, parse("pp=@0,tp=S0"), y), "tensor y");
+    check(s.allGather(y, axes("tp"), 0, c.data(), n, y1), "allgather");
+    check(s.declareRead(y1, parse("pp=@0,tp=R")), "declare");
+    check(s.tensor(e.data(), n, spec, parse("pp=@0,tp=P"), w), "tensor w");
+    check(s.allReduce(w, axes("tp"), w1), "allreduce");
+    check(s.declareRead(w1, parse("pp=@0,tp=S0")), "declare");
+    check(s.tensor(f.data(), n, spec, parse("pp=@0,tp=P"), z), "tensor z");
+    check(s.reduceScatter(z, axes("tp"), 0, g.data(), n / 4, z1), "reducescatter");
+    check(s.consume(z1, parse("pp=@0,tp=S0")), "consume");
+  }
+  static constexpr int kPerRankCalls = 4;
 };
 
 // The Session's own time for one fusion-off AllReduce of `bytes` (no-op backend), in us.
@@ -151,11 +176,24 @@ void sessionOverhead(int iters) {
     window.record(*fresh);
     cold.push_back(micros(t0, Clock::now()));
   }
+  SessionOptions perRankOptions;
+  perRankOptions.perRank = true;
+  std::unique_ptr<Session> perRank;
+  check(Session::create(backend, perRankOptions, perRank), "session");
+  window.recordPerRank(*perRank);  // plans once
+  std::vector<double> perRankHit;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    window.recordPerRank(*perRank);
+    perRankHit.push_back(micros(t0, Clock::now()) / Window8::kPerRankCalls);
+  }
   const SessionStats stats = warm->stats();
   std::printf("cached window, per recorded call : %8.2f us  (median of %d; target < 5 us; %llu/%llu windows hit, "
               "%llu fused chains)\n",
               median(hit), iters, static_cast<unsigned long long>(stats.windowCacheHits),
               static_cast<unsigned long long>(stats.windows), static_cast<unsigned long long>(stats.fusedChains));
+  std::printf("per-rank window, per recorded call: %8.2f us  (median of %d; %llu agreements after its first flush)\n",
+              median(perRankHit), iters, static_cast<unsigned long long>(perRank->stats().agreements - 1));
   std::printf("cold planning of the 8-call window: %8.1f us  (median of %zu fresh sessions; target < 500 us; "
               "excludes the agreement allReduce's latency)\n",
               median(cold), cold.size());
@@ -214,6 +252,65 @@ void fusionOffOverhead(Backend& backend, std::size_t bytes, int iters, int rank,
   }
 }
 
+// Per window: the same small hand-off through a per-rank session without and with
+// checkEveryWindow, interleaved; the slowest rank's medians.
+void checkEveryWindowCost(int iters, int rank) {
+  Mesh mesh;
+  if (!Mesh::parse("pp=2,tp=4", 8, mesh).isOk()) return;  // needs 8 ranks
+  std::unique_ptr<Backend> backend;
+  check(createMpiBackend(mesh, backend), "backend");
+  AxisSet tp, pp;
+  check(mesh.parseAxes("tp", tp), "tp");
+  check(mesh.parseAxes("pp", pp), "pp");
+  const AxisSet groups[] = {tp, pp};
+  check(backend->createGroups(groups), "groups");
+  const TensorSpec spec{{16, 16}, DataType::F32};
+  Layout partial, received;
+  check(Layout::parse("pp=@0,tp=P", mesh, partial), "layout");
+  check(Layout::parse("pp=@1,tp=R", mesh, received), "layout");
+  const bool sender = partial.holds(rank);
+  std::vector<float> buffer(16 * 16, 1.0f);
+  std::unique_ptr<Session> sessions[2];
+  for (int checked = 0; checked < 2; ++checked) {
+    SessionOptions options;
+    options.perRank = true;
+    options.checkEveryWindow = checked == 1;
+    check(Session::create(*backend, options, sessions[checked]), "session");
+  }
+  auto window = [&](Session& s) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    TensorHandle t, summed, out;
+    if (sender) {
+      check(s.tensor(buffer.data(), buffer.size() * 4, spec, partial, t), "tensor");
+      check(s.allReduce(t, tp, summed), "allreduce");
+      check(s.send(summed, pp, nullptr, 0, out), "send");
+      check(s.flush(), "flush");
+    } else {
+      check(s.recv(spec, received, pp, buffer.data(), buffer.size() * 4, t), "recv");
+      check(s.consume(t, received), "consume");
+    }
+    return micros(t0, Clock::now());
+  };
+  std::vector<double> plain, checked;
+  for (int i = 0; i < iters + 2; ++i) {
+    const double a = window(*sessions[i % 2]);
+    const double b = window(*sessions[1 - i % 2]);
+    if (i < 2) continue;  // the first window of each session plans
+    plain.push_back(i % 2 == 0 ? a : b);
+    checked.push_back(i % 2 == 0 ? b : a);
+  }
+  double pair[2] = {median(plain), median(checked)};
+  double worst[2];
+  MPI_Reduce(pair, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    std::printf("checkEveryWindow, per-rank hand-off window of 1 KiB: %8.1f us without, %8.1f us with: %+.1f us per "
+                "window (slowest rank's medians of %d interleaved; one agreement + one exchange, %llu agreements)\n",
+                worst[0], worst[1], worst[1] - worst[0], iters,
+                static_cast<unsigned long long>(sessions[1]->stats().agreements));
+  }
+}
+
 }  // namespace
 }  // namespace chimera
 
@@ -244,6 +341,7 @@ int main(int argc, char** argv) {
   chimera::check(chimera::createMpiBackend(mesh, backend), "backend");
   chimera::fusionOffOverhead(*backend, bytes, std::max(20, iters / 4), rank, ownTime);
   backend.reset();
+  chimera::checkEveryWindowCost(iters, rank);
   chimera::finalizeMpi();
   return 0;
 }

@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// C API: version, explicit groups, streams, synchronisation, configured sessions and the
+// receiving side of per-rank hand-offs. Handles are looked up in the registry and every entry
+// point runs under its exception guard (capi_registry.hpp), as the others do.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capi/capi_handles.hpp"
+#include "capi/capi_registry.hpp"
+#include "common/check.hpp"
+
+namespace {
+
+using chimera::Status;
+using chimera::detail::guardedCall;
+
+Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
+Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
+
+}  // namespace
+
+extern "C" {
+
+chimeraResult_t chimeraGetVersion(int* version) {
+  return guardedCall("chimeraGetVersion", [&]() -> Status {
+    CHIMERA_CHECK_ARG(version != nullptr, "null int* for the version");
+    *version = CHIMERA_VERSION_CODE;
+    return Status::ok();
+  });
+}
+
+chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) {
+  return guardedCall("chimeraCommCreateGroups", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_CHECK_ARG(groups != nullptr, "null group list");
+    std::vector<chimera::AxisSet> sets;
+    std::string_view rest(groups);
+    while (!rest.empty()) {
+      const std::size_t end = rest.find(';');
+      const std::string_view item = rest.substr(0, end);
+      chimera::AxisSet axes;
+      CHIMERA_RETURN_IF_ERROR(comm->mesh.parseAxes(item, axes));
+      sets.push_back(axes);
+      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    }
+    return comm->backend->createGroups(sets);
+  });
+}
+
+chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
+  return guardedCall("chimeraCommSetStream", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    comm->backend->setStream(stream);
+    return Status::ok();
+  });
+}
+
+chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm) {
+  return guardedCall("chimeraCommSynchronize", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    return comm->backend->synchronize();
+  });
+}
+
+chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
+                                          chimeraSession_t* session) {
+  return guardedCall("chimeraSessionBeginConfig", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
+    chimera::SessionOptions options;
+    CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
+    if (config != nullptr) {
+      CHIMERA_CHECK_ARG(config->fusion >= -1 && config->fusion <= 1, "fusion {} (expected 1, 0 or -1)", config->fusion);
+      CHIMERA_CHECK_ARG(config->perRank == 0 || config->perRank == 1, "perRank {} (expected 0 or 1)", config->perRank);
+      CHIMERA_CHECK_ARG(config->checkEveryWindow >= -1 && config->checkEveryWindow <= 1,
+                        "checkEveryWindow {} (expected 1, 0 or -1)", config->checkEveryWindow);
+      if (config->fusion >= 0) options.fusion = config->fusion == 1;
+      if (config->checkEveryWindow >= 0) options.checkEveryWindow = config->checkEveryWindow == 1;
+      options.perRank = config->perRank == 1;
+      options.stream = config->stream;
+    }
+    auto made = std::make_unique<chimeraSession>();
+    made->comm = comm;
+    CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
+    *session = made.release();
+    chimera::detail::registerSession(*session);
+    return Status::ok();
+  });
+}
+
+chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
+                                   const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
+                                   chimeraTensor_t* out) {
+  return guardedCall("chimeraSessionRecv", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    CHIMERA_CHECK_ARG(shape != nullptr && layout != nullptr && axis != nullptr && out != nullptr,
+                      "null shape, layout or axis text, or chimeraTensor_t* to fill");
+    CHIMERA_CHECK_ARG(fromNext == 0 || fromNext == 1, "fromNext {} (expected 0 or 1)", fromNext);
+    const chimera::Mesh& mesh = session->comm->mesh;
+    chimera::TensorSpec spec;
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));
+    CHIMERA_RETURN_IF_ERROR(chimera::TensorSpec::parseShape(shape, spec.shape));
+    chimera::Layout placed;
+    CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(layout, mesh, placed));
+    chimera::AxisSet axes;
+    CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(axis, axes));
+    chimera::TensorHandle handle;
+    CHIMERA_RETURN_IF_ERROR(fromNext == 1 ? session->session->recvBack(spec, placed, axes, buffer, bytes, handle)
+                                          : session->session->recv(spec, placed, axes, buffer, bytes, handle));
+    *out = {handle.index, handle.window};
+    return Status::ok();
+  });
+}
+
+chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream) {
+  return guardedCall("chimeraSessionSetStream", [&]() -> Status {
+    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    session->session->setStream(stream);
+    return Status::ok();
+  });
+}
+
+}  // extern "C"
