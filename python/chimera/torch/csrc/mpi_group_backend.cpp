@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// A chimera MPI backend over a communicator of chosen world ranks (see mpi_group_backend.hpp).
+// A chimera MPI backend over a communicator of chosen world ranks (see mpi_group_backend.hpp),
+// made with the public createMpiBackendOnComm on a communicator only the group creates.
 #include "mpi_group_backend.hpp"
 
 #include <fmt/format.h>
@@ -10,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/mpi_backend.hpp"
@@ -66,23 +66,17 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   }
   const int safeTag = tag < 0 ? -(tag + 1) % tagUpperBound : tag % tagUpperBound;
 
-  detail::MpiBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiBackendOptionsFromEnv(options));
+  MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
   if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
-  CHIMERA_RETURN_IF_ERROR(detail::createUserOps());
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
-  MPI_Comm p2p = MPI_COMM_NULL;
-  const Status dup = detail::mpiStatus(MPI_Comm_dup(comm, &p2p), "MPI_Comm_dup");
-  if (!dup.isOk()) {
-    MPI_Comm_free(&comm);
-    return dup;
-  }
-  MPI_Comm_set_errhandler(p2p, MPI_ERRORS_RETURN);
-  out = std::make_unique<detail::MpiBackend>(Mesh::flat(static_cast<int>(worldRanks.size()), "group"), groupRank,
-                                             comm, p2p, options);
-  return Status::ok();
+  // The backend works on duplicates of the group's communicator (collective over the group).
+  const Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"),
+                                               options, out);
+  MPI_Comm_free(&comm);
+  return status;
 }
 
 }  // namespace chimera::torch_ext
