@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// A chimera MPI backend over a communicator of chosen world ranks (see mpi_group_backend.hpp),
+// made with the public createMpiBackendOnComm on a communicator only the group creates.
+#include "mpi_group_backend.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cstdlib>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "backend/mpi/mpi_util.hpp"
+#include "chimera/mesh.hpp"
+#include "chimera/mpi_backend.hpp"
+#include "common/check.hpp"
+
+namespace chimera::torch_ext {
+
+Status mpiWorldOf(int& rank, int& size) { return mpiWorld(rank, size); }
+
+namespace {
+
+// A communicator over `ranks` of MPI_COMM_WORLD, made by those ranks alone.
+Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
+  MPI_Group world = MPI_GROUP_NULL;
+  MPI_Group group = MPI_GROUP_NULL;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group"));
+  const std::vector<int> list(ranks.begin(), ranks.end());
+  Status status =
+      detail::mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
+  if (status.isOk())
+    status = detail::mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &out), "MPI_Comm_create_group");
+  if (status.isOk())
+    status = detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return status;
+}
+
+}  // namespace
+
+Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+                          std::unique_ptr<Backend>& out) {
+  int worldRank = 0;
+  int worldSize = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
+  CHIMERA_CHECK_ARG(!worldRanks.empty(), "a process group needs at least one rank");
+  int groupRank = -1;
+  std::set<int> seen;
+  for (std::size_t i = 0; i < worldRanks.size(); ++i) {
+    const int r = worldRanks[i];
+    CHIMERA_CHECK_ARG(r >= 0 && r < worldSize, "group rank list names rank {}, but the MPI world has {} ranks", r,
+                      worldSize);
+    CHIMERA_CHECK_ARG(seen.insert(r).second, "group rank list names rank {} twice", r);
+    if (r == worldRank) groupRank = static_cast<int>(i);
+  }
+  CHIMERA_CHECK_ARG(groupRank >= 0, "MPI rank {} is not in the group it is creating", worldRank);
+  int tagUpperBound = 32767;
+  {
+    void* value = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
+    if (found != 0 && value != nullptr) tagUpperBound = *static_cast<int*>(value);
+  }
+  const int safeTag = tag < 0 ? -(tag + 1) % tagUpperBound : tag % tagUpperBound;
+
+  MpiBackendOptions options;
+  CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
+  const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
+  if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
+  MPI_Comm comm = MPI_COMM_NULL;
+  CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
+  // The backend works on duplicates of the group's communicator (collective over the group).
+  const Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"),
+                                               options, out);
+  MPI_Comm_free(&comm);
+  return status;
+}
+
+}  // namespace chimera::torch_ext

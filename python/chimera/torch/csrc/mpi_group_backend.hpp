@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bridge between torch.distributed's process groups (arbitrary lists of world ranks,
+// created only by their members) and chimera's MPI backend (bound to one mesh over one
+// communicator). Free of torch headers, so it compiles against chimera's internals alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "chimera/backend.hpp"
+#include "chimera/status.hpp"
+
+namespace chimera::torch_ext {
+
+/// Rank and size of MPI_COMM_WORLD, initialising MPI (funneled) when nobody has.
+[[nodiscard]] Status mpiWorldOf(int& rank, int& size);
+
+/// Creates a chimera MPI backend over exactly the world ranks `worldRanks` (group order: the
+/// communicator rank of `worldRanks[i]` is i), with a one-axis mesh "group" of that size.
+/// Collective over those ranks only (MPI_Comm_create_group), so a torch sub-group is created
+/// by its members alone. `tag` must be equal on the members and differ between groups whose
+/// creations may overlap in time. InvalidArgument when the caller is not in `worldRanks`, a
+/// rank is out of range or repeated. Options come from the environment as createMpiBackend's;
+/// `timeoutMs` > 0 (torch's process-group timeout) bounds every wait instead of the default
+/// unless CHIMERA_TIMEOUT_MS is set.
+[[nodiscard]] Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+                                        std::unique_ptr<Backend>& out);
+
+}  // namespace chimera::torch_ext

@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: Apache-2.0
+// The c10d::Backend "chimera" (see process_group.hpp): torch tensors in, chimera Backend calls out.
+#include "process_group.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#if defined(CHIMERA_HAS_CUDA)
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "chimera/nccl_backend.hpp"
+#endif
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace chimera::torch_ext {
+namespace {
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// The whole group: the backend's mesh is one axis over exactly the group's ranks.
+const AxisSet kGroup = AxisSet::single(0);
+
+// A Work that is complete when created, or (queued point-to-point) when endCoalescing runs it.
+class ChimeraWork final : public c10d::Work {
+ public:
+  ChimeraWork(int rank, OpType type, std::vector<at::Tensor> outputs, bool done)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+    if (done) markDone();
+  }
+  bool isCompleted() override { return done_; }
+  bool isSuccess() const override { return done_; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    TORCH_CHECK(done_, "chimera: this send/recv is queued until endCoalescing runs it; wait on the Work that "
+                       "endCoalescing (batch_isend_irecv) returns");
+    return true;
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  void markDone() {
+    done_ = true;
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool done_ = false;
+};
+
+WorkPtr completed(int rank, OpType type, std::vector<at::Tensor> outputs) {
+  return c10::make_intrusive<ChimeraWork>(rank, type, std::move(outputs), true);
+}
+
+void check(const char* op, const Status& status) {
+  TORCH_CHECK(status.isOk(), "chimera ", op, ": ", status.toString());
+}
+
+void requireHost(const char* op, const at::Tensor& t) {
+  TORCH_CHECK(t.defined(), "chimera ", op, ": undefined tensor");
+  TORCH_CHECK(t.device().is_cpu() || (t.device().is_cuda() && ChimeraProcessGroup::cudaSupported()), "chimera ", op,
+              ": tensor on ", t.device().str(),
+              "; this build runs CPU tensors only (chimera was built without CUDA/NCCL)");
+  TORCH_CHECK(t.layout() == at::kStrided, "chimera ", op, ": only dense (strided) tensors are supported");
+}
+
+void requireOne(const char* op, const std::vector<at::Tensor>& tensors) {
+  TORCH_CHECK(tensors.size() == 1, "chimera ", op, ": expects one tensor per call, got ", tensors.size());
+  requireHost(op, tensors[0]);
+}
+
+std::size_t bytesOf(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
+
+// How a reduction runs: chimera's element type, and the torch type the data is staged in
+// (int8/int16 are widened to int32: sum, product, min and max commute with the wrap back).
+struct ReduceType {
+  DataType dtype;
+  at::ScalarType staged;
+};
+
+ReduceType reduceTypeOf(const char* op, at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return {DataType::F32, type};
+    case at::kDouble: return {DataType::F64, type};
+    case at::kHalf: return {DataType::F16, type};
+    case at::kBFloat16: return {DataType::BF16, type};
+    case at::kInt: return {DataType::I32, type};
+    case at::kLong: return {DataType::I64, type};
+    case at::kByte: return {DataType::U8, type};
+    case at::kChar:
+    case at::kShort: return {DataType::I32, at::kInt};
+    default: break;
+  }
+  TORCH_CHECK(false, "chimera ", op, ": reductions of dtype ", c10::toString(type),
+              " are not supported (float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8 are)");
+}
+
+ReduceOp reduceOpOf(const char* op, const c10d::ReduceOp& reduceOp, bool integral) {
+  switch (reduceOp.op_) {
+    case c10d::ReduceOp::SUM: return ReduceOp::Sum;
+    case c10d::ReduceOp::PRODUCT: return ReduceOp::Prod;
+    case c10d::ReduceOp::MIN: return ReduceOp::Min;
+    case c10d::ReduceOp::MAX: return ReduceOp::Max;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(!integral, "chimera ", op, ": ReduceOp.AVG needs a floating-point tensor");
+      return ReduceOp::Avg;
+    default: break;
+  }
+  TORCH_CHECK(false, "chimera ", op, ": reduce op ", static_cast<int>(reduceOp.op_),
+              " is not supported (SUM, AVG, PRODUCT, MIN, MAX are)");
+}
+
+// A contiguous buffer of `type` standing for `t`: `t` itself when it already is one, else a
+// staging copy (holding t's values when `readIn`), written back by commit().
+class Staged {
+ public:
+  Staged(const at::Tensor& t, at::ScalarType type, bool readIn) : original_(t) {
+    if (t.is_contiguous() && t.scalar_type() == type) {
+      buffer_ = t;
+    } else if (readIn) {
+      buffer_ = t.to(type).contiguous();
+      if (buffer_.is_same(t)) buffer_ = t.clone(at::MemoryFormat::Contiguous);
+    } else {
+      buffer_ = at::empty(t.sizes(), t.options().dtype(type));
+    }
+  }
+  Staged(const at::Tensor& t, bool readIn) : Staged(t, t.scalar_type(), readIn) {}
+  void* data() { return buffer_.data_ptr(); }
+  const at::Tensor& buffer() const { return buffer_; }
+  void commit() {
+    if (!buffer_.is_same(original_)) original_.copy_(buffer_);
+  }
+
+ private:
+  at::Tensor original_;
+  at::Tensor buffer_;
+};
+
+}  // namespace
+
+struct ChimeraProcessGroup::Queued {
+  chimera::Backend* backend = nullptr;
+  at::Tensor tensor;       // kept alive until the grouped call
+  std::optional<Staged> staged;
+  P2POp op;
+  c10::intrusive_ptr<ChimeraWork> work;
+};
+
+ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
+                                         c10::intrusive_ptr<c10d::Store> store)
+    : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
+      store_(std::move(store)) {}
+
+ChimeraProcessGroup::~ChimeraProcessGroup() = default;
+
+bool ChimeraProcessGroup::cudaSupported() {
+#if defined(CHIMERA_HAS_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
+  if (!t.defined() || t.device().is_cpu()) {
+    TORCH_CHECK(hostError_.empty(), "chimera ", op, ": ", hostError_);
+    if (host_ == nullptr) check(op, makeHost_(host_));
+    backend_ = host_.get();
+    return;
+  }
+#if defined(CHIMERA_HAS_CUDA)
+  TORCH_CHECK(t.device().is_cuda(), "chimera ", op, ": tensor on ", t.device().str(), " (CPU and CUDA are supported)");
+  const int device = t.device().index();
+  if (device_ == nullptr) createDeviceBackend(device);
+  TORCH_CHECK(device == deviceIndex_, "chimera ", op, ": tensor on cuda:", device, " but this process group runs on cuda:",
+              deviceIndex_, " (one device per rank)");
+  device_->setStream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  backend_ = device_.get();
+#else
+  TORCH_CHECK(false, "chimera ", op, ": tensor on ", t.device().str(),
+              "; this build runs CPU tensors only (chimera was built without CUDA/NCCL)");
+#endif
+}
+
+void ChimeraProcessGroup::createDeviceBackend(int device) {
+#if defined(CHIMERA_HAS_CUDA)
+  // Group rank 0 makes the NCCL unique id and publishes it in the group's store; the others
+  // wait for it there (the store's timeout bounds the wait).
+  const std::string key = "chimera/nccl_unique_id";
+  NcclUniqueId id;
+  if (rank_ == 0) {
+    check("NCCL unique id", createNcclUniqueId(id));
+    store_->set(key, std::vector<uint8_t>(id.bytes.begin(), id.bytes.end()));
+  } else {
+    const std::vector<uint8_t> bytes = store_->get(key);
+    TORCH_CHECK(bytes.size() == id.bytes.size(), "chimera: NCCL unique id of ", bytes.size(), " bytes in the store");
+    std::memcpy(id.bytes.data(), bytes.data(), bytes.size());
+  }
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  std::unique_ptr<chimera::Backend> backend;
+  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, backend));
+  device_ = std::move(backend);
+  deviceIndex_ = device;
+#else
+  (void)device;
+#endif
+}
+
+WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  requireOne("broadcast", tensors);
+  select(tensors[0], "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera broadcast: root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
+  Staged t(tensors[0], true);
+  check("broadcast", backend_->broadcast(t.data(), t.data(), bytesOf(t.buffer()), DataType::U8,
+                                         static_cast<int>(opts.rootRank), kGroup));
+  t.commit();
+  return completed(rank_, OpType::BROADCAST, tensors);
+}
+
+WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  requireOne("allreduce", tensors);
+  select(tensors[0], "allreduce");
+  const ReduceType type = reduceTypeOf("allreduce", tensors[0].scalar_type());
+  const ReduceOp op = reduceOpOf("allreduce", opts.reduceOp, !at::isFloatingType(tensors[0].scalar_type()));
+  Staged t(tensors[0], type.staged, true);
+  check("allreduce", backend_->allReduce(t.data(), t.data(), static_cast<std::size_t>(t.buffer().numel()),
+                                         type.dtype, op, kGroup));
+  t.commit();
+  return completed(rank_, OpType::ALLREDUCE, tensors);
+}
+
+WorkPtr ChimeraProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceCoalescedOptions& opts) {
+  for (auto& tensor : tensors) {
+    std::vector<at::Tensor> one{tensor};
+    allreduce(one, opts);
+  }
+  return completed(rank_, OpType::ALLREDUCE_COALESCED, tensors);
+}
+
+WorkPtr ChimeraProcessGroup::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  requireOne("reduce", tensors);
+  select(tensors[0], "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera reduce: root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
+  const ReduceType type = reduceTypeOf("reduce", tensors[0].scalar_type());
+  const ReduceOp op = reduceOpOf("reduce", opts.reduceOp, !at::isFloatingType(tensors[0].scalar_type()));
+  // Non-root tensors stay as they were (as with MPI_Reduce): reduce a copy there.
+  at::Tensor work = tensors[0].to(type.staged).contiguous().clone();
+  check("reduce", backend_->allReduce(work.data_ptr(), work.data_ptr(), static_cast<std::size_t>(work.numel()),
+                                      type.dtype, op, kGroup));
+  if (rank_ == opts.rootRank) tensors[0].copy_(work);
+  return completed(rank_, OpType::REDUCE, tensors);
+}
+
+WorkPtr ChimeraProcessGroup::all_gather_single(at::Tensor& output, at::Tensor& input,
+                                               const c10d::AllgatherOptions& /*opts*/) {
+  requireHost("all_gather_into_tensor", input);
+  requireHost("all_gather_into_tensor", output);
+  select(input, "all_gather_into_tensor");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera all_gather_into_tensor: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(output.numel() == input.numel() * size_, "chimera all_gather_into_tensor: output has ", output.numel(),
+              " elements, expected ", size_, " x ", input.numel());
+  Staged in(input, true);
+  Staged out(output, false);
+  check("all_gather_into_tensor",
+        backend_->allGather(in.data(), out.data(), bytesOf(in.buffer()), DataType::U8, kGroup));
+  out.commit();
+  return completed(rank_, OpType::_ALLGATHER_BASE, {output});
+}
+
+WorkPtr ChimeraProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                             const c10d::AllgatherOptions& opts) {
+  return all_gather_single(output, input, opts);
+}
+
+WorkPtr ChimeraProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                       const c10d::AllgatherOptions& opts) {
+  requireOne("all_gather", inputs);
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "chimera all_gather: expects ",
+              size_, " output tensors");
+  const at::Tensor& input = inputs[0];
+  std::vector<int64_t> shape{size_};
+  shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+  at::Tensor flat = at::empty(shape, input.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor in = input;
+  all_gather_single(flat, in, opts);
+  for (int i = 0; i < size_; ++i) {
+    at::Tensor& out = outputs[0][static_cast<std::size_t>(i)];
+    requireHost("all_gather", out);
+    TORCH_CHECK(out.numel() == input.numel(), "chimera all_gather: output ", i, " has ", out.numel(),
+                " elements, input has ", input.numel());
+    out.copy_(flat[i].view(out.sizes()));
+  }
+  return completed(rank_, OpType::ALLGATHER, outputs[0]);
+}
+
+WorkPtr ChimeraProcessGroup::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                 std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_coalesced: ", outputs.size(), " output lists for ",
+              inputs.size(), " inputs");
+  std::vector<at::Tensor> all;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> out{outputs[i]};
+    std::vector<at::Tensor> in{inputs[i]};
+    allgather(out, in, opts);
+    all.insert(all.end(), outputs[i].begin(), outputs[i].end());
+  }
+  return completed(rank_, OpType::ALLGATHER_COALESCED, all);
+}
+
+WorkPtr ChimeraProcessGroup::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_into_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i) all_gather_single(outputs[i], inputs[i], opts);
+  return completed(rank_, OpType::COALESCED, outputs);
+}
+
+WorkPtr ChimeraProcessGroup::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::AllgatherOptions& opts) {
+  return all_gather_single_coalesced(outputs, inputs, opts);
+}
+
+WorkPtr ChimeraProcessGroup::reduce_scatter_single(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::ReduceScatterOptions& opts) {
+  requireHost("reduce_scatter_tensor", input);
+  requireHost("reduce_scatter_tensor", output);
+  select(input, "reduce_scatter_tensor");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera reduce_scatter_tensor: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * size_, "chimera reduce_scatter_tensor: input has ", input.numel(),
+              " elements, expected ", size_, " x ", output.numel());
+  const ReduceType type = reduceTypeOf("reduce_scatter_tensor", input.scalar_type());
+  const ReduceOp op = reduceOpOf("reduce_scatter_tensor", opts.reduceOp, !at::isFloatingType(input.scalar_type()));
+  Staged in(input, type.staged, true);
+  Staged out(output, type.staged, false);
+  check("reduce_scatter_tensor", backend_->reduceScatter(in.data(), out.data(),
+                                                         static_cast<std::size_t>(output.numel()), type.dtype, op,
+                                                         kGroup));
+  out.commit();
+  return completed(rank_, OpType::_REDUCE_SCATTER_BASE, {output});
+}
+
+WorkPtr ChimeraProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                  const c10d::ReduceScatterOptions& opts) {
+  return reduce_scatter_single(output, input, opts);
+}
+
+WorkPtr ChimeraProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                            std::vector<std::vector<at::Tensor>>& inputs,
+                                            const c10d::ReduceScatterOptions& opts) {
+  requireOne("reduce_scatter", outputs);
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "chimera reduce_scatter: expects ",
+              size_, " input tensors");
+  std::vector<at::Tensor> flat;
+  for (const auto& t : inputs[0]) {
+    requireHost("reduce_scatter", t);
+    TORCH_CHECK(t.numel() == outputs[0].numel(), "chimera reduce_scatter: an input has ", t.numel(),
+                " elements, the output ", outputs[0].numel());
+    flat.push_back(t.reshape({-1}));
+  }
+  at::Tensor input = at::cat(flat);
+  return reduce_scatter_single(outputs[0], input, opts);
+}
+
+WorkPtr ChimeraProcessGroup::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "chimera reduce_scatter_tensor_coalesced: ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i) reduce_scatter_single(outputs[i], inputs[i], opts);
+  return completed(rank_, OpType::COALESCED, outputs);
+}
+
+WorkPtr ChimeraProcessGroup::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                             std::vector<at::Tensor>& inputs,
+                                                             const c10d::ReduceScatterOptions& opts) {
+  return reduce_scatter_single_coalesced(outputs, inputs, opts);
+}
+
+WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                    const c10d::GatherOptions& opts) {
+  requireOne("gather", inputs);
+  select(inputs[0], "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera gather: root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
+  const int root = static_cast<int>(opts.rootRank);
+  Staged in(inputs[0], true);
+  const std::size_t bytes = bytesOf(in.buffer());
+  std::vector<P2POp> ops;
+  std::vector<Staged> staged;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "chimera gather: the root expects ",
+                size_, " output tensors");
+    staged.reserve(static_cast<std::size_t>(size_));
+    for (int i = 0; i < size_; ++i) {
+      at::Tensor& out = outputs[0][static_cast<std::size_t>(i)];
+      requireHost("gather", out);
+      TORCH_CHECK(bytesOf(out) == bytes && out.scalar_type() == inputs[0].scalar_type(), "chimera gather: output ", i,
+                  " does not match the input's size and dtype");
+      staged.emplace_back(out, false);
+      if (i == root) {
+        check("gather", backend_->copy(staged.back().data(), in.data(), bytes));
+      } else if (bytes > 0) {
+        ops.push_back({P2POp::Kind::Recv, staged.back().data(), bytes, DataType::U8, i});
+      }
+    }
+  } else if (bytes > 0) {
+    ops.push_back({P2POp::Kind::Send, in.data(), bytes, DataType::U8, root});
+  }
+  check("gather", backend_->groupedP2P(ops));
+  for (auto& s : staged) s.commit();
+  return completed(rank_, OpType::GATHER, rank_ == root ? outputs[0] : std::vector<at::Tensor>{});
+}
+
+WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                     const c10d::ScatterOptions& opts) {
+  requireOne("scatter", outputs);
+  select(outputs[0], "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera scatter: root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
+  const int root = static_cast<int>(opts.rootRank);
+  Staged out(outputs[0], false);
+  const std::size_t bytes = bytesOf(out.buffer());
+  std::vector<P2POp> ops;
+  std::vector<at::Tensor> sources;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "chimera scatter: the root expects ",
+                size_, " input tensors");
+    for (int i = 0; i < size_; ++i) {
+      const at::Tensor& in = inputs[0][static_cast<std::size_t>(i)];
+      requireHost("scatter", in);
+      TORCH_CHECK(bytesOf(in) == bytes && in.scalar_type() == outputs[0].scalar_type(), "chimera scatter: input ", i,
+                  " does not match the output's size and dtype");
+      sources.push_back(in.contiguous());
+      if (i == root) {
+        check("scatter", backend_->copy(out.data(), sources.back().data_ptr(), bytes));
+      } else if (bytes > 0) {
+        ops.push_back({P2POp::Kind::Send, sources.back().data_ptr(), bytes, DataType::U8, i});
+      }
+    }
+  } else if (bytes > 0) {
+    ops.push_back({P2POp::Kind::Recv, out.data(), bytes, DataType::U8, root});
+  }
+  check("scatter", backend_->groupedP2P(ops));
+  out.commit();
+  return completed(rank_, OpType::SCATTER, outputs);
+}
+
+WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& /*opts*/) {
+  requireHost("all_to_all_single", input);
+  requireHost("all_to_all_single", output);
+  select(input, "all_to_all_single");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chimera all_to_all_single: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  Staged in(input, true);
+  Staged out(output, false);
+  auto* src = static_cast<const std::uint8_t*>(in.data());
+  auto* dst = static_cast<std::uint8_t*>(out.data());
+  if (inputSplits.empty() && outputSplits.empty()) {
+    TORCH_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0, "chimera all_to_all_single: ",
+                input.numel(), " input and ", output.numel(), " output elements cannot split evenly over ", size_,
+                " ranks");
+    if (input.numel() > 0)
+      check("all_to_all_single",
+            backend_->allToAll(src, dst, bytesOf(in.buffer()) / static_cast<std::size_t>(size_), DataType::U8,
+                               kGroup));
+  } else {
+    // Uneven splits along dim 0: one grouped exchange of each peer's rows.
+    auto rowBytes = [](const at::Tensor& t) -> std::size_t {
+      return t.dim() == 0 || t.size(0) == 0 ? 0 : bytesOf(t) / static_cast<std::size_t>(t.size(0));
+    };
+    auto splitsOf = [&](std::vector<int64_t> splits, const at::Tensor& t, const char* which) {
+      if (splits.empty()) {
+        TORCH_CHECK(t.dim() > 0 && t.size(0) % size_ == 0, "chimera all_to_all_single: ", which,
+                    " dim 0 does not split evenly over ", size_, " ranks");
+        splits.assign(static_cast<std::size_t>(size_), t.size(0) / size_);
+      }
+      TORCH_CHECK(static_cast<int>(splits.size()) == size_, "chimera all_to_all_single: ", splits.size(), " ", which,
+                  " split sizes for ", size_, " ranks");
+      const int64_t total = std::accumulate(splits.begin(), splits.end(), int64_t{0});
+      TORCH_CHECK(t.dim() > 0 && total == t.size(0), "chimera all_to_all_single: ", which, " split sizes sum to ",
+                  total, " but dim 0 has ", t.dim() > 0 ? t.size(0) : 0, " rows");
+      return splits;
+    };
+    const std::vector<int64_t> sendRows = splitsOf(inputSplits, input, "input");
+    const std::vector<int64_t> recvRows = splitsOf(outputSplits, output, "output");
+    const std::size_t inRow = rowBytes(input);
+    const std::size_t outRow = rowBytes(output);
+    TORCH_CHECK(inRow == outRow || inRow == 0 || outRow == 0, "chimera all_to_all_single: input rows of ", inRow,
+                " bytes, output rows of ", outRow);
+    std::vector<P2POp> ops;
+    std::size_t sendOffset = 0;
+    std::size_t recvOffset = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      const std::size_t sendBytes = static_cast<std::size_t>(sendRows[static_cast<std::size_t>(peer)]) * inRow;
+      const std::size_t recvBytes = static_cast<std::size_t>(recvRows[static_cast<std::size_t>(peer)]) * outRow;
+      if (peer == rank_) {
+        TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all_single: this rank sends itself ", sendBytes,
+                    " bytes but expects ", recvBytes);
+        if (sendBytes > 0) check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes));
+      } else {
+        if (sendBytes > 0) ops.push_back({P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes,
+                                          DataType::U8, peer});
+        if (recvBytes > 0) ops.push_back({P2POp::Kind::Recv, dst + recvOffset, recvBytes, DataType::U8, peer});
+      }
+      sendOffset += sendBytes;
+      recvOffset += recvBytes;
+    }
+    check("all_to_all_single", backend_->groupedP2P(ops));
+  }
+  out.commit();
+  return completed(rank_, OpType::ALLTOALL_BASE, {output});
+}
+
+WorkPtr ChimeraProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplits,
+                                           std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
+  return all_to_all_single(output, input, outputSplits, inputSplits, opts);
+}
+
+WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                      const c10d::AllToAllOptions& /*opts*/) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
+              "chimera all_to_all: expects ", size_, " input and output tensors");
+  select(inputs[0], "all_to_all");
+  std::vector<at::Tensor> sources;
+  std::vector<Staged> targets;
+  targets.reserve(outputs.size());
+  std::vector<P2POp> ops;
+  for (int peer = 0; peer < size_; ++peer) {
+    const auto p = static_cast<std::size_t>(peer);
+    requireHost("all_to_all", inputs[p]);
+    requireHost("all_to_all", outputs[p]);
+    sources.push_back(inputs[p].contiguous());
+    targets.emplace_back(outputs[p], false);
+    if (peer == rank_) {
+      TORCH_CHECK(bytesOf(sources.back()) == bytesOf(outputs[p]), "chimera all_to_all: this rank's input and output ",
+                  "tensors for itself differ in size");
+      check("all_to_all", backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p])));
+      continue;
+    }
+    if (bytesOf(sources.back()) > 0)
+      ops.push_back({P2POp::Kind::Send, sources.back().data_ptr(), bytesOf(sources.back()), DataType::U8, peer});
+    if (bytesOf(outputs[p]) > 0)
+      ops.push_back({P2POp::Kind::Recv, targets.back().data(), bytesOf(outputs[p]), DataType::U8, peer});
+  }
+  check("all_to_all", backend_->groupedP2P(ops));
+  for (auto& t : targets) t.commit();
+  return completed(rank_, OpType::ALLTOALL, outputs);
+}
+
+WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend) {
+  const char* name = isSend ? "send" : "recv";
+  requireOne(name, tensors);
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "chimera ", name, ": peer ", peer,
+              " is not another rank of this group of ", size_);
+  select(tensors[0], name);
+  if (coalescing_) {
+    Queued q;
+    q.backend = backend_;
+    q.tensor = tensors[0];
+    q.staged.emplace(tensors[0], isSend);
+    q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()),
+            DataType::U8, peer};
+    q.work = c10::make_intrusive<ChimeraWork>(rank_, isSend ? OpType::SEND : OpType::RECV, tensors, false);
+    auto work = q.work;
+    queued_.push_back(std::move(q));
+    return work;
+  }
+  Staged t(tensors[0], isSend);
+  const std::size_t bytes = bytesOf(t.buffer());
+  check(name, isSend ? backend_->send(t.data(), bytes, DataType::U8, peer)
+                     : backend_->recv(t.data(), bytes, DataType::U8, peer));
+  if (!isSend) t.commit();
+  return completed(rank_, isSend ? OpType::SEND : OpType::RECV, tensors);
+}
+
+WorkPtr ChimeraProcessGroup::send(std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) {
+  return pointToPoint(tensors, dstRank, true);
+}
+
+WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) {
+  return pointToPoint(tensors, srcRank, false);
+}
+
+WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
+  if (!hostError_.empty() && device_ != nullptr) {
+    // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
+    at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
+    select(token, "barrier");
+    check("barrier", backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup));
+    check("barrier", backend_->synchronize());
+    return completed(rank_, OpType::BARRIER, {});
+  }
+  select(at::Tensor(), "barrier");
+  std::int32_t token = 0;
+  check("barrier", backend_->allReduce(&token, &token, 1, DataType::I32, ReduceOp::Sum, kGroup));
+  return completed(rank_, OpType::BARRIER, {});
+}
+
+void ChimeraProcessGroup::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "chimera startCoalescing: already coalescing");
+  coalescing_ = true;
+}
+
+WorkPtr ChimeraProcessGroup::endCoalescing() {
+  TORCH_CHECK(coalescing_, "chimera endCoalescing: startCoalescing was not called");
+  coalescing_ = false;
+  std::vector<Queued> queued = std::move(queued_);
+  queued_.clear();
+  std::vector<P2POp> ops;
+  std::vector<at::Tensor> tensors;
+  for (const auto& q : queued) {
+    TORCH_CHECK(q.backend == queued.front().backend, "chimera batch_isend_irecv: CPU and CUDA tensors in one batch");
+    if (q.op.count > 0) ops.push_back(q.op);
+    tensors.push_back(q.tensor);
+  }
+  if (!queued.empty()) check("batch_isend_irecv", queued.front().backend->groupedP2P(ops));
+  for (auto& q : queued) {
+    if (q.op.kind == P2POp::Kind::Recv) q.staged->commit();
+    q.work->markDone();
+  }
+  return completed(rank_, OpType::COALESCED, tensors);
+}
+
+}  // namespace chimera::torch_ext

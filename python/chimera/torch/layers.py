@@ -1,0 +1,375 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Megatron-style tensor + sequence parallel layers whose collectives go through a chimera Session.
+
+Every collective a layer needs, forward and backward, is recorded on the Session of a
+:class:`ParallelContext`, written the way a framework without fusion writes it, with a
+declaration of what the next computation reads; the Session fuses where that pays:
+
+* the partial output of a row-parallel matmul: ``allreduce:tp`` + "the next op reads my rows"
+  (sequence parallelism) runs as one ReduceScatter; the backward of a column-parallel matmul
+  (its partial input gradient) likewise;
+* the sequence-parallel input of a column-parallel matmul (and the backward of a row-parallel
+  one): ``allgather:tp``;
+* the pipeline hand-off ``allreduce:tp`` + ``send:pp`` with the next stage reading its rows:
+  ReduceScatter + a many-to-many of the shards (:func:`pipeline_handoff`);
+* MoE token dispatch/combine: AllToAll over ``ep`` (:func:`moe_dispatch`, :func:`moe_combine`).
+
+With ``fusion=False`` the same calls run exactly as recorded (an AllReduce, then a local slice).
+Tokens are rows of 2-D activations ``[tokens, features]``, sharded over ``dp`` (when the mesh has
+it) and, in sequence-parallel regions, over ``tp`` inside it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _extension
+
+
+class ParallelContext:
+    """A mesh (e.g. ``{"dp": 2, "tp": 4}``, row-major over the MPI world) and the chimera Session
+    the layers record on. ``comm="torch"`` issues the same collectives with torch.distributed on
+    groups of the current default backend instead (the unfused reference, e.g. gloo)."""
+
+    def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera"):
+        if comm not in ("chimera", "torch"):
+            raise ValueError(f"comm must be 'chimera' or 'torch', not {comm!r}")
+        self.axes = dict(axes)
+        self.names = list(self.axes)
+        self.comm = comm
+        rank, size = _extension.load().mpi_world()
+        total = 1
+        for s in self.axes.values():
+            total *= s
+        if total != size:
+            raise ValueError(f"mesh {self.axes} has {total} ranks but the MPI world has {size}")
+        self.rank = rank
+        self.coords = {}
+        rest = rank
+        for name in reversed(self.names):
+            self.coords[name] = rest % self.axes[name]
+            rest //= self.axes[name]
+        self.runtime = _extension.load().MeshRuntime(list(self.axes.items()), fusion) if comm == "chimera" else None
+        self._groups = {}
+        self.comm_seconds = 0.0
+
+    # --- mesh facts --------------------------------------------------------------------------
+    def size(self, axis: str) -> int:
+        return self.axes.get(axis, 1)
+
+    def coord(self, axis: str) -> int:
+        return self.coords.get(axis, 0)
+
+    def _rows_layout(self, extra: str = "") -> str:
+        """Layout of token rows: split over dp (if any), then over `extra` axes inside it."""
+        parts = [a for a in ("dp",) if a in self.axes] + ([extra] if extra else [])
+        return "+".join(parts) + "=S0" if parts else f"{self.names[0]}=R"
+
+    def _with(self, layout: str, more: str) -> str:
+        return more if layout.endswith("=R") else f"{layout},{more}"
+
+    def _torch_group(self, axis: str):
+        import torch.distributed as dist
+
+        if axis not in self._groups:
+            mine = None
+            idx = self.names.index(axis)
+            stride = 1
+            for name in self.names[idx + 1:]:
+                stride *= self.axes[name]
+            # Every rank creates every group of `axis`, in the same order (torch requires it).
+            seen = set()
+            for r in range(dist.get_world_size()):
+                base = r - ((r // stride) % self.axes[axis]) * stride
+                if base in seen:
+                    continue
+                seen.add(base)
+                ranks = [base + i * stride for i in range(self.axes[axis])]
+                g = dist.new_group(ranks)
+                if self.rank in ranks:
+                    mine = g
+            self._groups[axis] = mine
+        return self._groups[axis]
+
+    # --- the collectives the layers use ------------------------------------------------------
+    def reduce_to_rows(self, partial: torch.Tensor) -> torch.Tensor:
+        """`partial` ([rows of this dp shard, f], partial over tp) summed over tp; returns this
+        rank's rows of the sum (sequence parallel). Recorded as allreduce:tp + a read of the rows."""
+        tp = self.size("tp")
+        rows = partial.shape[0] // tp
+        mine = slice(self.coord("tp") * rows, (self.coord("tp") + 1) * rows)
+        if tp == 1:
+            return partial
+        partial = partial.contiguous()
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            out = torch.empty((rows,) + tuple(partial.shape[1:]), dtype=partial.dtype)
+            dist.reduce_scatter_tensor(out, partial, group=self._torch_group("tp"))
+        else:
+            shape = [partial.shape[0] * self.size("dp")] + list(partial.shape[1:])
+            base = self._rows_layout()
+            h = self.runtime.tensor(partial, shape, self._with(base, "tp=P"))
+            h = self.runtime.all_reduce(h, "tp")
+            self.runtime.declare_read(h, self._rows_layout("tp"))
+            self.runtime.flush()
+            out = partial[mine].clone()
+        self.comm_seconds += _now() - start
+        return out
+
+    def gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's rows gathered over tp into the rows of its dp shard (allgather:tp:0)."""
+        tp = self.size("tp")
+        if tp == 1:
+            return rows
+        rows = rows.contiguous()
+        out = torch.empty((rows.shape[0] * tp,) + tuple(rows.shape[1:]), dtype=rows.dtype)
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
+        else:
+            shape = [rows.shape[0] * tp * self.size("dp")] + list(rows.shape[1:])
+            h = self.runtime.tensor(rows, shape, self._rows_layout("tp"))
+            self.runtime.all_gather(h, "tp", 0, out)
+            self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return out
+
+    def all_reduce_(self, tensors: list[torch.Tensor], axes: list[str]) -> None:
+        """Sums each tensor over the mesh axes `axes` in place (gradients of replicated
+        parameters), as one Session window."""
+        axes = [a for a in axes if self.size(a) > 1]
+        if not axes or not tensors:
+            return
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            for axis in axes:
+                group = self._torch_group(axis)
+                for t in tensors:
+                    dist.all_reduce(t, group=group)
+        else:
+            joined = "+".join(a for a in self.names if a in axes)
+            for t in tensors:
+                assert t.is_contiguous()
+                h = self.runtime.tensor(t, list(t.shape), f"{joined}=P")
+                self.runtime.all_reduce(h, joined)
+            self.runtime.flush()
+        self.comm_seconds += _now() - start
+
+    # --- pipeline hand-off ----------------------------------------------------------------------
+    def _stage_rows(self, stage: int, extra: str = "") -> str:
+        return f"pp=@{stage}," + self._rows_layout(extra) if not self._rows_layout(extra).endswith("=R") \
+            else f"pp=@{stage}"
+
+    def pipeline_send(self, partial, stage: int, shape, dtype=torch.float32):
+        """Stage `stage` hands its output, partial over tp (``partial``: [rows of the dp shard, f]
+        on its ranks, None elsewhere), to stage+1, which reads only its rows (sequence parallel).
+        Recorded as allreduce:tp + send:pp; the Session fuses that into a ReduceScatter and a
+        many-to-many of shards. Call on every rank (SPMD); returns this rank's rows on stage+1,
+        None on the other ranks. `shape` is the local [rows, f] of `partial`."""
+        if "pp" not in self.axes:
+            raise ValueError("pipeline_send needs a 'pp' mesh axis")
+        mine_stage = self.coord("pp")
+        tp = self.size("tp")
+        rows = shape[0] // tp
+        full = [shape[0] * self.size("dp")] + list(shape[1:])
+        holds = mine_stage == stage
+        receives = mine_stage == stage + 1
+        buf = partial.contiguous() if holds else torch.empty(0, dtype=dtype)
+        recv = torch.empty(list(shape), dtype=dtype) if receives else None
+        start = _now()
+        h = self.runtime.tensor(buf, full, self._with(self._stage_rows(stage), "tp=P") if tp > 1 else
+                                self._stage_rows(stage))
+        if tp > 1:
+            h = self.runtime.all_reduce(h, "tp")
+        h = self.runtime.send(h, "pp", recv)
+        self.runtime.declare_read(h, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        if not receives:
+            return None
+        t = self.coord("tp")
+        return recv[t * rows:(t + 1) * rows].clone()
+
+    def pipeline_send_back(self, grad_rows, stage: int, shape, dtype=torch.float32):
+        """The backward of :meth:`pipeline_send`: stage+1's ranks pass the gradient of their rows,
+        stage `stage` receives the full gradient of its partial input ([rows, f], every tp rank
+        alike). Recorded as allgather:tp + send:pp:prev with stage reading it whole; call on every
+        rank; returns the gradient on stage's ranks, None elsewhere."""
+        tp = self.size("tp")
+        full = [shape[0] * self.size("dp")] + list(shape[1:])
+        mine_stage = self.coord("pp")
+        holds = mine_stage == stage + 1
+        receives = mine_stage == stage
+        buf = grad_rows.contiguous() if holds else torch.empty(0, dtype=dtype)
+        gathered = torch.empty(list(shape), dtype=dtype) if holds else None
+        recv = torch.empty(list(shape), dtype=dtype) if receives else None
+        start = _now()
+        h = self.runtime.tensor(buf, full, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        if tp > 1:
+            h = self.runtime.all_gather(h, "tp", 0, gathered if gathered is not None else torch.empty(0, dtype=dtype))
+        h = self.runtime.send(h, "pp", recv, backward=True)
+        self.runtime.declare_read(h, self._stage_rows(stage))
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return recv
+
+    # --- MoE token dispatch / combine ---------------------------------------------------------
+    def _token_layout(self, axis: str, expert_sharded: bool) -> str:
+        others = [a for a in self.names if a != axis]
+        if expert_sharded:
+            return ",".join(filter(None, ["+".join(others) + "=S1" if others else "", f"{axis}=S0"]))
+        return "+".join(others + [axis]) + "=S1"
+
+    def all_to_all_slots(self, x, axis: str, dispatch: bool):
+        """Dispatch: [E, C, f] (this rank's C slots for every expert) -> [E/n, n*C, f] (this rank's
+        experts, the slots of every rank of `axis`); combine: the inverse. alltoall on the Session."""
+        n = self.size(axis)
+        x = x.contiguous()
+        if dispatch:
+            e, c = x.shape[0], x.shape[1]
+            out = torch.empty((e // n, c * n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [e, c * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, False), 1, 0
+        else:
+            el, cn = x.shape[0], x.shape[1]
+            out = torch.empty((el * n, cn // n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [el * n, cn // n * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, True), 0, 1
+        start = _now()
+        h = self.runtime.tensor(x, logical, src)
+        self.runtime.all_to_all(h, axis, fro, to, out)
+        self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return out
+
+    def axes_product(self) -> int:
+        total = 1
+        for s in self.axes.values():
+            total *= s
+        return total
+
+    def stats(self) -> dict:
+        """The Session's counters (bytes as recorded vs sent, fused chains, windows)."""
+        return dict(self.runtime.stats()) if self.runtime is not None else {}
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()
+
+
+class _ColumnParallel(torch.autograd.Function):
+    """y = allgather_tp(x_rows) @ W_cols^T (+ b_cols); backward reduces dx over tp to rows."""
+
+    @staticmethod
+    def forward(ctx, x_rows, weight, bias, pctx):
+        x = pctx.gather_rows(x_rows)
+        ctx.save_for_backward(x, weight)
+        ctx.pctx = pctx
+        y = x @ weight.t()
+        return y + bias if bias is not None else y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        grad_x = ctx.pctx.reduce_to_rows(grad_y @ weight)
+        return grad_x, grad_y.t() @ x, grad_y.sum(0), None
+
+
+class _RowParallel(torch.autograd.Function):
+    """y_rows = reduce_tp(x_cols @ W_rows^T) restricted to this rank's rows; backward gathers dy."""
+
+    @staticmethod
+    def forward(ctx, x, weight, pctx):
+        ctx.save_for_backward(x, weight)
+        ctx.pctx = pctx
+        return pctx.reduce_to_rows(x @ weight.t())
+
+    @staticmethod
+    def backward(ctx, grad_rows):
+        x, weight = ctx.saved_tensors
+        grad_y = ctx.pctx.gather_rows(grad_rows)
+        return grad_y @ weight, grad_y.t() @ x, None
+
+
+class ColumnParallelLinear(torch.nn.Module):
+    """Linear ``in -> out`` with the output features split over tp; input: this rank's token
+    rows (sequence parallel), output: all rows of the dp shard, this rank's feature columns.
+    ``full_weight``/``full_bias`` (optional) initialise the shard from the unsplit parameters."""
+
+    def __init__(self, pctx, in_features, out_features, full_weight=None, full_bias=None):
+        super().__init__()
+        tp, g = pctx.size("tp"), pctx.coord("tp")
+        if out_features % tp:
+            raise ValueError(f"out_features {out_features} does not split over tp={tp}")
+        n = out_features // tp
+        w = full_weight if full_weight is not None else torch.randn(out_features, in_features) * in_features ** -0.5
+        b = full_bias if full_bias is not None else torch.zeros(out_features)
+        self.weight = torch.nn.Parameter(w[g * n:(g + 1) * n].clone())
+        self.bias = torch.nn.Parameter(b[g * n:(g + 1) * n].clone())
+        self.pctx = pctx
+
+    def forward(self, x_rows):
+        return _ColumnParallel.apply(x_rows, self.weight, self.bias, self.pctx)
+
+
+class RowParallelLinear(torch.nn.Module):
+    """Linear ``in -> out`` with the input features split over tp; input: all rows of the dp
+    shard, this rank's feature columns; output: this rank's token rows (sequence parallel).
+    The bias is replicated over tp (its gradient needs a sum over tp: ``replicated_parameters``)."""
+
+    def __init__(self, pctx, in_features, out_features, full_weight=None, full_bias=None):
+        super().__init__()
+        tp, g = pctx.size("tp"), pctx.coord("tp")
+        if in_features % tp:
+            raise ValueError(f"in_features {in_features} does not split over tp={tp}")
+        n = in_features // tp
+        w = full_weight if full_weight is not None else torch.randn(out_features, in_features) * in_features ** -0.5
+        b = full_bias if full_bias is not None else torch.zeros(out_features)
+        self.weight = torch.nn.Parameter(w[:, g * n:(g + 1) * n].clone())
+        self.bias = torch.nn.Parameter(b.clone())
+        self.pctx = pctx
+
+    def forward(self, x_cols):
+        return _RowParallel.apply(x_cols, self.weight, self.pctx) + self.bias
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, slots, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(slots, axis, dispatch=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=False), None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(expert_out, axis, dispatch=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=True), None, None
+
+
+def moe_dispatch(pctx, slots, axis: str = "ep"):
+    """MoE token dispatch: ``slots`` [experts, capacity, f] (this rank's tokens placed in each
+    expert's slots) -> [experts / n, n * capacity, f] for this rank's experts (n = size of
+    `axis`). One AllToAll on the Session; its backward is the combine."""
+    return _Dispatch.apply(slots, pctx, axis)
+
+
+def moe_combine(pctx, expert_out, axis: str = "ep"):
+    """The inverse of :func:`moe_dispatch` (backward: the dispatch)."""
+    return _Combine.apply(expert_out, pctx, axis)

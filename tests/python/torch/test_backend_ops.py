@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: Apache-2.0
+# The "chimera" torch.distributed backend against gloo: every op DTensor, FSDP2 and Megatron
+# use, for every dtype gloo reduces, on values whose sums are exact (so results must be equal
+# bit for bit). Run under mpirun with 4 ranks (ctest label python).
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import agree
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64]
+OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+
+
+def values(shape, dtype, rank, seed=0):
+    """Small integers, a function of (seed, rank, index): exact in every dtype under +,*,min,max of 4 ranks."""
+    n = 1
+    for s in shape:
+        n *= s
+    base = (torch.arange(n, dtype=torch.int64) * 7 + rank * 3 + seed) % 5 + (1 if dtype == torch.uint8 else -2)
+    return base.reshape(shape).to(dtype)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", OPS, ids=str)
+def test_all_reduce(world, dtype, op):
+    rank, n, gloo = world
+    x = values((3, 5), dtype, rank)
+    ours, ref = x.clone(), x.clone()
+    work = dist.all_reduce(ours, op=op, async_op=True)
+    work.wait()
+    dist.all_reduce(ref, op=op, group=gloo)
+    agree(same(ours, ref), gloo, f"all_reduce {dtype} {op}: {ours} vs {ref}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reduce_scatter_tensor(world, dtype):
+    rank, n, gloo = world
+    x = values((n * 2, 3), dtype, rank)
+    ours = torch.empty((2, 3), dtype=dtype)
+    ref = torch.empty((2, 3), dtype=dtype)
+    dist.reduce_scatter_tensor(ours, x, op=dist.ReduceOp.SUM)
+    dist.reduce_scatter_tensor(ref, x, op=dist.ReduceOp.SUM, group=gloo)
+    agree(same(ours, ref), gloo, f"reduce_scatter_tensor {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_gather(world, dtype):
+    rank, n, gloo = world
+    x = values((2, 3), dtype, rank)
+    ours = torch.empty((n * 2, 3), dtype=dtype)
+    ref = torch.empty((n * 2, 3), dtype=dtype)
+    dist.all_gather_into_tensor(ours, x)
+    dist.all_gather_into_tensor(ref, x, group=gloo)
+    lists = [torch.empty_like(x) for _ in range(n)]
+    dist.all_gather(lists, x)
+    agree(same(ours, ref) and same(torch.cat(lists), ref), gloo, f"all_gather {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_all_to_all_single_even_and_uneven(world, dtype):
+    rank, n, gloo = world
+    x = values((n * 2, 3), dtype, rank)
+    ours, ref = torch.empty_like(x), torch.empty_like(x)
+    dist.all_to_all_single(ours, x)
+    dist.all_to_all_single(ref, x, group=gloo)
+    ok = same(ours, ref)
+    # Uneven: rank r sends (r + j) % 3 rows to rank j (zero rows included).
+    send = [(rank + j) % 3 for j in range(n)]
+    recv = [(j + rank) % 3 for j in range(n)]
+    x = values((sum(send), 4), dtype, rank, seed=1)
+    ours = torch.empty((sum(recv), 4), dtype=dtype)
+    ref = torch.empty_like(ours)
+    dist.all_to_all_single(ours, x, recv, send)
+    dist.all_to_all_single(ref, x, recv, send, group=gloo)
+    agree(ok and same(ours, ref), gloo, f"all_to_all_single {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_broadcast_scatter_gather(world, dtype):
+    rank, n, gloo = world
+    root = n - 1
+    x = values((4, 2), dtype, rank)
+    ours, ref = x.clone(), x.clone()
+    dist.broadcast(ours, src=root)
+    dist.broadcast(ref, src=root, group=gloo)
+    ok = same(ours, ref)
+    chunks = [values((2, 2), dtype, rank, seed=j) for j in range(n)] if rank == root else None
+    ours, ref = torch.empty((2, 2), dtype=dtype), torch.empty((2, 2), dtype=dtype)
+    dist.scatter(ours, chunks, src=root)
+    dist.scatter(ref, chunks, src=root, group=gloo)
+    ok = ok and same(ours, ref)
+    mine = values((3,), dtype, rank)
+    got = [torch.empty(3, dtype=dtype) for _ in range(n)] if rank == 0 else None
+    exp = [torch.empty(3, dtype=dtype) for _ in range(n)] if rank == 0 else None
+    dist.gather(mine, got, dst=0)
+    dist.gather(mine, exp, dst=0, group=gloo)
+    if rank == 0:
+        ok = ok and all(same(a, b) for a, b in zip(got, exp))
+    agree(ok, gloo, f"broadcast/scatter/gather {dtype}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_send_recv_and_batch(world, dtype):
+    rank, n, gloo = world
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    x = values((5,), dtype, rank)
+    got = torch.empty_like(x)
+    # Blocking ring: even ranks send first, odd ranks receive first.
+    if rank % 2 == 0:
+        dist.send(x, nxt)
+        dist.recv(got, prv)
+    else:
+        dist.recv(got, prv)
+        dist.send(x, nxt)
+    ok = same(got, values((5,), dtype, prv))
+    # batch_isend_irecv: both directions at once (coalesced into one grouped call).
+    a, b = torch.empty_like(x), torch.empty_like(x)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt), dist.P2POp(dist.isend, x, prv),
+                                   dist.P2POp(dist.irecv, a, prv), dist.P2POp(dist.irecv, b, nxt)])
+    for req in reqs:
+        req.wait()
+    ok = ok and same(a, values((5,), dtype, prv)) and same(b, values((5,), dtype, nxt))
+    agree(ok, gloo, f"send/recv {dtype}")
+
+
+def test_coalesced_variants(world):
+    rank, n, gloo = world
+    xs = [values((n, 2), torch.float32, rank, seed=s) for s in range(3)]
+    outs = [torch.empty((1, 2)) for _ in xs]
+    refs = [torch.empty((1, 2)) for _ in xs]
+    with dist._coalescing_manager(async_ops=True) as cm:  # noqa: SLF001 (what DTensor/FSDP use)
+        for o, x in zip(outs, xs):
+            dist.reduce_scatter_tensor(o, x)
+    cm.wait()
+    for o, x in zip(refs, xs):
+        dist.reduce_scatter_tensor(o, x, group=gloo)
+    ok = all(same(a, b) for a, b in zip(outs, refs))
+    gathered = [torch.empty((n, 2)) for _ in xs]
+    with dist._coalescing_manager(async_ops=True) as cm:  # noqa: SLF001
+        for g, o in zip(gathered, outs):
+            dist.all_gather_into_tensor(g, o)
+    cm.wait()
+    expect = [torch.empty((n, 2)) for _ in xs]
+    for g, o in zip(expect, refs):
+        dist.all_gather_into_tensor(g, o, group=gloo)
+    ok = ok and all(same(a, b) for a, b in zip(gathered, expect))
+    ar = [x.clone() for x in xs]
+    with dist._coalescing_manager(async_ops=True) as cm:  # noqa: SLF001
+        for t in ar:
+            dist.all_reduce(t)
+    cm.wait()
+    ref_ar = [x.clone() for x in xs]
+    for t in ref_ar:
+        dist.all_reduce(t, group=gloo)
+    agree(ok and all(same(a, b) for a, b in zip(ar, ref_ar)), gloo, "coalesced variants")
+
+
+def test_new_group_and_barrier(world):
+    rank, n, gloo = world
+    evens = dist.new_group([r for r in range(n) if r % 2 == 0])
+    odds = dist.new_group([r for r in range(n) if r % 2 == 1])
+    mine = evens if rank % 2 == 0 else odds
+    x = torch.tensor([float(rank)])
+    dist.all_reduce(x, group=mine)
+    expect = float(sum(r for r in range(n) if r % 2 == rank % 2))
+    dist.barrier()
+    members = [r for r in range(n) if r % 2 == rank % 2]
+    y = torch.empty(len(members), dtype=torch.int64)
+    dist.all_gather_into_tensor(y, torch.tensor([rank]), group=mine)
+    agree(x.item() == expect and y.tolist() == members, gloo, f"sub-group: {x.item()} vs {expect}, {y.tolist()}")
+
+
+def test_errors_are_raised_not_crashes(world):
+    rank, n, gloo = world
+    with pytest.raises((RuntimeError, ValueError), match="chimera|does not support|dtype"):
+        dist.all_reduce(torch.tensor([True, False]))
+    with pytest.raises((RuntimeError, ValueError)):
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    # A wrong output size fails locally with a message naming both sizes, before any transfer.
+    with pytest.raises(RuntimeError, match="elements"):
+        dist.all_gather_into_tensor(torch.empty(n + 1), torch.ones(1))
+    agree(True, gloo, "errors")
