@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include <nanobind/stl/vector.h>
+
 #include "bindings.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/nccl_backend.hpp"
@@ -261,6 +263,17 @@ void bindBackend(nb::module_& m) {
       .def(
           "recv", [](PyBackend& self, nb::handle t, int peer) { pointToPoint(self, t, peer, false); },
           nb::arg("tensor"), nb::arg("peer"), "Receives into tensor from world rank peer.")
+      .def(
+          "create_groups",
+          [](PyBackend& self, const std::vector<nb::object>& groups) {
+            Backend& backend = self.get("create_groups");
+            std::vector<AxisSet> sets;
+            for (const nb::object& axes : groups) sets.push_back(toAxes(axes, backend.mesh()));
+            checkWithoutGil([&] { return backend.createGroups(sets); });
+          },
+          nb::arg("groups"),
+          "Creates the communicators of these axis groups (each a name like 'tp' or 'dp+tp'), "
+          "collectively over the world, once at setup. Per-rank sessions need their groups made here.")
       .def(
           "synchronize",
           [](PyBackend& self) {

@@ -34,13 +34,14 @@ struct PyTensorHandle {
 class PySession : public Resource {
  public:
   PySession(nb::object backend, nb::handle fusion, nb::handle checkEveryWindow, nb::handle cost,
-            nb::handle preparedPlans)
+            nb::handle preparedPlans, nb::handle perRank)
       : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)), cost_(makeCost(cost)) {
     SessionOptions options;
     check(SessionOptions::fromEnvironment(options));
     if (!fusion.is_none()) options.fusion = nb::cast<bool>(fusion);
     if (!checkEveryWindow.is_none()) options.checkEveryWindow = nb::cast<bool>(checkEveryWindow);
     if (!preparedPlans.is_none()) options.preparedPlanLimit = nb::cast<std::size_t>(preparedPlans);
+    if (!perRank.is_none()) options.perRank = nb::cast<bool>(perRank);
     options.cost = cost.is_none() ? nullptr : cost_.get();
     check(Session::create(owner()->get("Session"), options, session_));
   }
@@ -69,6 +70,23 @@ class PySession : public Resource {
     TensorHandle handle;
     check(session.tensor(local.data, local.bytes, spec, layout, handle));
     return remember(handle, spec, buffer);
+  }
+
+  /// Per-rank recording: this rank's receiving side of a hand-off along `axes` (from the
+  /// previous stage, or from the next one when `back`), arriving placed as `layout` into `out`.
+  PyTensorHandle receive(nb::handle out, nb::handle layoutObj, nb::handle axes, nb::handle specObj, bool back) {
+    const char* call = back ? "Session.recv_back" : "Session.recv";
+    Session& session = get(call);
+    const Backend& b = backend(call);
+    const Layout layout = toLayout(layoutObj, b.mesh(), "layout");
+    const TensorSpec spec = resolveSpec(specObj, {{out, &layout}}, b.rank(), call);
+    check(layout.validate(spec));
+    const LocalBuffer local = localBuffer(out, spec, layout, b.rank(), call, "out", owner()->space());
+    const AxisSet axis = toAxes(axes, b.mesh());
+    TensorHandle handle;
+    check(back ? session.recvBack(spec, layout, axis, local.data, local.bytes, handle)
+               : session.recv(spec, layout, axis, local.data, local.bytes, handle));
+    return remember(handle, spec, out);
   }
 
   /// Records `op` on `in`, writing `out` (out-of-place kinds) or `in`'s buffer (in-place kinds).
@@ -250,9 +268,10 @@ void bindSession(nb::module_& m) {
                         "Records collectives as a framework issues them and runs them, fused where the planner "
                         "finds it pays, when a result is needed (flush, wait, consume). Recording is local; "
                         "flush/wait/consume are collective over the world. Every rank records the same calls.")
-      .def(nb::init<nb::object, nb::handle, nb::handle, nb::handle, nb::handle>(), nb::arg("backend"),
+      .def(nb::init<nb::object, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(), nb::arg("backend"),
            nb::arg("fusion").none() = nb::none(), nb::arg("check_every_window").none() = nb::none(),
            nb::arg("cost").none() = nb::none(), nb::arg("prepared_plans").none() = nb::none(),
+           nb::arg("per_rank").none() = nb::none(),
            "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLANS).")
       .def("tensor", &PySession::tensor, nb::arg("tensor").none(), nb::arg("layout"),
            nb::arg("spec").none() = nb::none(),
@@ -321,6 +340,21 @@ void bindSession(nb::module_& m) {
           },
           nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
           "The backward pass's hand-off, to the previous stage.")
+      .def(
+          "recv",
+          [](PySession& s, nb::handle out, nb::handle layout, nb::handle axis, nb::handle spec) {
+            return s.receive(out, layout, axis, spec, false);
+          },
+          nb::arg("out").none(), nb::arg("layout"), nb::arg("axis"), nb::arg("spec").none() = nb::none(),
+          "Per-rank sessions: the receiving side of the previous stage's send along axis; the tensor arrives "
+          "placed as layout (this rank's stage) into out.")
+      .def(
+          "recv_back",
+          [](PySession& s, nb::handle out, nb::handle layout, nb::handle axis, nb::handle spec) {
+            return s.receive(out, layout, axis, spec, true);
+          },
+          nb::arg("out").none(), nb::arg("layout"), nb::arg("axis"), nb::arg("spec").none() = nb::none(),
+          "Per-rank sessions: the receiving side of the next stage's send_back along axis.")
       .def("record", &PySession::recordText, nb::arg("t"), nb::arg("op"), nb::arg("out").none() = nb::none(),
            "Records one chain op given as text (\"alltoall:ep:0:1\").")
       .def(

@@ -242,6 +242,61 @@ def test_tp_sp_example_of_the_docs(grid_backend):
     assert torch.equal(full, torch.full((seq, hidden), expected))
 
 
+@pytest.fixture(scope="module")
+def stage_backend(world):
+    _, size = world
+    with chimera.mpi_backend(f"pp=2,tp={size // 2}") as backend:
+        backend.create_groups(["tp", "pp"])
+        yield backend
+
+
+@pytest.mark.parametrize("back", [False, True], ids=["forward", "backward"])
+def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
+    """Per-rank recording: the sending stage records all_reduce(tp) + send (or send_back), the
+    receiving stage only recv (or recv_back) + a read of the whole tensor. Fused and unfused give
+    the same, exact result, on the first (planned) and the second (cached) window."""
+    backend = stage_backend
+    mesh, rank = backend.mesh, backend.rank
+    tp = mesh.shape[1]
+    spec = chimera.TensorSpec((8 * tp, 16), "f32")
+    src, dst = (1, 0) if back else (0, 1)
+    stage = mesh.coordinates(rank)[0]
+    source = chimera.Layout(f"pp=@{src},tp=P", mesh)
+    target = chimera.Layout(f"pp=@{dst},tp=R", mesh)
+    senders = [r for r in range(mesh.size) if mesh.coordinates(r)[0] == src]
+    expected = torch.full((8 * tp, 16), float(sum(senders))) + len(senders) * torch.arange(16.0)
+    received = {}
+    for fusion in (False, True):
+        session = chimera.Session(backend, fusion=fusion, per_rank=True)
+        for step in range(2):
+            if stage == src:
+                x = torch.full((8 * tp, 16), float(rank)) + torch.arange(16.0)
+                h = session.all_reduce(session.tensor(x, source, spec=spec), "tp")
+                (session.send_back if back else session.send)(h, "pp")
+                session.flush()
+            else:
+                out = torch.full((8 * tp, 16), -1.0)
+                h = (session.recv_back if back else session.recv)(out, target, "pp", spec=spec)
+                session.consume(h, target)
+                received[(fusion, step)] = out
+        stats = session.stats()
+        session.close()
+        if fusion:
+            assert stats["fused_chains"] >= 1, stats
+    if stage == dst:
+        for key, out in received.items():
+            assert torch.equal(out, expected), key
+
+
+def test_per_rank_recv_outside_per_rank_mode_is_an_error(stage_backend):
+    session = chimera.Session(stage_backend)
+    target = chimera.Layout("pp=@1,tp=R", stage_backend.mesh)
+    out = torch.empty(8, 4) if target.holds(stage_backend.rank) else None
+    with pytest.raises(chimera.InvalidArgument):
+        session.recv(out, target, "pp", spec=chimera.TensorSpec((8, 4), "f32"))
+    session.close()
+
+
 def test_a_failed_recording_on_one_rank_gives_mismatch_everywhere(tp_backend):
     size = tp_backend.mesh.size
     session = chimera.Session(tp_backend)
