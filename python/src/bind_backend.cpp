@@ -30,6 +30,19 @@ std::string groupText(const Mesh& mesh, AxisSet axes) {
 // The view of `result` when given (it must match `tensor` exactly), else of `tensor` (in place).
 nb::object resultOf(nb::handle tensor, nb::handle out) { return nb::borrow(out.is_none() ? tensor : out); }
 
+// Views of an in-place-or-`out` call: `in` of `tensor`, `result` of `out` (which must match
+// `tensor` in dtype and size) or of `tensor` itself when `out` is None.
+void viewInPlaceOrOut(nb::handle tensor, nb::handle out, const char* call, MemorySpace space, TensorView& in,
+                      TensorView& result) {
+  in = viewObject(tensor, call, "tensor", space);
+  result = in;
+  if (!out.is_none()) {
+    result = viewObject(out, call, "out", space);
+    expectDtype(result, in.dtype, call, "out", "the dtype of 'tensor'");
+    expectBytes(result, in.bytes, call, "out", "the size of 'tensor'");
+  }
+}
+
 // Runs the tensor checks of one collective call. They are local to this rank, while its peers
 // are about to enter the collective: when one fails, this rank enters it too with arguments
 // the backend rejects (a null buffer, `poison`), so that with argument checking on
@@ -57,13 +70,7 @@ nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::hand
   TensorView in, result;
   checkTensors(
       [&] {
-        in = viewObject(tensor, kCall, "tensor", self.space());
-        result = in;
-        if (!out.is_none()) {
-          result = viewObject(out, kCall, "out", self.space());
-          expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
-          expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
-        }
+        viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result);
       },
       [&] { return backend.allReduce(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
   checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
@@ -149,13 +156,7 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
   TensorView in, result;
   checkTensors(
       [&] {
-        in = viewObject(tensor, kCall, "tensor", self.space());
-        result = in;
-        if (!out.is_none()) {
-          result = viewObject(out, kCall, "out", self.space());
-          expectDtype(result, in.dtype, kCall, "out", "the dtype of 'tensor'");
-          expectBytes(result, in.bytes, kCall, "out", "the size of 'tensor'");
-        }
+        viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result);
       },
       [&] { return backend.broadcast(nullptr, nullptr, 1, DataType::F32, root, group); });
   checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
