@@ -5,7 +5,7 @@
 #include <array>
 #include <atomic>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 
 namespace chimera::detail {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/comm_program.hpp"
+#include "chimera/planning/comm_program.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <array>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cost/fabric.hpp"
 
 namespace chimera::detail {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "box_index.cuh"
-#include "common/check.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_index.hpp"
+#include "core/check.hpp"
+#include "box/box_ops.hpp"
 
 namespace chimera::detail {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 #include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <bit>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "exec/agreement.hpp"
 #include "exec/box_blocks.hpp"
 

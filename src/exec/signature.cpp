@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "chimera/chain.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "planner/redistribute.hpp"
 
 namespace chimera::detail {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

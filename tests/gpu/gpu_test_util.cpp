@@ -6,7 +6,7 @@
 #include "backend/nccl/device_choice.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 #include <memory>
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "buffer_check.hpp"
+#include "core/type_lists.hpp"
 #include "element_codec.hpp"
 #include "input_pattern.hpp"
 

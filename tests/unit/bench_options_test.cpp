@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "collective.hpp"
+#include "core/type_lists.hpp"
 #include "options.hpp"
 
 namespace chimera::bench {

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "chimera/status.hpp"
+#include "common/size_text.hpp"
+#include "core/type_lists.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera {

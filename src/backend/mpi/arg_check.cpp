@@ -10,7 +10,8 @@
 
 #include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
+#include "core/type_lists.hpp"
 
 namespace chimera::detail {
 namespace {

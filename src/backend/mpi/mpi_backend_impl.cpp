@@ -12,11 +12,12 @@
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
-#include "common/check.hpp"
-#include "common/checked_math.hpp"
+#include "core/check.hpp"
+#include "core/checked_math.hpp"
 #include "common/host_reduce.hpp"
 #include "common/log.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_ops.hpp"
+#include "common/host_reduce.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 
 namespace chimera::detail {

@@ -6,7 +6,7 @@
 #include <array>
 #include <mutex>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/host_reduce.hpp"
 
 namespace chimera::detail {

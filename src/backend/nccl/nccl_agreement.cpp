@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backend/nccl/nccl_agreement.hpp"
+#include "core/type_lists.hpp"
 
 #include <fmt/format.h>
 

@@ -15,7 +15,7 @@
 #include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
