@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements grid sizing for the CUDA kernels from the current device's SM count.
 #include "launch_config.hpp"
 
 #include <algorithm>

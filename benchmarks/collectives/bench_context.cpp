@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements BenchContext: the MPI world, mesh, backend and groups of one chimera-bench run.
 #include "bench_context.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the benchmark's backend choice (--backend) and its host-memory staging.
 #include "bench_device.hpp"
 
 #include <chrono>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench --calibrate: measure the calibration points, fit, write the profile.
 #include "calibrate.hpp"
 
 #include <mpi.h>

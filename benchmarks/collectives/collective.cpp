@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the collectives' nccl-tests conventions: buffer counts per size, bus bandwidth.
 #include "collective.hpp"
 
 #include <fmt/format.h>

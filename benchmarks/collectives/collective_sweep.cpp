@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench's collective mode (-C): check, time and report ours vs MPI.
 #include "collective_sweep.hpp"
 
 #include <algorithm>

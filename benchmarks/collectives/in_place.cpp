@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements nccl-tests' in-place layouts: where an in-place call's input and result live.
 #include "in_place.hpp"
 
 #include <algorithm>

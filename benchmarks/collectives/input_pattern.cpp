@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the benchmark's input values: exact in every DataType, computable on any rank.
 #include "input_pattern.hpp"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the --json file that the collective and scenario modes write.
 #include "json_report_file.hpp"
 
 #include "bench_context.hpp"

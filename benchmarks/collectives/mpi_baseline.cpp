@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the plain-MPI baseline's types and reduction ops (user ops for f16/bf16).
 #include "mpi_baseline.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench's command line: nccl-tests flags plus chimera's own.
 #include "options.hpp"
 #include "common/size_text.hpp"
 

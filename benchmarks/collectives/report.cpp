@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench's nccl-tests-style table and JSON rows.
 #include "report.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the per-collective runners' shared parts: ours vs the MPI baseline, checked.
 #include "runner.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the chains chimera-bench --scenario runs: the six presets or one from flags.
 #include "scenario.hpp"
 
 #include <fmt/format.h>

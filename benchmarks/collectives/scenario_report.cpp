@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the output of chimera-bench --scenario/--chain: table and JSON rows.
 #include "scenario_report.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench's chain mode: baseline vs fused vs pipelined, checked and timed.
 #include "scenario_sweep.hpp"
 
 #include <mpi.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the timed loop: warm-up, barrier, per-iteration times for mean and median.
 #include "timing.hpp"
 
 #include <algorithm>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Meshes (stable API): named axes over the world ranks, row-major, and the axis groups
+// (AxisSet) collectives run on.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Element types and reduction operators (stable API), with their names as the tools and
+// nccl-tests spell them.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the backends' host box operations: Box to TensorBox, pack/unpack by DataType.
 #include "box/box_ops.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the host pack/unpack of tensor boxes on the shared box index math.
 #include "box/box_pack.hpp"
 
 #include <fmt/format.h>

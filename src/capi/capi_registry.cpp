@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the C API's live-handle registry and exception guard.
 #include "capi/capi_registry.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the one parser of CHIMERA_* environment variables.
 #include "common/env.hpp"
 
 #include <charconv>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements typed element-wise reductions and scaling over host memory.
 #include "common/host_reduce.hpp"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements Mesh: parsing, validation, axis groups and rank coordinates.
 #include "chimera/mesh.hpp"
 
 #include <fmt/format.h>

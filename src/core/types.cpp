@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the element types and reduction operators: sizes, names, parsing.
 #include "chimera/types.hpp"
 
 #include <fmt/format.h>

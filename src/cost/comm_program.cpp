@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements communication programs: a plan turned into rounds of priced steps.
 #include "chimera/planning/comm_program.hpp"
 
 #include <fmt/format.h>

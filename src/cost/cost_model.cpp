@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the cost model: the time of a communication program on a topology.
 #include "chimera/planning/cost_model.hpp"
 
 #include <fmt/format.h>

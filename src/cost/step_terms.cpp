@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the alpha-beta terms of one step, shared by the cost model and calibration.
 #include "cost/step_terms.hpp"
 
 #include <algorithm>

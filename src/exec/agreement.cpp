@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements cross-rank agreement on a signature and failure flag over a group.
 #include "exec/agreement.hpp"
 
 #include <algorithm>

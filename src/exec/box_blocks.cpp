@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the executor's geometry: collective blocks of a tensor and contiguous boxes.
 #include "exec/box_blocks.hpp"
 
 #include <fmt/format.h>

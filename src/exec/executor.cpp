@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the Executor: plan, agree, prepare once, then run chains and plans on a Backend.
 #include "chimera/executor.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the executor's cache keys and the signature hash ranks agree on.
 #include "exec/signature.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chains: parsing, and each op's effect on a layout (the layout algebra's ops).
 #include "chimera/chain.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements Layout: placements per axis, their text form, and each rank's box of a tensor.
 #include "chimera/layout.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements TensorSpec and Box: shapes, element counts, box arithmetic.
 #include "chimera/tensor_spec.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the planner's candidate programs for a chain.
 #include "planner/candidates.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements Plan and PlanStep: their text form and byte counts.
 #include "chimera/planning/plan.hpp"
 
 #include <fmt/format.h>

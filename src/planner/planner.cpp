@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the planner: trace the chain, price the candidates, decide, explain.
 #include "chimera/planning/planner.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the general redistribution step: box transfers between two placements.
 #include "planner/redistribute.hpp"
 
 #include <fmt/format.h>

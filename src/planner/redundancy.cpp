@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the redundancy analysis: bytes a chain moves that its consumer never reads.
 #include "chimera/planning/redundancy.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements byte-range consume declarations and the layout they resolve to.
 #include "session/range_declaration.hpp"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the GPU tests' helpers: skipping without a device, device buffers.
 #include "gpu_test_util.hpp"
 
 #include <cstdlib>

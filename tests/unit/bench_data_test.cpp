@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests the benchmark's input values and buffer checks for every DataType.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests chimera-bench's command line: accepted flags, and errors for bad ones.
 #include <gtest/gtest.h>
 
 #include "collective.hpp"

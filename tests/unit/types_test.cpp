@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests Status, element types, reduction operators and byte sizes: names, parsing, bad input.
 #include <gtest/gtest.h>
 
 #include "chimera/status.hpp"

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Calibration (unstable tier): fitting a topology's cost constants to timings measured on
+// the live backend (chimera-bench --calibrate).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Communication programs (unstable tier): a plan as rounds of steps with byte counts and
+// peers, the form the cost model prices.
 #pragma once
 
 #include <cstdint>

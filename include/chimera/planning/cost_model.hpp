@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The cost model (unstable tier): prices a communication program on a topology from
+// per-step latency, bandwidth, launch, pack and contention terms.
 #pragma once
 
 #include <string>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Plans (unstable tier): the steps the planner chose for a chain, each a collective, a
+// many-to-many box transfer or a local op between buffers, with their byte counts.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The planner (unstable tier): plans a chain as written and as the cheapest candidate
+// program, and decides between them with a PlanCost.
 #pragma once
 
 #include <cstdint>

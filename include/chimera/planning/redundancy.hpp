@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Redundancy analysis (unstable tier): the bytes a chain moves that its consumer never
+// reads, per op and in total.
 #pragma once
 
 #include <cstdint>

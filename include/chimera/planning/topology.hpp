@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Topologies (unstable tier): the presets (host, pcie-4080x8, nvswitch-h20x8, dgx-h100x8,
+// multinode-ib:N) and calibrated profile files the cost model prices plans on.
 #pragma once
 
 #include <cstdint>

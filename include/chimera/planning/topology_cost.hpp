@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// TopologyCost (unstable tier): the PlanCost that prices plans with the cost model on a
+// topology, for the planner's decision.
 #pragma once
 
 #include <string_view>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's argument checks: local validation and cross-rank agreement.
 #include "backend/mpi/arg_check.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the point-to-point AllToAll and Broadcast alternatives of the MPI backend.
 #include "backend/mpi/exchange.hpp"
 
 #include <algorithm>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend: the Backend interface over host memory and MPI.
 #include "backend/mpi/mpi_backend_impl.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's communicators, one per mesh axis group.
 #include "backend/mpi/mpi_group.hpp"
 
 #include <array>

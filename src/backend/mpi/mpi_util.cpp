@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI plumbing of the backend: error translation and type mapping.
 #include "backend/mpi/mpi_util.hpp"
 
 #include <fmt/format.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the argument agreement of point-to-point calls between the two peers.
 #include "backend/mpi/p2p_check.hpp"
 
 #include <fmt/format.h>

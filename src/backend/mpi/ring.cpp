@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the bandwidth-optimal ring collectives over MPI point-to-point.
 #include "backend/mpi/ring.hpp"
 
 #include <algorithm>

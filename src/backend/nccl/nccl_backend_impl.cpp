@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the NCCL backend: the Backend interface on device buffers over NCCL.
 #include "backend/nccl/nccl_backend_impl.hpp"
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the list of pattern recognisers and the helpers they share.
 #include "planner/patterns/patterns.hpp"
 
 #include <algorithm>
