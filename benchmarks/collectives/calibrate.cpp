@@ -59,9 +59,9 @@ Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes
     case StepKind::AllGather: return backend.allGather(send, recv, elements, kDtype, axes);
     case StepKind::AllToAll: return backend.allToAll(send, recv, elements / g, kDtype, axes);
     case StepKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
-    case StepKind::ManyToMany: break;
+    default: break;
   }
-  return Status::invalidArgument("calibration samples are collectives, not manytomany");
+  return Status::invalidArgument(fmt::format("calibration samples are collectives, not {}", opKindName(sample.primitive)));
 }
 
 /// Median over -n iterations (after -w warm-up) of the slowest rank's time of one sample.

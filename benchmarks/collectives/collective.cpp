@@ -5,48 +5,39 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
+#include <string>
 
 namespace chimera::bench {
-namespace {
 
-struct CollectiveInfo {
-  std::string_view name;
-  std::string_view baseline;
-};
+std::string_view collectiveName(Collective collective) {
+  return collective == Collective::Send ? "sendrecv" : opKindName(collective);
+}
 
-constexpr std::array<CollectiveInfo, 6> kInfo{{
-    {"allreduce", "MPI_Allreduce"},
-    {"reducescatter", "MPI_Reduce_scatter_block"},
-    {"allgather", "MPI_Allgather"},
-    {"alltoall", "MPI_Alltoall"},
-    {"broadcast", "MPI_Bcast"},
-    {"sendrecv", "MPI_Sendrecv"},
-}};
-
-const CollectiveInfo& info(Collective collective) { return kInfo[static_cast<std::size_t>(collective)]; }
-
-}  // namespace
-
-std::string_view collectiveName(Collective collective) { return info(collective).name; }
-
-std::string_view baselineName(Collective collective) { return info(collective).baseline; }
+std::string_view baselineName(Collective collective) {
+  switch (collective) {
+    case Collective::AllReduce: return "MPI_Allreduce";
+    case Collective::ReduceScatter: return "MPI_Reduce_scatter_block";
+    case Collective::AllGather: return "MPI_Allgather";
+    case Collective::AllToAll: return "MPI_Alltoall";
+    case Collective::Broadcast: return "MPI_Bcast";
+    case Collective::Send: return "MPI_Sendrecv";
+    default: return "none";  // not in kAllCollectives
+  }
+}
 
 Status parseCollective(std::string_view text, Collective& out) {
+  std::string names;
   for (Collective collective : kAllCollectives) {
     if (text == collectiveName(collective)) {
       out = collective;
       return Status::ok();
     }
+    names += fmt::format("{}{}", names.empty() ? "" : " ", collectiveName(collective));
   }
-  return Status::invalidArgument(fmt::format(
-      "unknown collective '{}' (expected one of allreduce reducescatter allgather alltoall broadcast sendrecv)",
-      text));
+  return Status::invalidArgument(fmt::format("unknown collective '{}' (expected one of {})", text, names));
 }
 
-bool collectiveReduces(Collective collective) {
-  return collective == Collective::AllReduce || collective == Collective::ReduceScatter;
-}
+bool collectiveReduces(Collective collective) { return opKindInfo(collective).reduces; }
 
 double busBandwidthFactor(Collective collective, int groupSize) {
   const double n = static_cast<double>(groupSize);
@@ -55,8 +46,7 @@ double busBandwidthFactor(Collective collective, int groupSize) {
     case Collective::ReduceScatter:
     case Collective::AllGather:
     case Collective::AllToAll: return (n - 1.0) / n;
-    case Collective::Broadcast:
-    case Collective::SendRecv: break;
+    default: break;  // Broadcast, Send
   }
   return 1.0;
 }
@@ -67,12 +57,10 @@ BufferShape bufferShape(Collective collective, std::size_t bytes, std::size_t el
   const std::size_t block = count / n;
   BufferShape shape;
   switch (collective) {
-    case Collective::AllReduce:
-    case Collective::Broadcast:
-    case Collective::SendRecv: shape = {count, count, count, 0}; break;
     case Collective::ReduceScatter: shape = {block * n, block, block, 0}; break;
     case Collective::AllGather: shape = {block, block * n, block, 0}; break;
     case Collective::AllToAll: shape = {block * n, block * n, block, 0}; break;
+    default: shape = {count, count, count, 0}; break;  // AllReduce, Broadcast, Send
   }
   shape.bytes = std::max(shape.sendCount, shape.recvCount) * elementSize;
   return shape;

@@ -3,26 +3,43 @@
 // how a requested size becomes buffer counts, and the bus-bandwidth factor.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string_view>
 
+#include "chimera/op_kind.hpp"
 #include "chimera/status.hpp"
 
 namespace chimera::bench {
 
-/// A collective chimera-bench can run (`-C`).
-enum class Collective { AllReduce, ReduceScatter, AllGather, AllToAll, Broadcast, SendRecv };
+/// A collective chimera-bench can run (`-C`): an operation kind of the one list (op_kind.hpp).
+using Collective = OpKind;
 
-/// Every Collective, in declaration order.
-inline constexpr Collective kAllCollectives[] = {Collective::AllReduce, Collective::ReduceScatter,
-                                                 Collective::AllGather, Collective::AllToAll,
-                                                 Collective::Broadcast, Collective::SendRecv};
+/// Number of the Backend's group collectives (kOpOnBackend) in the one list.
+constexpr std::size_t backendCollectiveCount() {
+  std::size_t n = 0;
+  for (const OpKindInfo& info : kOpKinds) n += (info.uses & kOpOnBackend) != 0 ? 1 : 0;
+  return n;
+}
 
-/// The `-C` spelling: "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "sendrecv".
+/// Every collective chimera-bench runs: the Backend's group collectives (kOpOnBackend) in
+/// table order, then Send, measured as nccl-tests' send/recv ring.
+inline constexpr std::array<Collective, backendCollectiveCount() + 1> kAllCollectives = [] {
+  std::array<Collective, backendCollectiveCount() + 1> out{};
+  std::size_t k = 0;
+  for (const OpKindInfo& info : kOpKinds) {
+    if ((info.uses & kOpOnBackend) != 0) out[k++] = info.kind;
+  }
+  out[k] = Collective::Send;
+  return out;
+}();
+
+/// The `-C` spelling: the kind's keyword ("allreduce", ...), except "sendrecv" for Send (the
+/// nccl-tests name of the ring).
 std::string_view collectiveName(Collective collective);
 /// Parses a `-C` name; InvalidArgument naming the text and the accepted names otherwise.
 [[nodiscard]] Status parseCollective(std::string_view text, Collective& out);
-/// Whether the collective reduces (takes a ReduceOp): AllReduce and ReduceScatter.
+/// Whether the collective reduces (takes a ReduceOp; OpKindInfo::reduces).
 bool collectiveReduces(Collective collective);
 /// The plain MPI call used as the baseline ("MPI_Allreduce", ..., "MPI_Sendrecv").
 std::string_view baselineName(Collective collective);

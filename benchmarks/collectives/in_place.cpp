@@ -8,7 +8,7 @@
 namespace chimera::bench {
 
 bool hasInPlaceForm(Collective collective) {
-  return collective != Collective::AllToAll && collective != Collective::SendRecv;
+  return opKindInfo(collective).inPlace;
 }
 
 std::optional<InPlaceLayout> inPlaceLayout(Collective collective, const BufferShape& shape, int groupIndex) {

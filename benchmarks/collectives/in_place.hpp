@@ -29,9 +29,9 @@ struct InPlaceLayout {
   std::size_t recvCount = 0;
 };
 
-/// Whether our backend has an in-place form of `collective`: AllReduce, ReduceScatter,
-/// AllGather, Broadcast. AllToAll is out-of-place only (NCCL has no in-place AllToAll either),
-/// and a SendRecv ring has no single buffer that is both sent and received.
+/// Whether our backend has an in-place form of `collective` (OpKindInfo::inPlace): AllReduce,
+/// ReduceScatter, AllGather, Broadcast. AllToAll is out-of-place only (NCCL has no in-place
+/// AllToAll either), and a send/recv ring has no single buffer that is both sent and received.
 bool hasInPlaceForm(Collective collective);
 
 /// The in-place layout of the group member `groupIndex` for a row of `shape`:

@@ -13,7 +13,7 @@ std::unique_ptr<CollectiveRunner> createRunner(Collective collective, const Grou
     case Collective::AllGather: return makeAllGatherRunner(context);
     case Collective::AllToAll: return makeAllToAllRunner(context);
     case Collective::Broadcast: return makeBroadcastRunner(context);
-    case Collective::SendRecv: break;
+    default: break;  // Send: the send/recv ring (parseCollective accepts nothing else)
   }
   return makeSendRecvRunner(context);
 }

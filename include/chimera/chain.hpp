@@ -10,6 +10,7 @@
 
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
+#include "chimera/op_kind.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"
 
@@ -17,16 +18,16 @@ namespace chimera {
 
 /// One collective (or local op) a framework issues on a tensor, addressed by mesh axes.
 struct ChainOp {
-  enum class Kind : std::uint8_t {
-    AllReduce,      ///< `allreduce:AX`: P (or R) on AX -> R
-    ReduceScatter,  ///< `reducescatter:AX:DIM`: P (or R) on AX -> S(DIM)
-    AllGather,      ///< `allgather:AX:DIM`: S(DIM) (innermost splits) on AX -> R
-    AllToAll,       ///< `alltoall:AX:FROM:TO`: S(FROM) on AX -> S(TO)
-    Slice,          ///< `slice:AX:DIM`: R on AX -> S(DIM), each rank keeps its own shard (local)
-    Send,           ///< `send:AX`: @k on the single axis AX -> @k+1 (pipeline hand-off);
-                    ///< `send:AX:prev`: @k -> @k-1 (the backward pass)
-    Broadcast,      ///< `broadcast:AX:ROOT`: @ROOT (or R) on AX -> R
-  };
+  /// The kinds used in chains (`opKindUsedIn(kind, kOpInChain)`, op_kind.hpp), with their text:
+  /// - `allreduce:AX`: P (or R) on AX -> R
+  /// - `reducescatter:AX:DIM`: P (or R) on AX -> S(DIM)
+  /// - `allgather:AX:DIM`: S(DIM) (innermost splits) on AX -> R
+  /// - `alltoall:AX:FROM:TO`: S(FROM) on AX -> S(TO)
+  /// - `broadcast:AX:ROOT`: @ROOT (or R) on AX -> R
+  /// - `send:AX`: @k on the single axis AX -> @k+1 (pipeline hand-off); `send:AX:prev`: @k ->
+  ///   @k-1 (the backward pass)
+  /// - `slice:AX:DIM`: R on AX -> S(DIM), each rank keeps its own shard (local)
+  using Kind = OpKind;
   Kind kind = Kind::AllReduce;
   AxisSet axes;   ///< the group (flattened in mesh order)
   int dim = 0;    ///< ReduceScatter/AllGather/Slice: the dim; AllToAll: FROM
@@ -39,7 +40,7 @@ struct ChainOp {
   bool operator==(const ChainOp&) const = default;
 };
 
-/// "allreduce", "reducescatter", ... (the text keyword).
+/// "allreduce", "reducescatter", ... (the text keyword, opKindName).
 std::string_view chainOpKindName(ChainOp::Kind kind);
 
 /// What applying one op does to a tensor's layout and values.

@@ -5,43 +5,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <array>
 #include <utility>
 
 #include "core/check.hpp"
 
 namespace chimera {
 
-namespace {
-
-constexpr std::array<std::pair<StepKind, std::string_view>, 6> kStepKindNames = {{
-    {StepKind::AllReduce, "allreduce"},
-    {StepKind::ReduceScatter, "reducescatter"},
-    {StepKind::AllGather, "allgather"},
-    {StepKind::AllToAll, "alltoall"},
-    {StepKind::Broadcast, "broadcast"},
-    {StepKind::ManyToMany, "manytomany"},
-}};
-
-}  // namespace
-
-std::string_view stepKindName(StepKind kind) {
-  for (const auto& [k, name] : kStepKindNames) {
-    if (k == kind) return name;
-  }
-  return "unknown";
-}
+std::string_view stepKindName(StepKind kind) { return opKindName(kind); }
 
 Status parseStepKind(std::string_view text, StepKind& out) {
-  for (const auto& [kind, name] : kStepKindNames) {
-    if (name == text) {
-      out = kind;
-      return Status::ok();
-    }
-  }
-  return Status::invalidArgument(fmt::format(
-      "unknown step kind '{}' (expected allreduce, reducescatter, allgather, alltoall, broadcast or manytomany)",
-      text));
+  CHIMERA_CHECK_ARG(findOpKind(text, kOpInProgram, out), "unknown step kind '{}' (expected {})", text,
+                    opKindKeywords(kOpInProgram));
+  return Status::ok();
 }
 
 CommStep CommStep::collective(StepKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank) {
@@ -72,6 +47,8 @@ std::string CommStep::toString() const {
 
 Status validateStep(const CommStep& step, int worldSize) {
   const std::string what = step.toString();
+  CHIMERA_CHECK_ARG(opKindUsedIn(step.kind, kOpInProgram), "{}: {} is not a step of a communication program (expected {})",
+                    what, opKindName(step.kind), opKindKeywords(kOpInProgram));
   if (step.kind == StepKind::ManyToMany) {
     CHIMERA_CHECK_ARG(step.groups.empty(), "{}: a many-to-many step has transfers, not groups", what);
     for (std::size_t i = 0; i < step.transfers.size(); ++i) {

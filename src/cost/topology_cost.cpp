@@ -116,9 +116,7 @@ void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
     }
     case PlanStep::Kind::LocalCopy:
     case PlanStep::Kind::Scale: pass(outBytes); break;
-    case PlanStep::Kind::AllReduce:
-    case PlanStep::Kind::Broadcast:
-    case PlanStep::Kind::Send: break;
+    default: break;  // AllReduce, Broadcast, Send: in place or contiguous
   }
 }
 
@@ -132,10 +130,10 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
     out.push_back(CommStep::collective(kind, holdingGroups(input, step.axes), bytes));
   };
   switch (step.kind) {
-    case PlanStep::Kind::AllReduce: collective(StepKind::AllReduce); break;
-    case PlanStep::Kind::ReduceScatter: collective(StepKind::ReduceScatter); break;
-    case PlanStep::Kind::AllGather: collective(StepKind::AllGather); break;
-    case PlanStep::Kind::AllToAll: collective(StepKind::AllToAll); break;
+    case PlanStep::Kind::AllReduce:
+    case PlanStep::Kind::ReduceScatter:
+    case PlanStep::Kind::AllGather:
+    case PlanStep::Kind::AllToAll: collective(step.kind); break;
     case PlanStep::Kind::Broadcast: {
       std::vector<std::vector<int>> groups = holdingGroups(input, step.axes);
       for (auto& group : groups) {
@@ -168,6 +166,8 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
       // Local work only: an empty many-to-many that carries the pass.
       out.push_back(CommStep::manyToMany({}));
       break;
+    default:
+      return Status::invalidArgument(fmt::format("{} is not a kind of plan step", opKindName(step.kind)));
   }
   CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
                     "plan step '{}' writes buffer {} of {}", planStepKindName(step.kind), step.output,

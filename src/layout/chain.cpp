@@ -14,21 +14,20 @@
 namespace chimera {
 namespace {
 
-struct KindInfo {
-  ChainOp::Kind kind;
-  std::string_view name;
-  int numbers;  // integer fields after AX
-};
-
-constexpr std::array<KindInfo, 7> kKinds{{
-    {ChainOp::Kind::AllReduce, "allreduce", 0},
-    {ChainOp::Kind::ReduceScatter, "reducescatter", 1},
-    {ChainOp::Kind::AllGather, "allgather", 1},
-    {ChainOp::Kind::AllToAll, "alltoall", 2},
-    {ChainOp::Kind::Slice, "slice", 1},
-    {ChainOp::Kind::Send, "send", 0},
-    {ChainOp::Kind::Broadcast, "broadcast", 1},
-}};
+// Integer fields after AX in an op's text.
+int numberFields(ChainOp::Kind kind) {
+  switch (kind) {
+    case ChainOp::Kind::AllToAll:
+      return 2;
+    case ChainOp::Kind::ReduceScatter:
+    case ChainOp::Kind::AllGather:
+    case ChainOp::Kind::Slice:
+    case ChainOp::Kind::Broadcast:
+      return 1;
+    default:  // AllReduce, Send
+      return 0;
+  }
+}
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
@@ -45,34 +44,30 @@ Status parseOp(std::string_view text, const Mesh& mesh, ChainOp& out) {
     if (colon == std::string_view::npos) break;
     rest = rest.substr(colon + 1);
   }
-  const KindInfo* info = nullptr;
-  for (const auto& k : kKinds) {
-    if (k.name == parts[0]) info = &k;
-  }
-  CHIMERA_CHECK_ARG(info != nullptr,
-                    "unknown op '{}' in \"{}\" (expected allreduce, reducescatter, allgather, alltoall, slice, send or "
-                    "broadcast)",
-                    parts[0], text);
+  ChainOp::Kind kind = ChainOp::Kind::AllReduce;
+  CHIMERA_CHECK_ARG(findOpKind(parts[0], kOpInChain, kind), "unknown op '{}' in \"{}\" (expected {})", parts[0], text,
+                    opKindKeywords(kOpInChain));
+  const int fields = numberFields(kind);
   int stageStep = 1;
-  if (info->kind == ChainOp::Kind::Send && parts.size() == 3) {
+  if (kind == ChainOp::Kind::Send && parts.size() == 3) {
     CHIMERA_CHECK_ARG(parts[2] == "next" || parts[2] == "prev",
                       "malformed op \"{}\": the direction of send is 'next' or 'prev', not '{}'", text, parts[2]);
     stageStep = parts[2] == "next" ? 1 : -1;
     parts.pop_back();
   }
-  CHIMERA_CHECK_ARG(static_cast<int>(parts.size()) == 2 + info->numbers, "malformed op \"{}\": {} takes {} fields", text,
-                    info->name,
-                    info->kind == ChainOp::Kind::Send ? std::string("AX[:next|:prev]")
-                    : info->numbers == 0                    ? std::string("AX")
-                    : info->kind == ChainOp::Kind::AllToAll ? std::string("AX:FROMDIM:TODIM")
-                    : info->kind == ChainOp::Kind::Broadcast ? std::string("AX:ROOT")
-                                                            : std::string("AX:DIM"));
+  CHIMERA_CHECK_ARG(static_cast<int>(parts.size()) == 2 + fields, "malformed op \"{}\": {} takes {} fields", text,
+                    opKindName(kind),
+                    kind == ChainOp::Kind::Send        ? std::string("AX[:next|:prev]")
+                    : fields == 0                      ? std::string("AX")
+                    : kind == ChainOp::Kind::AllToAll  ? std::string("AX:FROMDIM:TODIM")
+                    : kind == ChainOp::Kind::Broadcast ? std::string("AX:ROOT")
+                                                       : std::string("AX:DIM"));
   ChainOp op;
-  op.kind = info->kind;
+  op.kind = kind;
   op.stageStep = stageStep;
   CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(parts[1], op.axes));
   std::array<int, 2> numbers{0, 0};
-  for (int i = 0; i < info->numbers; ++i) {
+  for (int i = 0; i < fields; ++i) {
     const auto field = parts[static_cast<std::size_t>(2 + i)];
     int& value = numbers[static_cast<std::size_t>(i)];
     const auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
@@ -176,7 +171,7 @@ Status applyBroadcast(const Layout& in, const ChainOp& op, OpEffect& effect) {
 
 }  // namespace
 
-std::string_view chainOpKindName(ChainOp::Kind kind) { return kKinds[static_cast<std::size_t>(kind)].name; }
+std::string_view chainOpKindName(ChainOp::Kind kind) { return opKindName(kind); }
 
 std::string ChainOp::toString(const Mesh& mesh) const {
   const std::string head = fmt::format("{}:{}", chainOpKindName(kind), mesh.axesName(axes));
@@ -193,6 +188,8 @@ std::string ChainOp::toString(const Mesh& mesh) const {
       return fmt::format("{}:{}:{}", head, dim, toDim);
     case Kind::Broadcast:
       return fmt::format("{}:{}", head, root);
+    default:  // not a chain op (applyChainOp refuses it)
+      break;
   }
   return head;
 }
@@ -244,6 +241,9 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
     case ChainOp::Kind::Broadcast:
       CHIMERA_RETURN_IF_ERROR(applyBroadcast(in, op, effect));
       break;
+    default:
+      return Status::invalidArgument(fmt::format("{} is not an op of a chain (expected {})", opKindName(op.kind),
+                                                 opKindKeywords(kOpInChain)));
   }
   Status fits = effect.output.validate(spec);
   if (!fits.isOk()) return Status::invalidArgument(fmt::format("{}: {}", op.toString(mesh), fits.message()));

@@ -13,10 +13,6 @@
 namespace chimera {
 namespace {
 
-constexpr std::array<std::string_view, 9> kStepNames{"allreduce", "reducescatter", "allgather",
-                                                     "alltoall",  "broadcast",     "send",
-                                                     "manytomany", "localcopy",    "scale"};
-
 std::string describeStep(const Plan& plan, const PlanStep& step) {
   const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
   const std::string group = mesh.axesName(step.axes);
@@ -45,13 +41,15 @@ std::string describeStep(const Plan& plan, const PlanStep& step) {
       return "localcopy";
     case PlanStep::Kind::Scale:
       return fmt::format("scale x{}", step.scale);
+    default:  // Slice: not a plan step
+      break;
   }
-  return "?";
+  return std::string(opKindName(step.kind));
 }
 
 }  // namespace
 
-std::string_view planStepKindName(PlanStep::Kind kind) { return kStepNames[static_cast<std::size_t>(kind)]; }
+std::string_view planStepKindName(PlanStep::Kind kind) { return opKindName(kind); }
 
 int Plan::addBuffer(const Layout& layout) {
   PlanBuffer buffer{layout, layout.localShape(spec), static_cast<std::int64_t>(dataTypeSize(spec.dtype))};
@@ -116,9 +114,7 @@ void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64
       case PlanStep::Kind::Send:
         b += L;
         break;
-      case PlanStep::Kind::ManyToMany:
-      case PlanStep::Kind::LocalCopy:
-      case PlanStep::Kind::Scale:
+      default:  // ManyToMany (below), LocalCopy, Scale: no collective bytes
         break;
     }
   }

@@ -364,29 +364,8 @@ PlanStep stepForChainOp(const ChainOp& op, const OpEffect& effect) {
   step.dim = op.dim;
   step.toDim = op.toDim;
   step.root = op.root;
-  switch (op.kind) {
-    case ChainOp::Kind::AllReduce:
-      step.kind = PlanStep::Kind::AllReduce;
-      break;
-    case ChainOp::Kind::ReduceScatter:
-      step.kind = PlanStep::Kind::ReduceScatter;
-      break;
-    case ChainOp::Kind::AllGather:
-      step.kind = PlanStep::Kind::AllGather;
-      break;
-    case ChainOp::Kind::AllToAll:
-      step.kind = PlanStep::Kind::AllToAll;
-      break;
-    case ChainOp::Kind::Slice:
-      step.kind = PlanStep::Kind::LocalCopy;
-      break;
-    case ChainOp::Kind::Send:
-      step.kind = PlanStep::Kind::Send;
-      break;
-    case ChainOp::Kind::Broadcast:
-      step.kind = PlanStep::Kind::Broadcast;
-      break;
-  }
+  // A chain op is the plan step of the same kind, except the local slice.
+  step.kind = op.kind == ChainOp::Kind::Slice ? PlanStep::Kind::LocalCopy : op.kind;
   return step;
 }
 

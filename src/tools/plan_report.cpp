@@ -36,8 +36,10 @@ std::string stepName(const Plan& plan, const PlanStep& step) {
       return "localcopy";
     case PlanStep::Kind::Scale:
       return fmt::format("scale:{}", step.scale);
+    default:  // Slice: not a plan step
+      break;
   }
-  return "?";
+  return std::string(opKindName(step.kind));
 }
 
 std::string size(std::int64_t bytes) {

@@ -50,7 +50,7 @@ TEST(InPlaceLayout, FollowsNcclConventions) {
   ASSERT_TRUE(broadcast.has_value());
   EXPECT_EQ(broadcast->sendOffset, 0u);
   EXPECT_EQ(broadcast->recvOffset, 0u);
-  for (Collective collective : {Collective::AllToAll, Collective::SendRecv}) {
+  for (Collective collective : {Collective::AllToAll, Collective::Send}) {
     EXPECT_FALSE(hasInPlaceForm(collective));
     EXPECT_FALSE(layoutOf(collective, 0).has_value());
   }

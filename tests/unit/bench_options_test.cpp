@@ -103,7 +103,7 @@ TEST(BenchOptions, SizeSeriesMultipliesUpToMax) {
 
 TEST(Collective, NamesRoundTripAndBusFactors) {
   for (Collective collective : kAllCollectives) {
-    Collective parsed = Collective::SendRecv;
+    Collective parsed = Collective::Send;
     ASSERT_TRUE(parseCollective(collectiveName(collective), parsed).isOk());
     EXPECT_EQ(parsed, collective);
   }
@@ -112,7 +112,7 @@ TEST(Collective, NamesRoundTripAndBusFactors) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllGather, 4), 0.75);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::AllToAll, 2), 0.5);
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::Broadcast, 8), 1.0);
-  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::SendRecv, 8), 1.0);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::Send, 8), 1.0);
   EXPECT_TRUE(collectiveReduces(Collective::ReduceScatter));
   EXPECT_FALSE(collectiveReduces(Collective::AllGather));
 }
@@ -144,7 +144,7 @@ TEST(Collective, BufferShapesFollowNcclTests) {
   EXPECT_EQ(s.sendCount, 8u);
   EXPECT_EQ(s.recvCount, 24u);
   EXPECT_EQ(s.bytes, 96u);
-  s = bufferShape(Collective::SendRecv, 7, 2, 4);
+  s = bufferShape(Collective::Send, 7, 2, 4);
   EXPECT_EQ(s.paramCount, 3u);
   EXPECT_EQ(s.bytes, 6u);
   s = bufferShape(Collective::ReduceScatter, 4, 4, 8);  // fewer elements than ranks

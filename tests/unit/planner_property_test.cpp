@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "chimera/planning/planner.hpp"
 #include "chimera/planning/redundancy.hpp"
@@ -99,7 +100,11 @@ class Generator {
 
   ChainOp op(const Mesh& mesh, const TensorSpec& spec) {
     ChainOp op;
-    op.kind = static_cast<ChainOp::Kind>(uniform(0, 6));
+    std::vector<ChainOp::Kind> kinds;  // the chain's kinds, from the one list
+    for (const OpKindInfo& info : kOpKinds) {
+      if (opKindUsedIn(info.kind, kOpInChain)) kinds.push_back(info.kind);
+    }
+    op.kind = kinds[static_cast<std::size_t>(uniform(0, static_cast<int>(kinds.size()) - 1))];
     const std::uint32_t all = mesh.allAxes().bits();
     op.axes = AxisSet::fromBits(static_cast<std::uint32_t>(uniform(1, static_cast<int>(all))));
     op.dim = uniform(0, spec.rank() - 1);

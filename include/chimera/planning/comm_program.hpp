@@ -8,25 +8,22 @@
 #include <string_view>
 #include <vector>
 
+#include "chimera/op_kind.hpp"
 #include "chimera/status.hpp"
 
 namespace chimera {
 
-/// What one communication step does. The five collectives run over groups of world ranks;
-/// ManyToMany is a list of point-to-point transfers issued together (NCCL: one
+/// What one communication step does: the kinds used in programs (`opKindUsedIn(kind,
+/// kOpInProgram)`, op_kind.hpp). The collectives (AllReduce, ReduceScatter, AllGather, AllToAll,
+/// Broadcast, whose root is the first rank listed in each group) run over groups of world
+/// ranks; ManyToMany is a list of point-to-point transfers issued together (NCCL: one
 /// ncclGroupStart/End of sends and receives).
-enum class StepKind : std::uint8_t {
-  AllReduce,
-  ReduceScatter,
-  AllGather,
-  AllToAll,
-  Broadcast,  ///< the root is the first rank listed in each group
-  ManyToMany,
-};
+using StepKind = OpKind;
 
-/// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany".
+/// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany" (opKindName).
 std::string_view stepKindName(StepKind kind);
-/// Parses a name as printed by stepKindName. InvalidArgument naming the text when unknown.
+/// Parses a name as printed by stepKindName, among the program's kinds. InvalidArgument naming
+/// the text when unknown.
 [[nodiscard]] Status parseStepKind(std::string_view text, StepKind& out);
 
 /// One point-to-point transfer of a many-to-many step. A transfer from a rank to itself is a

@@ -9,6 +9,7 @@
 
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
+#include "chimera/op_kind.hpp"
 #include "chimera/tensor_spec.hpp"
 #include "chimera/types.hpp"
 
@@ -40,19 +41,19 @@ struct PlanBuffer {
 /// input buffer, plus the holders of the output buffer for Send, Broadcast and ManyToMany
 /// (a stage hand-off or stage broadcast fills ranks that held nothing).
 struct PlanStep {
-  enum class Kind : std::uint8_t {
-    AllReduce,      ///< output = op over the group along `axes` of input
-    ReduceScatter,  ///< op over the group, member g keeps block g of `dim`
-    AllGather,      ///< output = concatenation along `dim` of the members' inputs, by group index
-    AllToAll,       ///< member i splits input along `toDim` into n blocks, block j goes to member j,
-                    ///< which concatenates what it receives along `dim` (= FROM) by sender index
-    Broadcast,      ///< the member with group index `root` copies its input to every member
-    Send,           ///< along the single axis `axes`: each input holder sends its buffer to the
-                    ///< rank at the output's stage with equal other coordinates
-    ManyToMany,     ///< the explicit `transfers`, issued together
-    LocalCopy,      ///< each output holder copies its output box out of its input (no communication)
-    Scale,          ///< output = input * `scale` elementwise (no communication)
-  };
+  /// The kinds used in plans (`opKindUsedIn(kind, kOpInPlan)`, op_kind.hpp):
+  /// - AllReduce: output = op over the group along `axes` of input
+  /// - ReduceScatter: op over the group, member g keeps block g of `dim`
+  /// - AllGather: output = concatenation along `dim` of the members' inputs, by group index
+  /// - AllToAll: member i splits input along `toDim` into n blocks, block j goes to member j,
+  ///   which concatenates what it receives along `dim` (= FROM) by sender index
+  /// - Broadcast: the member with group index `root` copies its input to every member
+  /// - Send: along the single axis `axes`: each input holder sends its buffer to the rank at
+  ///   the output's stage with equal other coordinates
+  /// - ManyToMany: the explicit `transfers`, issued together
+  /// - LocalCopy: each output holder copies its output box out of its input (no communication)
+  /// - Scale: output = input * `scale` elementwise (no communication)
+  using Kind = OpKind;
   Kind kind = Kind::LocalCopy;
   int input = 0;
   int output = 1;
@@ -71,7 +72,7 @@ struct PlanStep {
 };
 
 /// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "send",
-/// "manytomany", "localcopy", "scale".
+/// "manytomany", "localcopy", "scale" (opKindName).
 std::string_view planStepKindName(PlanStep::Kind kind);
 
 /// An explicit, rank-independent program that turns the input buffer into the output

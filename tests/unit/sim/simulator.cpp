@@ -171,8 +171,10 @@ RankTensors runOp(const Context& c, const ChainOp& op, ReduceOp reduceOp, const 
       return send(c, in, op.axes, op.stageStep);
     case ChainOp::Kind::Broadcast:
       return broadcast(c, in, op.axes, op.root);
+    default:
+      break;
   }
-  throw std::logic_error("unknown op");
+  throw std::logic_error(std::string(opKindName(op.kind)) + " is not a chain op");
 }
 
 RankTensors copyBoxes(const Layout& inLayout, const Layout& outLayout, const TensorSpec& spec, const RankTensors& in) {
@@ -321,8 +323,10 @@ RankTensors runStep(const Plan& plan, const PlanStep& step, const RankTensors& i
       }
       return out;
     }
+    default:
+      break;
   }
-  throw std::logic_error("unknown step");
+  throw std::logic_error(std::string(opKindName(step.kind)) + " is not a plan step");
 }
 
 }  // namespace
