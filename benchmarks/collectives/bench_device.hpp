@@ -67,7 +67,7 @@ namespace chimera::detail {
 int cudaDeviceCount(std::string& why);
 /// cudaMemcpy in the given direction, as a Status.
 [[nodiscard]] Status cudaCopy(void* dst, const void* src, std::size_t bytes, bool toDevice);
-/// CUDA-event timing of `operation` on `backend.stream()`.
+/// CUDA-event timing of `operation`, whose backend calls run on the legacy default stream.
 [[nodiscard]] Status cudaTime(Backend& backend, const std::function<Status()>& operation, double& seconds);
 #endif
 }  // namespace chimera::detail

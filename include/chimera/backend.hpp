@@ -46,8 +46,11 @@ struct P2POp {
 /// Every collective is *collective over the group*: each rank of the group along `axes`
 /// that contains the caller must make the matching call. Counts are in elements. Buffers
 /// live in the backend's memory space (host for MPI, device for NCCL). `send == recv` is
-/// in-place where the description allows it. Calls are ordered on `stream()`; host
-/// backends complete them before returning.
+/// in-place where the description allows it. The stream belongs to the caller: every call
+/// that does work takes the `stream` it is ordered on as its last argument (NCCL: a
+/// cudaStream_t, nullptr the legacy default stream; host backends ignore it and complete the
+/// call before returning). A backend keeps no stream of its own, so callers on different
+/// streams (an Executor run, a Session, the C API) share one backend without interfering.
 ///
 /// Errors: InvalidArgument for bad input (null buffer with count > 0, empty axes, count not
 /// divisible, dtype/op unsupported), Mismatch when argument checking is on
@@ -66,30 +69,31 @@ class Backend {
 
   /// recv[i] = op over the group of send[i], i < count. In-place when send == recv.
   [[nodiscard]] virtual Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                                         ReduceOp op, AxisSet axes) = 0;
+                                         ReduceOp op, AxisSet axes, Stream stream = nullptr) = 0;
   /// send holds n*recvCount elements; group member g receives block g reduced over the group.
   /// In-place when recv == send + g*recvCount*size (NCCL's convention).
   [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype,
-                                             ReduceOp op, AxisSet axes) = 0;
+                                             ReduceOp op, AxisSet axes, Stream stream = nullptr) = 0;
   /// recv (n*sendCount elements) = concatenation of every member's send, by group index.
   /// In-place when send == recv + g*sendCount*size.
   [[nodiscard]] virtual Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype,
-                                         AxisSet axes) = 0;
+                                         AxisSet axes, Stream stream = nullptr) = 0;
   /// send and recv hold n blocks of countPerPeer; block j of member i's send lands in block i
   /// of member j's recv. Out-of-place only (send != recv).
   [[nodiscard]] virtual Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
-                                        AxisSet axes) = 0;
+                                        AxisSet axes, Stream stream = nullptr) = 0;
   /// Copies the group member with index `root`'s send into every member's recv.
   /// `send` is read on the root only. In-place when send == recv.
   [[nodiscard]] virtual Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                                         AxisSet axes) = 0;
+                                         AxisSet axes, Stream stream = nullptr) = 0;
   /// Point-to-point send to world rank `peer`.
-  [[nodiscard]] virtual Status send(const void* buf, std::size_t count, DataType dtype, int peer) = 0;
+  [[nodiscard]] virtual Status send(const void* buf, std::size_t count, DataType dtype, int peer,
+                                    Stream stream = nullptr) = 0;
   /// Point-to-point receive from world rank `peer`.
-  [[nodiscard]] virtual Status recv(void* buf, std::size_t count, DataType dtype, int peer) = 0;
+  [[nodiscard]] virtual Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream = nullptr) = 0;
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
-  [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops) = 0;
+  [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
 
   /// Allocates `bytes` in the backend's memory space (scratch for plans). InvalidArgument on 0.
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;
@@ -105,26 +109,27 @@ class Backend {
   }
   /// Frees memory from allocateHost. nullptr is a no-op.
   virtual void deallocateHost(void* ptr) { ::operator delete(ptr); }
-  /// Local copy within the backend's memory space, ordered on stream().
-  [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes) = 0;
-  /// Local op (no communication), ordered on stream(): copies the elements of `box` (local
+  /// Local copy within the backend's memory space, ordered on `stream`.
+  [[nodiscard]] virtual Status copy(void* dst, const void* src, std::size_t bytes, Stream stream = nullptr) = 0;
+  /// Local op (no communication), ordered on `stream`: copies the elements of `box` (local
   /// coordinates) of the row-major tensor of `shape` at `tensor` into `packed`, contiguous in
   /// row-major box order. `tensor` and `packed` must not overlap. InvalidArgument on a null
   /// pointer or a box that does not fit `shape`.
   [[nodiscard]] virtual Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                                       void* packed, DataType dtype) = 0;
+                                       void* packed, DataType dtype, Stream stream = nullptr) = 0;
   /// The inverse of packBox: writes the contiguous `packed` elements into `box` of the tensor
   /// of `shape` at `tensor`, leaving the rest untouched. Same rules and errors.
   [[nodiscard]] virtual Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape,
-                                         const Box& box, DataType dtype) = 0;
+                                         const Box& box, DataType dtype, Stream stream = nullptr) = 0;
   /// packBox of several boxes of one tensor: `boxes[i]` into `packed[i]` (equal lengths),
   /// in as few launches as the backend can (NCCL: one kernel per 16 boxes). Same rules and
   /// errors as packBox. Default: one packBox per box.
   [[nodiscard]] virtual Status packBoxes(const void* tensor, std::span<const std::int64_t> shape,
-                                         std::span<const Box> boxes, std::span<void* const> packed, DataType dtype) {
+                                         std::span<const Box> boxes, std::span<void* const> packed, DataType dtype,
+                                         Stream stream = nullptr) {
     if (boxes.size() != packed.size()) return Status::invalidArgument("packBoxes: boxes and packed differ in length");
     for (std::size_t i = 0; i < boxes.size(); ++i) {
-      if (Status s = packBox(tensor, shape, boxes[i], packed[i], dtype); !s.isOk()) return s;
+      if (Status s = packBox(tensor, shape, boxes[i], packed[i], dtype, stream); !s.isOk()) return s;
     }
     return Status::ok();
   }
@@ -132,23 +137,26 @@ class Backend {
   /// boxes must not overlap), in as few launches as the backend can. Default: one unpackBox per box.
   [[nodiscard]] virtual Status unpackBoxes(std::span<const void* const> packed, void* tensor,
                                            std::span<const std::int64_t> shape, std::span<const Box> boxes,
-                                           DataType dtype) {
+                                           DataType dtype, Stream stream = nullptr) {
     if (boxes.size() != packed.size()) return Status::invalidArgument("unpackBoxes: boxes and packed differ in length");
     for (std::size_t i = 0; i < boxes.size(); ++i) {
-      if (Status s = unpackBox(packed[i], tensor, shape, boxes[i], dtype); !s.isOk()) return s;
+      if (Status s = unpackBox(packed[i], tensor, shape, boxes[i], dtype, stream); !s.isOk()) return s;
     }
     return Status::ok();
   }
-  /// Whether stream() is being captured into a CUDA graph right now (host backends: never).
+  /// Whether `stream` is being captured into a CUDA graph right now (host backends: never).
   /// The Executor pins the prepared plans it runs during a capture, since the graph keeps
   /// their scratch addresses.
-  virtual bool capturing() const { return false; }
-  /// Local op, ordered on stream(): output[i] = input[i] * factor for i < count (integers:
+  virtual bool capturing(Stream stream) const {
+    (void)stream;
+    return false;
+  }
+  /// Local op, ordered on `stream`: output[i] = input[i] * factor for i < count (integers:
   /// computed in double, truncated toward zero, saturated). In place when input == output.
   [[nodiscard]] virtual Status scale(const void* input, void* output, std::size_t count, DataType dtype,
-                                     double factor) = 0;
-  /// Waits until every call issued so far has completed (host: returns at once).
-  [[nodiscard]] virtual Status synchronize() = 0;
+                                     double factor, Stream stream = nullptr) = 0;
+  /// Waits until every call issued so far on `stream` has completed (host: returns at once).
+  [[nodiscard]] virtual Status synchronize(Stream stream = nullptr) = 0;
 
   /// Creates the communicators of the groups along each axis set of `groups` (MPI_Comm_split,
   /// ncclCommSplit), those that do not exist yet, in the order given. Collective over the
@@ -162,13 +170,6 @@ class Backend {
   /// True when the communicator of the group along `axes` exists on this rank (a single-rank
   /// group always counts as existing). Local.
   virtual bool hasGroup(AxisSet axes) const = 0;
-
-  /// Stream the calls are ordered on (NCCL: cudaStream_t; default the legacy stream).
-  void setStream(Stream stream) { stream_ = stream; }
-  Stream stream() const { return stream_; }
-
- protected:
-  Stream stream_ = nullptr;
 };
 
 }  // namespace chimera

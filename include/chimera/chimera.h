@@ -82,7 +82,8 @@ typedef struct {
   int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION */
   int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs) */
   int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK */
-  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL: the communicator's */
+  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL: the communicator's
+                             stream when the session begins (chimeraCommSetStream) */
 } chimeraSessionConfig_t;
 
 /** A static description of `result` ("invalid argument", ...). */
@@ -140,7 +141,8 @@ chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatyp
                                     chimeraComm_t comm);
 
 /** Begins a session. `fusion`: 1 on, 0 off (runs exactly the recorded calls), -1 from the
- * environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK). */
+ * environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK). Its work is ordered on the
+ * communicator's stream of this moment (chimeraCommSetStream). */
 chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session);
 /** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */
 chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
@@ -177,10 +179,13 @@ chimeraResult_t chimeraGetVersion(int* version);
  * ("tp;pp;dp+tp"). Collective over the world, once at setup; a per-rank session needs every
  * group it uses created this way. */
 chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups);
-/** Sets the stream the communicator's plain collectives are ordered on (cudaStream_t; NULL
- * the default stream). Host communicators ignore it. */
+/** Sets the communicator's stream (cudaStream_t; NULL the legacy default stream): the
+ * stream its later plain collectives, send/recv and chimeraRedistribute are ordered on, that
+ * chimeraCommSynchronize waits for, and that a session begun afterwards without a stream of its
+ * own takes. Sessions begun before keep theirs (chimeraSessionSetStream moves one). It is
+ * state of this handle only: the backend below keeps no stream. Host communicators ignore it. */
 chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream);
-/** Waits until every call issued on the communicator (on any stream it was given) completed. */
+/** Waits until every call issued on the communicator's stream (chimeraCommSetStream) completed. */
 chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm);
 /** Begins a session configured by `config` (NULL: as chimeraSessionBegin(comm, -1, ...)). */
 chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
@@ -191,8 +196,8 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
 chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
                                    const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
                                    chimeraTensor_t* out);
-/** Sets the stream the session's work is ordered on from its next flush (NULL: the
- * communicator's). */
+/** Sets the stream the session's work is ordered on from its next flush (NULL: the legacy
+ * default stream). */
 chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);
 
 #ifdef __cplusplus

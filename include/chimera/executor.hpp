@@ -41,9 +41,11 @@ enum class ChainMode : std::uint8_t {
 /// it the least recently run one is freed, with its scratch, and prepared again (collectively,
 /// no new planning pass) when it runs next. Every rank frees the same plans, since all make
 /// the same calls.
-/// Not thread-safe; every rank of the mesh must make the same calls in the same order. On a
-/// device backend (NCCL) the work is ordered on `backend.stream()` and the run calls return
-/// once it is enqueued: synchronize the backend before reading the output on the host.
+/// Not thread-safe; every rank of the mesh must make the same calls in the same order. The
+/// stream belongs to each run call: on a device backend (NCCL) its work, agreements included,
+/// is ordered on the `stream` it is given (a cudaStream_t; nullptr the legacy default stream)
+/// and the call returns once it is enqueued: synchronize that stream before reading the
+/// output on the host. Host backends ignore the stream.
 class Executor {
  public:
   /// Runs on `backend` (not owned; must outlive the executor), pricing plans with `cost`
@@ -66,22 +68,19 @@ class Executor {
   /// group a step uses must have been created (`Backend::createGroups`); running a program
   /// that uses one that was not is InvalidArgument naming the group.
   [[nodiscard]] Status planAgreed(const ChainRequest& request, const ChainPlan*& out);
-  /// Plans (cached) and runs `request` in `mode`. `input`/`output` are this rank's local buffers of the start and
-  /// consumed layouts (nullptr allowed with 0 bytes on a rank that holds nothing there), with their sizes in bytes:
-  /// a buffer smaller than the rank's local tensor is InvalidArgument naming both sizes.
+  /// Plans (cached) and runs `request` in `mode`, ordered on `stream`. `input`/`output` are this rank's local
+  /// buffers of the start and consumed layouts (nullptr allowed with 0 bytes on a rank that holds nothing there),
+  /// with their sizes in bytes: a buffer smaller than the rank's local tensor is InvalidArgument naming both sizes.
   [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
-                                void* output, std::size_t outputBytes);
-  /// As above, with the work ordered on `stream` (NCCL: a cudaStream_t) instead of the
-  /// backend's: the stream belongs to this call (set on the backend for its duration and
-  /// restored after), as NCCL takes a stream per call.
-  [[nodiscard]] Status runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
-                                void* output, std::size_t outputBytes, Stream stream);
-  /// Moves a tensor of `spec` placed as `from` into `to` by the cheapest plan (planRedistribution), cached likewise.
+                                void* output, std::size_t outputBytes, Stream stream = nullptr);
+  /// Moves a tensor of `spec` placed as `from` into `to` by the cheapest plan (planRedistribution), cached
+  /// likewise, ordered on `stream`.
   [[nodiscard]] Status redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
-                                    std::size_t inputBytes, void* output, std::size_t outputBytes);
-  /// Runs an explicit plan (prepared once per distinct plan and cached).
+                                    std::size_t inputBytes, void* output, std::size_t outputBytes,
+                                    Stream stream = nullptr);
+  /// Runs an explicit plan (prepared once per distinct plan and cached), ordered on `stream`.
   [[nodiscard]] Status run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
-                           std::size_t outputBytes);
+                           std::size_t outputBytes, Stream stream = nullptr);
   /// Prepared plans an executor keeps unless told otherwise.
   static constexpr std::size_t kDefaultPreparedPlanLimit = 256;
   /// Keeps at most `limit` prepared plans, freeing the least recently run ones beyond it now and
@@ -93,8 +92,8 @@ class Executor {
   std::size_t evictedPlans() const;
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
-  /// Number of prepared plans pinned because they ran while `backend.capturing()` (a CUDA
-  /// graph capture): a pinned plan is never freed by the limit, since the graph replays its
+  /// Number of prepared plans pinned because they ran while their stream was being captured
+  /// (`Backend::capturing`, a CUDA graph capture): a pinned plan is never freed by the limit, since the graph replays its
   /// scratch addresses; pinned plans do not count toward the limit.
   std::size_t pinnedPlans() const;
   /// Unpins every pinned plan, once the graphs captured over them are destroyed; plans beyond

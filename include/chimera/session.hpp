@@ -40,8 +40,10 @@ struct SessionOptions {
   /// time. Catches a rank that changes its calls (or its consume declarations) alone after
   /// warm-up; costs one small allReduce (and, with hand-offs, one message exchange) per window.
   bool checkEveryWindow = false;
-  /// The stream this session's work is ordered on (NCCL: a cudaStream_t), set on the backend
-  /// for the duration of each flush and restored after; nullptr: the backend's own.
+  /// The stream this session's work is ordered on (NCCL: a cudaStream_t; nullptr the legacy
+  /// default stream): every backend call of a flush, agreements and hand-off exchanges
+  /// included, is given it. The backend keeps no stream, so sessions on different streams
+  /// share one backend.
   Stream stream = nullptr;
   /// Prices plans (not owned; must outlive the session). Default: bytes alone.
   const PlanCost* cost = nullptr;

@@ -222,7 +222,7 @@ chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t co
     CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
     CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraAllReduce count"));
-    return comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set);
+    return comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set, comm->stream);
   });
 }
 
@@ -236,7 +236,7 @@ chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_
     CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
     CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, recvcount, type, set, true, "chimeraReduceScatter recvcount"));
-    return comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set);
+    return comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set, comm->stream);
   });
 }
 
@@ -247,7 +247,7 @@ chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t se
   return guardedCall("chimeraAllGather", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, sendcount, type, set, true, "chimeraAllGather sendcount"));
-    return comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set);
+    return comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set, comm->stream);
   });
 }
 
@@ -258,7 +258,7 @@ chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t cou
   return guardedCall("chimeraAllToAll", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, countPerPeer, type, set, true, "chimeraAllToAll countPerPeer"));
-    return comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set);
+    return comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set, comm->stream);
   });
 }
 
@@ -269,7 +269,7 @@ chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t co
   return guardedCall("chimeraBroadcast", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraBroadcast count"));
-    return comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set);
+    return comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set, comm->stream);
   });
 }
 
@@ -280,7 +280,7 @@ chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraSend count"));
-    return comm->backend->send(sendbuff, count, type, peer);
+    return comm->backend->send(sendbuff, count, type, peer, comm->stream);
   });
 }
 
@@ -290,7 +290,7 @@ chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t data
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraRecv count"));
-    return comm->backend->recv(recvbuff, count, type, peer);
+    return comm->backend->recv(recvbuff, count, type, peer, comm->stream);
   });
 }
 
@@ -308,7 +308,8 @@ chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatyp
     CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(from, comm->mesh, source));
     CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(to, comm->mesh, target));
     if (!comm->executor) comm->executor = std::make_unique<chimera::Executor>(*comm->backend);
-    return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes);
+    return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes,
+                                         comm->stream);
   };
   return guardedCall("chimeraRedistribute", run);
 }

@@ -16,6 +16,10 @@ struct chimeraComm {
   chimera::Mesh mesh;
   std::unique_ptr<chimera::Backend> backend;
   std::unique_ptr<chimera::Executor> executor;  ///< for chimeraRedistribute, made on first use
+  /// The stream of chimeraCommSetStream: the communicator's plain collectives, send/recv and
+  /// chimeraRedistribute are ordered on it, chimeraCommSynchronize waits for it, and a session
+  /// begun without a stream of its own takes it. The backend keeps no stream: each call passes it.
+  void* stream = nullptr;
 };
 
 struct chimeraSession {

@@ -51,7 +51,7 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) 
 chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
   return guardedCall("chimeraCommSetStream", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
-    comm->backend->setStream(stream);
+    comm->stream = stream;
     return Status::ok();
   });
 }
@@ -59,7 +59,7 @@ chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
 chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm) {
   return guardedCall("chimeraCommSynchronize", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkComm(comm));
-    return comm->backend->synchronize();
+    return comm->backend->synchronize(comm->stream);
   });
 }
 
@@ -80,6 +80,7 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
       options.perRank = config->perRank == 1;
       options.stream = config->stream;
     }
+    if (options.stream == nullptr) options.stream = comm->stream;
     auto made = std::make_unique<chimeraSession>();
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));

@@ -48,6 +48,7 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (fusion >= 0) options.fusion = fusion == 1;
+    options.stream = comm->stream;
     auto made = std::make_unique<chimeraSession>();
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));

@@ -1,28 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Implements cross-rank agreement on a signature and failure flag over a group.
+// Implements the agreement's MIN reduction on a Backend's own collectives.
 #include "exec/agreement.hpp"
 
-#include <algorithm>
 #include <cstring>
 
 #include "core/check.hpp"
 
 namespace chimera::detail {
 
-std::vector<std::int64_t> Agreement::words(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags) {
-  std::vector<std::int64_t> out{hash, -hash, failed ? 1 : 0};
-  out.insert(out.end(), flags.begin(), flags.end());
-  return out;
+GroupMin BackendReduction::over(std::span<const AxisSet> groups, Stream stream) {
+  return [this, groups, stream](std::span<std::int64_t> words) { return minOver(words, groups, stream); };
 }
 
-std::vector<std::uint8_t> Agreement::flags(std::span<const std::int64_t> words, std::size_t count) {
-  std::vector<std::uint8_t> out(count);
-  std::transform(words.begin() + 3, words.begin() + 3 + static_cast<std::ptrdiff_t>(count), out.begin(),
-                 [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); });
-  return out;
-}
-
-Status Agreement::maxOver(std::vector<std::int64_t>& words, std::span<const AxisSet> groups) {
+Status BackendReduction::minOver(std::span<std::int64_t> words, std::span<const AxisSet> groups, Stream stream) {
   if (groups.empty() || words.empty()) return Status::ok();
   const std::size_t bytes = words.size() * sizeof(std::int64_t);
   if (bytes > bytes_) {
@@ -36,14 +26,14 @@ Status Agreement::maxOver(std::vector<std::int64_t>& words, std::span<const Axis
     bytes_ = bytes;
   }
   std::memcpy(host_, words.data(), bytes);
-  CHIMERA_RETURN_IF_ERROR(backend_.copy(device_, host_, bytes));
+  CHIMERA_RETURN_IF_ERROR(backend_.copy(device_, host_, bytes, stream));
   for (AxisSet group : groups) {
     CHIMERA_RETURN_IF_ERROR(
-        backend_.allReduce(device_, device_, words.size(), DataType::I64, ReduceOp::Max, group));
+        backend_.allReduce(device_, device_, words.size(), DataType::I64, ReduceOp::Min, group, stream));
     ++collectives_;
   }
-  CHIMERA_RETURN_IF_ERROR(backend_.copy(host_, device_, bytes));
-  CHIMERA_RETURN_IF_ERROR(backend_.synchronize());
+  CHIMERA_RETURN_IF_ERROR(backend_.copy(host_, device_, bytes, stream));
+  CHIMERA_RETURN_IF_ERROR(backend_.synchronize(stream));
   std::memcpy(words.data(), host_, bytes);
   return Status::ok();
 }

@@ -59,15 +59,15 @@ struct Executor::Impl {
     plans.clear();
   }
 
-  Status agree(const std::string& signature, const Status& local, std::string_view failure);
+  Status agree(const std::string& signature, const Status& local, std::string_view failure, Stream stream);
   Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                 std::size_t outputBytes, bool agreed);
-  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed);
+                 std::size_t outputBytes, bool agreed, Stream stream);
+  Status prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed, Stream stream);
   // Prepares `slot` from `plan` unless it holds a plan (freed ones are prepared again), then
-  // runs it. `agreed`: prepared without communicating, buffers checked locally.
+  // runs it on `stream`. `agreed`: prepared without communicating, buffers checked locally.
   Status runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                 std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed = false);
-  Status findChain(const ChainRequest& request, bool agreed, ChainEntry*& out);
+                 std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed, Stream stream);
+  Status findChain(const ChainRequest& request, bool agreed, Stream stream, ChainEntry*& out);
 
   Backend& backend;
   std::shared_ptr<detail::ScratchPool> scratch;  // the backend's; declared first, destroyed after the plans
@@ -78,25 +78,26 @@ struct Executor::Impl {
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
   detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
   std::size_t passes = 0;
-  detail::Agreement agreement;
+  detail::BackendReduction agreement;
   bool checkBuffers = checkBuffersFromEnv();
 };
 
-// Agrees over the world on {hash, -hash, failed}: the MAX and MIN hash and whether any rank
-// failed. Every rank takes part whatever its local verdict.
-Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure) {
+// Agrees over the world on the signature's hash and whether any rank failed. Every rank takes
+// part whatever its local verdict.
+Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure,
+                             Stream stream) {
   const std::int64_t hash = detail::signatureHash(signature);
-  std::vector<std::int64_t> values = detail::Agreement::words(hash, !local.isOk());
   const AxisSet world[] = {backend.mesh().allAxes()};
-  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(values, world));
+  detail::SignatureVerdict verdict;
+  CHIMERA_RETURN_IF_ERROR(detail::agreeOnSignature(hash, !local.isOk(), {}, agreement.over(world, stream), verdict));
   if (!local.isOk()) return local;
-  if (detail::Agreement::anyFailed(values)) {
+  if (verdict.anyFailed) {
     return Status::mismatch(fmt::format("another rank failed to {}; this rank has {}", failure, signature));
   }
-  if (!detail::Agreement::sameHash(values)) {
+  if (!verdict.sameHash()) {
     return Status::mismatch(fmt::format(
         "ranks disagree on what to plan: this rank has {} (hash {:#x}), the world's hashes range over [{:#x}, {:#x}]",
-        signature, hash, -values[1], values[0]));
+        signature, hash, verdict.lowHash, verdict.highHash));
   }
   return Status::ok();
 }
@@ -104,37 +105,39 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local, 
 // With argument checking on, the buffer sizes are agreed on before running, so a rank with a
 // bad buffer fails every rank instead of leaving its peers waiting in a collective.
 Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
-                               std::size_t outputBytes, bool agreed) {
+                               std::size_t outputBytes, bool agreed, Stream stream) {
   if (checkBuffers && !agreed) {
     CHIMERA_RETURN_IF_ERROR(agree("buffers that fit", plan.checkBuffers(input, inputBytes, output, outputBytes),
-                                  "pass buffers that fit the plan"));
+                                  "pass buffers that fit the plan", stream));
   }
-  return plan.run(input, inputBytes, output, outputBytes);
+  return plan.run(input, inputBytes, output, outputBytes, stream);
 }
 
-Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed) {
+Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed,
+                               Stream stream) {
   auto preparedPlan = std::make_unique<detail::PreparedPlan>();
   if (!scratch) CHIMERA_RETURN_IF_ERROR(detail::scratchPoolFor(backend, scratch));
   CHIMERA_RETURN_IF_ERROR(agreed ? preparedPlan->prepareAgreed(backend, plan, scratch.get())
-                                 : preparedPlan->prepare(backend, plan, scratch.get()));
+                                 : preparedPlan->prepare(backend, plan, scratch.get(), stream));
   slot = std::move(preparedPlan);
   preparedPlans.added(slot);
   return Status::ok();
 }
 
 Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, const void* input,
-                               std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed) {
+                               std::size_t inputBytes, void* output, std::size_t outputBytes, bool agreed,
+                               Stream stream) {
   if (slot) {
     preparedPlans.ran(slot);
   } else {
-    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot, agreed));
+    CHIMERA_RETURN_IF_ERROR(prepare(plan, slot, agreed, stream));
   }
   // A graph captured now replays this plan's scratch addresses: keep the plan alive.
-  if (backend.capturing()) preparedPlans.pin(slot);
-  return execute(*slot, input, inputBytes, output, outputBytes, agreed);
+  if (backend.capturing(stream)) preparedPlans.pin(slot);
+  return execute(*slot, input, inputBytes, output, outputBytes, agreed, stream);
 }
 
-Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, ChainEntry*& out) {
+Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Stream stream, ChainEntry*& out) {
   Status local = detail::checkRequestMesh(request, backend.mesh());
   const std::string signature =
       local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
@@ -153,7 +156,7 @@ Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Chain
     CHIMERA_RETURN_IF_ERROR(local);
     entry->agreed = true;
   } else {
-    CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request"));
+    CHIMERA_RETURN_IF_ERROR(agree(signature, local, "plan the request", stream));
   }
   const ChainPlan& p = entry->plan;
   if (debugLogging()) {
@@ -172,39 +175,29 @@ Executor::~Executor() = default;
 
 Status Executor::plan(const ChainRequest& request, const ChainPlan*& out) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, nullptr, entry));
   out = &entry->plan;
   return Status::ok();
 }
 
 Status Executor::planAgreed(const ChainRequest& request, const ChainPlan*& out) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, true, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, true, nullptr, entry));
   out = &entry->plan;
   return Status::ok();
 }
 
 Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
-                          void* output, std::size_t outputBytes) {
+                          void* output, std::size_t outputBytes, Stream stream) {
   ChainEntry* entry = nullptr;
-  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, entry));
+  CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, stream, entry));
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
   return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline,
-                        input, inputBytes, output, outputBytes, entry->agreed);
-}
-
-Status Executor::runChain(const ChainRequest& request, ChainMode mode, const void* input, std::size_t inputBytes,
-                          void* output, std::size_t outputBytes, Stream stream) {
-  Backend& backend = impl_->backend;
-  const Stream saved = backend.stream();
-  backend.setStream(stream);
-  const Status status = runChain(request, mode, input, inputBytes, output, outputBytes);
-  backend.setStream(saved);
-  return status;
+                        input, inputBytes, output, outputBytes, entry->agreed, stream);
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
-                              std::size_t inputBytes, void* output, std::size_t outputBytes) {
+                              std::size_t inputBytes, void* output, std::size_t outputBytes, Stream stream) {
   const Mesh& mesh = impl_->backend.mesh();
   Status local = Status::ok();
   if (!from.mesh().axesEqual(mesh) || !to.mesh().axesEqual(mesh)) {
@@ -221,23 +214,23 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
       ++impl_->passes;
       local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
     }
-    CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution"));
+    CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution", stream));
     if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());
     it = impl_->redistributions.emplace(signature, std::move(entry)).first;
   }
   RedistributionEntry& entry = *it->second;  // prepared (collectively) after agreeing
-  return impl_->runSlot(entry.plan, entry.prepared, input, inputBytes, output, outputBytes);
+  return impl_->runSlot(entry.plan, entry.prepared, input, inputBytes, output, outputBytes, false, stream);
 }
 
 Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
-                     std::size_t outputBytes) {
+                     std::size_t outputBytes, Stream stream) {
   const std::string key = detail::planKey(plan);
   auto it = impl_->plans.find(key);
   if (it == impl_->plans.end()) {
     if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "preparing an explicit plan:\n{}", plan.toString());
     it = impl_->plans.emplace(key, nullptr).first;  // the slot keeps its address in the map
   }
-  return impl_->runSlot(plan, it->second, input, inputBytes, output, outputBytes);
+  return impl_->runSlot(plan, it->second, input, inputBytes, output, outputBytes, false, stream);
 }
 
 std::size_t Executor::cachedPlans() const { return impl_->preparedPlans.size(); }

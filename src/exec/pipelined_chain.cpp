@@ -184,9 +184,12 @@ Status PipelinedChain::prepare() {
   return Status::ok();
 }
 
-Status PipelinedChain::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+Status PipelinedChain::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
+                           Stream stream) {
   if (!prepared_) CHIMERA_RETURN_IF_ERROR(prepare());
-  if (chunks_ == 1) return executor_.runChain(request_, ChainMode::Fused, input, inputBytes, output, outputBytes);
+  if (chunks_ == 1) {
+    return executor_.runChain(request_, ChainMode::Fused, input, inputBytes, output, outputBytes, stream);
+  }
   const int rank = backend_.rank();
   const Layout& from = request_.from;
   const Layout& to = *chunkRequest_.consume;
@@ -211,16 +214,16 @@ Status PipelinedChain::run(const void* input, std::size_t inputBytes, void* outp
         in = static_cast<const unsigned char*>(input) + c * chunkIn;
       } else {
         const ChunkView view = chunkView(inShape, dim_, blocks_, splitCount(from, dim_), chunks_, c);
-        CHIMERA_RETURN_IF_ERROR(backend_.packBox(input, view.shape, view.box, scratchIn_, dtype));
+        CHIMERA_RETURN_IF_ERROR(backend_.packBox(input, view.shape, view.box, scratchIn_, dtype, stream));
         in = scratchIn_;
       }
     }
     if (holdsOut) out = outContiguous_ ? static_cast<unsigned char*>(output) + c * chunkOut : scratchOut_;
     CHIMERA_RETURN_IF_ERROR(executor_.runChain(chunkRequest_, ChainMode::Fused, in, holdsIn ? chunkIn : 0, out,
-                                               holdsOut ? chunkOut : 0));
+                                               holdsOut ? chunkOut : 0, stream));
     if (holdsOut && !outContiguous_) {
       const ChunkView view = chunkView(outShape, dim_, blocks_, splitCount(to, dim_), chunks_, c);
-      CHIMERA_RETURN_IF_ERROR(backend_.unpackBox(scratchOut_, output, view.shape, view.box, dtype));
+      CHIMERA_RETURN_IF_ERROR(backend_.unpackBox(scratchOut_, output, view.shape, view.box, dtype, stream));
     }
   }
   return Status::ok();

@@ -24,64 +24,68 @@ Status PreparedPlan::checkBuffers(const void* input, std::size_t inputBytes, con
   return Status::ok();
 }
 
-Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
+                         Stream stream) {
   CHIMERA_RETURN_IF_ERROR(checkBuffers(input, inputBytes, output, outputBytes));
   // The plan never writes slot 0 (checked by prepare).
   slots_[0] = static_cast<std::byte*>(const_cast<void*>(input));
   slots_[1] = static_cast<std::byte*>(output);
   for (PreparedStep& step : steps_) {
-    CHIMERA_RETURN_IF_ERROR(runLocal(step.before));
-    CHIMERA_RETURN_IF_ERROR(runComm(step));
-    CHIMERA_RETURN_IF_ERROR(runLocal(step.after));
+    CHIMERA_RETURN_IF_ERROR(runLocal(step.before, stream));
+    CHIMERA_RETURN_IF_ERROR(runComm(step, stream));
+    CHIMERA_RETURN_IF_ERROR(runLocal(step.after, stream));
   }
   return Status::ok();
 }
 
-Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions) {
+Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions, Stream stream) {
   for (const LocalAction& a : actions) {
     switch (a.kind) {
       case LocalAction::Kind::Copy:
-        CHIMERA_RETURN_IF_ERROR(backend_->copy(resolve(a.dst), resolve(a.src), a.bytes));
+        CHIMERA_RETURN_IF_ERROR(backend_->copy(resolve(a.dst), resolve(a.src), a.bytes, stream));
         break;
       case LocalAction::Kind::Pack:
         pointers_.clear();
         for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
-        CHIMERA_RETURN_IF_ERROR(backend_->packBoxes(resolve(a.src), a.shape, a.boxes, pointers_, dtype_));
+        CHIMERA_RETURN_IF_ERROR(backend_->packBoxes(resolve(a.src), a.shape, a.boxes, pointers_, dtype_, stream));
         break;
       case LocalAction::Kind::Unpack:
         pointers_.clear();
         for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
-        CHIMERA_RETURN_IF_ERROR(backend_->unpackBoxes(pointers_, resolve(a.dst), a.shape, a.boxes, dtype_));
+        CHIMERA_RETURN_IF_ERROR(backend_->unpackBoxes(pointers_, resolve(a.dst), a.shape, a.boxes, dtype_, stream));
         break;
       case LocalAction::Kind::Scale:
-        CHIMERA_RETURN_IF_ERROR(backend_->scale(resolve(a.src), resolve(a.dst), a.count, dtype_, a.factor));
+        CHIMERA_RETURN_IF_ERROR(backend_->scale(resolve(a.src), resolve(a.dst), a.count, dtype_, a.factor, stream));
         break;
     }
   }
   return Status::ok();
 }
 
-Status PreparedPlan::runComm(PreparedStep& step) {
+Status PreparedPlan::runComm(PreparedStep& step, Stream stream) {
   switch (step.comm) {
     case PreparedStep::Comm::None:
       return Status::ok();
     case PreparedStep::Comm::AllReduce:
-      return backend_->allReduce(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes);
+      return backend_->allReduce(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes,
+                                 stream);
     case PreparedStep::Comm::ReduceScatter:
-      return backend_->reduceScatter(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes);
+      return backend_->reduceScatter(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes,
+                                     stream);
     case PreparedStep::Comm::AllGather:
-      return backend_->allGather(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes);
+      return backend_->allGather(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes, stream);
     case PreparedStep::Comm::AllToAll:
-      return backend_->allToAll(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes);
+      return backend_->allToAll(resolve(step.send), resolve(step.recv), step.count, dtype_, step.axes, stream);
     case PreparedStep::Comm::Broadcast:
-      return backend_->broadcast(resolve(step.send), resolve(step.recv), step.count, dtype_, step.root, step.axes);
+      return backend_->broadcast(resolve(step.send), resolve(step.recv), step.count, dtype_, step.root, step.axes,
+                                 stream);
     case PreparedStep::Comm::Grouped:
       ops_.resize(step.p2p.size());
       for (std::size_t i = 0; i < step.p2p.size(); ++i) {
         const P2PRef& ref = step.p2p[i];
         ops_[i] = {ref.kind, resolve(ref.buffer), ref.count, dtype_, ref.peer};
       }
-      return backend_->groupedP2P(ops_);
+      return backend_->groupedP2P(ops_, stream);
   }
   return Status::internal("unknown communication kind");
 }

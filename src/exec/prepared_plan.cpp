@@ -98,21 +98,21 @@ void PreparedPlan::needStaging(int which, std::size_t bytes) {
   if (bytes > size) size = bytes;
 }
 
-// Every rank resolves its part, then all agree on the verdict (one MAX allReduce over the
+// Every rank resolves its part, then all agree on the verdict (one MIN allReduce over the
 // world), so a plan that fails on some ranks only fails everywhere instead of hanging.
-Status PreparedPlan::prepare(Backend& backend, const Plan& plan, ScratchPool* pool) {
+Status PreparedPlan::prepare(Backend& backend, const Plan& plan, ScratchPool* pool, Stream stream) {
   backend_ = &backend;
   pool_ = pool;
   rank_ = backend.rank();
   dtype_ = plan.spec.dtype;
   elementSize_ = dataTypeSize(dtype_);
   const Status local = resolve(plan);
-  Agreement agreement(backend);
-  std::vector<std::int64_t> words = Agreement::words(0, !local.isOk());
+  BackendReduction reduction(backend);
   const AxisSet world[] = {backend.mesh().allAxes()};
-  CHIMERA_RETURN_IF_ERROR(agreement.maxOver(words, world));
+  SignatureVerdict verdict;
+  CHIMERA_RETURN_IF_ERROR(agreeOnSignature(0, !local.isOk(), {}, reduction.over(world, stream), verdict));
   if (!local.isOk()) return local;
-  if (Agreement::anyFailed(words)) return Status::mismatch("another rank failed to prepare this plan");
+  if (verdict.anyFailed) return Status::mismatch("another rank failed to prepare this plan");
   return createGroups(plan);
 }
 
@@ -231,8 +231,10 @@ Status PreparedPlan::prepareStep(const Plan& plan, const PlanStep& step, Prepare
       out.before.push_back(
           scaleAction({step.input, 0}, {step.output, 0}, inBytes / elementSize_, static_cast<double>(step.scale)));
       return Status::ok();
+    default:
+      break;
   }
-  return Status::invalidArgument(fmt::format("unknown step kind {}", static_cast<int>(step.kind)));
+  return Status::invalidArgument(fmt::format("{} is not a kind of plan step", opKindName(step.kind)));
 }
 
 // ReduceScatter and AllGather along `dim`: the blocks of the group are contiguous when every

@@ -99,7 +99,8 @@ class PreparedPlan {
   /// world: every rank must prepare the same plan; a failure on any rank fails all (Mismatch
   /// on the others). InvalidArgument when the plan is malformed (buffer index out of range, mesh different from the
   /// backend's, invalid layout, a step that writes the input buffer, boxes that do not fit).
-  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan, ScratchPool* pool = nullptr);
+  [[nodiscard]] Status prepare(Backend& backend, const Plan& plan, ScratchPool* pool = nullptr,
+                               Stream stream = nullptr);
   /// Resolves `plan` for `backend.rank()` without communicating: for a caller that agreed on
   /// the plan with every rank it touches already. Every group the rank's steps use must
   /// exist (`Backend::createGroups`): InvalidArgument naming the group otherwise. Scratch as
@@ -109,8 +110,10 @@ class PreparedPlan {
   /// input or output, or null where the rank holds some.
   [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
                                     std::size_t outputBytes) const;
-  /// Runs the prepared plan on this rank's buffers (checked against the local sizes first).
-  [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
+  /// Runs the prepared plan on this rank's buffers (checked against the local sizes first),
+  /// every backend call ordered on `stream`.
+  [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
+                           Stream stream);
   /// Bytes of the rank's input / output buffer (0 when it holds none).
   std::size_t inputBytes() const { return bufferBytes_[0]; }
   std::size_t outputBytes() const { return bufferBytes_[1]; }
@@ -124,8 +127,8 @@ class PreparedPlan {
   Status prepareSend(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareManyToMany(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareLocalCopy(const Plan& plan, const PlanStep& step, PreparedStep& out);
-  Status runLocal(const std::vector<LocalAction>& actions);
-  Status runComm(PreparedStep& step);
+  Status runLocal(const std::vector<LocalAction>& actions, Stream stream);
+  Status runComm(PreparedStep& step, Stream stream);
   std::byte* resolve(SlotRef ref) const { return slots_[static_cast<std::size_t>(ref.slot)] + ref.offset; }
   int stagingSlot(int which) const { return static_cast<int>(bufferBytes_.size()) + which; }
   void needStaging(int which, std::size_t bytes);

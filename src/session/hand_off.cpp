@@ -149,7 +149,7 @@ int handOffPeer(const Mesh& mesh, int rank, AxisSet axis, int stage) {
 }
 
 Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<HandOffSide>& sides, bool fusion,
-                        const Status& local, std::uint64_t& exchanges) {
+                        const Status& local, Stream stream, std::uint64_t& exchanges) {
   const Mesh& mesh = backend.mesh();
   const int rank = backend.rank();
   // Peers in order of first appearance, with this rank's sides towards each.
@@ -178,7 +178,7 @@ Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<Han
   const std::size_t half = n * kHandOffMessageBytes;
   CHIMERA_RETURN_IF_ERROR(buffer.reserve(2 * half));
   auto* device = static_cast<char*>(buffer.data());
-  CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half, stream));
   std::vector<P2POp> ops;
   for (std::size_t p = 0; p < n; ++p) {
     ops.push_back({P2POp::Kind::Send, device + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p],
@@ -186,9 +186,9 @@ Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<Han
     ops.push_back({P2POp::Kind::Recv, device + half + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8,
                    peers[p], kHandOffChannel});
   }
-  CHIMERA_RETURN_IF_ERROR(backend.groupedP2P(ops));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(host.data() + half, device + half, half));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  CHIMERA_RETURN_IF_ERROR(backend.groupedP2P(ops, stream));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(host.data() + half, device + half, half, stream));
+  CHIMERA_RETURN_IF_ERROR(backend.synchronize(stream));
   ++exchanges;
   if (!status.isOk()) return status;
   for (std::size_t p = 0; p < n; ++p) {

@@ -51,8 +51,9 @@ int handOffPeer(const Mesh& mesh, int rank, AxisSet axis, int stage);
 /// when it is an error the rank still sends (a failure flag) so its peers return Mismatch
 /// instead of waiting, and `local` is returned. Mismatch naming the peer when the two sides
 /// differ (counts, tensors, layouts, fusion) or the peer failed; InvalidArgument when a
-/// description does not fit a message. Counts one exchange in `exchanges` when it ran.
+/// description does not fit a message. Counts one exchange in `exchanges` when it ran. The
+/// exchange is ordered on `stream` and waited for.
 [[nodiscard]] Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<HandOffSide>& sides,
-                                      bool fusion, const Status& local, std::uint64_t& exchanges);
+                                      bool fusion, const Status& local, Stream stream, std::uint64_t& exchanges);
 
 }  // namespace chimera::detail

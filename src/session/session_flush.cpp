@@ -14,7 +14,6 @@ namespace chimera {
 namespace {
 
 constexpr const char* kLog = "session";
-constexpr std::size_t kAgreementWords = 3 + Session::kMaxWindowValues;
 
 bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
   if (a.buffer == nullptr || b.buffer == nullptr || a.bytes == 0 || b.bytes == 0) return false;
@@ -25,46 +24,58 @@ bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
 
 }  // namespace
 
-// One MAX allReduce over the agreement scope (SPMD: the world) of {hash, -hash, failed,
-// aliased per value} (a fixed size, so ranks with different windows still meet): equal hashes
-// prove every rank of the scope recorded the same window; the aliasing verdicts are OR-ed, so every rank materialises a value aliased on
-// any rank. A window with byte-range declarations then OR-s the flags of their candidate
+// One agreement (common/agreement.hpp: a MIN allReduce) over the agreement scope (SPMD: the
+// world) of {hash, failed, aliased per value}, the flags padded to kMaxWindowValues (a fixed
+// size, so ranks with different windows still meet): equal hashes prove every rank of the
+// scope recorded the same window; the aliasing verdicts are OR-ed, so every rank materialises
+// a value aliased on any rank. A window with byte-range declarations then OR-s the flags of their candidate
 // layouts (equal windows have equal candidate lists), so every rank resolves a range to a
 // layout that holds every rank's range.
 Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, Verdicts& out) {
-  std::vector<std::int64_t>& words = agreementWords;
-  words = detail::Agreement::words(key.sharedHash, !local.isOk(), key.aliased);
-  words.resize(kAgreementWords, 0);
+  std::vector<std::uint8_t>& flags = agreementFlags;
+  flags.assign(key.aliased.begin(), key.aliased.end());
+  flags.resize(Session::kMaxWindowValues, 0);
   const AxisSet scope = agreementScope();
-  CHIMERA_RETURN_IF_ERROR(allReduceMax(words, scope));
+  std::vector<AxisSet> groups;
+  CHIMERA_RETURN_IF_ERROR(agreementGroups(scope, groups));
+  detail::SignatureVerdict verdict;
+  const std::uint64_t before = reduction.collectives();
+  const detail::GroupMin min = reduction.over(groups, options.stream);
+  Status agreed = detail::agreeOnSignature(key.sharedHash, !local.isOk(), flags, min, verdict);
+  stats.agreements += reduction.collectives() - before;
+  CHIMERA_RETURN_IF_ERROR(agreed);
   if (!local.isOk()) return local;
-  if (detail::Agreement::anyFailed(words)) {
+  if (verdict.anyFailed) {
     return Status::mismatch("another rank failed to prepare the window this rank flushed");
   }
-  if (!detail::Agreement::sameHash(words)) {
+  if (!verdict.sameHash()) {
     return Status::mismatch(fmt::format(
         "ranks recorded different windows (calls or consume declarations differ): rank {} has {} (hash {:#x}), "
         "the hashes of group {} range over [{:#x}, {:#x}]",
-        backend.rank(), detail::windowText(window), key.sharedHash, backend.mesh().axesName(scope), -words[1],
-        words[0]));
+        backend.rank(), detail::windowText(window), key.sharedHash, backend.mesh().axesName(scope), verdict.lowHash,
+        verdict.highHash));
   }
-  const auto flag = [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); };
-  out.aliased = detail::Agreement::flags(words, key.aliased.size());
+  out.aliased.assign(verdict.flags.begin(), verdict.flags.begin() + static_cast<std::ptrdiff_t>(key.aliased.size()));
   out.uncovered.clear();
   if (key.uncovered.empty()) return Status::ok();
-  words.assign(key.uncovered.begin(), key.uncovered.end());
-  CHIMERA_RETURN_IF_ERROR(allReduceMax(words, scope));
+  detail::WordRange range;
+  const std::vector<std::int64_t> words(key.uncovered.begin(), key.uncovered.end());
+  const std::uint64_t beforeRanges = reduction.collectives();
+  agreed = detail::agreeOnRange(words, min, range);
+  stats.agreements += reduction.collectives() - beforeRanges;
+  CHIMERA_RETURN_IF_ERROR(agreed);
   out.uncovered.resize(words.size());
-  std::transform(words.begin(), words.end(), out.uncovered.begin(), flag);
+  std::transform(range.high.begin(), range.high.end(), out.uncovered.begin(),
+                 [](std::int64_t w) { return static_cast<std::uint8_t>(w != 0 ? 1 : 0); });
   return Status::ok();
 }
 
-// A MAX over a group is a MAX over each of its axes in turn, so a scope whose own
+// A MIN over a group is a MIN over each of its axes in turn, so a scope whose own
 // communicator was not created is agreed axis by axis on the single-axis groups.
-Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words, AxisSet scope) {
+Status Session::Impl::agreementGroups(AxisSet scope, std::vector<AxisSet>& groups) {
+  groups.clear();
   if (scope.empty()) return Status::ok();
   const Mesh& mesh = backend.mesh();
-  std::vector<AxisSet> groups;
   if (!options.perRank || backend.hasGroup(scope)) {
     groups.push_back(scope);
   } else {
@@ -78,10 +89,7 @@ Status Session::Impl::allReduceMax(std::vector<std::int64_t>& words, AxisSet sco
       groups.push_back(single);
     }
   }
-  const std::uint64_t before = agreement.collectives();
-  const Status status = agreement.maxOver(words, groups);
-  stats.agreements += agreement.collectives() - before;
-  return status;
+  return Status::ok();
 }
 
 AxisSet Session::Impl::agreementScope() const {
@@ -203,7 +211,8 @@ Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, c
     sideSteps.push_back(i);
   }
   if (sides.empty()) return local;
-  CHIMERA_RETURN_IF_ERROR(detail::exchangeHandOffs(backend, handOffs, sides, options.fusion, local, stats.agreements));
+  CHIMERA_RETURN_IF_ERROR(detail::exchangeHandOffs(backend, handOffs, sides, options.fusion, local, options.stream,
+                                                   stats.agreements));
   for (std::size_t k = 0; k < sides.size(); ++k) {
     detail::WindowStep& step = steps[sideSteps[k]];
     step.request = sides[k].request;
@@ -332,15 +341,16 @@ Status Session::Impl::runStaged(const detail::WindowStep& step, const TensorSpec
   if (bytes > 0) CHIMERA_RETURN_IF_ERROR(staging.reserve(bytes));
   const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
   CHIMERA_RETURN_IF_ERROR(
-      executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr, bytes));
+      executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr, bytes,
+                        options.stream));
   if (bytes == 0) return Status::ok();
   const Box finalBox = out.layout.rankBox(rank, spec);
   const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
   const std::vector<std::int64_t> shape = out.layout.localShape(spec);
   if (box.volume() * static_cast<std::int64_t>(dataTypeSize(spec.dtype)) == out.layout.localBytes(spec)) {
-    return backend.copy(out.buffer, staging.data(), bytes);
+    return backend.copy(out.buffer, staging.data(), bytes, options.stream);
   }
-  return backend.unpackBox(staging.data(), out.buffer, shape, box, spec.dtype);
+  return backend.unpackBox(staging.data(), out.buffer, shape, box, spec.dtype, options.stream);
 }
 
 Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
@@ -353,17 +363,18 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
     if (fused) ++stats.fusedChains;
     const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
     if (reshaped) return runStaged(step, out.spec, nullptr, 0, out);
-    return executor.runChain(step.request, mode, nullptr, 0, out.buffer, out.bytes);
+    return executor.runChain(step.request, mode, nullptr, 0, out.buffer, out.bytes, options.stream);
   }
   const ChainOp& op = step.request.chain.ops.front();
   const auto count = static_cast<std::size_t>(in.layout.localBytes(in.spec)) / dataTypeSize(in.spec.dtype);
   switch (step.kind) {
     case detail::WindowStep::Kind::DirectAllReduce:
       if (!in.layout.holds(rank)) return Status::ok();
-      return backend.allReduce(in.buffer, in.buffer, count, in.spec.dtype, in.layout.partialOp(), op.axes);
+      return backend.allReduce(in.buffer, in.buffer, count, in.spec.dtype, in.layout.partialOp(), op.axes,
+                               options.stream);
     case detail::WindowStep::Kind::DirectBroadcast:
       if (!in.layout.holds(rank)) return Status::ok();
-      return backend.broadcast(in.buffer, in.buffer, count, in.spec.dtype, op.root, op.axes);
+      return backend.broadcast(in.buffer, in.buffer, count, in.spec.dtype, op.root, op.axes, options.stream);
     case detail::WindowStep::Kind::Chain:
       break;
   }
@@ -371,19 +382,10 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   if (fused) ++stats.fusedChains;
   const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
   if (reshaped || overlapping(in, out)) return runStaged(step, in.spec, in.buffer, in.bytes, out);
-  return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes);
+  return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes, options.stream);
 }
 
 Status Session::Impl::flush() {
-  // The session's stream orders this flush's work; the backend's is restored after.
-  struct StreamScope {
-    Backend& backend;
-    Stream saved;
-    StreamScope(Backend& b, Stream s) : backend(b), saved(b.stream()) {
-      if (s != nullptr) backend.setStream(s);
-    }
-    ~StreamScope() { backend.setStream(saved); }
-  } scope(backend, options.stream);
   Status status = Status::ok();
   if (!window.calls.empty() || !window.receives.empty()) {
     const detail::WindowKey key = detail::windowKey(window, backend.rank());

@@ -34,7 +34,7 @@ namespace chimera {
 
 struct Session::Impl {
   Impl(Backend& b, const SessionOptions& o)
-      : backend(b), options(o), executor(b, o.cost), staging(b), agreement(b), handOffs(b) {}
+      : backend(b), options(o), executor(b, o.cost), staging(b), reduction(b), handOffs(b) {}
 
   Status checkHandle(TensorHandle t) const;
   // Records `op`; in-place kinds (allreduce, broadcast) ignore `output`.
@@ -54,7 +54,9 @@ struct Session::Impl {
   };
   Status agree(const detail::WindowKey& key, const Status& local, Verdicts& out);
   Status agreeOrRelease(const detail::WindowKey& key, Verdicts& out);
-  Status allReduceMax(std::vector<std::int64_t>& words, AxisSet scope);
+  // The groups an agreement over `scope` reduces over: the scope's own, or per rank (when its
+  // communicator was not created) each of its single-axis groups.
+  Status agreementGroups(AxisSet scope, std::vector<AxisSet>& groups);
   // The ranks a window's agreement spans: SPMD the world; per rank the groups of the mesh
   // axes its tensors are spread over (every axis of size > 1 without a stage placement).
   AxisSet agreementScope() const;
@@ -77,9 +79,9 @@ struct Session::Impl {
   std::unordered_multimap<std::uint64_t, std::unique_ptr<detail::CachedWindow>> cache;
   SessionStats stats;
   detail::BackendBuffer staging;    ///< a consumed part on its way into the final buffer
-  detail::Agreement agreement;      ///< the agreement's words
+  detail::BackendReduction reduction;  ///< the agreements' MIN over the backend
   detail::BackendBuffer handOffs;   ///< the hand-off exchange's messages
-  std::vector<std::int64_t> agreementWords;
+  std::vector<std::uint8_t> agreementFlags;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };
 

@@ -200,18 +200,19 @@ TEST(ExecutorOnNccl, PreparedPlanIsCapturedIntoACudaGraphAndReplayed) {
   ASSERT_TRUE(prepared.isOk()) << prepared.toString();
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  run.backend->setStream(stream);
   test::DeviceBuffer in(run.input.size());
   test::DeviceBuffer out(run.outputBytes);
   in.upload(run.input);
   // The first run plans, prepares (allocates scratch) and agrees: outside the capture.
-  ASSERT_TRUE(run.executor->runChain(run.request, ChainMode::Fused, in.data(), in.bytes(), out.data(), out.bytes()).isOk());
-  ASSERT_TRUE(run.backend->synchronize().isOk());
+  ASSERT_TRUE(
+      run.executor->runChain(run.request, ChainMode::Fused, in.data(), in.bytes(), out.data(), out.bytes(), stream)
+          .isOk());
+  ASSERT_TRUE(run.backend->synchronize(stream).isOk());
   ASSERT_EQ(cudaMemset(out.data(), 0, out.bytes()), cudaSuccess);
   cudaGraph_t graph = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
   const Status captured =
-      run.executor->runChain(run.request, ChainMode::Fused, in.data(), in.bytes(), out.data(), out.bytes());
+      run.executor->runChain(run.request, ChainMode::Fused, in.data(), in.bytes(), out.data(), out.bytes(), stream);
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   ASSERT_TRUE(captured.isOk()) << captured.toString();
   ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);

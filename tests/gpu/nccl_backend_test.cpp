@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "backend/nccl/nccl_agreement.hpp"
 #include "chimera/nccl_backend.hpp"
 #include "core/type_lists.hpp"
 #include "chimera/tensor_spec.hpp"
@@ -52,7 +51,6 @@ class NcclSingleRank : public ::testing::Test {
     ASSERT_TRUE(Mesh::create({{"a", 1}, {"b", 1}}, 1, mesh_).isOk());
     createBackend(backend_);
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-    backend_->setStream(stream_);
     ASSERT_TRUE(mesh_.parseAxes("a", axisA_).isOk());
   }
   void TearDown() override {
@@ -66,7 +64,7 @@ class NcclSingleRank : public ::testing::Test {
     ASSERT_TRUE(status.isOk()) << status.toString();
   }
   void sync(Backend& backend) {
-    const Status status = backend.synchronize();
+    const Status status = backend.synchronize(stream_);
     ASSERT_TRUE(status.isOk()) << status.toString();
   }
 
@@ -87,14 +85,14 @@ TEST_F(NcclSingleRank, AllReduceIsIdentityForEveryDtypeOpAndGroup) {
     for (ReduceOp op : kAllReduceOps) {
       for (AxisSet axes : {mesh_.allAxes(), axisA_}) {
         ASSERT_EQ(cudaMemset(recv.data(), 0xEE, bytes), cudaSuccess);
-        const Status status = backend_->allReduce(send.data(), recv.data(), count, dtype, op, axes);
+        const Status status = backend_->allReduce(send.data(), recv.data(), count, dtype, op, axes, stream_);
         ASSERT_TRUE(status.isOk()) << status.toString();
         sync(*backend_);
         EXPECT_EQ(recv.download(bytes), input) << dataTypeName(dtype) << " " << reduceOpName(op) << " "
                                                << mesh_.axesName(axes);
       }
     }
-    ASSERT_TRUE(backend_->allReduce(send.data(), send.data(), count, dtype, ReduceOp::Sum, axisA_).isOk());
+    ASSERT_TRUE(backend_->allReduce(send.data(), send.data(), count, dtype, ReduceOp::Sum, axisA_, stream_).isOk());
     sync(*backend_);
     EXPECT_EQ(send.download(bytes), input) << "in place " << dataTypeName(dtype);
   }
@@ -114,18 +112,17 @@ TEST_F(NcclSingleRank, ReduceScatterAllGatherBroadcastAndCopyMoveTheData) {
     EXPECT_EQ(recv.download(bytes), input) << what;
     ASSERT_EQ(cudaMemset(recv.data(), 0, bytes), cudaSuccess);
   };
-  check(backend_->reduceScatter(send.data(), recv.data(), count, dtype, ReduceOp::Max, axisA_), "reduceScatter");
-  check(backend_->allGather(send.data(), recv.data(), count, dtype, mesh_.allAxes()), "allGather");
-  check(backend_->broadcast(send.data(), recv.data(), count, dtype, 0, axisA_), "broadcast");
-  check(backend_->copy(recv.data(), send.data(), bytes), "copy");
-  check(backend_->allToAll(send.data(), recv.data(), count, dtype, axisA_), "allToAll native");
+  check(backend_->reduceScatter(send.data(), recv.data(), count, dtype, ReduceOp::Max, axisA_, stream_), "reduceScatter");
+  check(backend_->allGather(send.data(), recv.data(), count, dtype, mesh_.allAxes(), stream_), "allGather");
+  check(backend_->broadcast(send.data(), recv.data(), count, dtype, 0, axisA_, stream_), "broadcast");
+  check(backend_->copy(recv.data(), send.data(), bytes, stream_), "copy");
+  check(backend_->allToAll(send.data(), recv.data(), count, dtype, axisA_, stream_), "allToAll native");
   std::unique_ptr<Backend> grouped;
   {
     ScopedEnv env("CHIMERA_NCCL_ALLTOALL", "grouped");
     createBackend(grouped);
   }
-  grouped->setStream(stream_);
-  ASSERT_TRUE(grouped->allToAll(send.data(), recv.data(), count, dtype, mesh_.allAxes()).isOk());
+  ASSERT_TRUE(grouped->allToAll(send.data(), recv.data(), count, dtype, mesh_.allAxes(), stream_).isOk());
   sync(*grouped);
   EXPECT_EQ(recv.download(bytes), input) << "allToAll grouped";
 }
@@ -139,7 +136,7 @@ TEST_F(NcclSingleRank, GroupedSendRecvToSelfAndAllocate) {
   const std::vector<std::uint8_t> input = rampValues(DataType::I64, count, 3);
   ASSERT_EQ(cudaMemcpy(a, input.data(), input.size(), cudaMemcpyHostToDevice), cudaSuccess);
   const P2POp ops[] = {{P2POp::Kind::Send, a, count, DataType::I64, 0}, {P2POp::Kind::Recv, b, count, DataType::I64, 0}};
-  const Status status = backend_->groupedP2P(ops);
+  const Status status = backend_->groupedP2P(ops, stream_);
   ASSERT_TRUE(status.isOk()) << status.toString();
   sync(*backend_);
   std::vector<std::uint8_t> got(input.size());
@@ -157,22 +154,22 @@ TEST_F(NcclSingleRank, BadArgumentsAreNamed) {
     EXPECT_EQ(status.code(), code) << status.toString();
     EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
   };
-  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet()), StatusCode::InvalidArgument,
+  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet(), stream_), StatusCode::InvalidArgument,
              "empty axis set");
-  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet::single(5)),
+  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet::single(5), stream_),
              StatusCode::InvalidArgument, "outside mesh");
-  expectCode(backend_->allReduce(nullptr, p, 4, DataType::F32, ReduceOp::Sum, axisA_), StatusCode::InvalidArgument,
+  expectCode(backend_->allReduce(nullptr, p, 4, DataType::F32, ReduceOp::Sum, axisA_, stream_), StatusCode::InvalidArgument,
              "send buffer is null");
-  expectCode(backend_->allReduce(p, p, 4, static_cast<DataType>(99), ReduceOp::Sum, axisA_),
+  expectCode(backend_->allReduce(p, p, 4, static_cast<DataType>(99), ReduceOp::Sum, axisA_, stream_),
              StatusCode::InvalidArgument, "unknown DataType");
-  expectCode(backend_->allToAll(p, p, 4, DataType::F32, axisA_), StatusCode::InvalidArgument, "out-of-place");
-  expectCode(backend_->broadcast(p, p, 4, DataType::F32, 1, axisA_), StatusCode::InvalidArgument, "root 1");
-  expectCode(backend_->send(p, 4, DataType::F32, 0), StatusCode::InvalidArgument, "self");
+  expectCode(backend_->allToAll(p, p, 4, DataType::F32, axisA_, stream_), StatusCode::InvalidArgument, "out-of-place");
+  expectCode(backend_->broadcast(p, p, 4, DataType::F32, 1, axisA_, stream_), StatusCode::InvalidArgument, "root 1");
+  expectCode(backend_->send(p, 4, DataType::F32, 0, stream_), StatusCode::InvalidArgument, "self");
   const P2POp farPeer{P2POp::Kind::Recv, p, 4, DataType::F32, 3};
-  expectCode(backend_->groupedP2P(std::span<const P2POp>(&farPeer, 1)), StatusCode::InvalidArgument, "peer 3");
+  expectCode(backend_->groupedP2P(std::span<const P2POp>(&farPeer, 1), stream_), StatusCode::InvalidArgument, "peer 3");
   void* out = nullptr;
   expectCode(backend_->allocate(0, &out), StatusCode::InvalidArgument, "0 bytes");
-  EXPECT_TRUE(backend_->synchronize().isOk()) << "errors must not leave work behind";
+  EXPECT_TRUE(backend_->synchronize(stream_).isOk()) << "errors must not leave work behind";
 }
 
 TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
@@ -181,7 +178,6 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
     ScopedEnv env("CHIMERA_TIMEOUT_MS", "300");
     createBackend(backend);
   }
-  backend->setStream(stream_);
   // A host callback that holds the stream until released stands in for a peer that never
   // shows up: the stream stops progressing, which is what the deadline watches.
   static std::atomic<bool> release{false};
@@ -197,7 +193,7 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
                 nullptr),
             cudaSuccess);
   const auto start = std::chrono::steady_clock::now();
-  const Status status = backend->synchronize();
+  const Status status = backend->synchronize(stream_);
   const auto returned = std::chrono::steady_clock::now();
   releaser.join();
   ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
@@ -209,7 +205,7 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   EXPECT_NE(status.message().find("CHIMERA_TIMEOUT_MS=300"), std::string::npos) << status.message();
   EXPECT_GE(returned - start, std::chrono::milliseconds(300));
   DeviceBuffer buffer(64);
-  const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_);
+  const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_, stream_);
   EXPECT_EQ(after.code(), StatusCode::BackendError);
   EXPECT_NE(after.message().find("aborted"), std::string::npos) << after.message();
 }
@@ -227,10 +223,10 @@ TEST_F(NcclSingleRank, LocalPackUnpackAndScaleRunOnTheStream) {
   DeviceBuffer deviceTensor(tensorBytes);
   DeviceBuffer packed(packedBytes);
   deviceTensor.upload(tensor);
-  ASSERT_TRUE(backend_->packBox(deviceTensor.data(), shape, box, packed.data(), dtype).isOk());
-  ASSERT_TRUE(backend_->scale(packed.data(), packed.data(), packedBytes / size, dtype, 2.0).isOk());
+  ASSERT_TRUE(backend_->packBox(deviceTensor.data(), shape, box, packed.data(), dtype, stream_).isOk());
+  ASSERT_TRUE(backend_->scale(packed.data(), packed.data(), packedBytes / size, dtype, 2.0, stream_).isOk());
   ASSERT_EQ(cudaMemsetAsync(deviceTensor.data(), 0, tensorBytes, stream_), cudaSuccess);
-  ASSERT_TRUE(backend_->unpackBox(packed.data(), deviceTensor.data(), shape, box, dtype).isOk());
+  ASSERT_TRUE(backend_->unpackBox(packed.data(), deviceTensor.data(), shape, box, dtype, stream_).isOk());
   sync(*backend_);
   // Expected: zeros outside the box, twice the input inside (exact: values < 100).
   std::vector<std::uint8_t> want(tensorBytes, 0);
@@ -241,7 +237,7 @@ TEST_F(NcclSingleRank, LocalPackUnpackAndScaleRunOnTheStream) {
     }
   }
   EXPECT_EQ(deviceTensor.download(tensorBytes), want);
-  const Status bad = backend_->packBox(deviceTensor.data(), shape, Box{{0, 100}, {1, 30}}, packed.data(), dtype);
+  const Status bad = backend_->packBox(deviceTensor.data(), shape, Box{{0, 100}, {1, 30}}, packed.data(), dtype, stream_);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument) << bad.toString();
 }
 
@@ -268,49 +264,22 @@ TEST(NcclBackend, MeshAndRankAreChecked) {
   EXPECT_EQ(createNcclBackend(Mesh::flat(2), 2, 0, id, backend).code(), StatusCode::InvalidArgument);
 }
 
-TEST(NcclAgreement, VerdictNamesEveryDifferingField) {
-  // Host logic only: the MIN over two members' encodings, as ncclAllReduce would compute it.
-  using detail::NcclCallSignature;
-  auto reduced = [](const NcclCallSignature& a, bool aValid, const NcclCallSignature& b, bool bValid) {
-    std::vector<std::int64_t> x(detail::kAgreementValues);
-    std::vector<std::int64_t> y(detail::kAgreementValues);
-    detail::encodeAgreement(a, aValid, x.data());
-    detail::encodeAgreement(b, bValid, y.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::min(x[i], y[i]);
-    return x;
-  };
-  const NcclCallSignature base{detail::NcclCollective::AllReduce, 4, DataType::F32, ReduceOp::Sum, 0};
-  NcclCallSignature other = base;
-  other.count = 8;
-  other.dtype = DataType::BF16;
-  EXPECT_TRUE(detail::agreementVerdict(reduced(base, true, base, true).data(), Status::ok(), "tp").isOk());
-  const Status mismatch = detail::agreementVerdict(reduced(base, true, other, true).data(), Status::ok(), "tp");
-  EXPECT_EQ(mismatch.code(), StatusCode::Mismatch);
-  EXPECT_EQ(mismatch.message(), "members of group tp disagree on count (min 4, max 8), dtype (min float, max bfloat16)");
-  const Status invalid = detail::agreementVerdict(reduced(base, true, other, false).data(), Status::ok(), "tp");
-  EXPECT_EQ(invalid.code(), StatusCode::InvalidArgument);
-  EXPECT_NE(invalid.message().find("another member of group tp"), std::string::npos) << invalid.message();
-  const Status local = Status::invalidArgument("send buffer is null but count is 4");
-  EXPECT_EQ(detail::agreementVerdict(reduced(base, false, base, true).data(), local, "tp").message(), local.message());
-}
-
 TEST_F(NcclSingleRank, ArgumentAgreementKeepsResultsAndLocalErrors) {
   std::unique_ptr<Backend> checked;
   {
     ScopedEnv env("CHIMERA_CHECK_ARGS", "1");
     createBackend(checked);
   }
-  checked->setStream(stream_);
   const std::size_t count = 333;
   const std::vector<std::uint8_t> input = rampValues(DataType::F64, count, 4);
   DeviceBuffer send(input.size());
   DeviceBuffer recv(input.size());
   send.upload(input);
-  ASSERT_TRUE(checked->allReduce(send.data(), recv.data(), count, DataType::F64, ReduceOp::Min, axisA_).isOk());
-  ASSERT_TRUE(checked->broadcast(send.data(), recv.data(), count, DataType::F64, 0, mesh_.allAxes()).isOk());
+  ASSERT_TRUE(checked->allReduce(send.data(), recv.data(), count, DataType::F64, ReduceOp::Min, axisA_, stream_).isOk());
+  ASSERT_TRUE(checked->broadcast(send.data(), recv.data(), count, DataType::F64, 0, mesh_.allAxes(), stream_).isOk());
   sync(*checked);
   EXPECT_EQ(recv.download(input.size()), input);
-  const Status bad = checked->allGather(nullptr, recv.data(), count, DataType::F64, axisA_);
+  const Status bad = checked->allGather(nullptr, recv.data(), count, DataType::F64, axisA_, stream_);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
   EXPECT_NE(bad.message().find("send buffer is null"), std::string::npos) << bad.message();
 }

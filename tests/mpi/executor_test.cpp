@@ -135,9 +135,10 @@ TEST(ExecutorCache, SecondRunPlansNothing) {
   EXPECT_EQ(f.executor->planningPasses(), passes + 1);
 }
 
-// A run given its own stream orders its work there and leaves the backend's stream as it was
-// (the MPI backend ignores streams, so the results are the reference ones either way).
-TEST(ExecutorStreams, PerCallStreamIsRestored) {
+// A run given its own stream on a host backend: the MPI backend ignores the stream and the
+// run succeeds on every rank (that each call receives the run's stream is checked in
+// prepared_plan_test.cpp on a recording backend).
+TEST(ExecutorStreams, RunsOnThePerCallStream) {
   const ChainCase c = chainCases(worldSize()).front();
   Fixture f = makeFixture(c.mesh);
   ChainRequest request;
@@ -146,9 +147,7 @@ TEST(ExecutorStreams, PerCallStreamIsRestored) {
     ADD_FAILURE() << status.toString();
     return;
   }
-  int marker = 0;
   int callStream = 0;
-  f.backend->setStream(&marker);
   const int rank = worldRank();
   const auto inBytes = request.from.holds(rank) ? static_cast<std::size_t>(request.from.localBytes(request.spec)) : 0;
   const Layout& out = request.consume ? *request.consume : request.from;
@@ -157,8 +156,6 @@ TEST(ExecutorStreams, PerCallStreamIsRestored) {
   status = f.executor->runChain(request, ChainMode::Planned, inBytes ? input.data() : nullptr, inBytes,
                                 outBytes ? output.data() : nullptr, outBytes, &callStream);
   EXPECT_TRUE(status.isOk()) << status.toString();
-  EXPECT_EQ(f.backend->stream(), static_cast<Stream>(&marker));
-  f.backend->setStream(nullptr);
   EXPECT_TRUE(allRanksAgree(status.isOk()));
 }
 

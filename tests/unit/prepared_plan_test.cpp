@@ -31,19 +31,24 @@ class RecordingBackend final : public Backend {
   std::string_view name() const override { return "recording"; }
   const Mesh& mesh() const override { return mesh_; }
   int rank() const override { return rank_; }
-  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp, AxisSet) override {
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp, AxisSet,
+                   Stream stream) override {
     if (send != recv) std::memcpy(recv, send, count * dataTypeSize(dtype));
-    return Status::ok();
+    return on(stream);
   }
-  Status reduceScatter(const void*, void*, std::size_t, DataType, ReduceOp, AxisSet) override { return Status::ok(); }
-  Status allGather(const void*, void*, std::size_t, DataType, AxisSet) override { return Status::ok(); }
-  Status allToAll(const void*, void*, std::size_t, DataType, AxisSet) override { return Status::ok(); }
-  Status broadcast(const void*, void*, std::size_t, DataType, int, AxisSet) override { return Status::ok(); }
-  Status send(const void*, std::size_t, DataType, int) override { return Status::ok(); }
-  Status recv(void*, std::size_t, DataType, int) override { return Status::ok(); }
-  Status groupedP2P(std::span<const P2POp> ops) override {
+  Status reduceScatter(const void*, void*, std::size_t, DataType, ReduceOp, AxisSet, Stream stream) override {
+    return on(stream);
+  }
+  Status allGather(const void*, void*, std::size_t, DataType, AxisSet, Stream stream) override { return on(stream); }
+  Status allToAll(const void*, void*, std::size_t, DataType, AxisSet, Stream stream) override { return on(stream); }
+  Status broadcast(const void*, void*, std::size_t, DataType, int, AxisSet, Stream stream) override {
+    return on(stream);
+  }
+  Status send(const void*, std::size_t, DataType, int, Stream stream) override { return on(stream); }
+  Status recv(void*, std::size_t, DataType, int, Stream stream) override { return on(stream); }
+  Status groupedP2P(std::span<const P2POp> ops, Stream stream) override {
     for (const P2POp& op : ops) transfers.push_back(op);
-    return Status::ok();
+    return on(stream);
   }
   Status allocate(std::size_t bytes, void** out) override {
     *out = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -56,22 +61,25 @@ class RecordingBackend final : public Backend {
     std::free(ptr);
     ++deallocations;
   }
-  Status copy(void* dst, const void* src, std::size_t bytes) override {
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream stream) override {
     std::memmove(dst, src, bytes);
-    return Status::ok();
+    return on(stream);
   }
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype) override {
+                 DataType dtype, Stream stream) override {
     ++singleCalls;
+    streams.push_back(stream);
     return detail::hostPackBox(tensor, shape, box, packed, dtype);
   }
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                   DataType dtype) override {
+                   DataType dtype, Stream stream) override {
     ++singleCalls;
+    streams.push_back(stream);
     return detail::hostUnpackBox(packed, tensor, shape, box, dtype);
   }
   Status packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
-                   std::span<void* const> packed, DataType dtype) override {
+                   std::span<void* const> packed, DataType dtype, Stream stream) override {
+    streams.push_back(stream);
     batches.push_back(std::vector<void*>(packed.begin(), packed.end()));
     for (std::size_t i = 0; i < boxes.size(); ++i) {
       if (Status s = detail::hostPackBox(tensor, shape, boxes[i], packed[i], dtype); !s.isOk()) return s;
@@ -79,7 +87,8 @@ class RecordingBackend final : public Backend {
     return Status::ok();
   }
   Status unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
-                     std::span<const Box> boxes, DataType dtype) override {
+                     std::span<const Box> boxes, DataType dtype, Stream stream) override {
+    streams.push_back(stream);
     std::vector<void*>& batch = batches.emplace_back();
     for (const void* p : packed) batch.push_back(const_cast<void*>(p));
     for (std::size_t i = 0; i < boxes.size(); ++i) {
@@ -87,22 +96,29 @@ class RecordingBackend final : public Backend {
     }
     return Status::ok();
   }
-  bool capturing() const override { return capture; }
+  bool capturing(Stream stream) const override { return stream != nullptr && stream == captured; }
   Status createGroups(std::span<const AxisSet>) override { return Status::ok(); }
   bool hasGroup(AxisSet) const override { return true; }
-  Status scale(const void* in, void* out, std::size_t count, DataType dtype, double factor) override {
+  Status scale(const void* in, void* out, std::size_t count, DataType dtype, double factor, Stream stream) override {
+    streams.push_back(stream);
     return detail::hostScale(in, out, count, dtype, factor);
   }
-  Status synchronize() override { return Status::ok(); }
+  Status synchronize(Stream stream) override { return on(stream); }
+
+  std::vector<Stream> streams;  // the stream of every call, in order
 
   std::vector<P2POp> transfers;
   std::vector<std::vector<void*>> batches;  // packed pointers per batched call
   std::vector<std::byte*> allocations;
   int singleCalls = 0;
   int deallocations = 0;
-  bool capture = false;
+  Stream captured = nullptr;  // the stream being captured into a graph, if any
 
  private:
+  Status on(Stream stream) {
+    streams.push_back(stream);
+    return Status::ok();
+  }
   Mesh mesh_;
   int rank_;
   std::vector<void*> owned_;
@@ -148,7 +164,11 @@ TEST(PreparedPlanLocalWork, SenderPacksEveryBoxInOneCallAt256ByteStagingOffsets)
   ASSERT_TRUE(prepared.prepare(backend, plan).isOk());
   std::vector<std::uint16_t> input(prepared.inputBytes() / 2);
   for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<std::uint16_t>(i + 1);
-  ASSERT_TRUE(prepared.run(input.data(), prepared.inputBytes(), nullptr, 0).isOk());
+  int callStream = 0;
+  backend.streams.clear();  // prepare's agreement ran on the default stream
+  ASSERT_TRUE(prepared.run(input.data(), prepared.inputBytes(), nullptr, 0, &callStream).isOk());
+  ASSERT_FALSE(backend.streams.empty());
+  for (Stream stream : backend.streams) EXPECT_EQ(stream, &callStream) << "every call is ordered on the run's stream";
   EXPECT_EQ(backend.singleCalls, 0);
   ASSERT_EQ(backend.batches.size(), 1u) << "one batched pack for the step";
   ASSERT_EQ(backend.batches[0].size(), 4u);
@@ -175,7 +195,7 @@ TEST(PreparedPlanLocalWork, ReceiverUnpacksEveryBoxInOneCallFrom256ByteStagingOf
   detail::PreparedPlan prepared;
   ASSERT_TRUE(prepared.prepare(backend, plan).isOk());
   std::vector<std::uint16_t> output(prepared.outputBytes() / 2, 0);
-  ASSERT_TRUE(prepared.run(nullptr, 0, output.data(), prepared.outputBytes()).isOk());
+  ASSERT_TRUE(prepared.run(nullptr, 0, output.data(), prepared.outputBytes(), nullptr).isOk());
   ASSERT_EQ(backend.transfers.size(), 4u);
   ASSERT_EQ(backend.batches.size(), 1u) << "one batched unpack for the step";
   ASSERT_EQ(backend.batches[0].size(), 4u);
@@ -189,7 +209,7 @@ TEST(PreparedPlanLocalWork, ReceiverUnpacksEveryBoxInOneCallFrom256ByteStagingOf
     for (int k = 0; k < 6; ++k) staged[k] = static_cast<std::uint16_t>(100 * backend.transfers[i].peer + k);
   }
   backend.batches.clear();
-  ASSERT_TRUE(prepared.run(nullptr, 0, output.data(), prepared.outputBytes()).isOk());
+  ASSERT_TRUE(prepared.run(nullptr, 0, output.data(), prepared.outputBytes(), nullptr).isOk());
   for (std::size_t i = 0; i < 4; ++i) {
     const int peer = backend.transfers[i].peer;  // peer p holds columns 3p..3p+2
     for (int r = 0; r < 2; ++r) {
@@ -248,10 +268,13 @@ TEST(ExecutorCapture, PlansRunDuringACaptureArePinned) {
   Executor executor(backend);
   ASSERT_TRUE(executor.setPreparedPlanLimit(1).isOk());
   std::vector<std::uint16_t> input(64, 1);
-  ASSERT_TRUE(executor.run(a, input.data(), 2 * 2 * 12, nullptr, 0).isOk());  // prepared before the capture
-  backend.capture = true;
-  ASSERT_TRUE(executor.run(a, input.data(), 2 * 2 * 12, nullptr, 0).isOk());  // captured: pinned
-  backend.capture = false;
+  int captureStream = 0;
+  int otherStream = 0;
+  backend.captured = &captureStream;
+  ASSERT_TRUE(executor.run(a, input.data(), 2 * 2 * 12, nullptr, 0, &otherStream).isOk());  // another stream
+  EXPECT_EQ(executor.pinnedPlans(), 0u) << "only a run on the captured stream pins its plan";
+  ASSERT_TRUE(executor.run(a, input.data(), 2 * 2 * 12, nullptr, 0, &captureStream).isOk());  // captured: pinned
+  backend.captured = nullptr;
   EXPECT_EQ(executor.pinnedPlans(), 1u);
   ASSERT_TRUE(executor.run(b, input.data(), 2 * 2 * 16, nullptr, 0).isOk());
   EXPECT_EQ(executor.cachedPlans(), 2u) << "the captured plan keeps its scratch";

@@ -68,9 +68,11 @@ class PipelinedChain {
   PipelinedChain(const PipelinedChain&) = delete;
   PipelinedChain& operator=(const PipelinedChain&) = delete;
 
-  /// Runs the pipeline. InvalidArgument when the chunk count does not divide the dim's
-  /// extent / pipelineBlocks; collective like Executor::runChain.
-  [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes);
+  /// Runs the pipeline, ordered on `stream` (as Executor::runChain). InvalidArgument when the
+  /// chunk count does not divide the dim's extent / pipelineBlocks; collective like
+  /// Executor::runChain.
+  [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
+                           Stream stream = nullptr);
 
   /// The chunk count.
   int chunks() const { return chunks_; }

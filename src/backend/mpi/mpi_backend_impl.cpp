@@ -28,16 +28,15 @@ constexpr int kP2PTag = 0x5032;  // 'P2'
 // Smallest per-rank message (bytes) from which chimera's own algorithm beats the MPI
 // library's, measured with 8 ranks on the 2-core development host (docs/performance.md).
 // The library's AllToAll and Broadcast were never slower there, so Auto keeps them.
-std::size_t pointToPointThreshold(CollectiveKind kind) {
+std::size_t pointToPointThreshold(OpKind kind) {
   switch (kind) {
-    case CollectiveKind::AllReduce:
+    case OpKind::AllReduce:
       return std::size_t{1} << 20;
-    case CollectiveKind::ReduceScatter:
+    case OpKind::ReduceScatter:
       return std::size_t{256} << 10;
-    case CollectiveKind::AllGather:
+    case OpKind::AllGather:
       return std::size_t{1} << 20;
-    case CollectiveKind::AllToAll:
-    case CollectiveKind::Broadcast:
+    default:  // AllToAll, Broadcast
       break;
   }
   return std::numeric_limits<std::size_t>::max();
@@ -79,7 +78,7 @@ MpiBackend::~MpiBackend() {
 Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group) {
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   if (!options_.checkArgs) return local;
-  return agreeOnCall(*group, signature, local);
+  return agreeOnCall(*group, signature, local, rank_, mesh_.axesName(axes));
 }
 
 Status MpiBackend::unusable() const {
@@ -94,7 +93,7 @@ Status MpiBackend::fail(std::string_view call, const Status& status) {
   return failure_;
 }
 
-bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const {
+bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const {
   switch (options_.algorithm) {
     case MpiAlgorithm::PointToPoint:
     case MpiAlgorithm::Ring:
@@ -105,7 +104,7 @@ bool MpiBackend::usePointToPoint(CollectiveKind kind, std::size_t bytes, int gro
       break;
   }
   const bool chosen = bytes >= pointToPointThreshold(kind);
-  CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {} ranks: {}", collectiveKindName(kind), bytes, groupSize,
+  CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {} ranks: {}", opKindInfo(kind).call, bytes, groupSize,
                     chosen ? "point-to-point" : "MPI library");
   return chosen;
 }
@@ -129,10 +128,10 @@ Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count
   if (local.isOk()) local = checkBuffer(send, count, "allReduce send buffer");
   if (local.isOk()) local = checkBuffer(recv, count, "allReduce recv buffer");
   const MpiGroup* group = nullptr;
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllReduce, count, dtype, op, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
-  if (!usePointToPoint(CollectiveKind::AllReduce, bytes, group->size) && fitsOneCall(count))
+  if (!usePointToPoint(OpKind::AllReduce, bytes, group->size) && fitsOneCall(count))
     return libraryAllReduce(send, recv, count, dtype, op, *group);
   if (options_.algorithm != MpiAlgorithm::Ring)
     return pointToPointAllReduce(send, recv, count, dtype, op, *group, scratch_, options_.segmentBytes);
@@ -175,10 +174,10 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
   if (local.isOk()) local = checkBytes(recvCount, dtype, group->size, "reduceScatter recvCount");
   if (local.isOk()) local = checkBuffer(send, recvCount, "reduceScatter send buffer");
   if (local.isOk()) local = checkBuffer(recv, recvCount, "reduceScatter recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::ReduceScatter, recvCount, dtype, op, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local, group));
   if (recvCount == 0) return Status::ok();
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
-  if (usePointToPoint(CollectiveKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
+  if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
       !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};
     CHIMERA_RETURN_IF_ERROR(
@@ -198,13 +197,13 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   if (local.isOk()) local = checkBytes(sendCount, dtype, group->size, "allGather sendCount");
   if (local.isOk()) local = checkBuffer(send, sendCount, "allGather send buffer");
   if (local.isOk()) local = checkBuffer(recv, sendCount, "allGather recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::AllGather, sendCount, dtype, ReduceOp::Sum, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllGather, static_cast<std::int64_t>(sendCount), dtype, ReduceOp::Sum, 0}, local, group));
   if (sendCount == 0) return Status::ok();
   const std::size_t es = dataTypeSize(dtype);
   const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
   auto* mine = static_cast<std::byte*>(recv) + static_cast<std::size_t>(group->index) * sendCount * es;
   const bool inPlace = send == mine;
-  if (usePointToPoint(CollectiveKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
+  if (usePointToPoint(OpKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};
     if (options_.algorithm == MpiAlgorithm::Ring) return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
@@ -228,10 +227,10 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
   if (local.isOk() && countPerPeer > 0 && send == recv)
     local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
   CHIMERA_RETURN_IF_ERROR(
-      prepare(axes, {CollectiveKind::AllToAll, countPerPeer, dtype, ReduceOp::Sum, 0}, local, group));
+      prepare(axes, {OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype, ReduceOp::Sum, 0}, local, group));
   if (countPerPeer == 0) return Status::ok();
   const std::size_t total = countPerPeer * static_cast<std::size_t>(group->size);
-  if (usePointToPoint(CollectiveKind::AllToAll, total * dataTypeSize(dtype), group->size) || !fitsOneCall(total))
+  if (usePointToPoint(OpKind::AllToAll, total * dataTypeSize(dtype), group->size) || !fitsOneCall(total))
     return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group, options_.maxMessageCount);
   const MPI_Datatype type = mpiDataType(dtype);
   const int count = static_cast<int>(countPerPeer);
@@ -253,10 +252,10 @@ Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count
   if (local.isOk()) local = checkBytes(count, dtype, 1, "broadcast count");
   if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
   if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {CollectiveKind::Broadcast, count, dtype, ReduceOp::Sum, root}, local, group));
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::Broadcast, static_cast<std::int64_t>(count), dtype, ReduceOp::Sum, root}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t es = dataTypeSize(dtype);
-  if (usePointToPoint(CollectiveKind::Broadcast, count * es, group->size) && fitsOneCall(count))
+  if (usePointToPoint(OpKind::Broadcast, count * es, group->size) && fitsOneCall(count))
     return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group);
   if (group->index == root && send != recv) std::memcpy(recv, send, count * es);
   return forEachMessage(count, es, [&](std::size_t offset, int n) {
@@ -281,44 +280,46 @@ Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
   return agreeOnTransfers(p2pGroup_, ops);
 }
 
-Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer, Stream /*stream*/) {
   return guarded([&] { return fmt::format("send of {} {} to rank {}", count, dataTypeName(dtype), peer); },
                  [&] { return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer}); });
 }
 
-Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer, Stream /*stream*/) {
   return guarded([&] { return fmt::format("recv of {} {} from rank {}", count, dataTypeName(dtype), peer); },
                  [&] { return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer}); });
 }
 
-Status MpiBackend::groupedP2P(std::span<const P2POp> ops) {
+Status MpiBackend::groupedP2P(std::span<const P2POp> ops, Stream /*stream*/) {
   return guarded([&] { return fmt::format("groupedP2P of {} ops", ops.size()); }, [&] { return groupedP2PCall(ops); });
 }
 
 Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                             AxisSet axes) {
+                             AxisSet axes, Stream /*stream*/) {
   return guarded([&] { return fmt::format("allReduce of {} {}", count, dataTypeName(dtype)); },
                  [&] { return allReduceCall(send, recv, count, dtype, op, axes); });
 }
 
 Status MpiBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                                 AxisSet axes) {
+                                 AxisSet axes, Stream /*stream*/) {
   return guarded([&] { return fmt::format("reduceScatter of {} {} per rank", recvCount, dataTypeName(dtype)); },
                  [&] { return reduceScatterCall(send, recv, recvCount, dtype, op, axes); });
 }
 
-Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+Status MpiBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
+                             Stream /*stream*/) {
   return guarded([&] { return fmt::format("allGather of {} {} per rank", sendCount, dataTypeName(dtype)); },
                  [&] { return allGatherCall(send, recv, sendCount, dtype, axes); });
 }
 
-Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
+                            Stream /*stream*/) {
   return guarded([&] { return fmt::format("allToAll of {} {} per peer", countPerPeer, dataTypeName(dtype)); },
                  [&] { return allToAllCall(send, recv, countPerPeer, dtype, axes); });
 }
 
 Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                             AxisSet axes) {
+                             AxisSet axes, Stream /*stream*/) {
   return guarded([&] { return fmt::format("broadcast of {} {} from root {}", count, dataTypeName(dtype), root); },
                  [&] { return broadcastCall(send, recv, count, dtype, root, axes); });
 }
@@ -389,7 +390,7 @@ Status MpiBackend::createGroups(std::span<const AxisSet> groups) {
   return Status::ok();
 }
 
-Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
+Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes, Stream /*stream*/) {
   if (bytes == 0) return Status::ok();
   CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
   std::memmove(dst, src, bytes);
@@ -397,16 +398,17 @@ Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 Status MpiBackend::packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                           DataType dtype) {
+                           DataType dtype, Stream /*stream*/) {
   return hostPackBox(tensor, shape, box, packed, dtype);
 }
 
 Status MpiBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                             DataType dtype) {
+                             DataType dtype, Stream /*stream*/) {
   return hostUnpackBox(packed, tensor, shape, box, dtype);
 }
 
-Status MpiBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {
+Status MpiBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,
+                         Stream /*stream*/) {
   return hostScale(input, output, count, dtype, factor);
 }
 

@@ -60,28 +60,33 @@ class MpiBackend final : public Backend {
   const Mesh& mesh() const override { return mesh_; }
   int rank() const override { return rank_; }
 
-  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                   AxisSet axes) override;
+  // Host calls: each completes before it returns, so the stream is ignored.
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
+                   Stream stream) override;
   Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                       AxisSet axes) override;
-  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) override;
-  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) override;
-  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes) override;
-  Status send(const void* buf, std::size_t count, DataType dtype, int peer) override;
-  Status recv(void* buf, std::size_t count, DataType dtype, int peer) override;
-  Status groupedP2P(std::span<const P2POp> ops) override;
+                       AxisSet axes, Stream stream) override;
+  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
+                   Stream stream) override;
+  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
+                  Stream stream) override;
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
+                   Stream stream) override;
+  Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
+  Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
+  Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
-  Status copy(void* dst, const void* src, std::size_t bytes) override;
-  Status synchronize() override { return Status::ok(); }
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream stream) override;
+  Status synchronize(Stream /*stream*/) override { return Status::ok(); }
   Status createGroups(std::span<const AxisSet> groups) override;
   bool hasGroup(AxisSet axes) const override { return mesh_.groupSize(axes) == 1 || groups_.contains(axes); }
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype) override;
+                 DataType dtype, Stream stream) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                   DataType dtype) override;
-  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
+                   DataType dtype, Stream stream) override;
+  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,
+               Stream stream) override;
 
   /// The options in force.
   const MpiBackendOptions& options() const { return options_; }
@@ -121,7 +126,7 @@ class MpiBackend final : public Backend {
   // and `local`; returns `group` ready for the call or the verdict.
   Status prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group);
   // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
-  bool usePointToPoint(CollectiveKind kind, std::size_t bytes, int groupSize) const;
+  bool usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const;
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
   // send and recv: one blocking transfer (checked, agreed, split into messages).
   Status blockingP2P(const P2POp& op);

@@ -72,16 +72,17 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
 }
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
-  const std::array<long long, 1> bits = {static_cast<long long>(axes.bits())};
+  const std::array<std::int64_t, 1> bits = {static_cast<std::int64_t>(axes.bits())};
   const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
   WordRange range;
-  CHIMERA_RETURN_IF_ERROR(agreeOnWords(world, bits, kAxesAgreementTag,
-                                       fmt::format("creating the communicator of axes {} (every rank must ask for "
-                                                   "the same new group at the same time)",
-                                                   mesh_.axesName(axes)),
+  CHIMERA_RETURN_IF_ERROR(agreeOnRange(bits,
+                                       groupMin(world, kAxesAgreementTag,
+                                                fmt::format("creating the communicator of axes {} (every rank must "
+                                                            "ask for the same new group at the same time)",
+                                                            mesh_.axesName(axes))),
                                        range));
-  const long long low = range.low[0];
-  const long long high = range.high[0];
+  const std::int64_t low = range.low[0];
+  const std::int64_t high = range.high[0];
   if (low == high) return Status::ok();
   return Status::mismatch(fmt::format(
       "ranks disagree on the axes of a collective that creates a new group: this rank asked for axes {}, the ranks "

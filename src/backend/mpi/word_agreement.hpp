@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bounded agreement on a few words across a group: the building block of the argument
-// check and of group creation. Small groups exchange the words directly (every member sends
-// every other member its words), so a member that never joins is named in the Timeout; large
-// groups use one non-blocking library reduction.
+// The MPI backend's reduction for agreements (common/agreement.hpp): a bounded element-wise
+// MIN of a few words over a group. Small groups exchange the words directly (every member
+// sends every other member its words), so a member that never joins is named in the Timeout;
+// large groups use one non-blocking library reduction.
 #pragma once
 
+#include <cstdint>
 #include <span>
-#include <string_view>
-#include <vector>
+#include <string>
 
 #include "backend/mpi/mpi_group.hpp"
 #include "chimera/status.hpp"
+#include "common/agreement.hpp"
 
 namespace chimera::detail {
 
@@ -18,18 +19,13 @@ namespace chimera::detail {
 /// round); larger ones use MPI_Iallreduce (log n rounds, no late peer named).
 inline constexpr int kDirectAgreementLimit = 16;
 
-/// The smallest and largest value of each word across a group.
-struct WordRange {
-  std::vector<long long> low;
-  std::vector<long long> high;
-  /// True when every word has one value across the group.
-  bool agreed() const { return low == high; }
-};
+/// Collective over `group`: replaces every word by its minimum over the group. `tag` must be
+/// used by no other message on `group.comm`. Waits are bounded by group.timeoutMs (Timeout
+/// naming `what`, the group and the members that did not join).
+[[nodiscard]] Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int tag,
+                                  std::string_view what);
 
-/// Collective over `group`: every member passes the same number of `words`; `out` receives
-/// the range of each. `tag` must be used by no other message on `group.comm`. Waits are bounded
-/// by group.timeoutMs (Timeout naming `what`, the group and the members that did not join).
-[[nodiscard]] Status agreeOnWords(const MpiGroup& group, std::span<const long long> words, int tag,
-                                  std::string_view what, WordRange& out);
+/// minOverGroup as the GroupMin of an agreement. `group` must outlive the result.
+GroupMin groupMin(const MpiGroup& group, int tag, std::string what);
 
 }  // namespace chimera::detail

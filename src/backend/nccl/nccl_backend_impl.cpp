@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <initializer_list>
 #include <string_view>
@@ -14,8 +15,8 @@
 #include <vector>
 
 #include "backend/nccl/deadline_poll.hpp"
-#include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
+#include "common/agreement.hpp"
 #include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
@@ -183,7 +184,7 @@ void NcclBackend::abortAll() {
   world_ = nullptr;
 }
 
-Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
+Status NcclBackend::group(AxisSet axes, Stream stream, ncclComm_t& out) {
   CHIMERA_RETURN_IF_ERROR(usable());
   CHIMERA_CHECK_ARG(!axes.empty(), "empty axis set (mesh {})", mesh_.toString());
   CHIMERA_CHECK_ARG((axes.bits() & ~mesh_.allAxes().bits()) == 0, "axis set bits {:#x} name axes outside mesh {}",
@@ -197,12 +198,14 @@ Status NcclBackend::group(AxisSet axes, ncclComm_t& out) {
     return Status::ok();
   }
   const AxisSet one[] = {axes};
-  CHIMERA_RETURN_IF_ERROR(createGroups(one));
+  CHIMERA_RETURN_IF_ERROR(createGroupsOn(one, stream));
   out = groups_.at(axes.bits());
   return Status::ok();
 }
 
-Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
+Status NcclBackend::createGroups(std::span<const AxisSet> groups) { return createGroupsOn(groups, nullptr); }
+
+Status NcclBackend::createGroupsOn(std::span<const AxisSet> groups, Stream stream) {
   CHIMERA_RETURN_IF_ERROR(usable());
   std::vector<AxisSet> missing;
   for (const AxisSet axes : groups) {
@@ -215,13 +218,13 @@ Status NcclBackend::createGroups(std::span<const AxisSet> groups) {
   if (missing.empty()) return Status::ok();
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  CHIMERA_CUDA_RETURN(cudaStreamIsCapturing(cudaStreamOf(stream()), &capture));
+  CHIMERA_CUDA_RETURN(cudaStreamIsCapturing(cudaStreamOf(stream), &capture));
   CHIMERA_CHECK_ARG(capture == cudaStreamCaptureStatusNone,
                     "group {} has no communicator yet and the stream is being captured: create the groups "
                     "(Backend::createGroups, or one call on each group) before capturing",
                     mesh_.axesName(missing.front()));
   // A split is collective over the world: nothing may still be queued on it.
-  CHIMERA_RETURN_IF_ERROR(synchronize());
+  CHIMERA_RETURN_IF_ERROR(synchronize(stream));
   for (const AxisSet axes : missing) {
     // Coloured by the rank's group along `axes`, keyed by its index inside it: comm rank ==
     // group index. Non-blocking like the world (a NULL config would inherit it too).
@@ -245,88 +248,102 @@ bool NcclBackend::hasGroup(AxisSet axes) const {
   return axes == mesh_.allAxes() || mesh_.groupSize(axes) == 1 || groups_.contains(axes.bits());
 }
 
-Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local) {
+Status NcclBackend::agree(ncclComm_t comm, AxisSet axes, const CallSignature& signature, const Status& local,
+                          Stream stream) {
   if (!options_.checkArgs) return local;
-  constexpr std::size_t kBytes = kAgreementValues * sizeof(std::int64_t);
-  if (agreementHost_ == nullptr) {
-    CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-    CHIMERA_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&agreementHost_), kBytes));
-    CHIMERA_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&agreementDevice_), kBytes));
-  }
-  encodeAgreement(signature, local.isOk(), agreementHost_);
-  const cudaStream_t s = cudaStreamOf(stream());
-  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementDevice_, agreementHost_, kBytes, cudaMemcpyHostToDevice, s));
-  CHIMERA_RETURN_IF_ERROR(settle(
-      ncclAllReduce(agreementDevice_, agreementDevice_, kAgreementValues, ncclInt64, ncclMin, comm, s), comm,
-      "ncclAllReduce of the argument agreement"));
-  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementHost_, agreementDevice_, kBytes, cudaMemcpyDeviceToHost, s));
-  CHIMERA_RETURN_IF_ERROR(synchronize());
-  return agreementVerdict(agreementHost_, local, mesh_.axesName(axes));
+  // The agreement's reduction: a MIN ncclAllReduce of the words, staged through pinned memory.
+  const GroupMin min = [&](std::span<std::int64_t> words) -> Status {
+    const std::size_t bytes = words.size() * sizeof(std::int64_t);
+    if (bytes > agreementBytes_) {
+      CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+      if (agreementHost_ != nullptr) cudaFreeHost(agreementHost_);
+      if (agreementDevice_ != nullptr) cudaFree(agreementDevice_);
+      agreementHost_ = nullptr;
+      agreementDevice_ = nullptr;
+      agreementBytes_ = 0;
+      CHIMERA_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&agreementHost_), bytes));
+      CHIMERA_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&agreementDevice_), bytes));
+      agreementBytes_ = bytes;
+    }
+    std::memcpy(agreementHost_, words.data(), bytes);
+    const cudaStream_t s = cudaStreamOf(stream);
+    CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementDevice_, agreementHost_, bytes, cudaMemcpyHostToDevice, s));
+    CHIMERA_RETURN_IF_ERROR(
+        settle(ncclAllReduce(agreementDevice_, agreementDevice_, words.size(), ncclInt64, ncclMin, comm, s), comm,
+               "ncclAllReduce of the argument agreement"));
+    CHIMERA_CUDA_RETURN(cudaMemcpyAsync(agreementHost_, agreementDevice_, bytes, cudaMemcpyDeviceToHost, s));
+    CHIMERA_RETURN_IF_ERROR(synchronize(stream));
+    std::memcpy(words.data(), agreementHost_, bytes);
+    return Status::ok();
+  };
+  return agreeOnCall(signature, local, rank_, mesh_.axesName(axes), min);
 }
 
 Status NcclBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                              AxisSet axes) {
+                              AxisSet axes, Stream stream) {
   ncclComm_t comm = nullptr;
-  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   ncclRedOp_t redOp{};
   const Status local = firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp),
                                    checkBuffer(send, count, "send buffer"), checkBuffer(recv, count, "recv buffer")});
-  const NcclCallSignature signature{NcclCollective::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0};
-  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
+  const CallSignature signature{OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (count == 0) return Status::ok();
-  return settle(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream())), comm, "ncclAllReduce");
+  return settle(ncclAllReduce(send, recv, count, type, redOp, comm, cudaStreamOf(stream)), comm, "ncclAllReduce");
   return Status::ok();
 }
 
 Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                                  AxisSet axes) {
+                                  AxisSet axes, Stream stream) {
   ncclComm_t comm = nullptr;
-  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   ncclRedOp_t redOp{};
   const Status local =
       firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp), checkBuffer(send, recvCount, "send buffer"),
                   checkBuffer(recv, recvCount, "recv buffer")});
-  const NcclCallSignature signature{NcclCollective::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0};
-  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
+  const CallSignature signature{OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (recvCount == 0) return Status::ok();
-  return settle(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream())), comm,
+  return settle(ncclReduceScatter(send, recv, recvCount, type, redOp, comm, cudaStreamOf(stream)), comm,
                 "ncclReduceScatter");
   return Status::ok();
 }
 
-Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) {
+Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
+                              Stream stream) {
   ncclComm_t comm = nullptr;
-  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   const Status local = firstError({ncclDataType(dtype, type), checkBuffer(send, sendCount, "send buffer"),
                                    checkBuffer(recv, sendCount, "recv buffer")});
-  const NcclCallSignature signature{NcclCollective::AllGather, static_cast<std::int64_t>(sendCount), dtype};
-  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
+  const CallSignature signature{OpKind::AllGather, static_cast<std::int64_t>(sendCount), dtype};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (sendCount == 0) return Status::ok();
-  return settle(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream())), comm, "ncclAllGather");
+  return settle(ncclAllGather(send, recv, sendCount, type, comm, cudaStreamOf(stream)), comm, "ncclAllGather");
   return Status::ok();
 }
 
-Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
+Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
+                             Stream stream) {
   ncclComm_t comm = nullptr;
-  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   const Status local = firstError({ncclDataType(dtype, type), checkBuffer(send, countPerPeer, "send buffer"),
                                    checkBuffer(recv, countPerPeer, "recv buffer"),
                                    checkOutOfPlace(send, recv, countPerPeer)});
-  const NcclCallSignature signature{NcclCollective::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype};
-  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
+  const CallSignature signature{OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (countPerPeer == 0) return Status::ok();
   if (api_.allToAll != nullptr && !options_.groupedAllToAll) {
-    return settle(api_.allToAll(send, recv, countPerPeer, type, comm, cudaStreamOf(stream())), comm, "ncclAlltoAll");
+    return settle(api_.allToAll(send, recv, countPerPeer, type, comm, cudaStreamOf(stream)), comm, "ncclAlltoAll");
   }
-  return allToAllGrouped(send, recv, countPerPeer, dtype, comm);
+  return allToAllGrouped(send, recv, countPerPeer, dtype, comm, stream);
 }
 
 Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
-                                    ncclComm_t comm) {
+                                    ncclComm_t comm, Stream stream) {
   ncclDataType_t type{};
   CHIMERA_RETURN_IF_ERROR(ncclDataType(dtype, type));
   int members = 0;
@@ -338,9 +355,9 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
   Status status;
   for (int peer = 0; peer < members && status.isOk(); ++peer) {
     const std::size_t offset = static_cast<std::size_t>(peer) * blockBytes;
-    const ncclResult_t sent = ncclSend(sendBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream()));
+    const ncclResult_t sent = ncclSend(sendBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream));
     const ncclResult_t received =
-        sent == ncclSuccess ? ncclRecv(recvBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream()))
+        sent == ncclSuccess ? ncclRecv(recvBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream))
                             : sent;
     if (received != ncclSuccess) status = ncclStatus(received, "ncclSend/ncclRecv of allToAll");
   }
@@ -354,9 +371,9 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
 }
 
 Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                              AxisSet axes) {
+                              AxisSet axes, Stream stream) {
   ncclComm_t comm = nullptr;
-  CHIMERA_RETURN_IF_ERROR(group(axes, comm));
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   const int members = mesh_.groupSize(axes);
   const bool isRoot = mesh_.groupIndex(rank_, axes) == root;
@@ -367,28 +384,28 @@ Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, D
            ? Status::ok()
            : Status::invalidArgument(fmt::format("broadcast root {} outside group {} of {} ranks", root,
                                                  mesh_.axesName(axes), members))});
-  const NcclCallSignature signature{NcclCollective::Broadcast, static_cast<std::int64_t>(count), dtype,
+  const CallSignature signature{OpKind::Broadcast, static_cast<std::int64_t>(count), dtype,
                                     ReduceOp::Sum, root};
-  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local));
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (count == 0) return Status::ok();
-  return settle(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream())), comm, "ncclBroadcast");
+  return settle(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream)), comm, "ncclBroadcast");
   return Status::ok();
 }
 
-Status NcclBackend::send(const void* buf, std::size_t count, DataType dtype, int peer) {
+Status NcclBackend::send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) {
   // A Send op only reads its buffer; P2POp holds one pointer type for both kinds.
   const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
   CHIMERA_CHECK_ARG(peer != rank_, "send to self (rank {}) would never match a receive: use groupedP2P", peer);
-  return groupedP2P(std::span<const P2POp>(&op, 1));
+  return groupedP2P(std::span<const P2POp>(&op, 1), stream);
 }
 
-Status NcclBackend::recv(void* buf, std::size_t count, DataType dtype, int peer) {
+Status NcclBackend::recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) {
   const P2POp op{P2POp::Kind::Recv, buf, count, dtype, peer};
   CHIMERA_CHECK_ARG(peer != rank_, "receive from self (rank {}) would never match a send: use groupedP2P", peer);
-  return groupedP2P(std::span<const P2POp>(&op, 1));
+  return groupedP2P(std::span<const P2POp>(&op, 1), stream);
 }
 
-Status NcclBackend::groupedP2P(std::span<const P2POp> ops) {
+Status NcclBackend::groupedP2P(std::span<const P2POp> ops, Stream stream) {
   CHIMERA_RETURN_IF_ERROR(usable());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
@@ -410,8 +427,8 @@ Status NcclBackend::groupedP2P(std::span<const P2POp> ops) {
     if (!status.isOk()) break;
     const ncclResult_t result =
         op.kind == P2POp::Kind::Send
-            ? ncclSend(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream()))
-            : ncclRecv(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream()));
+            ? ncclSend(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream))
+            : ncclRecv(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream));
     if (result != ncclSuccess) status = ncclStatus(result, op.kind == P2POp::Kind::Send ? "ncclSend" : "ncclRecv");
   }
   // The group must be closed even after a failed enqueue.
@@ -439,13 +456,13 @@ void NcclBackend::deallocateHost(void* ptr) {
 // Polls instead of cudaStreamSynchronize: a blocking wait on a stream whose NCCL kernel
 // waits for a dead peer would never return. Between polls NCCL is asked for asynchronous
 // errors; either an error or no completion by the deadline aborts every communicator.
-Status NcclBackend::synchronize() {
+Status NcclBackend::synchronize(Stream stream) {
   CHIMERA_RETURN_IF_ERROR(usable());
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   auto pause = std::chrono::microseconds(1);
   while (true) {
-    const cudaError_t query = cudaStreamQuery(cudaStreamOf(stream()));
+    const cudaError_t query = cudaStreamQuery(cudaStreamOf(stream));
     if (query == cudaSuccess) return Status::ok();
     if (query != cudaErrorNotReady) return cudaStatus(query, "cudaStreamQuery");
     std::vector<std::pair<std::uint32_t, ncclComm_t>> comms(groups_.begin(), groups_.end());

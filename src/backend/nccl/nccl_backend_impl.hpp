@@ -13,12 +13,12 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_api.hpp"
 #include "backend/nccl/nccl_options.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
+#include "common/agreement.hpp"
 
 namespace chimera::detail {
 
@@ -50,45 +50,53 @@ class NcclBackend final : public Backend {
   const NcclApi& api() const { return api_; }
 
 
-  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                   AxisSet axes) override;
+  // Every call is enqueued on the cudaStream_t its caller passes.
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
+                   Stream stream) override;
   Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                       AxisSet axes) override;
-  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes) override;
-  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) override;
-  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                   AxisSet axes) override;
-  Status send(const void* buf, std::size_t count, DataType dtype, int peer) override;
-  Status recv(void* buf, std::size_t count, DataType dtype, int peer) override;
-  Status groupedP2P(std::span<const P2POp> ops) override;
+                       AxisSet axes, Stream stream) override;
+  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
+                   Stream stream) override;
+  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
+                  Stream stream) override;
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
+                   Stream stream) override;
+  Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
+  Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
+  Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
   Status allocateHost(std::size_t bytes, void** out) override;
   void deallocateHost(void* ptr) override;
   Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype) override;
+                 DataType dtype, Stream stream) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                   DataType dtype) override;
+                   DataType dtype, Stream stream) override;
   Status packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
-                   std::span<void* const> packed, DataType dtype) override;
+                   std::span<void* const> packed, DataType dtype, Stream stream) override;
   Status unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
-                     std::span<const Box> boxes, DataType dtype) override;
-  bool capturing() const override;
-  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) override;
-  Status copy(void* dst, const void* src, std::size_t bytes) override;
-  Status synchronize() override;
+                     std::span<const Box> boxes, DataType dtype, Stream stream) override;
+  bool capturing(Stream stream) const override;
+  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,
+               Stream stream) override;
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream stream) override;
+  Status synchronize(Stream stream) override;
   /// Creates the communicators of `groups` (axis sets; the world and groups made before are
   /// skipped), one ncclCommSplit of the world each, in the order given, after draining the
-  /// stream. Collective over the world: every rank passes the same list. The only place
-  /// splits happen; a group first used without it is created here on that use, which fails
-  /// with InvalidArgument while the stream is being captured into a CUDA graph.
+  /// legacy default stream (which waits for every blocking stream). Collective over the
+  /// world: every rank passes the same list. A group first used without it is created on
+  /// that use (createGroupsOn the call's stream), which fails with InvalidArgument while
+  /// that stream is being captured into a CUDA graph.
   Status createGroups(std::span<const AxisSet> groups) override;
   bool hasGroup(AxisSet axes) const override;
 
  private:
-  // The communicator of the group along `axes` containing this rank (created on first use).
-  Status group(AxisSet axes, ncclComm_t& out);
+  // The communicator of the group along `axes` containing this rank (created on first use,
+  // after draining `stream`).
+  Status group(AxisSet axes, Stream stream, ncclComm_t& out);
+  // createGroups, draining `stream` first and refusing while it is being captured.
+  Status createGroupsOn(std::span<const AxisSet> groups, Stream stream);
   // BackendError once the communicators were aborted.
   Status usable() const;
   // Aborts every communicator (after an asynchronous error or a timeout), in one group
@@ -103,11 +111,12 @@ class NcclBackend final : public Backend {
   Status settle(ncclResult_t result, ncclComm_t comm, std::string_view what) {
     return settle(result, std::span<const ncclComm_t>(&comm, 1), what);
   }
-  // With checkArgs: agrees with the other members of `comm` on the call (see
-  // nccl_agreement.hpp) and waits for the stream; without: returns `local`.
-  Status agree(ncclComm_t comm, AxisSet axes, const NcclCallSignature& signature, const Status& local);
+  // With checkArgs: agrees with the other members of `comm` on the call (common/agreement.hpp,
+  // reduced by one MIN ncclAllReduce on `stream`) and waits for the stream; without: returns `local`.
+  Status agree(ncclComm_t comm, AxisSet axes, const CallSignature& signature, const Status& local, Stream stream);
   // Grouped point-to-point exchange of AllToAll (NCCL without ncclAlltoAll).
-  Status allToAllGrouped(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, ncclComm_t comm);
+  Status allToAllGrouped(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, ncclComm_t comm,
+                         Stream stream);
 
   Mesh mesh_;
   int rank_;
@@ -117,8 +126,9 @@ class NcclBackend final : public Backend {
   std::map<std::uint32_t, ncclComm_t> groups_;  // AxisSet bits -> split communicator
   NcclBackendOptions options_;
   std::string abortReason_;  // non-empty once aborted
-  std::int64_t* agreementHost_ = nullptr;    // pinned, kAgreementValues (created on first check)
-  std::int64_t* agreementDevice_ = nullptr;  // device, kAgreementValues
+  std::int64_t* agreementHost_ = nullptr;    // pinned agreement words (created on first check)
+  std::int64_t* agreementDevice_ = nullptr;  // device copy of the words
+  std::size_t agreementBytes_ = 0;           // size of both
 };
 
 }  // namespace chimera::detail

@@ -38,36 +38,36 @@ void NcclBackend::deallocate(void* ptr) {
   }
 }
 
-Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes) {
+Status NcclBackend::copy(void* dst, const void* src, std::size_t bytes, Stream stream) {
   if (bytes == 0) return Status::ok();
   CHIMERA_CHECK_ARG(dst != nullptr && src != nullptr, "copy of {} bytes with a null pointer", bytes);
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamOf(stream())));
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamOf(stream)));
   return Status::ok();
 }
 
 Status NcclBackend::packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                            DataType dtype) {
+                            DataType dtype, Stream stream) {
   BoxCopy copy;
   CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
   copy.tensor = const_cast<void*>(tensor);  // read only by packBoxes
   copy.packed = packed;
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return detail::packBoxes(&copy, 1, dtype, stream());
+  return detail::packBoxes(&copy, 1, dtype, stream);
 }
 
 Status NcclBackend::unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
-                              DataType dtype) {
+                              DataType dtype, Stream stream) {
   BoxCopy copy;
   CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, copy.box));
   copy.tensor = tensor;
   copy.packed = const_cast<void*>(packed);  // read only by unpackBoxes
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return detail::unpackBoxes(&copy, 1, dtype, stream());
+  return detail::unpackBoxes(&copy, 1, dtype, stream);
 }
 
 Status NcclBackend::packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
-                              std::span<void* const> packed, DataType dtype) {
+                              std::span<void* const> packed, DataType dtype, Stream stream) {
   CHIMERA_CHECK_ARG(boxes.size() == packed.size(), "packBoxes: {} boxes but {} packed buffers", boxes.size(),
                     packed.size());
   std::vector<BoxCopy> copies(boxes.size());
@@ -77,11 +77,11 @@ Status NcclBackend::packBoxes(const void* tensor, std::span<const std::int64_t> 
     copies[i].packed = packed[i];
   }
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return detail::packBoxes(copies.data(), copies.size(), dtype, stream());
+  return detail::packBoxes(copies.data(), copies.size(), dtype, stream);
 }
 
 Status NcclBackend::unpackBoxes(std::span<const void* const> packed, void* tensor, std::span<const std::int64_t> shape,
-                                std::span<const Box> boxes, DataType dtype) {
+                                std::span<const Box> boxes, DataType dtype, Stream stream) {
   CHIMERA_CHECK_ARG(boxes.size() == packed.size(), "unpackBoxes: {} boxes but {} packed buffers", boxes.size(),
                     packed.size());
   std::vector<BoxCopy> copies(boxes.size());
@@ -91,18 +91,19 @@ Status NcclBackend::unpackBoxes(std::span<const void* const> packed, void* tenso
     copies[i].packed = const_cast<void*>(packed[i]);  // read only by unpackBoxes
   }
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return detail::unpackBoxes(copies.data(), copies.size(), dtype, stream());
+  return detail::unpackBoxes(copies.data(), copies.size(), dtype, stream);
 }
 
-bool NcclBackend::capturing() const {
+bool NcclBackend::capturing(Stream stream) const {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(cudaStreamOf(stream()), &capture) == cudaSuccess &&
+  return cudaStreamIsCapturing(cudaStreamOf(stream), &capture) == cudaSuccess &&
          capture != cudaStreamCaptureStatusNone;
 }
 
-Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor) {
+Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,
+                          Stream stream) {
   CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
-  return scaleBuffer(input, output, count, dtype, factor, stream());
+  return scaleBuffer(input, output, count, dtype, factor, stream);
 }
 
 }  // namespace chimera::detail

@@ -175,6 +175,7 @@ void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
     TORCH_CHECK(hostError_.empty(), "chimera ", op, ": ", hostError_);
     if (host_ == nullptr) check(op, makeHost_(host_));
     backend_ = host_.get();
+    stream_ = nullptr;
     return;
   }
 #if defined(CHIMERA_HAS_CUDA)
@@ -183,7 +184,7 @@ void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
   if (device_ == nullptr) createDeviceBackend(device);
   TORCH_CHECK(device == deviceIndex_, "chimera ", op, ": tensor on cuda:", device, " but this process group runs on cuda:",
               deviceIndex_, " (one device per rank)");
-  device_->setStream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+  stream_ = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
   backend_ = device_.get();
 #else
   TORCH_CHECK(false, "chimera ", op, ": tensor on ", t.device().str(),
@@ -222,7 +223,7 @@ WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c
               " is not a rank of this group of ", size_);
   Staged t(tensors[0], true);
   check("broadcast", backend_->broadcast(t.data(), t.data(), bytesOf(t.buffer()), DataType::U8,
-                                         static_cast<int>(opts.rootRank), kGroup));
+                                         static_cast<int>(opts.rootRank), kGroup, stream_));
   t.commit();
   return completed(rank_, OpType::BROADCAST, tensors);
 }
@@ -234,7 +235,7 @@ WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c
   const ReduceOp op = reduceOpOf("allreduce", opts.reduceOp, !at::isFloatingType(tensors[0].scalar_type()));
   Staged t(tensors[0], type.staged, true);
   check("allreduce", backend_->allReduce(t.data(), t.data(), static_cast<std::size_t>(t.buffer().numel()),
-                                         type.dtype, op, kGroup));
+                                         type.dtype, op, kGroup, stream_));
   t.commit();
   return completed(rank_, OpType::ALLREDUCE, tensors);
 }
@@ -258,7 +259,7 @@ WorkPtr ChimeraProcessGroup::reduce(std::vector<at::Tensor>& tensors, const c10d
   // Non-root tensors stay as they were (as with MPI_Reduce): reduce a copy there.
   at::Tensor work = tensors[0].to(type.staged).contiguous().clone();
   check("reduce", backend_->allReduce(work.data_ptr(), work.data_ptr(), static_cast<std::size_t>(work.numel()),
-                                      type.dtype, op, kGroup));
+                                      type.dtype, op, kGroup, stream_));
   if (rank_ == opts.rootRank) tensors[0].copy_(work);
   return completed(rank_, OpType::REDUCE, tensors);
 }
@@ -275,7 +276,7 @@ WorkPtr ChimeraProcessGroup::all_gather_single(at::Tensor& output, at::Tensor& i
   Staged in(input, true);
   Staged out(output, false);
   check("all_gather_into_tensor",
-        backend_->allGather(in.data(), out.data(), bytesOf(in.buffer()), DataType::U8, kGroup));
+        backend_->allGather(in.data(), out.data(), bytesOf(in.buffer()), DataType::U8, kGroup, stream_));
   out.commit();
   return completed(rank_, OpType::_ALLGATHER_BASE, {output});
 }
@@ -350,7 +351,7 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_single(at::Tensor& output, at::Tenso
   Staged out(output, type.staged, false);
   check("reduce_scatter_tensor", backend_->reduceScatter(in.data(), out.data(),
                                                          static_cast<std::size_t>(output.numel()), type.dtype, op,
-                                                         kGroup));
+                                                         kGroup, stream_));
   out.commit();
   return completed(rank_, OpType::_REDUCE_SCATTER_BASE, {output});
 }
@@ -414,7 +415,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
                   " does not match the input's size and dtype");
       staged.emplace_back(out, false);
       if (i == root) {
-        check("gather", backend_->copy(staged.back().data(), in.data(), bytes));
+        check("gather", backend_->copy(staged.back().data(), in.data(), bytes, stream_));
       } else if (bytes > 0) {
         ops.push_back({P2POp::Kind::Recv, staged.back().data(), bytes, DataType::U8, i});
       }
@@ -422,7 +423,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
   } else if (bytes > 0) {
     ops.push_back({P2POp::Kind::Send, in.data(), bytes, DataType::U8, root});
   }
-  check("gather", backend_->groupedP2P(ops));
+  check("gather", backend_->groupedP2P(ops, stream_));
   for (auto& s : staged) s.commit();
   return completed(rank_, OpType::GATHER, rank_ == root ? outputs[0] : std::vector<at::Tensor>{});
 }
@@ -448,7 +449,7 @@ WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vect
                   " does not match the output's size and dtype");
       sources.push_back(in.contiguous());
       if (i == root) {
-        check("scatter", backend_->copy(out.data(), sources.back().data_ptr(), bytes));
+        check("scatter", backend_->copy(out.data(), sources.back().data_ptr(), bytes, stream_));
       } else if (bytes > 0) {
         ops.push_back({P2POp::Kind::Send, sources.back().data_ptr(), bytes, DataType::U8, i});
       }
@@ -456,7 +457,7 @@ WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vect
   } else if (bytes > 0) {
     ops.push_back({P2POp::Kind::Recv, out.data(), bytes, DataType::U8, root});
   }
-  check("scatter", backend_->groupedP2P(ops));
+  check("scatter", backend_->groupedP2P(ops, stream_));
   out.commit();
   return completed(rank_, OpType::SCATTER, outputs);
 }
@@ -480,7 +481,7 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
     if (input.numel() > 0)
       check("all_to_all_single",
             backend_->allToAll(src, dst, bytesOf(in.buffer()) / static_cast<std::size_t>(size_), DataType::U8,
-                               kGroup));
+                               kGroup, stream_));
   } else {
     // Uneven splits along dim 0: one grouped exchange of each peer's rows.
     auto rowBytes = [](const at::Tensor& t) -> std::size_t {
@@ -514,7 +515,7 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
       if (peer == rank_) {
         TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all_single: this rank sends itself ", sendBytes,
                     " bytes but expects ", recvBytes);
-        if (sendBytes > 0) check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes));
+        if (sendBytes > 0) check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes, stream_));
       } else {
         if (sendBytes > 0) ops.push_back({P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes,
                                           DataType::U8, peer});
@@ -523,7 +524,7 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
       sendOffset += sendBytes;
       recvOffset += recvBytes;
     }
-    check("all_to_all_single", backend_->groupedP2P(ops));
+    check("all_to_all_single", backend_->groupedP2P(ops, stream_));
   }
   out.commit();
   return completed(rank_, OpType::ALLTOALL_BASE, {output});
@@ -552,7 +553,7 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
     if (peer == rank_) {
       TORCH_CHECK(bytesOf(sources.back()) == bytesOf(outputs[p]), "chimera all_to_all: this rank's input and output ",
                   "tensors for itself differ in size");
-      check("all_to_all", backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p])));
+      check("all_to_all", backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p]), stream_));
       continue;
     }
     if (bytesOf(sources.back()) > 0)
@@ -560,7 +561,7 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
     if (bytesOf(outputs[p]) > 0)
       ops.push_back({P2POp::Kind::Recv, targets.back().data(), bytesOf(outputs[p]), DataType::U8, peer});
   }
-  check("all_to_all", backend_->groupedP2P(ops));
+  check("all_to_all", backend_->groupedP2P(ops, stream_));
   for (auto& t : targets) t.commit();
   return completed(rank_, OpType::ALLTOALL, outputs);
 }
@@ -585,8 +586,8 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
   }
   Staged t(tensors[0], isSend);
   const std::size_t bytes = bytesOf(t.buffer());
-  check(name, isSend ? backend_->send(t.data(), bytes, DataType::U8, peer)
-                     : backend_->recv(t.data(), bytes, DataType::U8, peer));
+  check(name, isSend ? backend_->send(t.data(), bytes, DataType::U8, peer, stream_)
+                     : backend_->recv(t.data(), bytes, DataType::U8, peer, stream_));
   if (!isSend) t.commit();
   return completed(rank_, isSend ? OpType::SEND : OpType::RECV, tensors);
 }
@@ -604,13 +605,13 @@ WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
     // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
     at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
     select(token, "barrier");
-    check("barrier", backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup));
-    check("barrier", backend_->synchronize());
+    check("barrier", backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
+    check("barrier", backend_->synchronize(stream_));
     return completed(rank_, OpType::BARRIER, {});
   }
   select(at::Tensor(), "barrier");
   std::int32_t token = 0;
-  check("barrier", backend_->allReduce(&token, &token, 1, DataType::I32, ReduceOp::Sum, kGroup));
+  check("barrier", backend_->allReduce(&token, &token, 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
   return completed(rank_, OpType::BARRIER, {});
 }
 

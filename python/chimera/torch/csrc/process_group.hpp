@@ -109,6 +109,7 @@ class ChimeraProcessGroup final : public c10d::Backend {
   int deviceIndex_ = -1;
   c10::intrusive_ptr<c10d::Store> store_;
   chimera::Backend* backend_ = nullptr;  // the one the current op runs on (select)
+  chimera::Stream stream_ = nullptr;     // the stream it runs on: the tensor device's current stream (select)
   bool coalescing_ = false;
   std::vector<Queued> queued_;
 

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implements backend-neutral cross-rank agreement: ranges of words, signatures, call arguments.
+#include "common/agreement.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <string>
+
+#include "core/type_lists.hpp"
+
+namespace chimera::detail {
+namespace {
+
+// Call agreement words: the signature fields, then the validity flag (1 valid, 0 not).
+constexpr std::array<const char*, 5> kCallFields = {"collective", "count", "dtype", "op", "root"};
+
+std::string describe(std::size_t field, std::int64_t value) {
+  if (field == 0 && value >= 0 && value < static_cast<std::int64_t>(kOpKindCount)) {
+    return std::string(opKindInfo(static_cast<OpKind>(value)).call);
+  }
+  if (field == 2 && value >= 0 && value < static_cast<std::int64_t>(std::size(kAllDataTypes))) {
+    return std::string(dataTypeName(static_cast<DataType>(value)));
+  }
+  if (field == 3 && value >= 0 && value < static_cast<std::int64_t>(std::size(kAllReduceOps))) {
+    return std::string(reduceOpName(static_cast<ReduceOp>(value)));
+  }
+  return std::to_string(value);
+}
+
+}  // namespace
+
+Status agreeOnRange(std::span<const std::int64_t> words, const GroupMin& min, WordRange& out) {
+  const std::size_t n = words.size();
+  thread_local std::vector<std::int64_t> values;
+  values.resize(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    values[i] = words[i];
+    values[n + i] = -words[i];
+  }
+  if (n != 0) {
+    if (Status s = min(values); !s.isOk()) return s;
+  }
+  out.low.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
+  out.high.resize(n);
+  for (std::size_t i = 0; i < n; ++i) out.high[i] = -values[n + i];
+  return Status::ok();
+}
+
+Status agreeOnSignature(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags, const GroupMin& min,
+                        SignatureVerdict& out) {
+  thread_local std::vector<std::int64_t> words;
+  words.assign({hash, failed ? 1 : 0});
+  words.insert(words.end(), flags.begin(), flags.end());
+  WordRange range;
+  if (Status s = agreeOnRange(words, min, range); !s.isOk()) return s;
+  out.lowHash = range.low[0];
+  out.highHash = range.high[0];
+  out.anyFailed = range.high[1] != 0;
+  out.flags.resize(flags.size());
+  for (std::size_t i = 0; i < flags.size(); ++i) out.flags[i] = range.high[2 + i] != 0 ? 1 : 0;
+  return Status::ok();
+}
+
+Status agreeOnCall(const CallSignature& signature, const Status& local, int rank, std::string_view group,
+                   const GroupMin& min) {
+  const std::array<std::int64_t, kCallFields.size() + 1> words = {
+      static_cast<std::int64_t>(signature.kind), signature.count, static_cast<std::int64_t>(signature.dtype),
+      static_cast<std::int64_t>(signature.op),   signature.root,  local.isOk() ? 1 : 0};
+  WordRange range;
+  if (Status s = agreeOnRange(words, min, range); !s.isOk()) return s;
+  if (!local.isOk()) return local;
+  const std::string_view call = opKindInfo(signature.kind).call;
+  std::string differences;
+  for (std::size_t i = 0; i < kCallFields.size(); ++i) {
+    if (range.agreed(i)) continue;
+    differences += fmt::format("{}{} differs (min {}, max {})", differences.empty() ? "" : ", ", kCallFields[i],
+                               describe(i, range.low[i]), describe(i, range.high[i]));
+  }
+  if (!differences.empty()) {
+    return Status::mismatch(fmt::format("rank {}: members of group {} disagree on the arguments of {}: {}", rank,
+                                        group, call, differences));
+  }
+  if (range.low[kCallFields.size()] == 0) {
+    return Status::invalidArgument(
+        fmt::format("rank {}: another member of group {} passed invalid arguments to {}", rank, group, call));
+  }
+  return Status::ok();
+}
+
+}  // namespace chimera::detail

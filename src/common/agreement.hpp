@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// Cross-rank agreement, backend-neutral: the members of a group learn the smallest and
+// largest value of a few words (a signature hash, a failure flag, flags to OR, the fields of
+// a call) from one element-wise MIN over the words and their negations, so every member
+// reaches the same verdict instead of some of them hanging. The reduction is the caller's,
+// built on its transport's own collectives (an MPI reduction or exchange, an ncclAllReduce,
+// Backend::allReduce). Used by the Executor, the Session and both backends.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "chimera/op_kind.hpp"
+#include "chimera/status.hpp"
+#include "chimera/types.hpp"
+
+namespace chimera::detail {
+
+/// Replaces every word by its minimum over the group, collectively: each member passes as
+/// many words. Errors (BackendError, Timeout) are returned as they are.
+using GroupMin = std::function<Status(std::span<std::int64_t> words)>;
+
+/// The smallest and largest value of each word across a group.
+struct WordRange {
+  std::vector<std::int64_t> low;
+  std::vector<std::int64_t> high;
+  /// True when word `i` has one value across the group.
+  bool agreed(std::size_t i) const { return low[i] == high[i]; }
+};
+
+/// Collective: one `min` over `words` and their negations gives the range of each word.
+[[nodiscard]] Status agreeOnRange(std::span<const std::int64_t> words, const GroupMin& min, WordRange& out);
+
+/// What a group agreed on about a signature (a plan's, a window's).
+struct SignatureVerdict {
+  std::int64_t lowHash = 0;          ///< smallest hash of the group
+  std::int64_t highHash = 0;         ///< largest hash of the group
+  bool anyFailed = false;            ///< some member failed locally
+  std::vector<std::uint8_t> flags;   ///< the members' flags OR-ed
+  /// True when every member contributed the same hash.
+  bool sameHash() const { return lowHash == highHash; }
+};
+
+/// Collective: agrees on `hash`, a local failure flag and `flags` (OR-ed). Every member must
+/// pass as many flags (pad to a fixed count when members may differ).
+[[nodiscard]] Status agreeOnSignature(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags,
+                                      const GroupMin& min, SignatureVerdict& out);
+
+/// What every member of a group passes identically to one collective; fields a collective
+/// does not use stay at their defaults.
+struct CallSignature {
+  OpKind kind = OpKind::AllReduce;
+  std::int64_t count = 0;  ///< the call's count argument (elements)
+  DataType dtype = DataType::F32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+};
+
+/// Collective: agrees on `signature` and whether `local` is ok. Returns `local` when it is an
+/// error; InvalidArgument when another member reported bad arguments; Mismatch naming `rank`,
+/// `group` and every field whose values differ, with their min and max ("rank 3: members of
+/// group tp disagree on the arguments of allReduce: count differs (min 16, max 17)"); errors
+/// of `min` as they are. The same verdict class reaches every member.
+[[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank,
+                                 std::string_view group, const GroupMin& min);
+
+}  // namespace chimera::detail
