@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Named rewrites (private). The planner has one mechanism (reduce partials where cheapest,
 // move boxes by intersection, gather at the destination if cheaper); the rewrites the
-// paper and the issue name are what that mechanism produces on particular chains. Each
+// paper names are what that mechanism produces on particular chains. Each
 // file here documents one rewrite (what, preconditions, worked example) and recognises
 // it: given a traced chain and the fused plan, it returns a one-line description when
 // the chain holds the pattern and the fused plan applies the rewrite. `explain` lists them.
