@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the one parser of CHIMERA_* environment variables.
 #include "common/env.hpp"
 
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

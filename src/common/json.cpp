@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

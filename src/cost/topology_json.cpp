@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "chimera/topology.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/topology.hpp"
+#include "core/check.hpp"
 #include "common/json.hpp"
 
 namespace chimera {

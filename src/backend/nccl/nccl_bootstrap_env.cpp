@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
