@@ -10,6 +10,7 @@
 #include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
+#include "chimera/op_kind.hpp"
 #include "chimera/session.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"

@@ -83,7 +83,7 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
   }
   if (range.low[kCallFields.size()] == 0) {
     return Status::invalidArgument(
-        fmt::format("rank {}: another member of group {} passed invalid arguments to {}", rank, group, call));
+        fmt::format("rank {}: another rank of group {} passed invalid arguments to {}", rank, group, call));
   }
   return Status::ok();
 }

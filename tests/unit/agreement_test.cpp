@@ -98,7 +98,7 @@ TEST(CallAgreement, ALocalErrorStaysLocalAndTheOthersLearnOfIt) {
   for (std::size_t r : {0u, 2u}) {
     EXPECT_EQ(verdicts[r].code(), StatusCode::InvalidArgument);
     EXPECT_EQ(verdicts[r].message(), "rank " + std::to_string(r) +
-                                         ": another member of group tp passed invalid arguments to allReduce");
+                                         ": another rank of group tp passed invalid arguments to allReduce");
   }
 }
 
