@@ -32,8 +32,9 @@ std::string describe(std::size_t field, std::int64_t value) {
 
 Status agreeOnRange(std::span<const std::int64_t> words, const GroupMin& min, WordRange& out) {
   const std::size_t n = words.size();
-  thread_local std::vector<std::int64_t> values;
-  values.resize(2 * n);
+  // Not a reused buffer: the reduction may itself agree (a backend that checks the arguments
+  // of the allReduce it runs for an Executor or a Session), which would reuse it under us.
+  std::vector<std::int64_t> values(2 * n);
   for (std::size_t i = 0; i < n; ++i) {
     values[i] = words[i];
     values[n + i] = -words[i];
@@ -49,8 +50,7 @@ Status agreeOnRange(std::span<const std::int64_t> words, const GroupMin& min, Wo
 
 Status agreeOnSignature(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags, const GroupMin& min,
                         SignatureVerdict& out) {
-  thread_local std::vector<std::int64_t> words;
-  words.assign({hash, failed ? 1 : 0});
+  std::vector<std::int64_t> words{hash, failed ? 1 : 0};
   words.insert(words.end(), flags.begin(), flags.end());
   WordRange range;
   if (Status s = agreeOnRange(words, min, range); !s.isOk()) return s;

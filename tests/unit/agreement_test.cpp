@@ -140,6 +140,28 @@ TEST(SignatureAgreement, EqualHashesWithoutFailures) {
   EXPECT_TRUE(verdict.flags.empty());
 }
 
+// The Executor's and the Session's reduction is a Backend::allReduce, which on a backend that
+// checks arguments runs an agreement of its own inside: the outer one must survive it.
+TEST(SignatureAgreement, SurvivesAnAgreementInsideItsReduction) {
+  SimulatedGroup outer;
+  detail::SignatureVerdict verdict;
+  ASSERT_TRUE(detail::agreeOnSignature(9, false, {}, outer.collect(), verdict).isOk());
+  ASSERT_TRUE(detail::agreeOnSignature(3, true, {}, outer.collect(), verdict).isOk());
+  const detail::GroupMin outerMin = outer.reduce();
+  const detail::GroupMin checkingMin = [&outerMin](std::span<std::int64_t> words) {
+    SimulatedGroup inner;  // the backend's own argument check, with many more words
+    const detail::CallSignature call{OpKind::AllReduce, static_cast<std::int64_t>(words.size()), DataType::I64,
+                                     ReduceOp::Min, 0};
+    if (Status s = detail::agreeOnCall(call, Status::ok(), 0, "world", inner.collect()); !s.isOk()) return s;
+    if (Status s = detail::agreeOnCall(call, Status::ok(), 0, "world", inner.reduce()); !s.isOk()) return s;
+    return outerMin(words);
+  };
+  ASSERT_TRUE(detail::agreeOnSignature(9, false, {}, checkingMin, verdict).isOk());
+  EXPECT_EQ(verdict.lowHash, 3);
+  EXPECT_EQ(verdict.highHash, 9);
+  EXPECT_TRUE(verdict.anyFailed);
+}
+
 TEST(WordRange, ExtremesOfEveryWordIncludingTheInt64Bounds) {
   SimulatedGroup group;
   detail::WordRange range;
