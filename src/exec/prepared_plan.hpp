@@ -123,6 +123,7 @@ class PreparedPlan {
  private:
   Status resolve(const Plan& plan);
   Status createGroups(const Plan& plan);
+  void gatherInPlace(const Plan& plan);
   Status prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareCollective(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareAllToAll(const Plan& plan, const PlanStep& step, PreparedStep& out);
