@@ -412,6 +412,51 @@ TEST_F(SessionPerRankLateChange, ReceivingStageChangesItsDeclaration) {
   expectMismatch(run(rows, !sender()));
 }
 
+// A steady-state 1F1B window on each stage: stage 0 sends its forward output and receives a
+// gradient (send_forward_recv_backward), stage 1 receives the activation and sends the
+// gradient back (send_backward_recv_forward); `forward` is the shape stage 0 sends.
+Status recordSteadyState(Session& session, const PerRankSetup& s, const TensorSpec& forward, std::uint32_t seed) {
+  const int rank = worldRank();
+  const bool first = s.from.holds(rank);
+  const char* own = first ? "pp=@0" : "pp=@1";
+  Layout partial, whole;
+  CHIMERA_RETURN_IF_ERROR(Layout::parse(std::string(own) + ",tp=P", s.mesh, partial));
+  CHIMERA_RETURN_IF_ERROR(Layout::parse(std::string(own) + ",tp=R", s.mesh, whole));
+  const TensorSpec& sent = first ? forward : s.spec;
+  const TensorSpec& received = first ? s.spec : forward;
+  std::vector<std::uint64_t> out = makeBuffer(static_cast<std::size_t>(partial.localBytes(sent)) / 4, sent.dtype);
+  std::vector<std::uint64_t> in = makeBuffer(static_cast<std::size_t>(whole.localBytes(received)) / 4, received.dtype);
+  fillInput(out.data(), partial, sent, rank, seed);
+  AxisSet tp, pp;
+  CHIMERA_RETURN_IF_ERROR(s.mesh.parseAxes("tp", tp));
+  CHIMERA_RETURN_IF_ERROR(s.mesh.parseAxes("pp", pp));
+  TensorHandle t, summed, handed, got;
+  const auto inBytes = static_cast<std::size_t>(whole.localBytes(received));
+  CHIMERA_RETURN_IF_ERROR(session.tensor(out.data(), static_cast<std::size_t>(partial.localBytes(sent)), sent, partial, t));
+  CHIMERA_RETURN_IF_ERROR(session.allReduce(t, tp, summed));
+  CHIMERA_RETURN_IF_ERROR(first ? session.send(summed, pp, nullptr, 0, handed)
+                                : session.sendBack(summed, pp, nullptr, 0, handed));
+  CHIMERA_RETURN_IF_ERROR(first ? session.recvBack(received, whole, pp, in.data(), inBytes, got)
+                                : session.recv(received, whole, pp, in.data(), inBytes, got));
+  CHIMERA_RETURN_IF_ERROR(session.declareRead(got, whole));
+  return session.flush();
+}
+
+// One rank of stage 0 changes the size of its forward output in a window that hands off in
+// both directions: each rank owes its peer two hand-offs, and every rank still returns
+// Mismatch.
+TEST_F(SessionPerRankLateChange, OneRankChangesASizeInAWindowOfBothDirections) {
+  const TensorSpec larger{{64, 48}, setup_.spec.dtype};
+  for (std::uint32_t step = 1; step <= 2; ++step) {
+    const Status warm = recordSteadyState(*session_, setup_, setup_.spec, step);
+    ASSERT_TRUE(allRanksAgree(warm.isOk())) << warm.toString();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = recordSteadyState(*session_, setup_, worldRank() == 0 ? larger : setup_.spec, 3);
+  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expectMismatch(status);
+}
+
 TEST_F(SessionPerRankLateChange, OneReceivingRankChangesItsDeclaration) {
   PerRankSetup rows = setup_;
   ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, *rows.consume).isOk());
