@@ -114,56 +114,52 @@ detail::Json jsonReport(const ModelReport& r) {
   using detail::Json;
   Json collectives = Json::array();
   for (const ModelCollective& c : r.collectives) {
-    collectives.push(Json::object()
-                         .set("where", c.where)
-                         .set("layer", c.layer)
-                         .set("mesh", c.mesh)
-                         .set("from", c.from)
-                         .set("chain", c.chain)
-                         .set("consume", c.consume)
-                         .set("shape", c.shape)
-                         .set("count", c.count)
-                         .set("baseline_bytes", c.baselineBytes)
-                         .set("fused_bytes", c.fusedBytes)
-                         .set("baseline_s", c.baselineSeconds)
-                         .set("fused_s", c.fusedSeconds)
-                         .set("decision", c.fused ? "fused" : "baseline"));
+    collectives.push_back(Json::object({{"where", c.where},
+                                        {"layer", c.layer},
+                                        {"mesh", c.mesh},
+                                        {"from", c.from},
+                                        {"chain", c.chain},
+                                        {"consume", c.consume},
+                                        {"shape", c.shape},
+                                        {"count", c.count},
+                                        {"baseline_bytes", c.baselineBytes},
+                                        {"fused_bytes", c.fusedBytes},
+                                        {"baseline_s", c.baselineSeconds},
+                                        {"fused_s", c.fusedSeconds},
+                                        {"decision", c.fused ? "fused" : "baseline"}}));
   }
   Json layers = Json::array();
   for (const ModelLayer& l : r.layers) {
-    layers.push(Json::object()
-                    .set("layer", l.layer)
-                    .set("stage", l.stage)
-                    .set("moe", l.moe)
-                    .set("compute_s", l.computeSeconds)
-                    .set("baseline_comm_s", l.baselineCommSeconds)
-                    .set("fused_comm_s", l.fusedCommSeconds)
-                    .set("baseline_bytes", l.baselineBytes)
-                    .set("fused_bytes", l.fusedBytes));
+    layers.push_back(Json::object({{"layer", l.layer},
+                                   {"stage", l.stage},
+                                   {"moe", l.moe},
+                                   {"compute_s", l.computeSeconds},
+                                   {"baseline_comm_s", l.baselineCommSeconds},
+                                   {"fused_comm_s", l.fusedCommSeconds},
+                                   {"baseline_bytes", l.baselineBytes},
+                                   {"fused_bytes", l.fusedBytes}}));
   }
   const ParallelConfig& p = r.parallel;
-  return Json::object()
-      .set("format", "chimera-model-report-1")
-      .set("model", r.model.name)
-      .set("parallel", Json::object()
-                           .set("dp", p.dp)
-                           .set("tp", p.tp)
-                           .set("sp", p.sp)
-                           .set("pp", p.pp)
-                           .set("ep", p.ep)
-                           .set("microbatches", p.microbatches))
-      .set("topology", r.topology)
-      .set("compute_s", r.computeSeconds)
-      .set("baseline_comm_s", r.baselineCommSeconds)
-      .set("fused_comm_s", r.fusedCommSeconds)
-      .set("baseline_iteration_s", r.baselineIterationSeconds)
-      .set("fused_iteration_s", r.fusedIterationSeconds)
-      .set("communication_speedup", r.communicationSpeedup())
-      .set("end_to_end_speedup", r.endToEndSpeedup())
-      .set("baseline_bytes", r.baselineBytes)
-      .set("fused_bytes", r.fusedBytes)
-      .set("layers", std::move(layers))
-      .set("collectives", std::move(collectives));
+  return Json::object({{"format", "chimera-model-report-1"},
+                       {"model", r.model.name},
+                       {"parallel", Json::object({{"dp", p.dp},
+                                                  {"tp", p.tp},
+                                                  {"sp", p.sp},
+                                                  {"pp", p.pp},
+                                                  {"ep", p.ep},
+                                                  {"microbatches", p.microbatches}})},
+                       {"topology", r.topology},
+                       {"compute_s", r.computeSeconds},
+                       {"baseline_comm_s", r.baselineCommSeconds},
+                       {"fused_comm_s", r.fusedCommSeconds},
+                       {"baseline_iteration_s", r.baselineIterationSeconds},
+                       {"fused_iteration_s", r.fusedIterationSeconds},
+                       {"communication_speedup", r.communicationSpeedup()},
+                       {"end_to_end_speedup", r.endToEndSpeedup()},
+                       {"baseline_bytes", r.baselineBytes},
+                       {"fused_bytes", r.fusedBytes},
+                       {"layers", std::move(layers)},
+                       {"collectives", std::move(collectives)}});
 }
 
 Status run(const Options& options, std::string& output) {
@@ -178,7 +174,7 @@ Status run(const Options& options, std::string& output) {
   CHIMERA_RETURN_IF_ERROR(loadTopology(options.values.at("topology"), topology));
   ModelReport report;
   CHIMERA_RETURN_IF_ERROR(analyzeModel(model, parallel, topology, report));
-  output = options.json ? jsonReport(report).dump(2) + "\n" : textReport(report, options.collectives);
+  output = options.json ? detail::dumpJson(jsonReport(report), 2) + "\n" : textReport(report, options.collectives);
   return Status::ok();
 }
 

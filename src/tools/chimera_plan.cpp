@@ -138,7 +138,7 @@ Status run(const Options& options, std::string& output) {
   ChainAnalysis analysis;
   CHIMERA_RETURN_IF_ERROR(analyzeChain(plan.trace, plan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost.name())};
-  output = options.json ? detail::jsonPlanReport(query, plan, analysis).dump(2) + "\n"
+  output = options.json ? detail::dumpJson(detail::jsonPlanReport(query, plan, analysis), 2) + "\n"
                         : detail::humanPlanReport(query, plan, analysis);
   return Status::ok();
 }
