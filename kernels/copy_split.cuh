@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "box_index.cuh"
+#include "box/box_index.hpp"
 
 namespace chimera {
 

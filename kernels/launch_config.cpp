@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements grid sizing for the CUDA kernels from the current device's SM count.
 #include "launch_config.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 
 namespace chimera::detail {

@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/box_pack.hpp"
-#include "common/check.hpp"
+#include "box/box_pack.hpp"
+#include "core/check.hpp"
 #include "copy_split.cuh"
 #include "cuda_check.hpp"
 #include "dispatch.cuh"
@@ -109,7 +109,7 @@ __device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, int n,
 // kMaxBoxesPerLaunch boxes. T is the unsigned type of the element size (bits are copied).
 // Work: every run of every box is cut into pieces of <= 2 KiB; warps take pieces
 // grid-stride, so one launch balances boxes of any shapes. Per piece O(ndims) 64-bit
-// divisions locate the run (box_index.cuh), amortised over up to 2 KiB.
+// divisions locate the run (src/box/box_index.hpp), amortised over up to 2 KiB.
 // Preconditions: pointers aligned to sizeof(T); packed and tensor ranges disjoint; for
 // unpack, boxes of one launch disjoint in their tensors. Runs shorter than a warp leave
 // lanes idle: such packs are latency-bound (the planner should keep runs long).

@@ -2,12 +2,12 @@
 // Device pack/unpack of tensor boxes (private; host-callable, no CUDA headers): the GPU
 // half of many-to-many transfers. A pack gathers a box of a row-major tensor into a
 // contiguous buffer; an unpack scatters it back. Same index math as the host path
-// (kernels/box_index.cuh, src/common/box_pack.hpp).
+// (src/box/box_index.hpp, src/box/box_pack.hpp).
 #pragma once
 
 #include <cstddef>
 
-#include "box_index.cuh"
+#include "box/box_index.hpp"
 #include "chimera/status.hpp"
 #include "chimera/types.hpp"
 

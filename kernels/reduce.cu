@@ -9,7 +9,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 #include "dispatch.cuh"
 #include "launch_config.hpp"

@@ -43,10 +43,11 @@ chimera_build() {
   if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
   if [ -n "${CUDA_HOME:-}" ] && ! command -v nvcc >/dev/null 2>&1; then export PATH="$CUDA_HOME/bin:$PATH"; fi
   chimera_log "configuring $CHIMERA_BUILD"
+  mkdir -p "$CHIMERA_BUILD"
   cmake -S "$CHIMERA_ROOT" -B "$CHIMERA_BUILD" -DCMAKE_BUILD_TYPE="${CMAKE_BUILD_TYPE:-Release}" \
-    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" "${CHIMERA_LAUNCHER[@]}" "$@" >"$CHIMERA_BUILD.configure.log" 2>&1 ||
-    { cat "$CHIMERA_BUILD.configure.log"; return 1; }
-  grep -E 'chimera:' "$CHIMERA_BUILD.configure.log" || true
+    -DCHIMERA_WITH_CUDA="${CHIMERA_WITH_CUDA:-AUTO}" "${CHIMERA_LAUNCHER[@]}" "$@" >"$CHIMERA_BUILD/configure.log" 2>&1 ||
+    { cat "$CHIMERA_BUILD/configure.log"; return 1; }
+  grep -E 'chimera:' "$CHIMERA_BUILD/configure.log" || true
   chimera_log "building with $jobs jobs"
   cmake --build "$CHIMERA_BUILD" -j "$jobs"
 }

@@ -11,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 chimera_install_deps
 chimera_build
 
-bench="$CHIMERA_BUILD/benchmarks/chimera-bench"
+bench="$CHIMERA_BUILD/bin/chimera-bench"
 size="${DEMO_SIZE:-16M}"
 iters="${DEMO_ITERS:-7}"
 json="$(mktemp -t chimera-demo.XXXXXX.json)"

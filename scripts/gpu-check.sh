@@ -45,7 +45,7 @@ prepare() {
   cmake --build "$build" -j "$jobs" --target gpu_tests chimera-kernel-bench chimera-rank-launch \
     >"$build/gpu-check-build.log" 2>&1 || { grep -E "error" "$build/gpu-check-build.log" | head -n 30; die "build"; }
   rm -rf "$bundle" && mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/lib-fallback"
-  cp "$build/tests/gpu/gpu_tests" "$build/tests/gpu/chimera-rank-launch" "$build/kernels/chimera-kernel-bench" \
+  cp "$build/tests/gpu/gpu_tests" "$build/tests/gpu/chimera-rank-launch" "$build/bin/chimera-kernel-bench" \
     "$bundle/bin/"
   # Shared libraries the binaries need, except NCCL (the GPU machine's own, found at run
   # time), the driver and the C runtime; libstdc++/libgcc_s only as a fallback for an older

@@ -18,13 +18,13 @@ if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
 fi
 chimera_build "${python_tests[@]}"
 
-chimera_log "installing into $CHIMERA_BUILD/install and building examples/consumer against it"
+chimera_log "installing into $CHIMERA_BUILD/install; building examples/consumer against it and running it on 4 ranks"
 cmake --install "$CHIMERA_BUILD" --prefix "$CHIMERA_BUILD/install" >/dev/null
 cmake -S "$CHIMERA_ROOT/examples/consumer" -B "$CHIMERA_BUILD/consumer" \
   -DCMAKE_PREFIX_PATH="$CHIMERA_BUILD/install" >"$CHIMERA_BUILD/consumer.configure.log" 2>&1 ||
   { cat "$CHIMERA_BUILD/consumer.configure.log"; exit 1; }
 cmake --build "$CHIMERA_BUILD/consumer" >/dev/null
-"$CHIMERA_BUILD/consumer/chimera-consumer"
+mpirun -np 4 $(chimera_mpirun_flags) "$CHIMERA_BUILD/consumer/chimera-consumer"
 
 if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
   chimera_python_install

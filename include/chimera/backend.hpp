@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The Backend interface (stable API): the plain collectives and point-to-point calls on mesh
+// axis groups, the memory operations a plan needs, and NCCL's conventions for in-place calls.
 #pragma once
 
 #include <cstddef>

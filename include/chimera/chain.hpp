@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Chains (stable API): the collective and local ops a framework issues on one tensor, their
+// text form ("allreduce:tp,send:pp"), and what each op does to a layout.
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,8 @@
 #include "chimera/backend.hpp"
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/plan.hpp"
-#include "chimera/planner.hpp"
+#include "chimera/planning/plan.hpp"
+#include "chimera/planning/planner.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"
 

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Layouts (stable API): how a tensor lies on a mesh, one placement per axis (R, S<dim>,
+// P(op), stage @k), with each rank's box and the text form ("pp=@0,tp=P").
 #pragma once
 
 #include <cstdint>

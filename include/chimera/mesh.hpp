@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Meshes (stable API): named axes over the world ranks, row-major, and the axis groups
+// (AxisSet) collectives run on.
 #pragma once
 
 #include <cstdint>
@@ -48,18 +50,24 @@ class Mesh {
 
   Mesh() = default;
 
-  /// Builds a mesh from axes and checks it against `worldSize`. InvalidArgument when the
-  /// product of sizes differs from worldSize, a name is empty, duplicated or not an
-  /// identifier ([A-Za-z_][A-Za-z0-9_]*), a size is < 1, or there are no axes.
+  /// Builds a mesh from axes; its size is the product of theirs. InvalidArgument when a name
+  /// is empty, duplicated or not an identifier ([A-Za-z_][A-Za-z0-9_]*), a size is < 1,
+  /// there are no axes or more than kMaxAxes, or the product exceeds 2^30.
+  [[nodiscard]] static Status create(std::vector<MeshAxis> axes, Mesh& out);
+  /// As `create`, and InvalidArgument when the product of the sizes differs from worldSize.
   [[nodiscard]] static Status create(std::vector<MeshAxis> axes, int worldSize, Mesh& out);
   /// Parses "pp=2,tp=4" and validates as `create`. Malformed text is InvalidArgument
   /// quoting the offending part.
+  [[nodiscard]] static Status parse(std::string_view text, Mesh& out);
+  /// As `parse`, and InvalidArgument when the mesh does not have `worldSize` ranks.
   [[nodiscard]] static Status parse(std::string_view text, int worldSize, Mesh& out);
   /// A one-axis mesh named `name` spanning `worldSize` ranks.
   static Mesh flat(int worldSize, std::string name = "world");
 
   /// Number of ranks.
   int size() const { return size_; }
+  /// InvalidArgument "mesh pp=2,tp=4 has 8 ranks but the world has 6" unless size() == worldSize.
+  [[nodiscard]] Status checkWorldSize(int worldSize) const;
   /// Number of axes.
   int numAxes() const { return static_cast<int>(axes_.size()); }
   const std::vector<MeshAxis>& axes() const { return axes_; }

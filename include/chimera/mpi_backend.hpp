@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The MPI backend's factories and options (stable API): host memory, on MPI_COMM_WORLD or
+// on a communicator the framework owns.
 #pragma once
 
 #include <cstddef>

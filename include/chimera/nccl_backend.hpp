@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The NCCL backend's factories and options (stable API; installed only with CUDA): device
+// memory, bootstrapped over MPI, from a unique id, or on a communicator the framework owns.
 #pragma once
 
 #include <array>

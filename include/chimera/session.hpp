@@ -10,7 +10,7 @@
 #include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/planner.hpp"
+#include "chimera/planning/planner.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"
 

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Status (stable API): the one error model of the library. Every fallible call returns a
+// Status with a code and a message naming the problem; nothing throws across the API.
 #pragma once
 
 #include <string>

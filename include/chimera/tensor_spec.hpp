@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tensor specs and boxes (stable API): a tensor's logical shape and element type, and the
+// rectangular blocks of it that ranks hold and move.
 #pragma once
 
 #include <cstdint>

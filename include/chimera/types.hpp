@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// Element types and reduction operators (stable API), with their names as the tools and
+// nccl-tests spell them.
 #pragma once
 
 #include <cstddef>
@@ -21,10 +23,6 @@ enum class DataType : std::uint8_t {
   U8,
 };
 
-/// Every DataType, in declaration order (for tests and CLI help).
-inline constexpr DataType kAllDataTypes[] = {DataType::F32, DataType::F64, DataType::F16, DataType::BF16,
-                                             DataType::I32, DataType::I64, DataType::U8};
-
 /// Size of one element in bytes.
 std::size_t dataTypeSize(DataType type);
 /// Short name as nccl-tests prints it: "float", "double", "half", "bfloat16", "int32", "int64", "uint8".
@@ -43,10 +41,6 @@ enum class ReduceOp : std::uint8_t {
   Avg,  ///< sum divided by the group size
 };
 
-/// Every ReduceOp, in declaration order.
-inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
-                                             ReduceOp::Avg};
-
 /// Name: "sum", "prod", "min", "max", "avg".
 std::string_view reduceOpName(ReduceOp op);
 /// Parses a reduce-op name (as printed by reduceOpName). InvalidArgument on unknown text.
@@ -55,11 +49,5 @@ std::string_view reduceOpName(ReduceOp op);
 /// Whether `op` is supported on `type`. Every op is defined on every type here; avg on
 /// integer types truncates toward zero like NCCL's. Kept as the single place to say "no".
 bool reduceOpSupported(DataType type, ReduceOp op);
-
-/// Parses a byte size with an optional binary suffix: "4096", "64K", "32M", "1G" (K=1024).
-/// InvalidArgument on malformed text or overflow.
-[[nodiscard]] Status parseSize(std::string_view text, std::size_t& out);
-/// Formats a byte count the way parseSize reads it back when exact ("32M"), else plain bytes.
-std::string formatSize(std::size_t bytes);
 
 }  // namespace chimera

@@ -14,7 +14,7 @@
 #include "chimera/session.hpp"
 #include "errors.hpp"
 #include "resources.hpp"
-#include "session/bench/null_backend.hpp"
+#include "doubles/null_backend.hpp"
 #include "tensor_view.hpp"
 
 namespace chimera::python {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "bindings.hpp"
-#include "chimera/planner.hpp"
-#include "chimera/redundancy.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/redundancy.hpp"
 #include "cost_choice.hpp"
 #include "errors.hpp"
 #include "tools/plan_report.hpp"

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "chimera/topology.hpp"
-#include "chimera/topology_cost.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
 #include "errors.hpp"
 
 namespace chimera::python {

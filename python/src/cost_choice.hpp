@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "chimera/planner.hpp"
+#include "chimera/planning/planner.hpp"
 
 namespace chimera::python {
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,8 +10,8 @@
 #include "capi/capi_registry.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/nccl_backend.hpp"
-#include "common/check.hpp"
-#include "common/checked_math.hpp"
+#include "core/check.hpp"
+#include "core/checked_math.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -162,14 +161,7 @@ chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int r
     CHIMERA_CHECK_ARG(comm != nullptr, "null chimeraComm_t* to fill");
     CHIMERA_CHECK_ARG(mesh != nullptr, "null mesh text");
     auto made = std::make_unique<chimeraComm>();
-    // The world size is the product of the axis sizes; Mesh::parse validates the text.
-    long long world = 1;
-    for (const char* p = mesh; *p != '\0'; ++p) {
-      if (*p != '=') continue;
-      world *= std::max(0LL, std::min(std::atoll(p + 1), static_cast<long long>(INT_MAX)));
-      CHIMERA_CHECK_ARG(world <= INT_MAX, "mesh '{}' has more than INT_MAX ranks", mesh);
-    }
-    CHIMERA_RETURN_IF_ERROR(chimera::Mesh::parse(mesh, world, made->mesh));
+    CHIMERA_RETURN_IF_ERROR(chimera::Mesh::parse(mesh, made->mesh));
     chimera::NcclUniqueId nccl;
     std::memcpy(nccl.bytes.data(), id.internal, sizeof(id.internal));
     CHIMERA_RETURN_IF_ERROR(chimera::createNcclBackend(made->mesh, rank, device, nccl, made->backend));

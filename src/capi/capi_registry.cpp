@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the C API's live-handle registry and exception guard.
 #include "capi/capi_registry.hpp"
 
 #include <fmt/format.h>
@@ -7,7 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

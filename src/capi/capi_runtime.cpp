@@ -8,7 +8,7 @@
 
 #include "capi/capi_handles.hpp"
 #include "capi/capi_registry.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include "capi/capi_handles.hpp"
 #include "capi/capi_registry.hpp"
 #include "chimera/chain.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace {
 

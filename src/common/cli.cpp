@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "chimera/types.hpp"
-#include "common/check.hpp"
+#include "common/size_text.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

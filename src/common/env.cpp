@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the one parser of CHIMERA_* environment variables.
 #include "common/env.hpp"
 
 #include <fmt/format.h>
@@ -7,8 +8,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "chimera/types.hpp"
-#include "common/check.hpp"
+#include "common/size_text.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Typed element-wise reductions over host memory, for every DataType and ReduceOp. Used by
+// Typed element-wise reductions and scaling over host memory, for every DataType and ReduceOp. Used by
 // the MPI backend's own collective algorithms and by the plan executor's host path.
 //
 // Semantics: Avg is accumulated as Sum; the caller finishes it once with `divideByCount`
@@ -9,6 +9,7 @@
 
 #include <cstddef>
 
+#include "chimera/status.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera::detail {
@@ -23,5 +24,9 @@ void reduceTo(void* dst, const void* a, const void* b, std::size_t count, DataTy
 /// buf[i] = buf[i] / divisor for i < count (Avg finalisation). Integer types truncate
 /// toward zero. `divisor` >= 1; 1 leaves the buffer unchanged.
 void divideByCount(void* buf, std::size_t count, DataType dtype, int divisor);
+
+/// Backend::scale over host memory, with the CUDA scaleBuffer's rounding rules: f16/bf16/f32
+/// multiply in float, f64 in double, integers in double truncated toward zero and saturated.
+[[nodiscard]] Status hostScale(const void* input, void* output, std::size_t count, DataType dtype, double factor);
 
 }  // namespace chimera::detail

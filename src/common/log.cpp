@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements logging: spdlog loggers per subsystem, level from CHIMERA_LOG_LEVEL.
 #include "common/log.hpp"
 
 #include "common/env.hpp"

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements Mesh: parsing, validation, axis groups and rank coordinates.
 #include "chimera/mesh.hpp"
 
 #include <fmt/format.h>
@@ -7,7 +8,7 @@
 #include <charconv>
 #include <numeric>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {
@@ -28,7 +29,7 @@ std::string_view trim(std::string_view text) {
 
 }  // namespace
 
-Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
+Status Mesh::create(std::vector<MeshAxis> axes, Mesh& out) {
   CHIMERA_CHECK_ARG(!axes.empty(), "mesh has no axes");
   CHIMERA_CHECK_ARG(static_cast<int>(axes.size()) <= kMaxAxes, "mesh has {} axes; at most {} are supported",
                     axes.size(), kMaxAxes);
@@ -48,8 +49,6 @@ Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
   Mesh mesh;
   mesh.axes_ = std::move(axes);
   mesh.size_ = static_cast<int>(product);
-  std::string text = mesh.toString();
-  CHIMERA_CHECK_ARG(product == worldSize, "mesh {} has {} ranks but the world has {}", text, product, worldSize);
   mesh.strides_.assign(mesh.axes_.size(), 1);
   for (int i = mesh.numAxes() - 2; i >= 0; --i) {
     mesh.strides_[static_cast<std::size_t>(i)] =
@@ -61,7 +60,28 @@ Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
   return Status::ok();
 }
 
+Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
+  Mesh mesh;
+  CHIMERA_RETURN_IF_ERROR(create(std::move(axes), mesh));
+  CHIMERA_RETURN_IF_ERROR(mesh.checkWorldSize(worldSize));
+  out = std::move(mesh);
+  return Status::ok();
+}
+
+Status Mesh::checkWorldSize(int worldSize) const {
+  CHIMERA_CHECK_ARG(size_ == worldSize, "mesh {} has {} ranks but the world has {}", toString(), size_, worldSize);
+  return Status::ok();
+}
+
 Status Mesh::parse(std::string_view text, int worldSize, Mesh& out) {
+  Mesh mesh;
+  CHIMERA_RETURN_IF_ERROR(parse(text, mesh));
+  CHIMERA_RETURN_IF_ERROR(mesh.checkWorldSize(worldSize));
+  out = std::move(mesh);
+  return Status::ok();
+}
+
+Status Mesh::parse(std::string_view text, Mesh& out) {
   std::vector<MeshAxis> axes;
   std::string_view rest = text;
   CHIMERA_CHECK_ARG(!trim(text).empty(), "empty mesh description (expected e.g. \"pp=2,tp=4\")");
@@ -81,7 +101,7 @@ Status Mesh::parse(std::string_view text, int worldSize, Mesh& out) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
-  return create(std::move(axes), worldSize, out);
+  return create(std::move(axes), out);
 }
 
 Mesh Mesh::flat(int worldSize, std::string name) {

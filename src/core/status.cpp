@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements Status: codes, names and messages.
 #include "chimera/status.hpp"
 
 namespace chimera {

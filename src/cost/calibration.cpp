@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Calibration: weights of the model's latency, transfer and reduction terms fitted to
 // measurements by non-negative least squares on relative error.
-#include "chimera/calibration.hpp"
+#include "chimera/planning/calibration.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cost/step_terms.hpp"
 
 namespace chimera {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/comm_program.hpp"
+// Implements communication programs: a plan turned into rounds of priced steps.
+#include "chimera/planning/comm_program.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +8,7 @@
 #include <array>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/cost_model.hpp"
+// Implements the cost model: the time of a communication program on a topology.
+#include "chimera/planning/cost_model.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +8,7 @@
 #include <cmath>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cost/step_terms.hpp"
 
 namespace chimera {

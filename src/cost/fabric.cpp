@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements link sharing: the shared resources a round of transfers occupies, and its time.
 #include "cost/fabric.hpp"
 
 #include <fmt/format.h>
@@ -6,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

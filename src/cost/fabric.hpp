@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "chimera/topology.hpp"
+#include "chimera/planning/topology.hpp"
 
 namespace chimera::detail {
 

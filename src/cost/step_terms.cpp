@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the alpha-beta terms of one step, shared by the cost model and calibration.
 #include "cost/step_terms.hpp"
 
 #include <algorithm>
 #include <vector>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "cost/fabric.hpp"
 
 namespace chimera::detail {

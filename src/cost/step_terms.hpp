@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "chimera/comm_program.hpp"
+#include "chimera/planning/comm_program.hpp"
 #include "chimera/status.hpp"
-#include "chimera/topology.hpp"
+#include "chimera/planning/topology.hpp"
 
 namespace chimera::detail {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Topology validation, the named presets and lookup by name or profile path. Every preset
 // parameter and its source is listed in docs/cost_model.md; keep the two in step.
-#include "chimera/topology.hpp"
+#include "chimera/planning/topology.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 

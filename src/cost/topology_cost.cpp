@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Plugs the topology model into the planner: a Plan is turned into the CommProgram the
 // cost model prices.
-#include "chimera/topology_cost.hpp"
+#include "chimera/planning/topology_cost.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 

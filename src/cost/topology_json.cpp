@@ -6,8 +6,8 @@
 #include <limits>
 #include <optional>
 
-#include "chimera/topology.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/topology.hpp"
+#include "core/check.hpp"
 #include "common/json.hpp"
 
 namespace chimera {

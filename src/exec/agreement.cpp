@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements cross-rank agreement on a signature and failure flag over a group.
 #include "exec/agreement.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the executor's geometry: collective blocks of a tensor and contiguous boxes.
 #include "exec/box_blocks.hpp"
 
 #include <fmt/format.h>
 
-#include "box_index.cuh"
-#include "common/check.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_index.hpp"
+#include "core/check.hpp"
+#include "box/box_ops.hpp"
 
 namespace chimera::detail {
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the Executor: plan, agree, prepare once, then run chains and plans on a Backend.
 #include "chimera/executor.hpp"
 
 #include <fmt/format.h>
@@ -8,7 +9,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 #include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "exec/box_blocks.hpp"
 #include "exec/prepared_plan.hpp"
 

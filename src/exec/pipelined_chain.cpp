@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pipelined fused plans: the chunk dim of a chain, the model's chunk count, and running
 // the fused plan chunk by chunk so that phases on different ranks overlap.
-#include "chimera/pipeline.hpp"
+#include "chimera/planning/pipeline.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <utility>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 

@@ -2,7 +2,7 @@
 // Running a prepared plan: resolve the operands to this call's buffers and issue the calls.
 #include <fmt/format.h>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "exec/prepared_plan.hpp"
 
 namespace chimera::detail {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements PreparedPlan: one Plan resolved for this rank into backend calls and scratch.
 #include "exec/prepared_plan.hpp"
 
 #include <fmt/format.h>
@@ -6,7 +7,7 @@
 #include <algorithm>
 #include <bit>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "exec/agreement.hpp"
 #include "exec/box_blocks.hpp"
 

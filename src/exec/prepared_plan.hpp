@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "chimera/backend.hpp"
-#include "chimera/plan.hpp"
+#include "chimera/planning/plan.hpp"
 #include "chimera/status.hpp"
 #include "exec/scratch_pool.hpp"
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the bounded cache of prepared plans and its eviction count.
 #include "exec/prepared_plan_cache.hpp"
 
 namespace chimera::detail {

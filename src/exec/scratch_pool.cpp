@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 

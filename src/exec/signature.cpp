@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the executor's cache keys and the signature hash ranks agree on.
 #include "exec/signature.hpp"
 
 #include <fmt/format.h>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

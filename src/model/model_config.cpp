@@ -8,8 +8,8 @@
 #include <optional>
 #include <sstream>
 
-#include "chimera/training_model.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/training_model.hpp"
+#include "core/check.hpp"
 #include "common/json.hpp"
 
 namespace chimera {

@@ -10,10 +10,10 @@
 #include <tuple>
 #include <vector>
 
-#include "chimera/planner.hpp"
-#include "chimera/topology_cost.hpp"
-#include "chimera/training_model.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/topology_cost.hpp"
+#include "chimera/planning/training_model.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "chimera/plan.hpp"
+#include "chimera/planning/plan.hpp"
 
 namespace chimera::detail {
 

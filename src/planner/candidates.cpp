@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the planner's candidate programs for a chain.
 #include "planner/candidates.hpp"
 
 #include <fmt/format.h>
@@ -6,7 +7,7 @@
 #include <algorithm>
 
 #include "chimera/chain.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "planner/redistribute.hpp"
 
 namespace chimera::detail {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "chimera/layout.hpp"
-#include "chimera/plan.hpp"
+#include "chimera/planning/plan.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"
 
@@ -32,7 +32,7 @@ std::vector<Layout> trimsToward(const Layout& from, const Layout& to, const Tens
 /// the layout wanted in the end: one AllReduce; a ReduceScatter toward each dim that
 /// divides evenly; reduction straight toward `to` (ReduceScatter of the axes `to` shards,
 /// grouped by dim, then AllReduce of the rest on the shards); and the hierarchical forms
-/// (see rewrites/merge_all_reduces.cpp).
+/// (see patterns/merge_all_reduces.cpp).
 std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const Layout& to, const TensorSpec& spec);
 
 /// The program prefixes that end without the partial axes `reduce`: for the input and for

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/plan.hpp"
+// Implements Plan and PlanStep: their text form and byte counts.
+#include "chimera/planning/plan.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "planner/byte_formulas.hpp"
 
 namespace chimera {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/planner.hpp"
+// Implements the planner: trace the chain, price the candidates, decide, explain.
+#include "chimera/planning/planner.hpp"
 
 #include <fmt/format.h>
 
@@ -8,12 +9,12 @@
 #include <iterator>
 #include <tuple>
 
-#include "common/check.hpp"
-#include "common/checked_math.hpp"
+#include "core/check.hpp"
+#include "core/checked_math.hpp"
 #include "planner/byte_formulas.hpp"
 #include "planner/candidates.hpp"
 #include "planner/redistribute.hpp"
-#include "planner/rewrites/rewrites.hpp"
+#include "planner/patterns/patterns.hpp"
 
 namespace chimera {
 namespace {

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the general redistribution step: box transfers between two placements.
 #include "planner/redistribute.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

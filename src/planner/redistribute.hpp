@@ -9,7 +9,7 @@
 
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/plan.hpp"
+#include "chimera/planning/plan.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"
 

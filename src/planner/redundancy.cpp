@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "chimera/redundancy.hpp"
+// Implements the redundancy analysis: bytes a chain moves that its consumer never reads.
+#include "chimera/planning/redundancy.hpp"
 
 #include <fmt/format.h>
 
@@ -7,8 +8,8 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "chimera/planner.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "chimera/backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -10,7 +10,7 @@
 #include <map>
 #include <sstream>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

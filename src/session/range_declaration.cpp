@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements byte-range consume declarations and the layout they resolve to.
 #include "session/range_declaration.hpp"
 
 #include <algorithm>
 #include <limits>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

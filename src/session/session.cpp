@@ -7,7 +7,7 @@
 #include <bit>
 #include <string_view>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 #include "session/session_impl.hpp"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 #include "session/hand_off.hpp"
 #include "session/session_impl.hpp"

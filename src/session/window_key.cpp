@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements a recorded window's cache key and its rank-independent text.
 #include <fmt/format.h>
 
 #include <string>

@@ -13,9 +13,9 @@
 #include <string>
 #include <string_view>
 
-#include "chimera/topology.hpp"
-#include "chimera/training_model.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/training_model.hpp"
+#include "core/check.hpp"
 #include "common/json.hpp"
 #include "tools/tool_main.hpp"
 

@@ -8,8 +8,6 @@
 // decision. Bad input: one line on stderr, exit status 2.
 #include <fmt/format.h>
 
-#include <cctype>
-#include <charconv>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,11 +16,11 @@
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
-#include "chimera/planner.hpp"
-#include "chimera/redundancy.hpp"
-#include "chimera/topology.hpp"
-#include "chimera/topology_cost.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/redundancy.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
+#include "core/check.hpp"
 #include "tools/plan_report.hpp"
 #include "tools/tool_main.hpp"
 
@@ -43,32 +41,10 @@ constexpr std::string_view kUsage =
     "                            nvswitch-h20x8, dgx-h100x8, multinode-ib[:N]) or a calibrated profile JSON\n"
     "  --json                    print one JSON document instead of the report\n";
 
-// The world size a mesh text names (product of its sizes), so Mesh::parse can check it.
-int meshWorldSize(std::string_view text) {
-  long long product = 1;
-  std::string_view rest = text;
-  while (true) {
-    const auto comma = rest.find(',');
-    const std::string_view part = rest.substr(0, comma);
-    const auto eq = part.find('=');
-    int size = 0;
-    if (eq != std::string_view::npos) {
-      std::string_view digits = part.substr(eq + 1);  // Mesh::parse allows spaces around sizes
-      while (!digits.empty() && std::isspace(static_cast<unsigned char>(digits.front()))) digits.remove_prefix(1);
-      std::from_chars(digits.data(), digits.data() + digits.size(), size);
-    }
-    product *= size > 0 ? size : 1;
-    if (product > (1LL << 30)) return 0;
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
-  }
-  return static_cast<int>(product);
-}
-
 Status run(const detail::ToolOptions& options, std::string& output) {
   const auto& v = options.values;
   Mesh mesh;
-  CHIMERA_RETURN_IF_ERROR(Mesh::parse(v.at("mesh"), meshWorldSize(v.at("mesh")), mesh));
+  CHIMERA_RETURN_IF_ERROR(Mesh::parse(v.at("mesh"), mesh));
   TensorSpec spec;
   CHIMERA_RETURN_IF_ERROR(TensorSpec::parseShape(v.at("shape"), spec.shape));
   CHIMERA_RETURN_IF_ERROR(parseDataType(v.at("dtype"), spec.dtype));

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements chimera-plan's output: the human report and the JSON document.
 #include "tools/plan_report.hpp"
 
 #include <fmt/format.h>

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "chimera/planner.hpp"
-#include "chimera/redundancy.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/redundancy.hpp"
 #include "common/json.hpp"
 
 namespace chimera::detail {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "common/check.hpp"
 #include "common/cli.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -9,8 +9,8 @@
 
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/planner.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "core/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size > 4096) return 0;

@@ -7,7 +7,7 @@
 
 #include "chimera/layout.hpp"
 #include "chimera/tensor_spec.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

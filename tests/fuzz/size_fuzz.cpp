@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "chimera/tensor_spec.hpp"
+#include "common/size_text.hpp"
 #include "chimera/types.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

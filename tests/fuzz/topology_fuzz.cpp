@@ -7,10 +7,10 @@
 
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/planner.hpp"
-#include "chimera/topology.hpp"
-#include "chimera/topology_cost.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
+#include "core/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -21,7 +21,7 @@
 #include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/nccl_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "gpu_test_util.hpp"
 #include "typed_values.hpp"
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the GPU tests' helpers: skipping without a device, device buffers.
 #include "gpu_test_util.hpp"
 
 #include <cstdlib>
@@ -6,7 +7,7 @@
 #include "backend/nccl/device_choice.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 #include <memory>
 

@@ -14,8 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "common/box_pack.hpp"
+#include "box/box_pack.hpp"
 #include "common/host_reduce.hpp"
+#include "core/type_lists.hpp"
 #include "gpu_test_util.hpp"
 #include "pack.hpp"
 #include "reduce.hpp"

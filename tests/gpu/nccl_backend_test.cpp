@@ -17,6 +17,7 @@
 
 #include "backend/nccl/nccl_agreement.hpp"
 #include "chimera/nccl_backend.hpp"
+#include "core/type_lists.hpp"
 #include "chimera/tensor_spec.hpp"
 #include "gpu_test_util.hpp"
 #include "typed_values.hpp"

@@ -9,7 +9,7 @@
 
 #include "chimera/executor.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "executor_test_support.hpp"
 
 namespace chimera::testing {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "chimera/mpi_backend.hpp"
-#include "chimera/pipeline.hpp"
+#include "chimera/planning/pipeline.hpp"
 #include "executor_test_support.hpp"
 
 namespace chimera::testing {

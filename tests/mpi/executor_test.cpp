@@ -12,7 +12,7 @@
 #include <string>
 
 #include "chimera/mpi_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "executor_test_support.hpp"
 
 namespace chimera::testing {

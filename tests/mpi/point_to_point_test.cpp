@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "backend_test_support.hpp"
+#include "core/type_lists.hpp"
 
 namespace chimera::testing {
 namespace {

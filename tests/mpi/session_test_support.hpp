@@ -12,7 +12,7 @@
 #include "chimera/chain.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/session.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "mpi_test_util.hpp"
 
 namespace chimera::testing {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests the benchmark's input values and buffer checks for every DataType.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "buffer_check.hpp"
+#include "core/type_lists.hpp"
 #include "element_codec.hpp"
 #include "input_pattern.hpp"
 

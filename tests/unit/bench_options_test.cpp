@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests chimera-bench's command line: accepted flags, and errors for bad ones.
 #include <gtest/gtest.h>
 
 #include "collective.hpp"
+#include "core/type_lists.hpp"
 #include "options.hpp"
 
 namespace chimera::bench {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests chimera-bench's table, JSON rows and timed loop.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

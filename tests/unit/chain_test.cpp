@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests chains: parsing, and every op's precondition and effect on layouts.
 #include <gtest/gtest.h>
 
 #include "chimera/chain.hpp"

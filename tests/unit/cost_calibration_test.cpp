@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "chimera/calibration.hpp"
-#include "chimera/cost_model.hpp"
+#include "chimera/planning/calibration.hpp"
+#include "chimera/planning/cost_model.hpp"
 
 namespace chimera {
 namespace {

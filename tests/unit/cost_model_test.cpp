@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "chimera/cost_model.hpp"
+#include "chimera/planning/cost_model.hpp"
 #include "cost/fabric.hpp"
 
 namespace chimera {

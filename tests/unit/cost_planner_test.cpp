@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "chimera/topology_cost.hpp"
+#include "chimera/planning/topology_cost.hpp"
 
 namespace chimera {
 namespace {

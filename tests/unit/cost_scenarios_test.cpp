@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "chimera/cost_model.hpp"
+#include "chimera/planning/cost_model.hpp"
 
 namespace chimera {
 namespace {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "chimera/topology.hpp"
+#include "chimera/planning/topology.hpp"
 
 namespace chimera {
 namespace {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests the CHIMERA_* environment parser: spellings accepted, malformed values rejected.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

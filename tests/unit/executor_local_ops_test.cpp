@@ -10,7 +10,8 @@
 
 #include "common/half.hpp"
 #include "exec/box_blocks.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_ops.hpp"
+#include "common/host_reduce.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/planner.hpp"
-#include "chimera/topology.hpp"
-#include "chimera/topology_cost.hpp"
-#include "common/checked_math.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
+#include "core/checked_math.hpp"
 
 namespace chimera {
 namespace {

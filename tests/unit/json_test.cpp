@@ -14,8 +14,8 @@
 #include <fstream>
 #include <limits>
 
-#include "chimera/topology.hpp"
-#include "chimera/training_model.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/training_model.hpp"
 
 namespace chimera::detail {
 namespace {

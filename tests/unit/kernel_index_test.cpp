@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host+device box index math (kernels/box_index.cuh) and the host pack path built on
+// The host+device box index math (src/box/box_index.hpp) and the host pack path built on
 // it, checked against a brute-force walk of the box that shares none of its arithmetic.
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "box_index.cuh"
-#include "common/box_pack.hpp"
+#include "box/box_index.hpp"
+#include "box/box_pack.hpp"
 
 namespace chimera {
 namespace {

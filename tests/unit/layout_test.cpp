@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests layouts, tensor specs and boxes: parsing, canonical text, rank boxes, stages, bad input.
 #include <gtest/gtest.h>
 
 #include "chimera/layout.hpp"

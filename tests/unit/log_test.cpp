@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests logging: CHIMERA_LOG_LEVEL and the rank in the pattern.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests meshes: parsing, validation, axis groups.
 #include <gtest/gtest.h>
 
 #include "chimera/mesh.hpp"

@@ -8,7 +8,7 @@
 
 #include <random>
 
-#include "chimera/pipeline.hpp"
+#include "chimera/planning/pipeline.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {

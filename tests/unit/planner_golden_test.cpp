@@ -6,9 +6,9 @@
 // each scenario is also run on the simulator (at a shrunk size) against the chain.
 #include <gtest/gtest.h>
 
-#include "chimera/planner.hpp"
-#include "chimera/redundancy.hpp"
-#include "planner/rewrites/rewrites.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/redundancy.hpp"
+#include "planner/patterns/patterns.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {
@@ -24,17 +24,9 @@ struct Scenario {
   const char* consume;
 };
 
-int worldOf(const char* text) {
-  int world = 1;
-  for (const char* p = text; *p != '\0'; ++p) {
-    if (*p == '=') world *= std::atoi(p + 1);
-  }
-  return world;
-}
-
 ChainPlan planWithSpec(const Scenario& s, const TensorSpec& spec, const PlanCost& cost) {
   Mesh mesh;
-  EXPECT_TRUE(Mesh::parse(s.mesh, worldOf(s.mesh), mesh).isOk());
+  EXPECT_TRUE(Mesh::parse(s.mesh, mesh).isOk());
   Layout from;
   EXPECT_TRUE(Layout::parse(s.from, mesh, from).isOk());
   Chain chain;

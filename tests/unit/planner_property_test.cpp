@@ -14,10 +14,11 @@
 #include <memory>
 #include <random>
 
-#include "chimera/planner.hpp"
-#include "chimera/redundancy.hpp"
-#include "chimera/topology.hpp"
-#include "chimera/topology_cost.hpp"
+#include "chimera/planning/planner.hpp"
+#include "chimera/planning/redundancy.hpp"
+#include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
+#include "core/type_lists.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {

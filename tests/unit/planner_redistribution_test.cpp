@@ -4,7 +4,7 @@
 // the same logical tensor, so the simulator's distribute() is the oracle.
 #include <gtest/gtest.h>
 
-#include "chimera/planner.hpp"
+#include "chimera/planning/planner.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "chimera/training_model.hpp"
+#include "chimera/planning/training_model.hpp"
 
 namespace chimera {
 namespace {

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
+// Tests Status, element types, reduction operators and byte sizes: names, parsing, bad input.
 #include <gtest/gtest.h>
 
 #include "chimera/status.hpp"
+#include "common/size_text.hpp"
+#include "core/type_lists.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera {

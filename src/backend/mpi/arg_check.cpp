@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's argument checks: local validation and cross-rank agreement.
 #include "backend/mpi/arg_check.hpp"
 
 #include <fmt/format.h>
@@ -10,7 +11,8 @@
 
 #include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
+#include "core/type_lists.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's bounded waits: every posted request completes or times out.
 #include "backend/mpi/bounded_wait.hpp"
 
 #include <fmt/format.h>

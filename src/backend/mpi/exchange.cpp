@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the point-to-point AllToAll and Broadcast alternatives of the MPI backend.
 #include "backend/mpi/exchange.hpp"
 
 #include <algorithm>
@@ -8,7 +9,7 @@
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/host_reduce.hpp"
 
 namespace chimera::detail {

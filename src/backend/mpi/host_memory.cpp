@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's host buffers (mapped pages for large ones).
 #include "backend/mpi/host_memory.hpp"
 
 #include <fmt/format.h>

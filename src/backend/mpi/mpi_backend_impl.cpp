@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend: the Backend interface over host memory and MPI.
 #include "backend/mpi/mpi_backend_impl.hpp"
 
 #include <fmt/format.h>
@@ -12,11 +13,12 @@
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
-#include "common/check.hpp"
-#include "common/checked_math.hpp"
+#include "core/check.hpp"
+#include "core/checked_math.hpp"
 #include "common/host_reduce.hpp"
 #include "common/log.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_ops.hpp"
+#include "common/host_reduce.hpp"
 
 namespace chimera::detail {
 namespace {

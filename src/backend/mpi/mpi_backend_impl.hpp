@@ -20,7 +20,7 @@
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 
 namespace chimera::detail {

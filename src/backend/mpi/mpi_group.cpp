@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's communicators, one per mesh axis group.
 #include "backend/mpi/mpi_group.hpp"
 
 #include <array>
 
 #include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 
 namespace chimera::detail {

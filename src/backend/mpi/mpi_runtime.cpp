@@ -6,10 +6,11 @@
 #include <string_view>
 
 #include "backend/mpi/bounded_wait.hpp"
+#include "common/size_text.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the MPI plumbing of the backend: error translation and type mapping.
 #include "backend/mpi/mpi_util.hpp"
 
 #include <fmt/format.h>
@@ -6,7 +7,7 @@
 #include <array>
 #include <mutex>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/host_reduce.hpp"
 
 namespace chimera::detail {

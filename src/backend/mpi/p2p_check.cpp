@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the argument agreement of point-to-point calls between the two peers.
 #include "backend/mpi/p2p_check.hpp"
 
 #include <fmt/format.h>
@@ -9,7 +10,7 @@
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the bandwidth-optimal ring collectives over MPI point-to-point.
 #include "backend/mpi/ring.hpp"
 
 #include <algorithm>
@@ -7,7 +8,7 @@
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/host_reduce.hpp"
 
 namespace chimera::detail {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements bounded agreement on a few words across a group (argument checks, group creation).
 #include "backend/mpi/word_agreement.hpp"
 
 #include <fmt/format.h>
@@ -7,7 +8,7 @@
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -2,7 +2,7 @@
 // Device choice of a rank on its node.
 #include "backend/nccl/device_choice.hpp"
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the NCCL backend's cross-rank argument agreement (CHIMERA_CHECK_ARGS).
 #include "backend/nccl/nccl_agreement.hpp"
+#include "core/type_lists.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the NCCL backend: the Backend interface on device buffers over NCCL.
 #include "backend/nccl/nccl_backend_impl.hpp"
 
 #include <cuda_runtime_api.h>
@@ -15,7 +16,7 @@
 #include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/nccl_agreement.hpp"
 #include "backend/nccl/nccl_check.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"

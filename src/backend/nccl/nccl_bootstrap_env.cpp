@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "common/check.hpp"
 #include "common/env.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

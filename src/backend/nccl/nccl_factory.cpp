@@ -13,8 +13,8 @@
 #include "backend/nccl/nccl_backend_impl.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "chimera/nccl_backend.hpp"
-#include "common/check.hpp"
 #include "common/env.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
 

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "backend/nccl/nccl_backend_impl.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
-#include "exec/local_ops.hpp"
+#include "box/box_ops.hpp"
 #include "pack.hpp"
 #include "reduce.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/check.hpp"
+#include "core/check.hpp"
 #include "common/env.hpp"
 
 namespace chimera::detail {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the simulator's int64 local tensors (tests only).
 #include "sim/local_tensor.hpp"
 
 #include <stdexcept>

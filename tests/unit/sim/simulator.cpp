@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// Implements the N-rank in-process simulator, the planner tests' oracle (tests only).
 #include "sim/simulator.hpp"
 
 #include <algorithm>

@@ -13,7 +13,7 @@
 
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
-#include "chimera/plan.hpp"
+#include "chimera/planning/plan.hpp"
 #include "sim/local_tensor.hpp"
 
 namespace chimera::sim {

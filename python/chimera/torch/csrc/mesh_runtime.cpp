@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "chimera/mpi_backend.hpp"
-#include "chimera/planner.hpp"
-#include "common/check.hpp"
+#include "chimera/planning/planner.hpp"
+#include "core/check.hpp"
 
 namespace chimera::torch_ext {
 

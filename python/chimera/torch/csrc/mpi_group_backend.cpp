@@ -14,7 +14,7 @@
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "common/check.hpp"
+#include "core/check.hpp"
 
 namespace chimera::torch_ext {
 

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implements chimera-bench --calibrate: measure the calibration points, fit, write the profile.
+#include "calibrate.hpp"
+
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "bench_context.hpp"
+#include "bench_device.hpp"
+#include "chimera/planning/calibration.hpp"
+#include "chimera/planning/cost_model.hpp"
+#include "core/check.hpp"
+#include "timing.hpp"
+
+namespace chimera::bench {
+namespace {
+
+constexpr std::uint64_t kDefaultMinBytes = std::uint64_t{1} << 20;
+constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t{16} << 20;
+constexpr DataType kDtype = DataType::F32;
+
+void print(int rank, const std::string& text) {
+  if (rank != 0) return;
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+/// A backend whose mesh "groups=W/g,members=g" makes the groups of `members` the sample's
+/// groups of g consecutive world ranks.
+struct GroupBackend {
+  std::unique_ptr<Backend> backend;
+  AxisSet members;
+};
+
+Status groupBackend(const std::string& kind, int worldSize, int groupSize, GroupBackend& out) {
+  Mesh mesh;
+  CHIMERA_RETURN_IF_ERROR(Mesh::parse(fmt::format("groups={},members={}", worldSize / groupSize, groupSize),
+                                      worldSize, mesh));
+  CHIMERA_RETURN_IF_ERROR(mesh.parseAxes("members", out.members));
+  return createBenchBackend(kind, mesh, out.backend);
+}
+
+/// One call of the sample's collective with L = bytesPerRank (float elements).
+Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes, void* send, void* recv) {
+  const std::size_t elements = sample.bytesPerRank / dataTypeSize(kDtype);
+  const auto g = static_cast<std::size_t>(sample.groupSize);
+  switch (sample.primitive) {
+    case StepKind::AllReduce: return backend.allReduce(send, recv, elements, kDtype, ReduceOp::Sum, axes);
+    case StepKind::ReduceScatter: return backend.reduceScatter(send, recv, elements / g, kDtype, ReduceOp::Sum, axes);
+    case StepKind::AllGather: return backend.allGather(send, recv, elements, kDtype, axes);
+    case StepKind::AllToAll: return backend.allToAll(send, recv, elements / g, kDtype, axes);
+    case StepKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
+    case StepKind::ManyToMany: break;
+  }
+  return Status::invalidArgument("calibration samples are collectives, not manytomany");
+}
+
+/// Median over -n iterations (after -w warm-up) of the slowest rank's time of one sample.
+Status measureSample(const Options& options, GroupBackend& group, CalibrationSample& sample) {
+  Backend& backend = *group.backend;
+  const std::size_t recvBytes = sample.primitive == StepKind::AllGather
+                                    ? sample.bytesPerRank * static_cast<std::size_t>(sample.groupSize)
+                                    : sample.bytesPerRank;
+  BackendBuffer send(backend);
+  BackendBuffer recv(backend);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(send.allocate(sample.bytesPerRank)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(recv.allocate(recvBytes)));
+  const std::vector<unsigned char> zeros(sample.bytesPerRank, 0);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(backend, send.data(), zeros.data(), zeros.size())));
+  const auto once = [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); };
+  for (int i = 0; i < options.warmupIters; ++i) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(once()));
+  std::vector<double> seconds(static_cast<std::size_t>(options.iters));
+  for (double& s : seconds) {
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier")));
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeOnBackend(backend, once, s)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, seconds.data(), static_cast<int>(seconds.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  TimingSamples samples;
+  samples.iterationSeconds = std::move(seconds);
+  sample.seconds = medianIterationSeconds(samples);
+  return Status::ok();
+}
+
+/// "allreduce 2x4 ranks, 1048576 B: measured 812.3 us, fitted 790.1 us (-2.7 %)".
+std::string sampleLine(const CalibrationSample& sample, const CostModel& fitted) {
+  StepCost cost;
+  const Status status = fitted.predictStep(sampleStep(sample), cost);
+  const std::string predicted =
+      status.isOk() ? fmt::format("{:>12.1f}  {:>+7.1f}", cost.seconds * 1e6,
+                                  (cost.seconds - sample.seconds) / sample.seconds * 100.0)
+                    : fmt::format("{:>12}  {:>7}", "n/a", "");
+  return fmt::format("{:>14}  {:>6}  {:>10}  {:>12.1f}  {}\n", stepKindName(sample.primitive),
+                     fmt::format("{}x{}", sample.numGroups, sample.groupSize), sample.bytesPerRank,
+                     sample.seconds * 1e6, predicted);
+}
+
+// InvalidArgument unless `path` can be written, checked before any measurement; a file the
+// check had to create is removed again.
+Status checkWritable(const std::string& path) {
+  CHIMERA_CHECK_ARG(!path.empty(), "--calibrate needs --out FILE");
+  std::error_code error;
+  const bool existed = std::filesystem::exists(path, error);
+  {
+    std::ofstream probe(path, std::ios::binary | std::ios::app);
+    CHIMERA_CHECK_ARG(probe.good(), "cannot write --out '{}' (checked before calibrating)", path);
+  }
+  if (!existed) std::filesystem::remove(path, error);
+  return Status::ok();
+}
+
+Status loadBase(const Options& options, int worldSize, Topology& out) {
+  const std::string name = options.topology.empty() ? fmt::format("host:{}", worldSize) : options.topology;
+  const Status status = loadTopology(name, out);
+  return status.isOk() ? status : Status(status.code(), "--topology: " + status.message());
+}
+
+}  // namespace
+
+Status runCalibration(const Options& options) {
+  int rank = 0;
+  int worldSize = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+  std::vector<CalibrationSample> samples;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(calibrationPoints(worldSize,
+                                                          options.sizesGiven ? options.minBytes : kDefaultMinBytes,
+                                                          options.sizesGiven ? options.maxBytes : kDefaultMaxBytes,
+                                                          samples)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? checkWritable(options.outPath) : Status::ok()));
+  Topology base;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));
+  const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
+  print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; median "
+                          "of {} iterations after {} warm-up, slowest rank\n",
+                          samples.size(), worldSize, kind, base.name, options.iters, options.warmupIters));
+  std::map<int, GroupBackend> backends;
+  for (CalibrationSample& sample : samples) {
+    GroupBackend& group = backends[sample.groupSize];
+    if (!group.backend) CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, sample.groupSize, group));
+    CHIMERA_RETURN_IF_ERROR(measureSample(options, group, sample));
+  }
+  Topology fitted;
+  FitReport report;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitProfile(base, samples, fitted, &report)));
+  fitted.name = base.name + "-calibrated";
+  const CostModel model(fitted);
+  print(rank, fmt::format("#{:>13}  {:>6}  {:>10}  {:>12}  {:>12}  {:>7}\n", "collective", "groups", "bytes",
+                          "measured(us)", "fitted(us)", "err(%)"));
+  for (const CalibrationSample& sample : samples) print(rank, sampleLine(sample, model));
+  print(rank, fmt::format("# fit: alpha x{:.3f}, bandwidth x{:.3f}, reduce {:.3g} s/B{}; rms error {:.1f} %, worst "
+                          "{:.1f} %\n",
+                          report.alphaScale, report.bandwidthScale, report.reduceSecondsPerByte,
+                          report.reduceFitted ? "" : " (not fitted)", report.rmsRelativeError * 100.0,
+                          report.maxRelativeError * 100.0));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? saveTopology(fitted, options.outPath) : Status::ok()));
+  print(rank, fmt::format("# wrote {} (use --topology {})\n", options.outPath, options.outPath));
+  return Status::ok();
+}
+
+}  // namespace chimera::bench

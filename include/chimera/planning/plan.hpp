@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// Plans (unstable tier): the steps the planner chose for a chain, each a collective, a
+// many-to-many box transfer or a local op between buffers, with their byte counts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chimera/layout.hpp"
+#include "chimera/mesh.hpp"
+#include "chimera/tensor_spec.hpp"
+#include "chimera/types.hpp"
+
+namespace chimera {
+
+/// One point-to-point transfer of a many-to-many step: `src` sends the elements of
+/// `srcBox` (in its local tensor) to `dst`, which writes them into `dstBox` (in its local
+/// tensor). Both boxes have the same extent; either may be non-contiguous (pack/unpack).
+/// `src == dst` is a local copy.
+struct BoxTransfer {
+  int src = 0;          ///< world rank that sends
+  int dst = 0;          ///< world rank that receives
+  Box srcBox;           ///< box in the source buffer's local coordinates
+  Box dstBox;           ///< box in the destination buffer's local coordinates
+  std::int64_t bytes = 0;  ///< payload size
+  bool operator==(const BoxTransfer&) const = default;
+};
+
+/// A buffer of a plan. Every rank that `layout.holds(rank)` has one of `localShape`;
+/// other ranks have none. Buffer 0 is the input, buffer 1 the output, the rest scratch.
+struct PlanBuffer {
+  Layout layout;                         ///< how the tensor is placed in this buffer
+  std::vector<std::int64_t> localShape;  ///< shape on each holding rank
+  std::int64_t localBytes = 0;           ///< bytes on each holding rank
+};
+
+/// One step of a plan: reads buffer `input`, writes buffer `output` (equal only for a
+/// Scale applied in place to the output). The ranks that take part are the holders of the
+/// input buffer, plus the holders of the output buffer for Send, Broadcast and ManyToMany
+/// (a stage hand-off or stage broadcast fills ranks that held nothing).
+struct PlanStep {
+  enum class Kind : std::uint8_t {
+    AllReduce,      ///< output = op over the group along `axes` of input
+    ReduceScatter,  ///< op over the group, member g keeps block g of `dim`
+    AllGather,      ///< output = concatenation along `dim` of the members' inputs, by group index
+    AllToAll,       ///< member i splits input along `toDim` into n blocks, block j goes to member j,
+                    ///< which concatenates what it receives along `dim` (= FROM) by sender index
+    Broadcast,      ///< the member with group index `root` copies its input to every member
+    Send,           ///< along the single axis `axes`: each input holder sends its buffer to the
+                    ///< rank at the output's stage with equal other coordinates
+    ManyToMany,     ///< the explicit `transfers`, issued together
+    LocalCopy,      ///< each output holder copies its output box out of its input (no communication)
+    Scale,          ///< output = input * `scale` elementwise (no communication)
+  };
+  Kind kind = Kind::LocalCopy;
+  int input = 0;
+  int output = 1;
+  AxisSet axes;                  ///< collectives: the group
+  ReduceOp op = ReduceOp::Sum;   ///< AllReduce/ReduceScatter
+  int dim = 0;                   ///< ReduceScatter/AllGather: the dim; AllToAll: FROM
+  int toDim = 0;                 ///< AllToAll: TO
+  int root = 0;                  ///< Broadcast: group index of the root
+  std::int64_t scale = 1;        ///< Scale: the factor
+  std::vector<BoxTransfer> transfers;  ///< ManyToMany: ordered by destination, then source box
+  /// ManyToMany: non-empty when the transfers form an AllToAll over this group (every
+  /// member sends one equal-sized block to every member, itself included), so an executor
+  /// may pack the blocks by destination and issue one allToAll instead of grouped sends.
+  AxisSet allToAllGroup;
+  std::string origin;            ///< what the step stands for (the chain op, "reduce partials", ...)
+};
+
+/// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "send",
+/// "manytomany", "localcopy", "scale".
+std::string_view planStepKindName(PlanStep::Kind kind);
+
+/// An explicit, rank-independent program that turns the input buffer into the output
+/// buffer. Every rank derives the same Plan from the same inputs.
+struct Plan {
+  static constexpr int kInput = 0;   ///< index of the input buffer
+  static constexpr int kOutput = 1;  ///< index of the output buffer
+  TensorSpec spec;                   ///< the logical tensor
+  std::vector<PlanBuffer> buffers;   ///< [input, output, scratch...]
+  std::vector<PlanStep> steps;       ///< run in order
+
+  /// Adds a buffer placed as `layout` and returns its index.
+  int addBuffer(const Layout& layout);
+  /// The box a LocalCopy step reads on `rank`, in the input buffer's local coordinates
+  /// (the rank's output box shifted into its input box). Precondition: step is LocalCopy.
+  Box localCopySource(const PlanStep& step, int rank) const;
+  /// One line per step ("2. manytomany 4 transfers  buf2 pp=@0,tp=S0 -> buf3 pp=@1,tp=S0").
+  std::string toString() const;
+};
+
+/// Bytes a plan sends: per step and per rank, by the bandwidth-optimal formulas (L = the
+/// rank's input bytes, n = group size): AllReduce 2(n-1)/n*L, ReduceScatter (n-1)/n*L,
+/// AllGather (n-1)*L, AllToAll (n-1)/n*L, Send L, Broadcast L (every member but the last
+/// in pipeline order from the root), ManyToMany the bytes of its non-local transfers,
+/// LocalCopy and Scale 0. Fractions round down.
+struct PlanBytes {
+  std::vector<std::vector<std::int64_t>> stepPerRank;  ///< [step][rank]
+  std::vector<std::int64_t> perRank;                   ///< sum over steps
+  std::int64_t total = 0;                              ///< sum over ranks
+  std::int64_t maxPerRank = 0;                         ///< max over ranks of perRank
+  std::int64_t messages = 0;                           ///< point-to-point messages of ManyToMany steps
+};
+
+/// Per-rank bytes of one step (see PlanBytes).
+std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& step);
+/// Bytes of the whole plan.
+PlanBytes planBytes(const Plan& plan);
+
+}  // namespace chimera

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planner (unstable tier): plans a chain as written and as the cheapest candidate
+// program, and decides between them with a PlanCost.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chimera/chain.hpp"
+#include "chimera/layout.hpp"
+#include "chimera/planning/plan.hpp"
+#include "chimera/status.hpp"
+#include "chimera/tensor_spec.hpp"
+
+namespace chimera {
+
+/// A cost prediction for a plan: lower `value` is better; `tieBreak` decides between equal
+/// values. `summary` says what the numbers are ("1.5 GiB total, 192 MiB max per rank").
+struct CostPrediction {
+  double value = 0;
+  double tieBreak = 0;
+  std::string summary;
+};
+
+/// Prices plans for the planner. The planner picks the candidate with the lowest
+/// prediction and fuses only when the fused plan is predicted strictly cheaper than the
+/// chain as written. Implementations must be deterministic (every rank must agree).
+class PlanCost {
+ public:
+  virtual ~PlanCost() = default;
+  /// Short name for explain output ("bytes").
+  virtual std::string_view name() const = 0;
+  /// Prediction for `plan`.
+  virtual CostPrediction predict(const Plan& plan) const = 0;
+  /// Whether plans on `mesh` can be priced at all; the planner calls it first and fails
+  /// with its error, so that no decision rests on unpriced plans. Default: any mesh.
+  [[nodiscard]] virtual Status checkMesh(const Mesh& mesh) const {
+    (void)mesh;
+    return Status::ok();
+  }
+};
+
+/// The cost by bytes alone: value = bytes sent by all ranks together, tie broken by the
+/// largest bytes any one rank sends. Knows nothing of topology.
+class BytesCost final : public PlanCost {
+ public:
+  std::string_view name() const override { return "bytes"; }
+  CostPrediction predict(const Plan& plan) const override;
+};
+
+/// Plans the cheapest program that turns a tensor of `spec` placed as `from` into `to`
+/// (also across pipeline stages), multiplying the values by `scale` on the way (the
+/// effect of sums over replicated axes; 1 for none). One mechanism: reduce the partial axes
+/// `to` does not keep (AllReduce, ReduceScatter toward any dim, or hierarchical), then move
+/// data by box intersection (many-to-many, or the single collective it collapses to), and
+/// gather at the destination only if that is cheaper. InvalidArgument when `to` cannot be
+/// reached (it is partial where `from` is not, layouts invalid for `spec`).
+/// `candidates`, if given, receives the number of candidate programs priced.
+[[nodiscard]] Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to,
+                                        std::int64_t scale, const PlanCost& cost, Plan& out,
+                                        int* candidates = nullptr);
+
+/// The chain exactly as written, as a Plan of the same step types (one step per op, then a
+/// LocalCopy to `consumed` when it differs from the chain's final layout).
+[[nodiscard]] Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed,
+                                  Plan& out);
+
+/// Everything the planner decides about one chain.
+struct ChainPlan {
+  ChainTrace trace;        ///< the chain applied to its start layout
+  Layout consumed;         ///< what the consumer reads (the final layout by default)
+  Plan baseline;           ///< the chain as written
+  Plan fused;              ///< the best plan found (even when the decision is baseline)
+  PlanBytes baselineBytes;
+  PlanBytes fusedBytes;
+  CostPrediction baselineCost;
+  CostPrediction fusedCost;
+  bool useFused = false;   ///< the decision
+  int candidates = 0;      ///< candidate programs priced
+  std::vector<std::string> rewrites;  ///< named rewrites the fused plan embodies
+  std::string explain;     ///< why, in a few sentences
+  /// The plan to run.
+  const Plan& chosen() const { return useFused ? fused : baseline; }
+};
+
+/// Traces `chain` from `from` (checking every precondition), checks that `consumed` (or the
+/// final layout when empty) is readable after it, builds the baseline and the fused plan
+/// and decides with `cost`. Deterministic: every rank derives the identical result.
+[[nodiscard]] Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
+                               const std::optional<Layout>& consumed, const PlanCost& cost, ChainPlan& out);
+
+}  // namespace chimera

@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Topologies (unstable tier): the presets (host, pcie-4080x8, nvswitch-h20x8, dgx-h100x8,
+// multinode-ib:N) and calibrated profile files the cost model prices plans on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chimera/status.hpp"
+
+namespace chimera {
+
+/// How the ranks of a topology are wired; decides which shared resources a transfer
+/// occupies (see docs/cost_model.md).
+enum class Fabric : std::uint8_t {
+  /// Processes on one host exchanging through shared memory: every transfer uses one
+  /// memory bus (`local` link); reductions run on `computeSlots` shared CPU cores.
+  SharedMemory,
+  /// GPUs on PCIe in NUMA domains of `ranksPerDomain`: each GPU has its own `local` link
+  /// (transmit and receive directions separate); traffic between domains also crosses the
+  /// one `cross` link (CPU / inter-socket) per direction, shared by all such transfers.
+  PcieDomains,
+  /// GPUs on an NVSwitch: each GPU has a `local` port per direction whose bandwidth is
+  /// divided by 1 + peerPenalty * (peers - 1), peers = distinct GPUs it sends to
+  /// (transmit) or receives from (receive) in the same step.
+  NvSwitch,
+  /// Nodes of `ranksPerDomain` GPUs on an NVSwitch (as NvSwitch) joined by a network: each
+  /// GPU has its own NIC (`cross` link, per direction) used by its inter-node transfers.
+  NvSwitchMultiNode,
+};
+
+/// "shared-memory", "pcie-domains", "nvswitch", "nvswitch-multinode".
+std::string_view fabricName(Fabric fabric);
+/// Parses a name as printed by fabricName. InvalidArgument naming the text when unknown.
+[[nodiscard]] Status parseFabric(std::string_view text, Fabric& out);
+
+/// Alpha-beta parameters of one link class.
+struct LinkParams {
+  double alphaSeconds = 0;    ///< latency of one message / ring step over this link class (>= 0)
+  double bytesPerSecond = 0;  ///< bandwidth per direction (> 0)
+};
+
+/// The device each rank runs on, for the work the links do not price: local passes of
+/// the planner's programs (pack, unpack, copy, scale) and compute (the roofline of
+/// chimera-model). Zero fields mean "not modelled": that work is free / unknown.
+struct DeviceParams {
+  double memoryBytesPerSecond = 0;  ///< memory bandwidth of one rank's device (>= 0); a pass reads and writes
+  double launchSeconds = 0;         ///< fixed cost of one local kernel: pack, unpack, copy or scale (>= 0)
+  double peakFlopsPerSecond = 0;    ///< dense 16-bit tensor-core peak of one device (>= 0)
+};
+
+/// Provenance of a calibrated topology (zero samples: a preset, not calibrated).
+struct CalibrationInfo {
+  int samples = 0;                ///< number of measurements the fit used
+  double rmsRelativeError = 0;    ///< root-mean-square of (predicted - measured) / measured over them
+};
+
+/// Most ranks a topology may describe: the cost model keeps per-rank state, so a profile
+/// claiming more is refused rather than exhausting memory.
+inline constexpr int kMaxTopologyRanks = 1 << 20;
+
+/// A machine as the cost model sees it: a fabric plus the parameters of its link classes.
+/// Plain data; obtain one from a preset or profile with loadTopology, check it with
+/// validateTopology.
+struct Topology {
+  std::string name;                     ///< preset name or the name stored in a profile
+  Fabric fabric = Fabric::SharedMemory;
+  int ranks = 0;                        ///< world ranks it describes (1..kMaxTopologyRanks)
+  /// Ranks per NUMA domain (PcieDomains) or per node (NvSwitchMultiNode); divides `ranks`.
+  /// Equal to `ranks` for the other fabrics.
+  int ranksPerDomain = 0;
+  LinkParams local;                     ///< per-GPU link / NVSwitch port / memory bus
+  LinkParams cross;                     ///< CPU link between domains, or per-GPU NIC; unused otherwise
+  double peerPenalty = 0;               ///< NVSwitch bandwidth drop per extra concurrent peer (>= 0)
+  double reduceSecondsPerByte = 0;      ///< local reduction cost of one byte on one core / device (>= 0)
+  /// Cores that all ranks' reductions share (SharedMemory); 0 = every rank reduces on its own device.
+  int computeSlots = 0;
+  /// Fixed cost of every communication step, paid once per step however many rounds it
+  /// has: the collective's kernel launch and the synchronisation that ends the step (>= 0).
+  double stepSeconds = 0;
+  /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
+  /// connection of a fan-out, on top of the link bandwidth (>= 0).
+  double peerSeconds = 0;
+  DeviceParams device;                  ///< local passes and compute
+  CalibrationInfo calibration;          ///< set by fitProfile; saved with the profile
+};
+
+/// Checks the fields of `topology` (ranges above, ranksPerDomain dividing ranks, cross link
+/// set where the fabric uses it). InvalidArgument naming the field and value otherwise.
+[[nodiscard]] Status validateTopology(const Topology& topology);
+
+/// The preset names loadTopology accepts: "host", "pcie-4080x8", "nvswitch-h20x8",
+/// "dgx-h100x8", "multinode-ib" (2 nodes; "multinode-ib:N" for N nodes).
+std::vector<std::string> topologyPresetNames();
+
+/// Finds a topology by preset name (see topologyPresetNames; "host:N" sets the number of
+/// host processes, default 8) or else by path of a profile JSON file written by
+/// saveTopology. InvalidArgument when the text is neither a preset nor a readable file
+/// of at most 1 MiB (the message lists the presets), or when the file is malformed (the
+/// message names the file, and the field or the parse position).
+[[nodiscard]] Status loadTopology(std::string_view nameOrPath, Topology& out);
+
+/// The profile JSON of `topology` (format "chimera-topology-1"), pretty-printed.
+std::string topologyToJson(const Topology& topology);
+/// Reads a profile JSON produced by topologyToJson; rejects missing, mistyped or unknown
+/// fields and values validateTopology refuses, with a message naming the field.
+[[nodiscard]] Status topologyFromJson(std::string_view text, Topology& out);
+/// Writes topologyToJson(topology) to `path`. InvalidArgument if the topology is invalid
+/// or the file cannot be written (the message names the path).
+[[nodiscard]] Status saveTopology(const Topology& topology, const std::string& path);
+
+}  // namespace chimera
