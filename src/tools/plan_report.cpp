@@ -10,36 +10,6 @@
 namespace chimera::detail {
 namespace {
 
-std::string stepName(const Plan& plan, const PlanStep& step) {
-  const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
-  const std::string group = mesh.axesName(step.axes);
-  switch (step.kind) {
-    case PlanStep::Kind::AllReduce:
-      return fmt::format("allreduce:{}", group);
-    case PlanStep::Kind::ReduceScatter:
-      return fmt::format("reducescatter:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllGather:
-      return fmt::format("allgather:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllToAll:
-      return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
-    case PlanStep::Kind::Broadcast:
-      return fmt::format("broadcast:{}:{}", group, step.root);
-    case PlanStep::Kind::Send:
-      return fmt::format("send:{}", group);
-    case PlanStep::Kind::ManyToMany: {
-      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
-                                        [](const BoxTransfer& t) { return t.src != t.dst; });
-      if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
-      return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
-    }
-    case PlanStep::Kind::LocalCopy:
-      return "localcopy";
-    case PlanStep::Kind::Scale:
-      return fmt::format("scale:{}", step.scale);
-  }
-  return "?";
-}
-
 std::string size(std::int64_t bytes) {
   if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0);
   if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / 1024.0);
@@ -52,7 +22,7 @@ Json planJson(const Plan& plan, const PlanBytes& bytes) {
     const auto& step = plan.steps[i];
     const auto& perRank = bytes.stepPerRank[i];
     ops.push_back(Json::object(
-        {{"op", stepName(plan, step)},
+        {{"op", planStepText(plan, step)},
          {"from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString()},
          {"to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString()},
          {"bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end())},
