@@ -16,6 +16,7 @@
 #include "exec/prepared_plan_cache.hpp"
 #include "exec/scratch_pool.hpp"
 #include "common/env.hpp"
+#include "common/hash.hpp"
 #include "exec/signature.hpp"
 
 namespace chimera {
@@ -86,7 +87,7 @@ struct Executor::Impl {
 // part whatever its local verdict.
 Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure,
                              Stream stream) {
-  const std::int64_t hash = detail::signatureHash(signature);
+  const std::int64_t hash = detail::Hasher().add(signature).agreementValue();
   const AxisSet world[] = {backend.mesh().allAxes()};
   detail::SignatureVerdict verdict;
   CHIMERA_RETURN_IF_ERROR(detail::agreeOnSignature(hash, !local.isOk(), {}, agreement.over(world, stream), verdict));
