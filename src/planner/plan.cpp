@@ -35,11 +35,11 @@ std::string describeStep(const Plan& plan, const PlanStep& step) {
       return fmt::format("send:{}", group);
     case PlanStep::Kind::ManyToMany: {
       std::int64_t remote = 0;
-      for (const auto& t : step.transfers) remote += t.src != t.dst ? 1 : 0;
+      for (const auto& f : step.flows) remote += f.src != f.dst ? 1 : 0;
       const std::string shape =
           step.allToAllGroup.empty() ? std::string() : fmt::format(", an alltoall over {}", mesh.axesName(step.allToAllGroup));
       return fmt::format("manytomany ({} transfers, {} local{})", remote,
-                         static_cast<std::int64_t>(step.transfers.size()) - remote, shape);
+                         static_cast<std::int64_t>(step.flows.size()) - remote, shape);
     }
     case PlanStep::Kind::LocalCopy:
       return "localcopy";
@@ -60,10 +60,10 @@ int Plan::addBuffer(const Layout& layout) {
   return static_cast<int>(buffers.size()) - 1;
 }
 
-Box Plan::localCopySource(const PlanStep& step, int rank) const {
+Box Plan::localCopySource(const PlanStep& step, int onRank) const {
   CHIMERA_ASSERT(step.kind == PlanStep::Kind::LocalCopy);
-  const Box in = buffers[static_cast<std::size_t>(step.input)].layout.rankBox(rank, spec);
-  const Box out = buffers[static_cast<std::size_t>(step.output)].layout.rankBox(rank, spec);
+  const Box in = buffers[static_cast<std::size_t>(step.input)].layout.rankBox(onRank, spec);
+  const Box out = buffers[static_cast<std::size_t>(step.output)].layout.rankBox(onRank, spec);
   return out.relativeTo(in.offset);
 }
 
@@ -123,8 +123,8 @@ void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64
     }
   }
   if (step.kind == PlanStep::Kind::ManyToMany) {
-    for (const auto& t : step.transfers) {
-      if (t.src != t.dst) perRank[static_cast<std::size_t>(t.src)] += t.bytes;
+    for (const auto& f : step.flows) {
+      if (f.src != f.dst) perRank[static_cast<std::size_t>(f.src)] += f.bytes;
     }
   }
 }
@@ -146,7 +146,7 @@ PlanBytes planBytes(const Plan& plan) {
     auto bytes = stepBytesPerRank(plan, step);
     for (int r = 0; r < world; ++r) out.perRank[static_cast<std::size_t>(r)] += bytes[static_cast<std::size_t>(r)];
     if (step.kind == PlanStep::Kind::ManyToMany) {
-      for (const auto& t : step.transfers) out.messages += t.src != t.dst ? 1 : 0;
+      for (const auto& f : step.flows) out.messages += f.src != f.dst ? 1 : 0;
     }
     out.stepPerRank.push_back(std::move(bytes));
   }

@@ -2,12 +2,13 @@
 // chimera-plan: analysis of one chain of collectives on one tensor (no communication).
 //
 //   chimera-plan --mesh pp=2,tp=4 --shape 8192,2048 --dtype bf16 --from "pp=@0,tp=P"
-//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology NAME] [--json]
+//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology NAME] [--rank R] [--json]
 //
 // Prints the chain with bytes per op, the bytes never consumed, the best plan and the
 // decision. Bad input: one line on stderr, exit status 2.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -30,7 +31,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: chimera-plan --mesh AXES --shape DIMS --dtype TYPE --from LAYOUT --chain OPS\n"
-    "                    [--consume LAYOUT] [--topology NAME|FILE] [--json]\n"
+    "                    [--consume LAYOUT] [--topology NAME|FILE] [--rank R] [--json]\n"
     "  --mesh pp=2,tp=4          named mesh axes (row-major)\n"
     "  --shape 8192,2048         logical (full) tensor shape\n"
     "  --dtype bf16              f32 f64 f16 bf16 i32 i64 u8 (or nccl-tests names)\n"
@@ -40,6 +41,7 @@ constexpr std::string_view kUsage =
     "  --consume \"pp=@1,tp=R\"    what the consumer reads (default: the chain's final layout)\n"
     "  --topology NAME|FILE      cost model: 'bytes' (default: bytes alone), a preset (host, pcie-4080x8,\n"
     "                            nvswitch-h20x8, dgx-h100x8, multinode-ib[:N]) or a calibrated profile JSON\n"
+    "  --rank R                  plan as rank R does at run time: the same decision, with only R's transfers\n"
     "  --json                    print one JSON document instead of the report\n";
 
 struct Options {
@@ -49,7 +51,7 @@ struct Options {
 };
 
 Status parseArgs(int argc, char** argv, Options& out) {
-  static const char* kKeys[] = {"mesh", "shape", "dtype", "from", "chain", "consume", "topology"};
+  static const char* kKeys[] = {"mesh", "shape", "dtype", "from", "chain", "consume", "topology", "rank"};
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--json") {
@@ -109,8 +111,15 @@ Status run(const Options& options, std::string& output) {
     owned = std::make_unique<TopologyCost>(std::move(model));
   }
   const PlanCost& cost = *owned;
+  int rank = kWorldPlan;
+  if (v.count("rank") != 0) {
+    const std::string& text = v.at("rank");
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), rank);
+    CHIMERA_CHECK_ARG(error == std::errc() && end == text.data() + text.size() && rank >= 0,
+                      "--rank '{}' is not a rank (a number from 0)", text);
+  }
   ChainPlan plan;
-  CHIMERA_RETURN_IF_ERROR(planChain(spec, from, chain, consume, cost, plan));
+  CHIMERA_RETURN_IF_ERROR(planChain(spec, from, chain, consume, cost, plan, rank));
   ChainAnalysis analysis;
   CHIMERA_RETURN_IF_ERROR(analyzeChain(plan.trace, plan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost.name())};

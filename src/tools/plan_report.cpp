@@ -27,8 +27,8 @@ std::string stepName(const Plan& plan, const PlanStep& step) {
     case PlanStep::Kind::Send:
       return fmt::format("send:{}", group);
     case PlanStep::Kind::ManyToMany: {
-      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
-                                        [](const BoxTransfer& t) { return t.src != t.dst; });
+      const auto remote = std::count_if(step.flows.begin(), step.flows.end(),
+                                        [](const TransferFlow& f) { return f.src != f.dst; });
       if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
       return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
     }
@@ -66,6 +66,13 @@ Json planJson(const Plan& plan, const PlanBytes& bytes) {
   return out;
 }
 
+// The box transfers a rank's plan holds (those it sends or receives, itself included).
+std::int64_t rankTransfers(const Plan& plan) {
+  std::int64_t count = 0;
+  for (const PlanStep& step : plan.steps) count += static_cast<std::int64_t>(step.transfers.size());
+  return count;
+}
+
 }  // namespace
 
 std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis) {
@@ -93,6 +100,10 @@ std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const
   }
   text += fmt::format("best plan ({} candidates priced):\n", plan.candidates);
   text += plan.fused.toString();
+  if (plan.fused.rank != kWorldPlan) {
+    text += fmt::format("  planned as rank {}: each manytomany holds only the {} transfers this rank sends or receives\n",
+                        plan.fused.rank, rankTransfers(plan.fused));
+  }
   text += fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
   const std::int64_t redundant = std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total);
   text += fmt::format("redundant bytes (chain minus best plan): {}\n", size(redundant));
@@ -123,6 +134,10 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
   out.set("chain", query.chain);
   out.set("consume", plan.consumed.toString());
   out.set("cost_model", query.cost);
+  if (plan.fused.rank != kWorldPlan) {
+    out.set("rank", static_cast<std::int64_t>(plan.fused.rank));
+    out.set("rank_transfers", rankTransfers(plan.fused));
+  }
   out.set("baseline", std::move(baseline));
   out.set("fused", planJson(plan.fused, plan.fusedBytes));
   out.set("baseline_prediction", plan.baselineCost.summary);
