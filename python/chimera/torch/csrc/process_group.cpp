@@ -241,7 +241,10 @@ class ChimeraProcessGroup::OpThread {
 ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
                                          c10::intrusive_ptr<c10d::Store> store, bool asyncCpu)
     : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
-      store_(std::move(store)), asyncCpu_(asyncCpu) {}
+      store_(std::move(store)) {
+  // Started here rather than on the first asynchronous op, so no two threads ever race to make it.
+  if (asyncCpu) opThread_ = std::make_unique<OpThread>();
+}
 
 // The op thread finishes what is queued before the backends it uses go.
 ChimeraProcessGroup::~ChimeraProcessGroup() { opThread_.reset(); }
@@ -250,11 +253,10 @@ WorkPtr ChimeraProcessGroup::defer(bool asyncOp, const at::Tensor& t, OpType typ
                                    std::function<void()> run) {
   if (opThread_ != nullptr && opThread_->onThread()) return nullptr;  // the op thread runs it now
   const bool cpu = !t.defined() || t.device().is_cpu();
-  if (!asyncOp || !cpu || !asyncCpu_ || coalescing_) {
+  if (!asyncOp || !cpu || opThread_ == nullptr || coalescing_) {
     if (opThread_ != nullptr) opThread_->drain();
     return nullptr;
   }
-  if (opThread_ == nullptr) opThread_ = std::make_unique<OpThread>();
   auto work = c10::make_intrusive<ChimeraWork>(rank_, type, std::move(outputs), false);
   opThread_->push([work, run = std::move(run)] {
     try {

@@ -119,8 +119,7 @@ class ChimeraProcessGroup final : public c10d::Backend {
   chimera::Backend* backend_ = nullptr;  // the one the current op runs on (select)
   bool coalescing_ = false;
   std::vector<Queued> queued_;
-  const bool asyncCpu_;
-  std::unique_ptr<OpThread> opThread_;  // started by the first asynchronous CPU op
+  std::unique_ptr<OpThread> opThread_;  // null without asyncCpu
 
   // An op asked for asynchronously (`asyncOp`) on a CPU tensor `t` (undefined: no tensor) is
   // queued on the op thread as `run` and its Work returned; otherwise returns null after the
