@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Installs what is missing, builds into build/, and runs the main demo on 8 local MPI ranks:
-# the paper's six hybrid-parallel chains (issue 4), each run as written (baseline) and as
+# the paper's six hybrid-parallel chains, each run as written (baseline) and as
 # chimera's fused plan in the same run, the fused output checked element by element against
 # the baseline's on every rank, with the cost model's predicted speedup next to the measured one.
 # Environment: DEMO_SIZE (bytes per rank, default 16M), DEMO_ITERS (default 7).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The chains chimera-bench --scenario runs: the six presets of issue 4 (the paper's hybrid-
-// parallel pairs) or one given by --chain/--from/--consume/--mesh, and the logical tensor
+// The chains chimera-bench --scenario runs: the six presets (the paper's hybrid-parallel
+// pairs, docs/planner.md "The six paper scenarios") or one given by --chain/--from/--consume/--mesh, and the logical tensor
 // shape each size gets. Pure (no MPI): every rank derives the same values.
 #pragma once
 
@@ -19,7 +19,7 @@
 
 namespace chimera::bench {
 
-/// A chain in text form, as the issue's preset table writes it.
+/// A chain in text form, as the preset table of docs/planner.md writes it.
 struct ScenarioText {
   /// "tp_sp", or "chain" for one given on the command line.
   std::string name;
@@ -33,7 +33,7 @@ struct ScenarioText {
   std::string consume;
 };
 
-/// The six presets, in the issue's order.
+/// The six presets, in the order tp_sp, tp_pp, tp_ep, sp_ep, pp_sp, pp_ep.
 const std::vector<ScenarioText>& scenarioPresets();
 /// The preset called `name`, or InvalidArgument listing the preset names.
 [[nodiscard]] Status findScenario(std::string_view name, ScenarioText& out);

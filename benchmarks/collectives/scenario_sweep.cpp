@@ -34,7 +34,7 @@ void print(int rank, const std::string& text) {
   std::fflush(stdout);
 }
 
-/// The scenarios the options name, in the order.
+/// The scenarios the options name, in the presets' order.
 std::vector<ScenarioText> requestedScenarios(const Options& options) {
   if (!options.chain.empty()) return {{"chain", "", options.from, options.chain, options.consume}};
   if (options.scenario != "all") {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Wall time of the six scenarios of issue 4, baseline (the chain as written) vs fused (the
+// Wall time of the six scenario presets, baseline (the chain as written) vs fused (the
 // planner's best plan), through Executor::runChain on the MPI backend. Not a test: run it
 // by hand (chimera-bench --scenario gives the official numbers).
 //

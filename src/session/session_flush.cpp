@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Flushing a window: look its plan up (or plan it, agreeing over the world), then run it.
+// Flushing a window: look its plan up (or plan it, agreeing within the window's scope: the
+// world when recorded SPMD, its groups and hand-off peers when per rank), then run it.
 #include <fmt/format.h>
 
 #include <algorithm>

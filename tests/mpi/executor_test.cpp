@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The executor on real MPI ranks: every scenario of issue 4 (and other meshes) fused vs
+// The executor on real MPI ranks: every scenario preset (and other meshes) fused vs
 // baseline vs an independent reference, exactly, on every rank; redistributions; the plan
 // cache; bad input answered with a clear error on every rank, never a hang. Every check is
 // local first, then agreed over the world (no ASSERT before a collective).

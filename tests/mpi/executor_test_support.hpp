@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fixtures of the executor tests: the scenario table of issue 4 (and other meshes of the
+// Fixtures of the executor tests: the six scenario presets (and other meshes of the
 // same axes), and inputs whose consumed output every rank can recompute from the logical
 // tensor, so results are checked exactly against an independent reference.
 #pragma once
@@ -25,7 +25,7 @@ struct ChainCase {
   std::vector<std::int64_t> shape;
 };
 
-/// The six presets of issue 4 (at 8 ranks) and another mesh of the same axes for each, for
+/// The six scenario presets (at 8 ranks) and another mesh of the same axes for each, for
 /// world sizes 8, 4 and 2 (the cases whose mesh has `world` ranks).
 inline std::vector<ChainCase> chainCases(int world) {
   const std::vector<std::int64_t> flat{32, 48};

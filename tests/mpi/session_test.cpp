@@ -11,7 +11,7 @@
 namespace chimera::testing {
 namespace {
 
-// The six presets of issue 4 at 8 ranks, another mesh of the same axes for each, and chains
+// The six scenario presets at 8 ranks, another mesh of the same axes for each, and chains
 // with in-place calls at the end or in the middle.
 std::vector<SessionCase> fusedCases() {
   const std::vector<std::int64_t> flat{32, 48};

@@ -108,7 +108,7 @@ TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
   EXPECT_EQ(cost.name(), "pcie-4080x8");
 }
 
-// Issue 4's six scenario presets (mesh, from, chain, consume).
+// The six scenario presets of chimera-bench (mesh, from, chain, consume).
 struct PaperScenario {
   const char* name;
   const char* mesh;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The paper's six fusion scenarios, written by hand as programs on world ranks (baseline as
-// a framework issues it, fused as the paper's table fuses it; sizes from issue 4's presets,
-// S = bytes each rank holds at the chain's start), priced on the topology presets.
+// a framework issues it, fused as the paper's table fuses it; sizes from chimera-bench's
+// presets, S = bytes each rank holds at the chain's start), priced on the topology presets.
 #include <gtest/gtest.h>
 
 #include <cstdint>

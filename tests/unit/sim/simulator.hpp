@@ -2,9 +2,10 @@
 // In-process simulator of N ranks (tests only): the oracle of the planner tests. Each rank
 // holds a real local buffer; chain ops and plan steps run by each collective's definition
 // (groups from the Mesh, blocks split and concatenated along dims), never through the
-// planner's own box arithmetic. Bytes are counted per rank with the formulas of the issue
-// for collectives and from the actual boxes for many-to-many transfers. Internal misuse
-// (a box outside a tensor, a missing buffer) throws std::logic_error, which gtest reports.
+// planner's own box arithmetic. Bytes are counted per rank with the byte formulas of
+// docs/planner.md for collectives and from the actual boxes for many-to-many transfers.
+// Internal misuse (a box outside a tensor, a missing buffer) throws std::logic_error,
+// which gtest reports.
 #pragma once
 
 #include <cstdint>

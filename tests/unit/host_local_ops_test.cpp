@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The executor's local operations on host memory (the MPI backend's packBox/unpackBox/scale)
-// and its block geometry: checked against element-by-element references.
+// The local (no communication) operations on host memory that the MPI backend and the
+// executor use: box pack/unpack (src/box/box_ops), scaling (src/common/host_reduce) and the
+// executor's block geometry, checked against element-by-element references.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -23,7 +24,7 @@ Box makeBox(std::vector<std::int64_t> offset, std::vector<std::int64_t> extent) 
   return box;
 }
 
-TEST(ExecutorLocalOps, PackThenUnpackMovesExactlyTheBox) {
+TEST(HostLocalOps, PackThenUnpackMovesExactlyTheBox) {
   const std::vector<std::int64_t> shape{4, 6, 5};
   std::vector<std::int32_t> tensor(4 * 6 * 5);
   std::iota(tensor.begin(), tensor.end(), 0);
@@ -48,7 +49,7 @@ TEST(ExecutorLocalOps, PackThenUnpackMovesExactlyTheBox) {
   EXPECT_EQ(inside, 18);
 }
 
-TEST(ExecutorLocalOps, BadBoxesAreInvalidArgument) {
+TEST(HostLocalOps, BadBoxesAreInvalidArgument) {
   const std::vector<std::int64_t> shape{4, 6};
   std::vector<float> tensor(24);
   std::vector<float> packed(24);
@@ -62,7 +63,7 @@ TEST(ExecutorLocalOps, BadBoxesAreInvalidArgument) {
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
 }
 
-TEST(ExecutorLocalOps, ScaleFollowsTheKernelRules) {
+TEST(HostLocalOps, ScaleFollowsTheKernelRules) {
   std::vector<float> f{1.5f, -2.0f, 0.0f};
   ASSERT_TRUE(hostScale(f.data(), f.data(), f.size(), DataType::F32, 4.0).isOk());
   EXPECT_EQ(f, (std::vector<float>{6.0f, -8.0f, 0.0f}));
