@@ -3,8 +3,8 @@
 # Checks that a standalone `pip install --no-build-isolation .` (not the CMake build test.sh
 # reuses) builds the torch extension chimera.torch._C, and that the installed copy registers the
 # "chimera" backend and all-reduces on 2 ranks under mpirun. Not part of test.sh: it compiles
-# libchimera once more (static, CPU only; about 15 minutes on the 2-core machine the first time,
-# incremental after, the build is kept in $CHIMERA_BUILD/pip-standalone).
+# libchimera once more (static, CPU only; 38 minutes the first time on the 2-core machine shared
+# with other builds, incremental after: the build is kept in $CHIMERA_BUILD/pip-standalone).
 #
 # TORCH_PYTHON (default: build/venv/bin/python, test.sh's venv) is a Python with torch,
 # scikit-build-core and nanobind. The check's venv sees its packages through a .pth file, so
