@@ -239,7 +239,7 @@ class Trainer:
         replicated = {id(p) for p in self.model.replicated()}
         self.sharded = [p for p in self.model.parameters() if id(p) not in replicated]
         dp, tp = pctx.size("dp"), pctx.size("tp")
-        self.microbatches = getattr(args, "microbatches", 1) if self.pipeline else 1
+        self.microbatches = args.microbatches if self.pipeline else 1
         # Sequences per microbatch on one dp rank; its rows, and this rank's share over tp.
         self.sequences = args.batch // (dp * self.microbatches)
         self.rows = self.sequences * args.seq // tp
