@@ -6,6 +6,13 @@
 #include "exec/prepared_plan.hpp"
 
 namespace chimera::detail {
+namespace {
+
+thread_local std::uint64_t groupedCalls = 0;
+
+}  // namespace
+
+std::uint64_t groupedCallsIssued() { return groupedCalls; }
 
 Status PreparedPlan::checkBuffers(const void* input, std::size_t inputBytes, const void* output,
                                   std::size_t outputBytes) const {
@@ -76,6 +83,7 @@ Status PreparedPlan::runComm(PreparedStep& step) {
     case PreparedStep::Comm::Broadcast:
       return backend_->broadcast(resolve(step.send), resolve(step.recv), step.count, dtype_, step.root, step.axes);
     case PreparedStep::Comm::Grouped:
+      ++groupedCalls;
       ops_.resize(step.p2p.size());
       for (std::size_t i = 0; i < step.p2p.size(); ++i) {
         const P2PRef& ref = step.p2p[i];

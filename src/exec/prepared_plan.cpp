@@ -164,6 +164,7 @@ Status PreparedPlan::resolve(const Plan& plan) {
     mergeBoxActions(prepared.after);
     steps_.push_back(std::move(prepared));
   }
+  gatherInPlace(plan);
   slots_.assign(plan.buffers.size() + 2, nullptr);
   auto allocateSlot = [&](std::size_t slot, std::size_t bytes) -> Status {
     if (bytes == 0) return Status::ok();
@@ -177,6 +178,58 @@ Status PreparedPlan::resolve(const Plan& plan) {
     CHIMERA_RETURN_IF_ERROR(allocateSlot(static_cast<std::size_t>(stagingSlot(which)), stagingBytes_[which]));
   }
   return Status::ok();
+}
+
+namespace {
+
+// Calls `visit` on every operand of `step` (unused ones are slot 0 and never written).
+template <typename Visit>
+void forEachOperand(PreparedStep& step, Visit&& visit) {
+  visit(step.send);
+  visit(step.recv);
+  for (P2PRef& ref : step.p2p) visit(ref.buffer);
+  for (std::vector<LocalAction>* actions : {&step.before, &step.after}) {
+    for (LocalAction& a : *actions) {
+      visit(a.src);
+      visit(a.dst);
+      for (SlotRef& ref : a.packed) visit(ref);
+    }
+  }
+}
+
+}  // namespace
+
+// An AllGather whose input is a scratch buffer that only earlier steps use, into a buffer no
+// other step uses, lets those steps write straight into this rank's block of the output: the
+// gather then runs in place, without the scratch and without copying the own block over. The
+// receiving side of a fused hand-off (shards received, then gathered over the stage's group)
+// has this shape.
+void PreparedPlan::gatherInPlace(const Plan& plan) {
+  const auto buffers = static_cast<int>(plan.buffers.size());
+  for (std::size_t k = 0; k < steps_.size(); ++k) {
+    const PreparedStep& gather = steps_[k];
+    const int scratch = gather.send.slot;
+    const int target = gather.recv.slot;
+    if (gather.comm != PreparedStep::Comm::AllGather || scratch < 2 || scratch >= buffers || target >= buffers ||
+        gather.send.offset != 0 || gather.recv.offset != 0 || !gather.before.empty() || !gather.after.empty()) {
+      continue;
+    }
+    bool movable = true;
+    for (std::size_t j = 0; j < steps_.size(); ++j) {
+      forEachOperand(steps_[j], [&](SlotRef& ref) {
+        if ((j > k && ref.slot == scratch) || (j != k && ref.slot == target)) movable = false;
+      });
+    }
+    if (!movable) continue;
+    const std::size_t offset = static_cast<std::size_t>(backend_->mesh().groupIndex(rank_, gather.axes)) *
+                               gather.count * elementSize_;
+    for (std::size_t j = 0; j <= k; ++j) {
+      forEachOperand(steps_[j], [&](SlotRef& ref) {
+        if (ref.slot == scratch) ref = {target, offset + ref.offset};
+      });
+    }
+    bufferBytes_[static_cast<std::size_t>(scratch)] = 0;  // nothing to allocate
+  }
 }
 
 // A group's communicator is made collectively over the world (an MPI_Comm_split, an

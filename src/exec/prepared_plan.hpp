@@ -85,6 +85,11 @@ struct PreparedStep {
   std::vector<LocalAction> after;
 };
 
+/// Grouped point-to-point calls the prepared plans of this thread have issued, failed ones
+/// included. A Session reads it around a step to tell whether a hand-off that failed had
+/// already met its peer (see Session::Impl::releasePeers).
+std::uint64_t groupedCallsIssued();
+
 /// A plan prepared for this rank of `backend`. Owns its scratch (returned to the pool, or
 /// freed, by the destructor).
 class PreparedPlan {
@@ -118,6 +123,7 @@ class PreparedPlan {
  private:
   Status resolve(const Plan& plan);
   Status createGroups(const Plan& plan);
+  void gatherInPlace(const Plan& plan);
   Status prepareStep(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareCollective(const Plan& plan, const PlanStep& step, PreparedStep& out);
   Status prepareAllToAll(const Plan& plan, const PlanStep& step, PreparedStep& out);

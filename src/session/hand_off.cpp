@@ -32,6 +32,7 @@ struct PeerEntry {
 struct PeerMessage {
   bool fusion = true;
   bool failed = false;
+  std::string reason;  // failed: why, as the peer's status says
   std::vector<PeerEntry> entries;
 };
 
@@ -39,8 +40,17 @@ std::string shapeText(const TensorSpec& spec) {
   return spec.shape.empty() ? std::string("-") : fmt::format("{}", fmt::join(spec.shape, ","));
 }
 
-// Header line, then one line per side with this peer, in record order.
-std::string encode(const Mesh& mesh, const std::vector<HandOffSide*>& sides, bool fusion, bool failed) {
+// The line that says why a rank gave its window up (one line, bounded so it fits a message).
+std::string reasonLine(const Status& failure) {
+  std::string text = failure.toString().substr(0, kHandOffMessageBytes / 2);
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return "reason " + text + "\n";
+}
+
+// Header line, then one line per side with this peer, in record order; a failed window ends
+// with the reason.
+std::string encode(const Mesh& mesh, const std::vector<HandOffSide*>& sides, bool fusion, const Status& failure) {
+  const bool failed = !failure.isOk();
   std::string text = fmt::format("chimera-handoff fusion={} failed={} count={}\n", fusion ? 1 : 0, failed ? 1 : 0,
                                  sides.size());
   for (std::size_t i = 0; i < sides.size(); ++i) {
@@ -55,6 +65,7 @@ std::string encode(const Mesh& mesh, const std::vector<HandOffSide*>& sides, boo
                           s.consume ? s.consume->toString() : "-");
     }
   }
+  if (failed) text += reasonLine(failure);
   return text;
 }
 
@@ -96,6 +107,7 @@ Status decode(const Mesh& mesh, std::string_view text, int peer, PeerMessage& ou
     out.entries.push_back(std::move(e));
   }
   CHIMERA_CHECK_ARG(out.entries.size() == count, "hand-off description of rank {} is truncated", peer);
+  if (out.failed && std::getline(in, line) && line.starts_with("reason ")) out.reason = line.substr(7);
   return Status::ok();
 }
 
@@ -138,6 +150,39 @@ Status pair(const Mesh& mesh, int rank, int peer, HandOffSide& mine, const PeerE
   return Status::ok();
 }
 
+// Sends texts[p] to peers[p] and receives one message from each, all in one grouped call on
+// the hand-off channel; replies[p] is what peers[p] sent.
+Status swapMessages(Backend& backend, BackendBuffer& buffer, const std::vector<int>& peers,
+                    const std::vector<std::string>& texts, std::vector<std::string>& replies) {
+  const std::size_t n = peers.size();
+  const std::size_t half = n * kHandOffMessageBytes;
+  std::vector<char> host(2 * half, 0);
+  for (std::size_t p = 0; p < n; ++p) std::memcpy(host.data() + p * kHandOffMessageBytes, texts[p].data(), texts[p].size());
+  CHIMERA_RETURN_IF_ERROR(buffer.reserve(2 * half));
+  auto* device = static_cast<char*>(buffer.data());
+  CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half));
+  std::vector<P2POp> ops;
+  for (std::size_t p = 0; p < n; ++p) {
+    ops.push_back({P2POp::Kind::Send, device + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p],
+                   kHandOffChannel});
+    ops.push_back({P2POp::Kind::Recv, device + half + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8,
+                   peers[p], kHandOffChannel});
+  }
+  CHIMERA_RETURN_IF_ERROR(backend.groupedP2P(ops));
+  CHIMERA_RETURN_IF_ERROR(backend.copy(host.data() + half, device + half, half));
+  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
+  replies.resize(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    const char* text = host.data() + half + p * kHandOffMessageBytes;
+    replies[p].assign(text, strnlen(text, kHandOffMessageBytes));
+  }
+  return Status::ok();
+}
+
+std::string failureMessage(bool fusion, const Status& failure) {
+  return fmt::format("chimera-handoff fusion={} failed=1 count=0\n", fusion ? 1 : 0) + reasonLine(failure);
+}
+
 }  // namespace
 
 int handOffPeer(const Mesh& mesh, int rank, AxisSet axis, int stage) {
@@ -146,6 +191,13 @@ int handOffPeer(const Mesh& mesh, int rank, AxisSet axis, int stage) {
     if (axis.contains(a)) coords[static_cast<std::size_t>(a)] = stage;
   }
   return mesh.rankOf(coords);
+}
+
+void releaseHandOffPeers(Backend& backend, BackendBuffer& buffer, const std::vector<int>& peers, bool fusion,
+                         const Status& failure) {
+  const std::vector<std::string> text{failureMessage(fusion, failure)};
+  std::vector<std::string> ignored;
+  for (const int peer : peers) (void)swapMessages(backend, buffer, {peer}, text, ignored);
 }
 
 Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<HandOffSide>& sides, bool fusion,
@@ -161,43 +213,43 @@ Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<Han
   }
   if (peers.empty()) return local;
   const std::size_t n = peers.size();
-  std::vector<char> host(2 * n * kHandOffMessageBytes, 0);
+  std::vector<std::string> texts(n);
   Status status = local;
   for (std::size_t p = 0; p < n; ++p) {
-    std::string text = encode(mesh, byPeer[peers[p]], fusion, !status.isOk());
-    if (text.size() >= kHandOffMessageBytes) {
+    texts[p] = encode(mesh, byPeer[peers[p]], fusion, status);
+    if (texts[p].size() >= kHandOffMessageBytes) {
       if (status.isOk()) {
         status = Status::invalidArgument(fmt::format(
             "the description of this window's hand-offs with rank {} takes {} bytes, more than {}: flush more often",
-            peers[p], text.size(), kHandOffMessageBytes));
+            peers[p], texts[p].size(), kHandOffMessageBytes));
       }
-      text = fmt::format("chimera-handoff fusion={} failed=1 count=0\n", fusion ? 1 : 0);
+      texts[p] = failureMessage(fusion, status);
     }
-    std::memcpy(host.data() + p * kHandOffMessageBytes, text.data(), text.size());
   }
-  const std::size_t half = n * kHandOffMessageBytes;
-  CHIMERA_RETURN_IF_ERROR(buffer.reserve(2 * half));
-  auto* device = static_cast<char*>(buffer.data());
-  CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half));
-  std::vector<P2POp> ops;
-  for (std::size_t p = 0; p < n; ++p) {
-    ops.push_back({P2POp::Kind::Send, device + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8, peers[p],
-                   kHandOffChannel});
-    ops.push_back({P2POp::Kind::Recv, device + half + p * kHandOffMessageBytes, kHandOffMessageBytes, DataType::U8,
-                   peers[p], kHandOffChannel});
+  std::vector<std::string> replies;
+  Status swapped = swapMessages(backend, buffer, peers, texts, replies);
+  if (!swapped.isOk()) {
+    swapped = Status(swapped.code(),
+                     fmt::format("rank {} describes a new window to its hand-off peer(s) {}, which run transfers of a "
+                                 "window planned before (the window changed on one side only): {}",
+                                 rank, fmt::join(peers, ", "), swapped.message()));
+    // A peer ran something else: its window is cached and it waits in that window's data
+    // transfers. The first of its hand-offs with this rank failed against this exchange; it
+    // releases the others one by one (Session::Impl::releasePeers), and this rank meets each.
+    std::vector<int> owed;
+    for (const int peer : peers) owed.insert(owed.end(), byPeer[peer].size() - 1, peer);
+    releaseHandOffPeers(backend, buffer, owed, fusion, status.isOk() ? swapped : status);
+    return status.isOk() ? swapped : status;
   }
-  CHIMERA_RETURN_IF_ERROR(backend.groupedP2P(ops));
-  CHIMERA_RETURN_IF_ERROR(backend.copy(host.data() + half, device + half, half));
-  CHIMERA_RETURN_IF_ERROR(backend.synchronize());
   ++exchanges;
   if (!status.isOk()) return status;
   for (std::size_t p = 0; p < n; ++p) {
     const int peer = peers[p];
-    const char* text = host.data() + half + p * kHandOffMessageBytes;
     PeerMessage message;
-    CHIMERA_RETURN_IF_ERROR(decode(mesh, std::string_view(text, strnlen(text, kHandOffMessageBytes)), peer, message));
+    CHIMERA_RETURN_IF_ERROR(decode(mesh, replies[p], peer, message));
     if (message.failed) {
-      return Status::mismatch(fmt::format("hand-off peer rank {} failed to prepare its side of the window", peer));
+      return Status::mismatch(
+          fmt::format("hand-off peer rank {} failed its side of the window: {}", peer, message.reason));
     }
     if (message.fusion != fusion) {
       return Status::mismatch(fmt::format("hand-off peer rank {} runs with fusion {}, rank {} with fusion {}", peer,

@@ -43,13 +43,24 @@ inline constexpr std::size_t kHandOffMessageBytes = 4096;
 /// coordinates except on that axis, where it has `stage`.
 int handOffPeer(const Mesh& mesh, int rank, AxisSet axis, int stage);
 
+/// Gives a failed window up towards its hand-off peers: one failure message (carrying
+/// `failure`'s text) swapped with each entry of `peers` in turn, a peer named once per
+/// hand-off this rank owes it. A peer waiting in the window's data transfer fails there
+/// against the swap (the backend's point-to-point argument check sees other transfers) and
+/// returns Mismatch instead of waiting; a peer giving up too swaps its own message. Errors of
+/// the swaps are ignored: the window has failed already.
+void releaseHandOffPeers(Backend& backend, BackendBuffer& buffer, const std::vector<int>& peers, bool fusion,
+                         const Status& failure);
+
 /// Exchanges the descriptions of `sides` with every peer they name: one message each way per
 /// peer, all in one grouped point-to-point call through `buffer`. Pairs this rank's sends to a
 /// peer with the peer's receives from it (and the reverse), in record order, and completes
 /// each side's `request` (consume included) so that both ends hold the very same chain.
 /// `fusion` must be equal at both ends. `local` is this rank's verdict on the window so far:
 /// when it is an error the rank still sends (a failure flag) so its peers return Mismatch
-/// instead of waiting, and `local` is returned. Mismatch naming the peer when the two sides
+/// instead of waiting, and `local` is returned. When the swap itself fails (a peer runs a
+/// cached window and waits in its data transfers), this rank then meets each further hand-off
+/// it has with that peer with a failure message, as the peer releases them. Mismatch naming the peer when the two sides
 /// differ (counts, tensors, layouts, fusion) or the peer failed; InvalidArgument when a
 /// description does not fit a message. Counts one exchange in `exchanges` when it ran.
 [[nodiscard]] Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<HandOffSide>& sides,

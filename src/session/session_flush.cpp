@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/check.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
+#include "exec/prepared_plan.hpp"
 #include "session/hand_off.hpp"
 #include "session/session_impl.hpp"
 
@@ -391,8 +392,17 @@ Status Session::Impl::flush() {
     detail::CachedWindow* entry = nullptr;
     status = lookup(key, entry);
     for (std::size_t i = 0; status.isOk() && i < entry->steps.size(); ++i) {
-      if (entry->steps[i].kind != detail::WindowStep::Kind::Chain) ++stats.chainsRun;
-      status = runStep(entry->steps[i], entry->fused[i] != 0);
+      const detail::WindowStep& step = entry->steps[i];
+      if (step.kind != detail::WindowStep::Kind::Chain) ++stats.chainsRun;
+      const std::uint64_t calls = detail::groupedCallsIssued();
+      status = runStep(step, entry->fused[i] != 0);
+      if (status.isOk() || !options.perRank) continue;
+      if (step.handOff != detail::WindowStep::HandOff::None) {
+        status = Status(status.code(), fmt::format("hand-off {} rank {}: {}",
+                                                   step.handOff == detail::WindowStep::HandOff::Send ? "to" : "from",
+                                                   step.peer, status.message()));
+      }
+      releasePeers(entry->steps, i, detail::groupedCallsIssued() != calls, status);
     }
     if (status.isOk()) {
       ++stats.windows;
@@ -404,6 +414,20 @@ Status Session::Impl::flush() {
   }
   startWindow();
   return status;
+}
+
+// The hand-off peers of a window that failed at step `failed` may wait in transfers they share
+// with this rank: each hand-off from there on that this rank has not met gets a failure
+// message, so the peer returns Mismatch instead of waiting. The failed step met its peer when
+// its point-to-point call was reached (`metPeer`): the peer then failed (or completed) with it.
+void Session::Impl::releasePeers(const std::vector<detail::WindowStep>& steps, std::size_t failed, bool metPeer,
+                                 const Status& failure) {
+  std::vector<int> peers;
+  for (std::size_t j = failed; j < steps.size(); ++j) {
+    if (steps[j].handOff == detail::WindowStep::HandOff::None || (j == failed && metPeer)) continue;
+    peers.push_back(steps[j].peer);
+  }
+  detail::releaseHandOffPeers(backend, handOffs, peers, options.fusion, failure);
 }
 
 // A consume whose declaration failed on this rank still meets the other ranks' agreement

@@ -65,6 +65,8 @@ struct Session::Impl {
   Status completeHandOffs(std::vector<detail::WindowStep>& steps, const std::vector<std::uint8_t>& aliased,
                           const Status& local);
   Status runStep(const detail::WindowStep& step, bool fused);
+  void releasePeers(const std::vector<detail::WindowStep>& steps, std::size_t failed, bool metPeer,
+                    const Status& failure);
   Status runStaged(const detail::WindowStep& step, const TensorSpec& spec, const void* input, std::size_t inputBytes,
                    detail::WindowValue& out);
   Status createGroup(AxisSet axes);

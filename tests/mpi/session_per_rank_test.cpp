@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <optional>
 
 #include "session_test_support.hpp"
@@ -329,6 +330,143 @@ TEST_F(SessionPerRankBadInput, LateChangeOnOneRankWithCheckEveryWindowIsAMismatc
   const bool changes = worldRank() == worldSize() - 1;  // one rank of stage 1
   status = recordStep(*s, changes ? rows : setup_, 2, consumed);
   expectEverywhere(status, StatusCode::Mismatch, "");
+}
+
+}  // namespace
+}  // namespace chimera::testing
+
+namespace chimera::testing {
+namespace {
+
+// A window that changes after warm-up in the default mode (no checkEveryWindow): the ranks
+// that changed miss their cache while their peers run the cached program. Every rank of both
+// stages must return Mismatch naming a peer, well before the backend's timeout (set short
+// here, so that a regression shows as Timeout instead of a wait of minutes).
+class SessionPerRankLateChange : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(setup_.parse({"late", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}})
+                    .isOk());
+    MpiBackendOptions options;
+    options.timeoutMs = 20000;
+    ASSERT_TRUE(createMpiBackend(setup_.mesh, options, backend_).isOk());
+    ASSERT_TRUE(createAllGroups(*backend_).isOk());
+    SessionOptions sessionOptions;
+    sessionOptions.perRank = true;
+    ASSERT_TRUE(Session::create(*backend_, sessionOptions, session_).isOk());
+  }
+  bool sender() const { return setup_.from.holds(worldRank()); }
+  // Two warm-up steps of the unchanged window, then one step of `changed` on the ranks
+  // `changes` selects; returns that step's status.
+  Status run(const PerRankSetup& changed, bool changes) {
+    std::vector<double> consumed;
+    for (std::uint32_t step = 1; step <= 2; ++step) {
+      const Status warm = recordStep(*session_, setup_, step, consumed);
+      if (!allRanksAgree(warm.isOk())) return Status::internal("warm-up failed: " + warm.toString());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Status status = recordStep(*session_, changes ? changed : setup_, 3, consumed);
+    seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return status;
+  }
+  // Mismatch naming a rank where `mustFail`; elsewhere that or a correct run (a rank whose
+  // part of the window completed before the change showed); no rank waits for its timeout.
+  void expectMismatch(const Status& status, bool mustFail = true) {
+    const bool mismatch = status.code() == StatusCode::Mismatch && status.message().find("rank") != std::string::npos;
+    const bool ok = (mismatch || (!mustFail && status.isOk())) && seconds_ < 15.0;
+    EXPECT_TRUE(ok) << status.toString() << " after " << seconds_ << " s";
+    EXPECT_TRUE(allRanksAgree(ok));
+    EXPECT_FALSE(allRanksAgree(status.isOk())) << "no rank saw the change";
+  }
+
+  PerRankSetup setup_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Session> session_;
+  double seconds_ = 0;
+};
+
+PerRankSetup withShape(const PerRankSetup& s, std::vector<std::int64_t> shape) {
+  PerRankSetup out = s;
+  out.spec.shape = std::move(shape);
+  return out;
+}
+
+TEST_F(SessionPerRankLateChange, SendingStageChangesItsSize) {
+  expectMismatch(run(withShape(setup_, {64, 48}), sender()));
+}
+
+TEST_F(SessionPerRankLateChange, OneRankOfTheSendingStageChangesItsSize) {
+  expectMismatch(run(withShape(setup_, {64, 48}), worldRank() == 0));
+}
+
+TEST_F(SessionPerRankLateChange, SendingStageChangesItsCalls) {
+  // The same tensor handed off, reduced by other calls: a new window on the sending stage.
+  PerRankSetup changed = setup_;
+  ASSERT_TRUE(Chain::parse("reducescatter:tp:0,allgather:tp:0,send:pp", setup_.mesh, changed.sender).isOk());
+  expectMismatch(run(changed, sender()));
+}
+
+TEST_F(SessionPerRankLateChange, ReceivingStageChangesItsDeclaration) {
+  PerRankSetup rows = setup_;
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, *rows.consume).isOk());
+  expectMismatch(run(rows, !sender()));
+}
+
+// A steady-state 1F1B window on each stage: stage 0 sends its forward output and receives a
+// gradient (send_forward_recv_backward), stage 1 receives the activation and sends the
+// gradient back (send_backward_recv_forward); `forward` is the shape stage 0 sends.
+Status recordSteadyState(Session& session, const PerRankSetup& s, const TensorSpec& forward, std::uint32_t seed) {
+  const int rank = worldRank();
+  const bool first = s.from.holds(rank);
+  const char* own = first ? "pp=@0" : "pp=@1";
+  Layout partial, whole;
+  CHIMERA_RETURN_IF_ERROR(Layout::parse(std::string(own) + ",tp=P", s.mesh, partial));
+  CHIMERA_RETURN_IF_ERROR(Layout::parse(std::string(own) + ",tp=R", s.mesh, whole));
+  const TensorSpec& sent = first ? forward : s.spec;
+  const TensorSpec& received = first ? s.spec : forward;
+  std::vector<std::uint64_t> out = makeBuffer(static_cast<std::size_t>(partial.localBytes(sent)) / 4, sent.dtype);
+  std::vector<std::uint64_t> in = makeBuffer(static_cast<std::size_t>(whole.localBytes(received)) / 4, received.dtype);
+  fillInput(out.data(), partial, sent, rank, seed);
+  AxisSet tp, pp;
+  CHIMERA_RETURN_IF_ERROR(s.mesh.parseAxes("tp", tp));
+  CHIMERA_RETURN_IF_ERROR(s.mesh.parseAxes("pp", pp));
+  TensorHandle t, summed, handed, got;
+  const auto inBytes = static_cast<std::size_t>(whole.localBytes(received));
+  CHIMERA_RETURN_IF_ERROR(session.tensor(out.data(), static_cast<std::size_t>(partial.localBytes(sent)), sent, partial, t));
+  CHIMERA_RETURN_IF_ERROR(session.allReduce(t, tp, summed));
+  CHIMERA_RETURN_IF_ERROR(first ? session.send(summed, pp, nullptr, 0, handed)
+                                : session.sendBack(summed, pp, nullptr, 0, handed));
+  CHIMERA_RETURN_IF_ERROR(first ? session.recvBack(received, whole, pp, in.data(), inBytes, got)
+                                : session.recv(received, whole, pp, in.data(), inBytes, got));
+  CHIMERA_RETURN_IF_ERROR(session.declareRead(got, whole));
+  return session.flush();
+}
+
+// One rank of stage 0 changes the size of its forward output in a window that hands off in
+// both directions: each rank owes its peer two hand-offs, and every rank still returns
+// Mismatch.
+TEST_F(SessionPerRankLateChange, OneRankChangesASizeInAWindowOfBothDirections) {
+  const TensorSpec larger{{64, 48}, setup_.spec.dtype};
+  for (std::uint32_t step = 1; step <= 2; ++step) {
+    const Status warm = recordSteadyState(*session_, setup_, setup_.spec, step);
+    ASSERT_TRUE(allRanksAgree(warm.isOk())) << warm.toString();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = recordSteadyState(*session_, setup_, worldRank() == 0 ? larger : setup_.spec, 3);
+  seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  expectMismatch(status);
+}
+
+TEST_F(SessionPerRankLateChange, OneReceivingRankChangesItsDeclaration) {
+  PerRankSetup rows = setup_;
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=S0", setup_.mesh, *rows.consume).isOk());
+  // The changed rank's group (stage 1) and its peer fail; stage 0's other ranks delivered
+  // their shards before stage 1's AllGather showed the change, and may return ok.
+  const int changed = worldSize() - 1;
+  std::vector<int> peer = setup_.mesh.coordinates(changed);
+  peer[0] = 0;  // its rank on stage 0 (pp is the first axis)
+  const bool affected = !sender() || worldRank() == setup_.mesh.rankOf(peer);
+  expectMismatch(run(rows, worldRank() == changed), affected);
 }
 
 }  // namespace

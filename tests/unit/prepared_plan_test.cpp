@@ -36,7 +36,10 @@ class RecordingBackend final : public Backend {
     return Status::ok();
   }
   Status reduceScatter(const void*, void*, std::size_t, DataType, ReduceOp, AxisSet) override { return Status::ok(); }
-  Status allGather(const void*, void*, std::size_t, DataType, AxisSet) override { return Status::ok(); }
+  Status allGather(const void* send, void* recv, std::size_t, DataType, AxisSet) override {
+    gathers.push_back({send, recv});
+    return Status::ok();
+  }
   Status allToAll(const void*, void*, std::size_t, DataType, AxisSet) override { return Status::ok(); }
   Status broadcast(const void*, void*, std::size_t, DataType, int, AxisSet) override { return Status::ok(); }
   Status send(const void*, std::size_t, DataType, int) override { return Status::ok(); }
@@ -96,6 +99,7 @@ class RecordingBackend final : public Backend {
   Status synchronize() override { return Status::ok(); }
 
   std::vector<P2POp> transfers;
+  std::vector<std::pair<const void*, void*>> gathers;  // (send, recv) per AllGather
   std::vector<std::vector<void*>> batches;  // packed pointers per batched call
   std::vector<std::byte*> allocations;
   int singleCalls = 0;
@@ -198,6 +202,34 @@ TEST(PreparedPlanLocalWork, ReceiverUnpacksEveryBoxInOneCallFrom256ByteStagingOf
       }
     }
   }
+}
+
+TEST(PreparedPlanLocalWork, GatherAfterReceivedShardsRunsInPlaceInTheOutput) {
+  // The receiving side of a fused hand-off (ReduceScatter, shards sent, AllGather): stage-1
+  // rank 5 (tp index 1) receives its shard straight into its block of the output, and the
+  // gather runs in place there; no scratch is allocated for the shard.
+  Scene s({8, 12});
+  Layout from, to;
+  Chain chain;
+  ASSERT_TRUE(Layout::parse("pp=@0,tp=P", s.mesh, from).isOk());
+  ASSERT_TRUE(Layout::parse("pp=@1,tp=R", s.mesh, to).isOk());
+  ASSERT_TRUE(Chain::parse("allreduce:tp,send:pp", s.mesh, chain).isOk());
+  ChainPlan planned;
+  ASSERT_TRUE(planChain(s.spec, from, chain, to, BytesCost(), planned).isOk());
+  RecordingBackend backend(s.mesh, 5);
+  detail::PreparedPlan prepared;
+  ASSERT_TRUE(prepared.prepareAgreed(backend, planned.fused).isOk());  // as a per-rank Session does
+  std::vector<std::uint16_t> output(prepared.outputBytes() / 2, 0);
+  ASSERT_EQ(output.size(), 8u * 12u);
+  ASSERT_TRUE(prepared.run(nullptr, 0, output.data(), prepared.outputBytes()).isOk());
+  const std::size_t block = 2 * 12 * 2;  // two rows of bf16
+  ASSERT_EQ(backend.transfers.size(), 1u);
+  EXPECT_EQ(backend.transfers[0].kind, P2POp::Kind::Recv);
+  EXPECT_EQ(backend.transfers[0].buffer, reinterpret_cast<std::byte*>(output.data()) + block);
+  ASSERT_EQ(backend.gathers.size(), 1u);
+  EXPECT_EQ(backend.gathers[0].second, output.data());
+  EXPECT_EQ(backend.gathers[0].first, reinterpret_cast<std::byte*>(output.data()) + block) << "not in place";
+  EXPECT_TRUE(backend.allocations.empty()) << "scratch allocated for the shard";
 }
 
 TEST(PreparedPlanLocalWork, MergeKeepsSingleBoxesAndSeparatesTensors) {
