@@ -5,18 +5,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/hash.hpp"
 #include "core/check.hpp"
 
 namespace chimera::bench {
 namespace {
 
-/// splitmix64 finaliser: a cheap, well-mixed hash.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using detail::splitmix64;
 
 /// Largest M such that every integer in [0, M] is exact in `dtype` (capped at 2^24).
 std::uint64_t exactLimit(DataType dtype) {
@@ -53,7 +48,7 @@ std::uint64_t valueRange(DataType dtype, std::optional<ReduceOp> op, std::uint64
 
 InputPattern::InputPattern(std::uint64_t seed, DataType dtype, std::optional<ReduceOp> op,
                            std::vector<int> groupRanks)
-    : seed_(mix(seed)), op_(op), groupRanks_(std::move(groupRanks)) {
+    : seed_(splitmix64(seed)), op_(op), groupRanks_(std::move(groupRanks)) {
   CHIMERA_ASSERT(!groupRanks_.empty());
   const auto n = static_cast<std::uint64_t>(groupRanks_.size());
   range_ = valueRange(dtype, op, n);
@@ -62,13 +57,13 @@ InputPattern::InputPattern(std::uint64_t seed, DataType dtype, std::optional<Red
 
 std::uint64_t InputPattern::draw(int member, std::size_t index) const {
   const auto worldRank = static_cast<std::uint64_t>(groupRanks_[static_cast<std::size_t>(member)]);
-  return mix(seed_ ^ mix(worldRank * 0x100000001B3ull + static_cast<std::uint64_t>(index)));
+  return splitmix64(seed_ ^ splitmix64(worldRank * 0x100000001B3ull + static_cast<std::uint64_t>(index)));
 }
 
 double InputPattern::value(int member, std::size_t index) const {
   const int n = groupSize();
   if (op_ == ReduceOp::Prod) {
-    const auto rotation = static_cast<int>(mix(seed_ ^ index) % static_cast<std::uint64_t>(n));
+    const auto rotation = static_cast<int>(splitmix64(seed_ ^ index) % static_cast<std::uint64_t>(n));
     return (member + rotation) % n < twos_ ? 2.0 : 1.0;
   }
   const std::uint64_t own = draw(member, index) % range_;

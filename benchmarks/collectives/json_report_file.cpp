@@ -16,7 +16,7 @@ Status JsonReportFile::open(const std::string& path, int rank) {
 Status JsonReportFile::write(const detail::Json& document) {
   bool failed = false;
   if (file_.is_open()) {
-    file_ << document.dump(2) << '\n';
+    file_ << detail::dumpJson(document, 2) << '\n';
     failed = !file_.flush();
   }
   return agreeOnStatus(failed ? Status::invalidArgument("--json: writing '" + path_ + "' failed") : Status::ok());

@@ -5,44 +5,15 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <functional>
 #include <limits>
 
+#include "common/cli.hpp"
 #include "core/check.hpp"
 #include "core/type_lists.hpp"
 #include "scenario.hpp"
 
 namespace chimera::bench {
 namespace {
-
-using Setter = std::function<Status(std::string_view value, Options& options)>;
-
-/// One flag: its short and long spellings and how its value is applied.
-struct Flag {
-  std::string_view shortName;  // "-b"; empty when there is none
-  std::string_view longName;   // "--minbytes"
-  bool takesValue = true;
-  Setter set;
-};
-
-template <typename Int>
-Status parseInt(std::string_view flag, std::string_view text, Int minimum, Int& out) {
-  Int value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  CHIMERA_CHECK_ARG(error == std::errc() && end == text.data() + text.size(), "{}: malformed number '{}'", flag,
-                    text);
-  CHIMERA_CHECK_ARG(value >= minimum, "{}: {} is below the minimum {}", flag, text, minimum);
-  out = value;
-  return Status::ok();
-}
-
-Status parseSizeFlag(std::string_view flag, std::string_view text, std::size_t& out) {
-  const Status status = parseSize(text, out);
-  if (!status.isOk()) return Status::invalidArgument(fmt::format("{}: {}", flag, status.message()));
-  CHIMERA_CHECK_ARG(out > 0, "{}: size must be at least 1 byte", flag);
-  return Status::ok();
-}
 
 /// Parses "name", "a,b,c" or "all" into a list, using `parseOne` per name.
 template <typename T, std::size_t N>
@@ -78,62 +49,62 @@ Status setText(std::string_view flag, std::string_view value, std::string& out) 
   return Status::ok();
 }
 
-std::vector<Flag> flagTable() {
+// The flags of chimera-bench, each applying its value to `o`.
+std::vector<detail::CliFlag> flagTable(Options& o) {
+  using detail::parseIntFlag;
+  using detail::parseSizeFlag;
   return {
       {"-b", "--minbytes", true,
-       [](auto v, auto& o) { return o.sizesGiven = true, parseSizeFlag("-b/--minbytes", v, o.minBytes); }},
+       [&o](auto v) { return o.sizesGiven = true, parseSizeFlag("-b/--minbytes", v, o.minBytes); }},
       {"-e", "--maxbytes", true,
-       [](auto v, auto& o) { return o.sizesGiven = true, parseSizeFlag("-e/--maxbytes", v, o.maxBytes); }},
+       [&o](auto v) { return o.sizesGiven = true, parseSizeFlag("-e/--maxbytes", v, o.maxBytes); }},
       {"-f", "--stepfactor", true,
-       [](auto v, auto& o) { return parseInt<std::size_t>("-f/--stepfactor", v, 1, o.stepFactor); }},
-      {"-n", "--iters", true, [](auto v, auto& o) { return parseInt("-n/--iters", v, 1, o.iters); }},
-      {"-w", "--warmup_iters", true,
-       [](auto v, auto& o) { return parseInt("-w/--warmup_iters", v, 0, o.warmupIters); }},
+       [&o](auto v) { return parseIntFlag<std::size_t>("-f/--stepfactor", v, 1, o.stepFactor); }},
+      {"-n", "--iters", true, [&o](auto v) { return parseIntFlag("-n/--iters", v, 1, o.iters); }},
+      {"-w", "--warmup_iters", true, [&o](auto v) { return parseIntFlag("-w/--warmup_iters", v, 0, o.warmupIters); }},
       {"-c", "--check", true,
-       [](auto v, auto& o) {
+       [&o](auto v) {
          CHIMERA_CHECK_ARG(v == "0" || v == "1", "-c/--check: expected 0 or 1, got '{}'", v);
          o.check = v == "1";
          return Status::ok();
        }},
       {"-d", "--datatype", true,
-       [](auto v, auto& o) { return parseList("-d/--datatype", v, kAllDataTypes, &parseDataType, o.dataTypes); }},
-      {"-o", "--op", true,
-       [](auto v, auto& o) { return parseList("-o/--op", v, kAllReduceOps, &parseReduceOp, o.ops); }},
+       [&o](auto v) { return parseList("-d/--datatype", v, kAllDataTypes, &parseDataType, o.dataTypes); }},
+      {"-o", "--op", true, [&o](auto v) { return parseList("-o/--op", v, kAllReduceOps, &parseReduceOp, o.ops); }},
       {"-C", "--collective", true,
-       [](auto v, auto& o) {
+       [&o](auto v) {
          const Status status = parseCollective(v, o.collective);
          if (!status.isOk()) return Status::invalidArgument("-C/--collective: " + status.message());
          return Status::ok();
        }},
-      {"-r", "--root", true, [](auto v, auto& o) { return parseInt("-r/--root", v, 0, o.root); }},
-      {"", "--mesh", true, [](auto v, auto& o) { return o.mesh = v, Status::ok(); }},
-      {"", "--axis", true, [](auto v, auto& o) { return o.axis = v, Status::ok(); }},
+      {"-r", "--root", true, [&o](auto v) { return parseIntFlag("-r/--root", v, 0, o.root); }},
+      {"", "--mesh", true, [&o](auto v) { return o.mesh = v, Status::ok(); }},
+      {"", "--axis", true, [&o](auto v) { return o.axis = v, Status::ok(); }},
       {"", "--json", true,
-       [](auto v, auto& o) {
+       [&o](auto v) {
          CHIMERA_CHECK_ARG(!v.empty(), "--json: empty file name");
          return o.jsonPath = v, Status::ok();
        }},
-      {"", "--seed", true,
-       [](auto v, auto& o) { return parseInt<std::uint64_t>("--seed", v, 0, o.seed); }},
-      {"", "--stat", true, [](auto v, auto& o) { return o.statGiven = true, parseStat(v, o.stat); }},
-      {"", "--scenario", true, [](auto v, auto& o) { return setText("--scenario", v, o.scenario); }},
-      {"", "--chain", true, [](auto v, auto& o) { return setText("--chain", v, o.chain); }},
-      {"", "--from", true, [](auto v, auto& o) { return setText("--from", v, o.from); }},
-      {"", "--consume", true, [](auto v, auto& o) { return setText("--consume", v, o.consume); }},
-      {"", "--topology", true, [](auto v, auto& o) { return setText("--topology", v, o.topology); }},
+      {"", "--seed", true, [&o](auto v) { return parseIntFlag<std::uint64_t>("--seed", v, 0, o.seed); }},
+      {"", "--stat", true, [&o](auto v) { return o.statGiven = true, parseStat(v, o.stat); }},
+      {"", "--scenario", true, [&o](auto v) { return setText("--scenario", v, o.scenario); }},
+      {"", "--chain", true, [&o](auto v) { return setText("--chain", v, o.chain); }},
+      {"", "--from", true, [&o](auto v) { return setText("--from", v, o.from); }},
+      {"", "--consume", true, [&o](auto v) { return setText("--consume", v, o.consume); }},
+      {"", "--topology", true, [&o](auto v) { return setText("--topology", v, o.topology); }},
       {"", "--backend", true,
-       [](auto v, auto& o) {
+       [&o](auto v) {
          CHIMERA_CHECK_ARG(v == "mpi" || v == "nccl", "--backend: expected mpi or nccl, got '{}'", v);
          return o.backend = v, Status::ok();
        }},
       {"", "--chunks", true,
-       [](auto v, auto& o) {
+       [&o](auto v) {
          if (v == "auto") return o.chunks = 0, Status::ok();
-         return parseInt<int>("--chunks", v, 1, o.chunks);
+         return parseIntFlag<int>("--chunks", v, 1, o.chunks);
        }},
-      {"", "--calibrate", false, [](auto, auto& o) { return o.calibrate = true, Status::ok(); }},
-      {"", "--out", true, [](auto v, auto& o) { return setText("--out", v, o.outPath); }},
-      {"-h", "--help", false, [](auto, auto& o) { return o.help = true, Status::ok(); }},
+      {"", "--calibrate", false, [&o](auto) { return o.calibrate = true, Status::ok(); }},
+      {"", "--out", true, [&o](auto v) { return setText("--out", v, o.outPath); }},
+      {"-h", "--help", false, [&o](auto) { return o.help = true, Status::ok(); }},
   };
 }
 
@@ -171,35 +142,8 @@ Status checkConsistency(const Options& options) {
 }  // namespace
 
 Status parseOptions(const std::vector<std::string>& args, Options& out) {
-  const std::vector<Flag> flags = flagTable();
   Options options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view arg = args[i];
-    std::string_view inlineValue;
-    bool hasInlineValue = false;
-    if (arg.starts_with("--")) {
-      if (const std::size_t eq = arg.find('='); eq != std::string_view::npos) {
-        inlineValue = arg.substr(eq + 1);
-        hasInlineValue = true;
-        arg = arg.substr(0, eq);
-      }
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& candidate : flags) {
-      if (arg == candidate.longName || (!candidate.shortName.empty() && arg == candidate.shortName)) flag = &candidate;
-    }
-    CHIMERA_CHECK_ARG(flag != nullptr, "unknown option '{}' (see -h)", args[i]);
-    if (!flag->takesValue) {
-      CHIMERA_CHECK_ARG(!hasInlineValue, "{} takes no value", arg);
-      CHIMERA_RETURN_IF_ERROR(flag->set({}, options));
-      continue;
-    }
-    if (!hasInlineValue) {
-      CHIMERA_CHECK_ARG(i + 1 < args.size(), "{} needs a value", arg);
-      inlineValue = args[++i];
-    }
-    CHIMERA_RETURN_IF_ERROR(flag->set(inlineValue, options));
-  }
+  CHIMERA_RETURN_IF_ERROR(detail::parseFlags(args, flagTable(options)));
   if (!options.help) CHIMERA_RETURN_IF_ERROR(checkConsistency(options));
   out = std::move(options);
   return Status::ok();

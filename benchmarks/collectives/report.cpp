@@ -35,19 +35,21 @@ std::string inPlaceText(const std::vector<ResultRow>& rows, const std::optional<
 
 template <typename T>
 detail::Json optionalJson(const std::optional<T>& value) {
-  return value ? detail::Json(*value) : detail::Json();
+  return value ? detail::Json(*value) : detail::Json(nullptr);
 }
 
 /// The four in-place fields of a JSON row, all null when the group is n/a.
 void addInPlaceJson(detail::Json& item, const std::optional<InPlaceResult>& inPlace) {
   if (!inPlace) {
     for (const char* key : {"in_place_time_us", "in_place_algbw_gbps", "in_place_busbw_gbps", "in_place_wrong"}) {
-      item.set(key, detail::Json());
+      item[key] = nullptr;
     }
     return;
   }
-  item.set("in_place_time_us", inPlace->timeUs).set("in_place_algbw_gbps", inPlace->algbwGBps);
-  item.set("in_place_busbw_gbps", inPlace->busbwGBps).set("in_place_wrong", optionalJson(inPlace->wrong));
+  item["in_place_time_us"] = inPlace->timeUs;
+  item["in_place_algbw_gbps"] = inPlace->algbwGBps;
+  item["in_place_busbw_gbps"] = inPlace->busbwGBps;
+  item["in_place_wrong"] = optionalJson(inPlace->wrong);
 }
 
 }  // namespace
@@ -133,27 +135,35 @@ std::string tableFooter(const std::vector<ResultRow>& rows) {
 }
 
 detail::Json reportJson(const RunInfo& info, const std::vector<ResultRow>& rows) {
-  detail::Json json = detail::Json::object();
-  json.set("collective", info.collective).set("nranks", info.nranks).set("backend", info.backend);
-  json.set("mesh", info.mesh).set("axis", info.axis).set("group_size", info.groupSize);
-  json.set("baseline", info.baseline).set("stat", info.stat).set("iters", info.iters);
-  json.set("warmup_iters", info.warmupIters);
+  detail::Json json = detail::Json::object({{"collective", info.collective},
+                                            {"nranks", info.nranks},
+                                            {"backend", info.backend},
+                                            {"mesh", info.mesh},
+                                            {"axis", info.axis},
+                                            {"group_size", info.groupSize},
+                                            {"baseline", info.baseline},
+                                            {"stat", info.stat},
+                                            {"iters", info.iters},
+                                            {"warmup_iters", info.warmupIters}});
   std::optional<std::uint64_t> baselineWrong;
   detail::Json rowsJson = detail::Json::array();
   for (const ResultRow& row : rows) {
     if (row.baselineWrong) baselineWrong = baselineWrong.value_or(0) + *row.baselineWrong;
-    detail::Json item = detail::Json::object();
-    item.set("bytes", static_cast<std::uint64_t>(row.bytes)).set("count", static_cast<std::uint64_t>(row.count));
-    item.set("dtype", dataTypeName(row.dtype)).set("op", opName(row));
-    item.set("time_us", row.timeUs).set("algbw_gbps", row.algbwGBps).set("busbw_gbps", row.busbwGBps);
-    item.set("wrong", optionalJson(row.wrong));
+    detail::Json item = detail::Json::object({{"bytes", static_cast<std::uint64_t>(row.bytes)},
+                                              {"count", static_cast<std::uint64_t>(row.count)},
+                                              {"dtype", dataTypeName(row.dtype)},
+                                              {"op", opName(row)},
+                                              {"time_us", row.timeUs},
+                                              {"algbw_gbps", row.algbwGBps},
+                                              {"busbw_gbps", row.busbwGBps},
+                                              {"wrong", optionalJson(row.wrong)}});
     addInPlaceJson(item, row.inPlace);
-    item.set("baseline_time_us", optionalJson(row.baselineTimeUs));
-    item.set("speedup", optionalJson(speedup(row)));
-    rowsJson.push(std::move(item));
+    item["baseline_time_us"] = optionalJson(row.baselineTimeUs);
+    item["speedup"] = optionalJson(speedup(row));
+    rowsJson.push_back(std::move(item));
   }
-  json.set("baseline_wrong", optionalJson(baselineWrong));
-  json.set("rows", std::move(rowsJson));
+  json["baseline_wrong"] = optionalJson(baselineWrong);
+  json["rows"] = std::move(rowsJson);
   return json;
 }
 

@@ -9,7 +9,7 @@ namespace {
 
 template <typename T>
 detail::Json optionalJson(const std::optional<T>& value) {
-  return value ? detail::Json(*value) : detail::Json();
+  return value ? detail::Json(*value) : detail::Json(nullptr);
 }
 
 std::string ratioText(const std::optional<double>& ratio) { return ratio ? fmt::format("{:.2f}", *ratio) : "n/a"; }
@@ -65,27 +65,36 @@ std::string scenarioTableFooter(const std::vector<ScenarioRow>& rows) {
 }
 
 detail::Json scenarioJson(const ScenarioRunInfo& info, const std::vector<ScenarioRow>& rows) {
-  detail::Json json = detail::Json::object();
-  json.set("mode", "scenario").set("nranks", info.nranks).set("backend", info.backend);
-  json.set("topology", info.topology).set("baseline", "the chain as written (ChainMode::Baseline)");
-  json.set("stat", info.stat).set("iters", info.iters).set("warmup_iters", info.warmupIters);
   detail::Json rowsJson = detail::Json::array();
   for (const ScenarioRow& row : rows) {
     const ResultRow& r = row.result;
-    detail::Json item = detail::Json::object();
-    item.set("bytes", static_cast<std::uint64_t>(r.bytes)).set("count", static_cast<std::uint64_t>(r.count));
-    item.set("dtype", dataTypeName(r.dtype)).set("op", r.op ? std::string(reduceOpName(*r.op)) : "none");
-    item.set("time_us", r.timeUs).set("algbw_gbps", r.algbwGBps).set("busbw_gbps", r.busbwGBps);
-    item.set("wrong", optionalJson(r.wrong)).set("baseline_time_us", optionalJson(r.baselineTimeUs));
-    item.set("speedup", optionalJson(speedup(r)));
-    item.set("scenario", row.scenario).set("predicted_speedup", optionalJson(row.predictedSpeedup));
-    item.set("shape", row.shape).set("planner_fuses", row.plannerFuses);
-    item.set("pipelined_time_us", optionalJson(row.pipelinedTimeUs)).set("pipeline_chunks", row.pipelineChunks);
-    item.set("predicted_pipeline_gain", optionalJson(row.predictedPipelineGain));
-    rowsJson.push(std::move(item));
+    rowsJson.push_back(detail::Json::object({{"bytes", static_cast<std::uint64_t>(r.bytes)},
+                                             {"count", static_cast<std::uint64_t>(r.count)},
+                                             {"dtype", dataTypeName(r.dtype)},
+                                             {"op", r.op ? std::string(reduceOpName(*r.op)) : "none"},
+                                             {"time_us", r.timeUs},
+                                             {"algbw_gbps", r.algbwGBps},
+                                             {"busbw_gbps", r.busbwGBps},
+                                             {"wrong", optionalJson(r.wrong)},
+                                             {"baseline_time_us", optionalJson(r.baselineTimeUs)},
+                                             {"speedup", optionalJson(speedup(r))},
+                                             {"scenario", row.scenario},
+                                             {"predicted_speedup", optionalJson(row.predictedSpeedup)},
+                                             {"shape", row.shape},
+                                             {"planner_fuses", row.plannerFuses},
+                                             {"pipelined_time_us", optionalJson(row.pipelinedTimeUs)},
+                                             {"pipeline_chunks", row.pipelineChunks},
+                                             {"predicted_pipeline_gain", optionalJson(row.predictedPipelineGain)}}));
   }
-  json.set("rows", std::move(rowsJson));
-  return json;
+  return detail::Json::object({{"mode", "scenario"},
+                               {"nranks", info.nranks},
+                               {"backend", info.backend},
+                               {"topology", info.topology},
+                               {"baseline", "the chain as written (ChainMode::Baseline)"},
+                               {"stat", info.stat},
+                               {"iters", info.iters},
+                               {"warmup_iters", info.warmupIters},
+                               {"rows", std::move(rowsJson)}});
 }
 
 }  // namespace chimera::bench

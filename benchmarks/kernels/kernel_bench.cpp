@@ -26,8 +26,9 @@
 #include <vector>
 
 #include "chimera/types.hpp"
-#include "common/size_text.hpp"
 #include "box/box_pack.hpp"
+#include "common/cli.hpp"
+#include "common/size_text.hpp"
 #include "pack.hpp"
 
 namespace chimera {
@@ -71,38 +72,48 @@ void checkCuda(cudaError_t error, const char* what) {
   if (error != cudaSuccess) fail(fmt::format("{}: {}", what, cudaGetErrorString(error)));
 }
 
+constexpr const char* kUsage =
+    "usage: chimera-kernel-bench [-b min] [-e max] [-n iters] [-w warmup] [-p peers] [-r run-bytes] [-d dtype] "
+    "[-o offset-bytes]\n  sizes accept K/M/G suffixes; defaults -b 1M -e 256M -n 20 -w 5 -p 8; without -r/-d/-o the "
+    "shape table (4 KiB, 1 KiB, 256 B f32 runs, 4 KiB bf16 runs, bf16 boxes 8/4/2 bytes off alignment), else that "
+    "one shape (defaults -r 4096 -d float -o run/2)\n";
+
 Options parseOptions(int argc, char** argv) {
+  using detail::parseIntFlag;
+  using detail::parseSizeFlag;
   Options options;
   Shape custom{"custom", DataType::F32, 4096, 0};
   bool customGiven = false;
   bool offsetGiven = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") {
-      std::printf("usage: chimera-kernel-bench [-b min] [-e max] [-n iters] [-w warmup] [-p peers] "
-                  "[-r run-bytes] [-d dtype] [-o offset-bytes]\n  sizes accept K/M/G suffixes; defaults -b 1M "
-                  "-e 256M -n 20 -w 5 -p 8; without -r/-d/-o the shape table (4 KiB, 1 KiB, 256 B f32 runs, "
-                  "4 KiB bf16 runs, bf16 boxes 8/4/2 bytes off alignment), else that one shape "
-                  "(defaults -r 4096 -d float -o run/2)\n");
-      std::exit(0);
-    }
-    if (i + 1 >= argc) fail(fmt::format("{} needs a value", flag));
-    const std::string value = argv[++i];
-    std::size_t number = 0;
-    if (flag == "-d") {
-      check(parseDataType(value, custom.dtype), "-d");
-      customGiven = true;
-      continue;
-    }
-    check(parseSize(value, number), flag.c_str());
-    if (flag == "-b") options.minBytes = number;
-    else if (flag == "-e") options.maxBytes = number;
-    else if (flag == "-r") customGiven = true, custom.runBytes = number;
-    else if (flag == "-o") customGiven = true, offsetGiven = true, custom.offsetBytes = number;
-    else if (flag == "-n") options.iterations = static_cast<int>(number);
-    else if (flag == "-w") options.warmup = static_cast<int>(number);
-    else if (flag == "-p") options.peers = static_cast<int>(number);
-    else fail(fmt::format("unknown option {} (see --help)", flag));
+  bool help = false;
+  const detail::CliFlag flags[] = {
+      {"-b", "", true, [&](std::string_view v) { return parseSizeFlag("-b", v, options.minBytes); }},
+      {"-e", "", true, [&](std::string_view v) { return parseSizeFlag("-e", v, options.maxBytes); }},
+      {"-n", "", true, [&](std::string_view v) { return parseIntFlag("-n", v, 1, options.iterations); }},
+      {"-w", "", true, [&](std::string_view v) { return parseIntFlag("-w", v, 0, options.warmup); }},
+      {"-p", "", true, [&](std::string_view v) { return parseIntFlag("-p", v, 1, options.peers); }},
+      {"-r", "", true, [&](std::string_view v) { return customGiven = true, parseSizeFlag("-r", v, custom.runBytes); }},
+      {"-o", "", true,
+       [&](std::string_view v) {
+         customGiven = offsetGiven = true;
+         return parseSize(v, custom.offsetBytes).isOk()
+                    ? Status::ok()
+                    : Status::invalidArgument(fmt::format("-o: malformed size '{}' (expected e.g. 0, 8, 2K)", v));
+       }},
+      {"-d", "", true,
+       [&](std::string_view v) {
+         customGiven = true;
+         const Status status = parseDataType(v, custom.dtype);
+         return status.isOk() ? status : Status::invalidArgument("-d: " + status.message());
+       }},
+      {"-h", "--help", false, [&](std::string_view) { return help = true, Status::ok(); }},
+  };
+  if (const Status status = detail::parseFlags(detail::argumentList(argc, argv), flags); !status.isOk()) {
+    fail(status.message());
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    std::exit(0);
   }
   if (customGiven) {
     if (!offsetGiven) custom.offsetBytes = custom.runBytes / 2;
@@ -115,9 +126,7 @@ Options parseOptions(int argc, char** argv) {
       fail("-o must be a multiple of the element size and at most -r");
     }
   }
-  if (options.iterations < 1 || options.peers < 1 || options.minBytes == 0 || options.minBytes > options.maxBytes) {
-    fail("need -n >= 1, -p >= 1 and 0 < -b <= -e");
-  }
+  if (options.minBytes > options.maxBytes) fail("need -b <= -e");
   return options;
 }
 

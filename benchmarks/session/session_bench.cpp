@@ -10,13 +10,12 @@
 //      sessions with and without the check interleaved, on the MPI backend
 // 1 and 2 run on rank 0 on a no-op backend (null_backend.hpp), so they time the Session and
 // Executor alone; 3 runs on every rank on the MPI backend, the two variants interleaved.
-// Usage: mpirun -np 8 chimera-session-bench [--iters N] [--bytes B]
+// Usage: mpirun -np 8 chimera-session-bench [--iters N] [--bytes SIZE]
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "chimera/mpi_backend.hpp"
 #include "chimera/planning/planner.hpp"
 #include "chimera/session.hpp"
+#include "common/cli.hpp"
 #include "doubles/null_backend.hpp"
 
 namespace chimera {
@@ -317,9 +317,22 @@ void checkEveryWindowCost(int iters, int rank) {
 int main(int argc, char** argv) {
   int iters = 200;
   std::size_t bytes = 1 << 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--iters") == 0) iters = std::max(5, std::atoi(argv[i + 1]));
-    if (std::strcmp(argv[i], "--bytes") == 0) bytes = static_cast<std::size_t>(std::atoll(argv[i + 1]));
+  bool help = false;
+  const chimera::detail::CliFlag flags[] = {
+      {"", "--iters", true, [&](std::string_view v) { return chimera::detail::parseIntFlag("--iters", v, 5, iters); }},
+      {"", "--bytes", true, [&](std::string_view v) { return chimera::detail::parseSizeFlag("--bytes", v, bytes); }},
+      {"-h", "--help", false, [&](std::string_view) { return help = true, chimera::Status::ok(); }},
+  };
+  // Every rank parses the same arguments, so every rank fails alike before MPI starts.
+  constexpr const char* kUsage = "usage: mpirun -np 8 chimera-session-bench [--iters N (>= 5; 200)] [--bytes SIZE (1M)]\n";
+  if (const chimera::Status status = chimera::detail::parseFlags(chimera::detail::argumentList(argc, argv), flags);
+      !status.isOk()) {
+    std::fprintf(stderr, "chimera-session-bench: %s\n", status.message().c_str());
+    return 2;
+  }
+  if (help) {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
   int rank = 0;
   int size = 0;

@@ -26,6 +26,8 @@
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/ring.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "common/cli.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {
@@ -174,28 +176,36 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
   add(entries, "broadcast", bcast);
 }
 
-int run(int argc, char** argv) {
-  int rank = 0;
-  int size = 0;
-  must(mpiWorld(rank, size));
-  // argv: [-r ROUNDS] [-o OP] sizes...
-  int rounds = 5;
-  std::string only;
-  std::vector<std::size_t> sizes;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "-r" && i + 1 < argc) {
-      rounds = std::max(1, std::atoi(argv[++i]));
-      continue;
-    }
-    if (std::string(argv[i]) == "-o" && i + 1 < argc) {
-      only = argv[++i];
-      continue;
-    }
+// argv: [-r ROUNDS] [-o OP] SIZE...; every rank parses the same arguments, so every rank
+// fails alike before MPI starts.
+Status parseArgs(int argc, char** argv, int& rounds, std::string& only, std::vector<std::size_t>& sizes) {
+  const detail::CliFlag flags[] = {
+      {"-r", "", true, [&](std::string_view v) { return detail::parseIntFlag("-r", v, 1, rounds); }},
+      {"-o", "", true, [&](std::string_view v) { return only = v, Status::ok(); }},
+  };
+  std::vector<std::string> positional;
+  CHIMERA_RETURN_IF_ERROR(detail::parseFlags(detail::argumentList(argc, argv), flags, &positional));
+  for (const std::string& text : positional) {
     std::size_t bytes = 0;
-    must(parseSize(argv[i], bytes));
+    CHIMERA_RETURN_IF_ERROR(detail::parseSizeFlag("SIZE", text, bytes));
     sizes.push_back(bytes);
   }
   if (sizes.empty()) sizes = {std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{32} << 20};
+  return Status::ok();
+}
+
+int run(int argc, char** argv) {
+  int rounds = 5;
+  std::string only;
+  std::vector<std::size_t> sizes;
+  if (const Status status = parseArgs(argc, argv, rounds, only, sizes); !status.isOk()) {
+    fmt::print(stderr, "mpi_algorithm_timing: {}\nusage: mpi_algorithm_timing [-r ROUNDS] [-o OP] [SIZE...]\n",
+               status.message());
+    return 2;
+  }
+  int rank = 0;
+  int size = 0;
+  must(mpiWorld(rank, size));
 
   std::unique_ptr<Backend> backend;
   detail::MpiBackendOptions unchecked;

@@ -23,6 +23,7 @@
 #include "chimera/executor.hpp"
 #include "common/size_text.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "common/cli.hpp"
 #include "core/check.hpp"
 
 namespace chimera {
@@ -195,26 +196,28 @@ void measureOverhead(int rank, int world, int calls) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
+  int iterations = 7;
+  std::size_t bytes = std::size_t{16} << 20;
+  std::string only;
+  const chimera::detail::CliFlag flags[] = {
+      {"-i", "", true, [&](std::string_view v) { return chimera::detail::parseIntFlag("-i", v, 1, iterations); }},
+      {"-s", "", true, [&](std::string_view v) { return only = v, chimera::Status::ok(); }},
+  };
+  // Every rank parses the same arguments, so every rank fails alike before MPI starts.
+  std::vector<std::string> sizes;
+  chimera::Status parsed = chimera::detail::parseFlags(chimera::detail::argumentList(argc, argv), flags, &sizes);
+  if (parsed.isOk() && sizes.size() > 1) parsed = chimera::Status::invalidArgument("more than one SIZE");
+  if (parsed.isOk() && sizes.size() == 1) parsed = chimera::detail::parseSizeFlag("SIZE", sizes[0], bytes);
+  if (!parsed.isOk()) {
+    fmt::print(stderr, "executor_timing: {}\nusage: executor_timing [-i ITERS] [-s SCENARIO|overhead] [SIZE]\n",
+               parsed.message());
+    return 2;
+  }
   MPI_Init(&argc, &argv);
   int rank = 0;
   int world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int iterations = 7;
-  std::size_t bytes = std::size_t{16} << 20;
-  std::string only;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-i" && i + 1 < argc) {
-      iterations = std::max(1, std::atoi(argv[++i]));
-    } else if (arg == "-s" && i + 1 < argc) {
-      only = argv[++i];
-    } else if (!chimera::parseSize(arg, bytes).isOk()) {
-      if (rank == 0) fmt::print(stderr, "usage: executor_timing [-i ITERS] [-s SCENARIO|overhead] [SIZE]\n");
-      MPI_Finalize();
-      return 2;
-    }
-  }
   if (rank == 0) {
     fmt::print("{} ranks, {} per rank at the start, f32, medians of {} iterations\n", world, chimera::formatSize(bytes),
                iterations);

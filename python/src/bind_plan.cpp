@@ -37,7 +37,7 @@ nb::object plan(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::
   ChainAnalysis analysis;
   check(analyzeChain(chainPlan.trace, chainPlan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost->name())};
-  const std::string json = detail::jsonPlanReport(query, chainPlan, analysis).dump();
+  const std::string json = detail::dumpJson(detail::jsonPlanReport(query, chainPlan, analysis));
   return nb::module_::import_("json").attr("loads")(json);
 }
 

@@ -4,9 +4,7 @@
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
 
-#include <charconv>
 #include <string>
-#include <string_view>
 
 #include "bindings.hpp"
 #include "errors.hpp"
@@ -18,26 +16,6 @@ std::optional<Mesh>& defaultMesh() {
   return mesh;
 }
 
-int meshTextWorldSize(const std::string& text) {
-  long long product = 1;
-  std::string_view rest = text;
-  while (true) {
-    const auto comma = rest.find(',');
-    const std::string_view part = rest.substr(0, comma);
-    const auto eq = part.find('=');
-    int size = 0;
-    if (eq != std::string_view::npos) {
-      const auto digits = part.substr(eq + 1);
-      std::from_chars(digits.data(), digits.data() + digits.size(), size);
-    }
-    product *= size > 0 ? size : 1;
-    if (product > (1LL << 30)) return 0;
-    if (comma == std::string_view::npos) break;
-    rest = rest.substr(comma + 1);
-  }
-  return static_cast<int>(product);
-}
-
 Mesh toMesh(nb::handle obj) {
   if (nb::isinstance<Mesh>(obj)) return nb::cast<Mesh>(obj);
   if (!nb::isinstance<nb::str>(obj)) {
@@ -46,7 +24,7 @@ Mesh toMesh(nb::handle obj) {
   }
   const std::string text = nb::cast<std::string>(obj);
   Mesh mesh;
-  check(Mesh::parse(text, meshTextWorldSize(text), mesh));
+  check(Mesh::parse(text, mesh));
   return mesh;
 }
 

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Environment switches (private): one parser for every CHIMERA_* on/off variable, so the
+// Environment variables (private): every variable the library reads goes through here, so
+// that every malformed value is an InvalidArgument naming the variable and its value, and the
 // backends, the executor and the Session accept the same spellings.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 
 #include "chimera/status.hpp"
 
@@ -18,6 +23,33 @@ namespace chimera::detail {
 /// Reads the positive integer variable `name`: unset or empty gives `fallback`; anything but
 /// a decimal integer >= 1 is InvalidArgument naming the variable and its value.
 [[nodiscard]] Status readEnvCount(const char* name, std::size_t fallback, std::size_t& out);
+
+/// The value of `name`, or std::nullopt when it is unset or empty.
+std::optional<std::string> readEnvText(const char* name);
+
+/// True when `name` is set at all (even empty): how a launcher's own variables are detected.
+bool envIsSet(const char* name);
+
+/// Reads the variable `name` whose value must be one of `choices`: unset or empty leaves `out`
+/// unchanged; otherwise `out` becomes the index of the value in `choices`; anything else is
+/// InvalidArgument naming the variable, its value and the choices.
+[[nodiscard]] Status readEnvChoice(const char* name, std::span<const std::string_view> choices, std::size_t& out);
+
+/// Reads the byte-size variable `name` (parseSize's spellings: 4096, 64K, 1M): unset or empty
+/// leaves `out` unchanged; anything but a size >= 1 is InvalidArgument naming the variable and
+/// its value.
+[[nodiscard]] Status readEnvSize(const char* name, std::size_t& out);
+
+/// Reads the non-negative int variable `name` (a rank or a count of ranks): unset or empty gives
+/// `fallback`; anything else but a decimal integer in 0..INT_MAX is InvalidArgument naming the
+/// variable and its value.
+[[nodiscard]] Status readEnvIndex(const char* name, int fallback, int& out);
+
+/// CHIMERA_LOG_LEVEL: `out` is one of spdlog's level names (trace debug info warn warning error
+/// err critical off), "warn" when unset or empty. A malformed
+/// value is InvalidArgument naming the variable and its value: the backends' factories return
+/// it, while the loggers (which cannot fail) keep "warn".
+[[nodiscard]] Status logLevelFromEnv(std::string& out);
 
 /// Default of CHIMERA_CHECK_ARGS for the NCCL backend and the executor: on in debug builds,
 /// off when NDEBUG is defined (the NCCL check synchronises the stream). The MPI backend's

@@ -2,11 +2,12 @@
 // Implements logging: spdlog loggers per subsystem, level from CHIMERA_LOG_LEVEL.
 #include "common/log.hpp"
 
+#include "common/env.hpp"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -26,18 +27,14 @@ LogState& state() {
   return instance;
 }
 
-bool underLauncher() {
-  return std::getenv("OMPI_COMM_WORLD_RANK") != nullptr || std::getenv("PMI_RANK") != nullptr ||
-         std::getenv("PMIX_RANK") != nullptr;
-}
+bool underLauncher() { return envIsSet("OMPI_COMM_WORLD_RANK") || envIsSet("PMI_RANK") || envIsSet("PMIX_RANK"); }
 
+// A malformed CHIMERA_LOG_LEVEL is the backend factories' error (logLevelFromEnv); a logger
+// cannot fail, so it keeps the default.
 spdlog::level::level_enum levelFromEnv() {
-  const char* text = std::getenv("CHIMERA_LOG_LEVEL");
-  if (text == nullptr || *text == '\0') return spdlog::level::warn;
-  const auto level = spdlog::level::from_str(text);
-  // from_str maps unknown text to off; accept only what it really knows.
-  if (level == spdlog::level::off && std::string(text) != "off") return spdlog::level::warn;
-  return level;
+  std::string name;
+  if (!logLevelFromEnv(name).isOk()) return spdlog::level::warn;
+  return spdlog::level::from_str(name);
 }
 
 std::string pattern(int rank) {

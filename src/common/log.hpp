@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Logging (private): spdlog behind one header. One logger per subsystem, the rank in the
-// pattern, level from CHIMERA_LOG_LEVEL (trace|debug|info|warn|error|off; default warn),
-// colour only when stderr is a terminal and not under mpirun.
+// pattern, level from CHIMERA_LOG_LEVEL (trace|debug|info|warn|error|critical|off; default
+// warn; a malformed value fails backend creation), colour only when stderr is a terminal and
+// not under mpirun.
 #pragma once
 
 #include <spdlog/spdlog.h>

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "chimera/planning/topology.hpp"
 #include "core/check.hpp"
@@ -18,7 +19,7 @@ using detail::Json;
 constexpr std::string_view kFormat = "chimera-topology-1";
 
 Json linkToJson(const LinkParams& link) {
-  return Json::object().set("alpha_s", link.alphaSeconds).set("bandwidth_bytes_per_s", link.bytesPerSecond);
+  return Json::object({{"alpha_s", link.alphaSeconds}, {"bandwidth_bytes_per_s", link.bytesPerSecond}});
 }
 
 // Reads fields of one JSON object, naming the full path of a field in every error.
@@ -27,44 +28,46 @@ class FieldReader {
   FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
 
   Status checkKnown(std::initializer_list<std::string_view> known) const {
-    CHIMERA_CHECK_ARG(object_.isObject(), "{} must be a JSON object", path_);
-    for (const auto& [key, value] : object_.members()) {
+    CHIMERA_CHECK_ARG(object_.is_object(), "{} must be a JSON object", path_);
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
       bool found = false;
-      for (const std::string_view name : known) found = found || key == name;
-      CHIMERA_CHECK_ARG(found, "unknown field '{}{}'", prefix(), key);
+      for (const std::string_view name : known) found = found || it.key() == name;
+      CHIMERA_CHECK_ARG(found, "unknown field '{}{}'", prefix(), it.key());
     }
     return Status::ok();
   }
 
   // Missing optional fields leave `out` unchanged.
   Status number(std::string_view key, bool required, double& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->isNumber(), "field '{}{}' must be a number, got {}", prefix(), key, value->dump());
-    out = value->asDouble();
+    CHIMERA_CHECK_ARG(value->is_number(), "field '{}{}' must be a number, got {}", prefix(), key,
+                      detail::dumpJson(*value));
+    out = value->get<double>();
     return Status::ok();
   }
 
   Status integer(std::string_view key, bool required, int& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->isInt() && value->asInt() >= std::numeric_limits<int>::min() &&
-                          value->asInt() <= std::numeric_limits<int>::max(),
-                      "field '{}{}' must be an integer, got {}", prefix(), key, value->dump());
-    out = static_cast<int>(value->asInt());
+    const std::optional<std::int64_t> number = detail::intValue(*value);
+    CHIMERA_CHECK_ARG(number && *number >= std::numeric_limits<int>::min() && *number <= std::numeric_limits<int>::max(),
+                      "field '{}{}' must be an integer, got {}", prefix(), key, detail::dumpJson(*value));
+    out = static_cast<int>(*number);
     return Status::ok();
   }
 
   Status string(std::string_view key, bool required, std::string& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->isString(), "field '{}{}' must be a string, got {}", prefix(), key, value->dump());
-    out = value->asString();
+    CHIMERA_CHECK_ARG(value->is_string(), "field '{}{}' must be a string, got {}", prefix(), key,
+                      detail::dumpJson(*value));
+    out = value->get<std::string>();
     return Status::ok();
   }
 
   Status link(std::string_view key, bool required, LinkParams& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
     const FieldReader reader(*value, prefix() + std::string(key));
     CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"alpha_s", "bandwidth_bytes_per_s"}));
@@ -73,7 +76,7 @@ class FieldReader {
   }
 
   Status device(std::string_view key, DeviceParams& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return Status::ok();
     const FieldReader reader(*value, prefix() + std::string(key));
     CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"memory_bytes_per_s", "launch_s", "peak_flops_per_s"}));
@@ -83,7 +86,7 @@ class FieldReader {
   }
 
   Status calibration(std::string_view key, CalibrationInfo& out) const {
-    const Json* value = object_.find(key);
+    const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return Status::ok();
     const FieldReader reader(*value, prefix() + std::string(key));
     CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"samples", "rms_relative_error"}));
@@ -105,29 +108,26 @@ class FieldReader {
 }  // namespace
 
 std::string topologyToJson(const Topology& t) {
-  Json json = Json::object();
-  json.set("format", kFormat)
-      .set("name", t.name)
-      .set("fabric", fabricName(t.fabric))
-      .set("ranks", t.ranks)
-      .set("ranks_per_domain", t.ranksPerDomain)
-      .set("local_link", linkToJson(t.local))
-      .set("cross_link", linkToJson(t.cross))
-      .set("peer_penalty", t.peerPenalty)
-      .set("reduce_s_per_byte", t.reduceSecondsPerByte)
-      .set("compute_slots", t.computeSlots)
-      .set("step_s", t.stepSeconds)
-      .set("peer_s", t.peerSeconds)
-      .set("device", Json::object()
-                         .set("memory_bytes_per_s", t.device.memoryBytesPerSecond)
-                         .set("launch_s", t.device.launchSeconds)
-                         .set("peak_flops_per_s", t.device.peakFlopsPerSecond));
+  Json json = Json::object({{"format", kFormat},
+                            {"name", t.name},
+                            {"fabric", fabricName(t.fabric)},
+                            {"ranks", t.ranks},
+                            {"ranks_per_domain", t.ranksPerDomain},
+                            {"local_link", linkToJson(t.local)},
+                            {"cross_link", linkToJson(t.cross)},
+                            {"peer_penalty", t.peerPenalty},
+                            {"reduce_s_per_byte", t.reduceSecondsPerByte},
+                            {"compute_slots", t.computeSlots},
+                            {"step_s", t.stepSeconds},
+                            {"peer_s", t.peerSeconds},
+                            {"device", Json::object({{"memory_bytes_per_s", t.device.memoryBytesPerSecond},
+                                                     {"launch_s", t.device.launchSeconds},
+                                                     {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
   if (t.calibration.samples > 0) {
-    json.set("calibration", Json::object()
-                                .set("samples", t.calibration.samples)
-                                .set("rms_relative_error", t.calibration.rmsRelativeError));
+    json["calibration"] = Json::object(
+        {{"samples", t.calibration.samples}, {"rms_relative_error", t.calibration.rmsRelativeError}});
   }
-  return json.dump(2);
+  return detail::dumpJson(json, 2);
 }
 
 Status topologyFromJson(std::string_view text, Topology& out) {

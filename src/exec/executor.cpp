@@ -16,6 +16,7 @@
 #include "exec/prepared_plan_cache.hpp"
 #include "exec/scratch_pool.hpp"
 #include "common/env.hpp"
+#include "common/hash.hpp"
 #include "exec/signature.hpp"
 
 namespace chimera {
@@ -85,7 +86,7 @@ struct Executor::Impl {
 // Agrees over the world on {hash, -hash, failed}: the MAX and MIN hash and whether any rank
 // failed. Every rank takes part whatever its local verdict.
 Status Executor::Impl::agree(const std::string& signature, const Status& local, std::string_view failure) {
-  const std::int64_t hash = detail::signatureHash(signature);
+  const std::int64_t hash = detail::Hasher().add(signature).agreementValue();
   std::vector<std::int64_t> values = detail::Agreement::words(hash, !local.isOk());
   const AxisSet world[] = {backend.mesh().allAxes()};
   CHIMERA_RETURN_IF_ERROR(agreement.maxOver(values, world));

@@ -52,13 +52,4 @@ std::string planKey(const Plan& plan) {
   return key;
 }
 
-std::int64_t signatureHash(std::string_view text) {
-  std::uint64_t hash = 14695981039346656037ull;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ull;
-  }
-  return static_cast<std::int64_t>(hash >> 2);
-}
-
 }  // namespace chimera::detail

@@ -26,7 +26,4 @@ std::string redistributionSignature(const TensorSpec& spec, const Layout& from, 
 /// Every field of `plan` that changes what it does, as text (buffers, steps, transfers).
 std::string planKey(const Plan& plan);
 
-/// 64-bit FNV-1a of `text`, folded to 62 bits (so it and its negation fit an int64).
-std::int64_t signatureHash(std::string_view text);
-
 }  // namespace chimera::detail

@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "chimera/planning/training_model.hpp"
@@ -49,36 +50,37 @@ Status readText(const std::string& path, std::string& out) {
 }
 
 Status intField(const detail::Json& json, std::string_view key, bool required, int& out) {
-  const detail::Json* value = json.find(key);
+  const detail::Json* value = detail::findMember(json, key);
   if (value == nullptr) {
     CHIMERA_CHECK_ARG(!required, "missing field '{}'", key);
     return Status::ok();
   }
-  CHIMERA_CHECK_ARG(value->isInt() && value->asInt() >= 0 && value->asInt() <= (1LL << 30),
-                    "field '{}' must be a non-negative integer, got {}", key, value->dump());
-  out = static_cast<int>(value->asInt());
+  const std::optional<std::int64_t> number = detail::intValue(*value);
+  CHIMERA_CHECK_ARG(number && *number >= 0 && *number <= (1LL << 30), "field '{}' must be a non-negative integer, got {}",
+                    key, detail::dumpJson(*value));
+  out = static_cast<int>(*number);
   return Status::ok();
 }
 
 Status modelFromJson(std::string_view text, ModelConfig& out) {
   detail::Json json;
   CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
-  CHIMERA_CHECK_ARG(json.isObject(), "a model file is one JSON object");
+  CHIMERA_CHECK_ARG(json.is_object(), "a model file is one JSON object");
   static constexpr std::string_view kKnown[] = {"format", "name", "layers", "hidden", "heads", "seq_length",
                                                 "ffn_hidden", "micro_batch", "dtype", "experts", "top_k",
                                                 "moe_every"};
-  for (const auto& [key, value] : json.members()) {
+  for (auto it = json.begin(); it != json.end(); ++it) {
     bool known = false;
-    for (const std::string_view k : kKnown) known = known || key == k;
-    CHIMERA_CHECK_ARG(known, "unknown field '{}'", key);
+    for (const std::string_view k : kKnown) known = known || it.key() == k;
+    CHIMERA_CHECK_ARG(known, "unknown field '{}'", it.key());
   }
-  const detail::Json* format = json.find("format");
-  CHIMERA_CHECK_ARG(format != nullptr && format->isString() && format->asString() == kModelFormat,
+  const detail::Json* format = detail::findMember(json, "format");
+  CHIMERA_CHECK_ARG(format != nullptr && format->is_string() && format->get<std::string>() == kModelFormat,
                     "field 'format' must be \"{}\"", kModelFormat);
   ModelConfig m;
-  const detail::Json* name = json.find("name");
-  CHIMERA_CHECK_ARG(name != nullptr && name->isString(), "field 'name' must be a string");
-  m.name = name->asString();
+  const detail::Json* name = detail::findMember(json, "name");
+  CHIMERA_CHECK_ARG(name != nullptr && name->is_string(), "field 'name' must be a string");
+  m.name = name->get<std::string>();
   CHIMERA_RETURN_IF_ERROR(intField(json, "layers", true, m.layers));
   CHIMERA_RETURN_IF_ERROR(intField(json, "hidden", true, m.hidden));
   CHIMERA_RETURN_IF_ERROR(intField(json, "heads", true, m.heads));
@@ -88,9 +90,9 @@ Status modelFromJson(std::string_view text, ModelConfig& out) {
   CHIMERA_RETURN_IF_ERROR(intField(json, "experts", false, m.experts));
   CHIMERA_RETURN_IF_ERROR(intField(json, "top_k", false, m.topK));
   CHIMERA_RETURN_IF_ERROR(intField(json, "moe_every", false, m.moeEvery));
-  if (const detail::Json* dtype = json.find("dtype"); dtype != nullptr) {
-    CHIMERA_CHECK_ARG(dtype->isString(), "field 'dtype' must be a string");
-    CHIMERA_RETURN_IF_ERROR(parseDataType(dtype->asString(), m.dtype));
+  if (const detail::Json* dtype = detail::findMember(json, "dtype"); dtype != nullptr) {
+    CHIMERA_CHECK_ARG(dtype->is_string(), "field 'dtype' must be a string");
+    CHIMERA_RETURN_IF_ERROR(parseDataType(dtype->get<std::string>(), m.dtype));
   }
   out = std::move(m);
   return Status::ok();

@@ -17,14 +17,18 @@ constexpr std::array<std::string_view, 9> kStepNames{"allreduce", "reducescatter
                                                      "alltoall",  "broadcast",     "send",
                                                      "manytomany", "localcopy",    "scale"};
 
-std::string describeStep(const Plan& plan, const PlanStep& step) {
+}  // namespace
+
+std::string_view planStepKindName(PlanStep::Kind kind) { return kStepNames[static_cast<std::size_t>(kind)]; }
+
+std::string planStepText(const Plan& plan, const PlanStep& step) {
   const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
   const std::string group = mesh.axesName(step.axes);
   switch (step.kind) {
     case PlanStep::Kind::AllReduce:
-      return fmt::format("allreduce({}):{}", reduceOpName(step.op), group);
+      return fmt::format("allreduce:{}", group);
     case PlanStep::Kind::ReduceScatter:
-      return fmt::format("reducescatter({}):{}:{}", reduceOpName(step.op), group, step.dim);
+      return fmt::format("reducescatter:{}:{}", group, step.dim);
     case PlanStep::Kind::AllGather:
       return fmt::format("allgather:{}:{}", group, step.dim);
     case PlanStep::Kind::AllToAll:
@@ -34,24 +38,18 @@ std::string describeStep(const Plan& plan, const PlanStep& step) {
     case PlanStep::Kind::Send:
       return fmt::format("send:{}", group);
     case PlanStep::Kind::ManyToMany: {
-      std::int64_t remote = 0;
-      for (const auto& t : step.transfers) remote += t.src != t.dst ? 1 : 0;
-      const std::string shape =
-          step.allToAllGroup.empty() ? std::string() : fmt::format(", an alltoall over {}", mesh.axesName(step.allToAllGroup));
-      return fmt::format("manytomany ({} transfers, {} local{})", remote,
-                         static_cast<std::int64_t>(step.transfers.size()) - remote, shape);
+      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
+                                        [](const BoxTransfer& t) { return t.src != t.dst; });
+      if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
+      return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
     }
     case PlanStep::Kind::LocalCopy:
       return "localcopy";
     case PlanStep::Kind::Scale:
-      return fmt::format("scale x{}", step.scale);
+      return fmt::format("scale:{}", step.scale);
   }
   return "?";
 }
-
-}  // namespace
-
-std::string_view planStepKindName(PlanStep::Kind kind) { return kStepNames[static_cast<std::size_t>(kind)]; }
 
 int Plan::addBuffer(const Layout& layout) {
   PlanBuffer buffer{layout, layout.localShape(spec), static_cast<std::int64_t>(dataTypeSize(spec.dtype))};
@@ -71,7 +69,7 @@ std::string Plan::toString() const {
   std::string text;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& s = steps[i];
-    text += fmt::format("  {}. {:<36} buf{} {} -> buf{} {}", i + 1, describeStep(*this, s), s.input,
+    text += fmt::format("  {}. {:<36} buf{} {} -> buf{} {}", i + 1, planStepText(*this, s), s.input,
                         buffers[static_cast<std::size_t>(s.input)].layout.toString(), s.output,
                         buffers[static_cast<std::size_t>(s.output)].layout.toString());
     if (!s.origin.empty()) text += fmt::format("   [{}]", s.origin);

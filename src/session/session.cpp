@@ -14,13 +14,6 @@
 namespace chimera {
 namespace {
 
-bool overlapping(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
-  if (a == nullptr || b == nullptr || aBytes == 0 || bBytes == 0) return false;
-  const auto* a0 = static_cast<const std::byte*>(a);
-  const auto* b0 = static_cast<const std::byte*>(b);
-  return a0 < b0 + bBytes && b0 < a0 + aBytes;
-}
-
 // A holder needs a buffer of its local tensor; a rank holding nothing passes none.
 Status checkBuffer(const Layout& layout, const TensorSpec& spec, int rank, const void* buffer, std::size_t bytes,
                    std::string_view what) {
@@ -138,7 +131,7 @@ Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, s
   } else {
     CHIMERA_RETURN_IF_ERROR(
         checkBuffer(value.layout, value.spec, backend.rank(), output, outputBytes, op.toString(mesh)));
-    CHIMERA_CHECK_ARG(!overlapping(input.buffer, input.bytes, output, outputBytes),
+    CHIMERA_CHECK_ARG(!detail::overlaps(input.buffer, input.bytes, output, outputBytes),
                       "{}: the output buffer overlaps the input buffer (out-of-place call)", op.toString(mesh));
     value.buffer = output;
     value.bytes = outputBytes;

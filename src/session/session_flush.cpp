@@ -18,13 +18,6 @@ namespace {
 constexpr const char* kLog = "session";
 constexpr std::size_t kAgreementWords = 3 + Session::kMaxWindowValues;
 
-bool overlapping(const detail::WindowValue& a, const detail::WindowValue& b) {
-  if (a.buffer == nullptr || b.buffer == nullptr || a.bytes == 0 || b.bytes == 0) return false;
-  const auto* a0 = static_cast<const std::byte*>(a.buffer);
-  const auto* b0 = static_cast<const std::byte*>(b.buffer);
-  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
-}
-
 }  // namespace
 
 // One MAX allReduce over the agreement scope (SPMD: the world) of {hash, -hash, failed,
@@ -372,7 +365,7 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   ++stats.chainsRun;
   if (fused) ++stats.fusedChains;
   const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
-  if (reshaped || overlapping(in, out)) return runStaged(step, in.spec, in.buffer, in.bytes, out);
+  if (reshaped || detail::overlaps(in.buffer, in.bytes, out.buffer, out.bytes)) return runStaged(step, in.spec, in.buffer, in.bytes, out);
   return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes);
 }
 

@@ -73,6 +73,10 @@ struct WindowKey {
   }
 };
 
+/// True when the byte ranges [a, a + aBytes) and [b, b + bBytes) share a byte; a null or empty
+/// range shares none. Decides aliasing between window values and between a call's buffers.
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes);
+
 /// Builds the key of `window` with the verdicts of `rank` from its buffers and byte ranges.
 WindowKey windowKey(const Window& window, int rank);
 

@@ -4,42 +4,29 @@
 
 #include <string>
 
+#include "common/hash.hpp"
 #include "session/window.hpp"
 
 namespace chimera::detail {
 namespace {
 
-std::uint64_t mix(std::uint64_t hash, std::uint64_t word) {
-  hash ^= word + 0x9e3779b97f4a7c15ull + (hash << 6) + (hash >> 2);
-  return hash;
-}
-
-// The splitmix64 finaliser: every input bit reaches every output bit. `mix` alone leaves a
-// difference in the last word in the low bits, which the 62-bit shared hash drops.
-std::uint64_t avalanche(std::uint64_t h) {
-  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
-  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
-  return h ^ (h >> 31);
-}
-
 // Placements only; the split order of nested shards is left to the full comparison.
-std::uint64_t layoutHash(std::uint64_t hash, const Layout& layout) {
+void addLayout(Hasher& hasher, const Layout& layout) {
   for (int axis = 0; axis < layout.mesh().numAxes(); ++axis) {
     const Placement& p = layout.placement(axis);
-    hash = mix(hash, static_cast<std::uint64_t>(p.kind) | (static_cast<std::uint64_t>(p.dim) << 8) |
-                         (static_cast<std::uint64_t>(p.op) << 24) | (static_cast<std::uint64_t>(p.stage) << 32));
+    hasher.add(static_cast<std::uint64_t>(p.kind) | (static_cast<std::uint64_t>(p.dim) << 8) |
+               (static_cast<std::uint64_t>(p.op) << 24) | (static_cast<std::uint64_t>(p.stage) << 32));
   }
-  return hash;
-}
-
-bool overlaps(const WindowValue& a, const WindowValue& b) {
-  if (a.buffer == nullptr || b.buffer == nullptr || a.bytes == 0 || b.bytes == 0) return false;
-  const auto* a0 = static_cast<const std::byte*>(a.buffer);
-  const auto* b0 = static_cast<const std::byte*>(b.buffer);
-  return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
 }
 
 }  // namespace
+
+bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
+  if (a == nullptr || b == nullptr || aBytes == 0 || bBytes == 0) return false;
+  const auto* a0 = static_cast<const std::byte*>(a);
+  const auto* b0 = static_cast<const std::byte*>(b);
+  return a0 < b0 + bBytes && b0 < a0 + aBytes;
+}
 
 WindowKey windowKey(const Window& window, int rank) {
   WindowKey key;
@@ -76,20 +63,21 @@ WindowKey windowKey(const Window& window, int rank) {
   key.aliased.assign(window.values.size(), 0);
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     for (std::size_t j = i + 1; j < window.values.size(); ++j) {
-      if (window.values[i].storage != window.values[j].storage && overlaps(window.values[i], window.values[j])) {
+      const WindowValue& a = window.values[i];
+      const WindowValue& b = window.values[j];
+      if (a.storage != b.storage && overlaps(a.buffer, a.bytes, b.buffer, b.bytes)) {
         key.aliased[i] = 1;
         key.aliased[j] = 1;
       }
     }
   }
-  std::uint64_t hash = 1469598103934665603ull;
-  for (std::int64_t w : key.words) hash = mix(hash, static_cast<std::uint64_t>(w));
-  for (const Layout& l : key.layouts) hash = layoutHash(hash, l);
-  hash = avalanche(hash);
-  key.sharedHash = static_cast<std::int64_t>(hash >> 2);
-  for (std::uint8_t a : key.aliased) hash = mix(hash, a);
-  for (std::uint8_t u : key.uncovered) hash = mix(hash, u);
-  key.hash = hash;
+  Hasher hasher;
+  for (std::int64_t w : key.words) hasher.add(static_cast<std::uint64_t>(w));
+  for (const Layout& l : key.layouts) addLayout(hasher, l);
+  key.sharedHash = hasher.agreementValue();
+  for (std::uint8_t a : key.aliased) hasher.add(a);
+  for (std::uint8_t u : key.uncovered) hasher.add(u);
+  key.hash = hasher.value();
   return key;
 }
 

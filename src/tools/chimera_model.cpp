@@ -10,8 +10,6 @@
 // on stderr, exit status 2.
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <map>
 #include <string>
 #include <string_view>
 
@@ -19,6 +17,7 @@
 #include "chimera/planning/training_model.hpp"
 #include "core/check.hpp"
 #include "common/json.hpp"
+#include "tools/tool_main.hpp"
 
 namespace chimera {
 namespace {
@@ -31,38 +30,6 @@ constexpr std::string_view kUsage =
     "                            profile JSON with device memory bandwidth and peak FLOP/s\n"
     "  --json                    one JSON document (every collective, every layer, the totals)\n"
     "  --collectives             also list every collective kind with its plan (text mode)\n";
-
-struct Options {
-  std::map<std::string, std::string> values;
-  bool json = false;
-  bool collectives = false;
-  bool help = false;
-};
-
-Status parseArgs(int argc, char** argv, Options& out) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--json" || arg == "--collectives" || arg == "--help" || arg == "-h") {
-      (arg == "--json" ? out.json : arg == "--collectives" ? out.collectives : out.help) = true;
-      continue;
-    }
-    CHIMERA_CHECK_ARG(arg.substr(0, 2) == "--", "unexpected argument '{}' (see --help)", arg);
-    std::string key(arg.substr(2));
-    std::string value;
-    if (const auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      CHIMERA_CHECK_ARG(i + 1 < argc, "option --{} needs a value", key);
-      value = argv[++i];
-    }
-    CHIMERA_CHECK_ARG(key == "model" || key == "parallel" || key == "topology", "unknown option --{} (see --help)",
-                      key);
-    CHIMERA_CHECK_ARG(out.values.count(key) == 0, "option --{} given twice", key);
-    out.values[key] = value;
-  }
-  return Status::ok();
-}
 
 std::string ms(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
 std::string mib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1048576.0); }
@@ -114,71 +81,65 @@ detail::Json jsonReport(const ModelReport& r) {
   using detail::Json;
   Json collectives = Json::array();
   for (const ModelCollective& c : r.collectives) {
-    collectives.push(Json::object()
-                         .set("where", c.where)
-                         .set("layer", c.layer)
-                         .set("mesh", c.mesh)
-                         .set("from", c.from)
-                         .set("chain", c.chain)
-                         .set("consume", c.consume)
-                         .set("shape", c.shape)
-                         .set("count", c.count)
-                         .set("baseline_bytes", c.baselineBytes)
-                         .set("fused_bytes", c.fusedBytes)
-                         .set("baseline_s", c.baselineSeconds)
-                         .set("fused_s", c.fusedSeconds)
-                         .set("decision", c.fused ? "fused" : "baseline"));
+    collectives.push_back(Json::object({{"where", c.where},
+                                        {"layer", c.layer},
+                                        {"mesh", c.mesh},
+                                        {"from", c.from},
+                                        {"chain", c.chain},
+                                        {"consume", c.consume},
+                                        {"shape", c.shape},
+                                        {"count", c.count},
+                                        {"baseline_bytes", c.baselineBytes},
+                                        {"fused_bytes", c.fusedBytes},
+                                        {"baseline_s", c.baselineSeconds},
+                                        {"fused_s", c.fusedSeconds},
+                                        {"decision", c.fused ? "fused" : "baseline"}}));
   }
   Json layers = Json::array();
   for (const ModelLayer& l : r.layers) {
-    layers.push(Json::object()
-                    .set("layer", l.layer)
-                    .set("stage", l.stage)
-                    .set("moe", l.moe)
-                    .set("compute_s", l.computeSeconds)
-                    .set("baseline_comm_s", l.baselineCommSeconds)
-                    .set("fused_comm_s", l.fusedCommSeconds)
-                    .set("baseline_bytes", l.baselineBytes)
-                    .set("fused_bytes", l.fusedBytes));
+    layers.push_back(Json::object({{"layer", l.layer},
+                                   {"stage", l.stage},
+                                   {"moe", l.moe},
+                                   {"compute_s", l.computeSeconds},
+                                   {"baseline_comm_s", l.baselineCommSeconds},
+                                   {"fused_comm_s", l.fusedCommSeconds},
+                                   {"baseline_bytes", l.baselineBytes},
+                                   {"fused_bytes", l.fusedBytes}}));
   }
   const ParallelConfig& p = r.parallel;
-  return Json::object()
-      .set("format", "chimera-model-report-1")
-      .set("model", r.model.name)
-      .set("parallel", Json::object()
-                           .set("dp", p.dp)
-                           .set("tp", p.tp)
-                           .set("sp", p.sp)
-                           .set("pp", p.pp)
-                           .set("ep", p.ep)
-                           .set("microbatches", p.microbatches))
-      .set("topology", r.topology)
-      .set("compute_s", r.computeSeconds)
-      .set("baseline_comm_s", r.baselineCommSeconds)
-      .set("fused_comm_s", r.fusedCommSeconds)
-      .set("baseline_iteration_s", r.baselineIterationSeconds)
-      .set("fused_iteration_s", r.fusedIterationSeconds)
-      .set("communication_speedup", r.communicationSpeedup())
-      .set("end_to_end_speedup", r.endToEndSpeedup())
-      .set("baseline_bytes", r.baselineBytes)
-      .set("fused_bytes", r.fusedBytes)
-      .set("layers", std::move(layers))
-      .set("collectives", std::move(collectives));
+  return Json::object({{"format", "chimera-model-report-1"},
+                       {"model", r.model.name},
+                       {"parallel", Json::object({{"dp", p.dp},
+                                                  {"tp", p.tp},
+                                                  {"sp", p.sp},
+                                                  {"pp", p.pp},
+                                                  {"ep", p.ep},
+                                                  {"microbatches", p.microbatches}})},
+                       {"topology", r.topology},
+                       {"compute_s", r.computeSeconds},
+                       {"baseline_comm_s", r.baselineCommSeconds},
+                       {"fused_comm_s", r.fusedCommSeconds},
+                       {"baseline_iteration_s", r.baselineIterationSeconds},
+                       {"fused_iteration_s", r.fusedIterationSeconds},
+                       {"communication_speedup", r.communicationSpeedup()},
+                       {"end_to_end_speedup", r.endToEndSpeedup()},
+                       {"baseline_bytes", r.baselineBytes},
+                       {"fused_bytes", r.fusedBytes},
+                       {"layers", std::move(layers)},
+                       {"collectives", std::move(collectives)}});
 }
 
-Status run(const Options& options, std::string& output) {
-  for (const char* key : {"model", "parallel", "topology"}) {
-    CHIMERA_CHECK_ARG(options.values.count(key) != 0, "missing --{} (see --help)", key);
-  }
+Status run(const detail::ToolOptions& options, std::string& output) {
   ModelConfig model;
-  CHIMERA_RETURN_IF_ERROR(loadModelConfig(options.values.at("model"), model));
+  CHIMERA_RETURN_IF_ERROR(loadModelConfig(options.value("model"), model));
   ParallelConfig parallel;
-  CHIMERA_RETURN_IF_ERROR(parseParallelConfig(options.values.at("parallel"), parallel));
+  CHIMERA_RETURN_IF_ERROR(parseParallelConfig(options.value("parallel"), parallel));
   Topology topology;
-  CHIMERA_RETURN_IF_ERROR(loadTopology(options.values.at("topology"), topology));
+  CHIMERA_RETURN_IF_ERROR(loadTopology(options.value("topology"), topology));
   ModelReport report;
   CHIMERA_RETURN_IF_ERROR(analyzeModel(model, parallel, topology, report));
-  output = options.json ? jsonReport(report).dump(2) + "\n" : textReport(report, options.collectives);
+  output = options.has("json") ? detail::dumpJson(jsonReport(report), 2) + "\n"
+                                : textReport(report, options.has("collectives"));
   return Status::ok();
 }
 
@@ -186,18 +147,7 @@ Status run(const Options& options, std::string& output) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
-  chimera::Options options;
-  chimera::Status status = chimera::parseArgs(argc, argv, options);
-  if (status.isOk() && options.help) {
-    std::fputs(chimera::kUsage.data(), stdout);
-    return 0;
-  }
-  std::string output;
-  if (status.isOk()) status = chimera::run(options, output);
-  if (!status.isOk()) {
-    std::fprintf(stderr, "chimera-model: %s\n", status.message().c_str());
-    return 2;
-  }
-  std::fputs(output.c_str(), stdout);
-  return 0;
+  static constexpr std::string_view kKeys[] = {"model", "parallel", "topology"};
+  static constexpr std::string_view kSwitches[] = {"json", "collectives"};
+  return chimera::detail::toolMain(argc, argv, {"chimera-model", chimera::kUsage, kKeys, kKeys, kSwitches, chimera::run});
 }

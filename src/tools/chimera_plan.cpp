@@ -8,8 +8,6 @@
 // decision. Bad input: one line on stderr, exit status 2.
 #include <fmt/format.h>
 
-#include <cstdio>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +22,7 @@
 #include "chimera/planning/topology_cost.hpp"
 #include "core/check.hpp"
 #include "tools/plan_report.hpp"
+#include "tools/tool_main.hpp"
 
 namespace chimera {
 namespace {
@@ -42,47 +41,7 @@ constexpr std::string_view kUsage =
     "                            nvswitch-h20x8, dgx-h100x8, multinode-ib[:N]) or a calibrated profile JSON\n"
     "  --json                    print one JSON document instead of the report\n";
 
-struct Options {
-  std::map<std::string, std::string> values;
-  bool json = false;
-  bool help = false;
-};
-
-Status parseArgs(int argc, char** argv, Options& out) {
-  static const char* kKeys[] = {"mesh", "shape", "dtype", "from", "chain", "consume", "topology"};
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "--json") {
-      out.json = true;
-      continue;
-    }
-    if (arg == "--help" || arg == "-h") {
-      out.help = true;
-      continue;
-    }
-    CHIMERA_CHECK_ARG(arg.substr(0, 2) == "--", "unexpected argument '{}' (see --help)", arg);
-    std::string key(arg.substr(2));
-    std::string value;
-    if (const auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      CHIMERA_CHECK_ARG(i + 1 < argc, "option --{} needs a value", key);
-      value = argv[++i];
-    }
-    bool known = false;
-    for (const char* k : kKeys) known = known || key == k;
-    CHIMERA_CHECK_ARG(known, "unknown option --{} (see --help)", key);
-    CHIMERA_CHECK_ARG(out.values.count(key) == 0, "option --{} given twice", key);
-    out.values[key] = value;
-  }
-  return Status::ok();
-}
-
-Status run(const Options& options, std::string& output) {
-  for (const char* key : {"mesh", "shape", "dtype", "from", "chain"}) {
-    CHIMERA_CHECK_ARG(options.values.count(key) != 0, "missing --{} (see --help)", key);
-  }
+Status run(const detail::ToolOptions& options, std::string& output) {
   const auto& v = options.values;
   Mesh mesh;
   CHIMERA_RETURN_IF_ERROR(Mesh::parse(v.at("mesh"), mesh));
@@ -114,7 +73,7 @@ Status run(const Options& options, std::string& output) {
   ChainAnalysis analysis;
   CHIMERA_RETURN_IF_ERROR(analyzeChain(plan.trace, plan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost.name())};
-  output = options.json ? detail::jsonPlanReport(query, plan, analysis).dump(2) + "\n"
+  output = options.has("json") ? detail::dumpJson(detail::jsonPlanReport(query, plan, analysis), 2) + "\n"
                         : detail::humanPlanReport(query, plan, analysis);
   return Status::ok();
 }
@@ -123,18 +82,9 @@ Status run(const Options& options, std::string& output) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
-  chimera::Options options;
-  chimera::Status status = chimera::parseArgs(argc, argv, options);
-  if (status.isOk() && options.help) {
-    std::fputs(chimera::kUsage.data(), stdout);
-    return 0;
-  }
-  std::string output;
-  if (status.isOk()) status = chimera::run(options, output);
-  if (!status.isOk()) {
-    std::fprintf(stderr, "chimera-plan: %s\n", status.message().c_str());
-    return 2;
-  }
-  std::fputs(output.c_str(), stdout);
-  return 0;
+  static constexpr std::string_view kKeys[] = {"mesh", "shape", "dtype", "from", "chain", "consume", "topology"};
+  static constexpr std::string_view kSwitches[] = {"json"};
+  return chimera::detail::toolMain(argc, argv,
+                                   {"chimera-plan", chimera::kUsage, kKeys, std::span(kKeys).first(5), kSwitches,
+                                    chimera::run});
 }

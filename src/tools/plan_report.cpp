@@ -10,36 +10,6 @@
 namespace chimera::detail {
 namespace {
 
-std::string stepName(const Plan& plan, const PlanStep& step) {
-  const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
-  const std::string group = mesh.axesName(step.axes);
-  switch (step.kind) {
-    case PlanStep::Kind::AllReduce:
-      return fmt::format("allreduce:{}", group);
-    case PlanStep::Kind::ReduceScatter:
-      return fmt::format("reducescatter:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllGather:
-      return fmt::format("allgather:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllToAll:
-      return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
-    case PlanStep::Kind::Broadcast:
-      return fmt::format("broadcast:{}:{}", group, step.root);
-    case PlanStep::Kind::Send:
-      return fmt::format("send:{}", group);
-    case PlanStep::Kind::ManyToMany: {
-      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
-                                        [](const BoxTransfer& t) { return t.src != t.dst; });
-      if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
-      return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
-    }
-    case PlanStep::Kind::LocalCopy:
-      return "localcopy";
-    case PlanStep::Kind::Scale:
-      return fmt::format("scale:{}", step.scale);
-  }
-  return "?";
-}
-
 std::string size(std::int64_t bytes) {
   if (bytes >= (1LL << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / 1048576.0);
   if (bytes >= (1LL << 10)) return fmt::format("{:.2f} KiB", static_cast<double>(bytes) / 1024.0);
@@ -51,19 +21,14 @@ Json planJson(const Plan& plan, const PlanBytes& bytes) {
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     const auto& step = plan.steps[i];
     const auto& perRank = bytes.stepPerRank[i];
-    Json op = Json::object();
-    op.set("op", stepName(plan, step));
-    op.set("from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString());
-    op.set("to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString());
-    op.set("bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end()));
-    op.set("bytes_total", std::accumulate(perRank.begin(), perRank.end(), std::int64_t{0}));
-    ops.push(std::move(op));
+    ops.push_back(Json::object(
+        {{"op", planStepText(plan, step)},
+         {"from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString()},
+         {"to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString()},
+         {"bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end())},
+         {"bytes_total", std::accumulate(perRank.begin(), perRank.end(), std::int64_t{0})}}));
   }
-  Json out = Json::object();
-  out.set("ops", std::move(ops));
-  out.set("bytes_per_rank_max", bytes.maxPerRank);
-  out.set("bytes_total", bytes.total);
-  return out;
+  return Json::object({{"ops", std::move(ops)}, {"bytes_per_rank_max", bytes.maxPerRank}, {"bytes_total", bytes.total}});
 }
 
 }  // namespace
@@ -105,37 +70,35 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
   Json baseline = planJson(plan.baseline, plan.baselineBytes);
   Json ops = Json::array();
   for (const auto& op : analysis.ops) {
-    Json entry = Json::object();
-    entry.set("op", op.op);
-    entry.set("local_bytes", op.localBytes);
-    entry.set("group_size", op.groupSize);
-    entry.set("participants", op.participants);
-    entry.set("bytes_per_rank_max", op.bytesPerRankMax);
-    entry.set("bytes_total", op.bytesTotal);
-    entry.set("unconsumed_bytes_total", op.unconsumedTotal);
-    ops.push(std::move(entry));
+    ops.push_back(Json::object({{"op", op.op},
+                                {"local_bytes", op.localBytes},
+                                {"group_size", op.groupSize},
+                                {"participants", op.participants},
+                                {"bytes_per_rank_max", op.bytesPerRankMax},
+                                {"bytes_total", op.bytesTotal},
+                                {"unconsumed_bytes_total", op.unconsumedTotal}}));
   }
-  baseline.set("ops", std::move(ops));
-  Json out = Json::object();
-  out.set("mesh", query.mesh);
-  out.set("tensor", plan.fused.spec.toString());
-  out.set("from", plan.trace.layouts.front().toString());
-  out.set("chain", query.chain);
-  out.set("consume", plan.consumed.toString());
-  out.set("cost_model", query.cost);
-  out.set("baseline", std::move(baseline));
-  out.set("fused", planJson(plan.fused, plan.fusedBytes));
-  out.set("baseline_prediction", plan.baselineCost.summary);
-  out.set("fused_prediction", plan.fusedCost.summary);
-  // The costs' values (seconds under a topology, bytes under 'bytes'), for tables and plots.
-  out.set("baseline_cost", plan.baselineCost.value);
-  out.set("fused_cost", plan.fusedCost.value);
-  out.set("redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total));
-  out.set("unconsumed_bytes_total", analysis.unconsumedTotal);
-  out.set("unconsumed_analysed", analysis.unconsumedAnalysed);
-  out.set("decision", plan.useFused ? "fused" : "baseline");
-  out.set("explain", plan.explain);
-  return out;
+  baseline["ops"] = std::move(ops);  // the chain as written, op by op, replaces the baseline plan's steps
+  return Json::object({
+      {"mesh", query.mesh},
+      {"tensor", plan.fused.spec.toString()},
+      {"from", plan.trace.layouts.front().toString()},
+      {"chain", query.chain},
+      {"consume", plan.consumed.toString()},
+      {"cost_model", query.cost},
+      {"baseline", std::move(baseline)},
+      {"fused", planJson(plan.fused, plan.fusedBytes)},
+      {"baseline_prediction", plan.baselineCost.summary},
+      {"fused_prediction", plan.fusedCost.summary},
+      // The costs' values (seconds under a topology, bytes under 'bytes'), for tables and plots.
+      {"baseline_cost", plan.baselineCost.value},
+      {"fused_cost", plan.fusedCost.value},
+      {"redundant_bytes_total", std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total)},
+      {"unconsumed_bytes_total", analysis.unconsumedTotal},
+      {"unconsumed_analysed", analysis.unconsumedAnalysed},
+      {"decision", plan.useFused ? "fused" : "baseline"},
+      {"explain", plan.explain},
+  });
 }
 
 }  // namespace chimera::detail

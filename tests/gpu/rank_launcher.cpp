@@ -25,6 +25,7 @@
 
 #include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "chimera/nccl_backend.hpp"
+#include "common/cli.hpp"
 
 namespace {
 
@@ -72,30 +73,31 @@ int main(int argc, char** argv) {
   int ranks = 0;
   int seconds = 300;
   std::string logPrefix;
-  int first = argc;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--") {
-      first = i + 1;
-      break;
-    }
-    if (flag == "--nccl-version") {
-      std::string text;
-      int code = 0;
-      const chimera::Status status = chimera::ncclLibraryVersion(text, code);
-      std::printf("NCCL %s (code %d)%s%s\n", text.c_str(), code, status.isOk() ? "" : ": ",
-                  status.isOk() ? "" : status.message().c_str());
-      return status.isOk() ? 0 : 3;
-    }
-    if (i + 1 >= argc) usage(("missing value for " + flag).c_str());
-    const std::string value = argv[++i];
-    if (flag == "-n") ranks = std::atoi(value.c_str());
-    else if (flag == "-t") seconds = std::atoi(value.c_str());
-    else if (flag == "-l") logPrefix = value;
-    else usage(("unknown option " + flag).c_str());
+  bool version = false;
+  using chimera::detail::parseIntFlag;
+  const chimera::detail::CliFlag flags[] = {
+      {"-n", "", true, [&](std::string_view v) { return parseIntFlag("-n", v, 1, ranks); }},
+      {"-t", "", true, [&](std::string_view v) { return parseIntFlag("-t", v, 1, seconds); }},
+      {"-l", "", true, [&](std::string_view v) { return logPrefix = v, chimera::Status::ok(); }},
+      {"", "--nccl-version", false, [&](std::string_view) { return version = true, chimera::Status::ok(); }},
+  };
+  // The launcher's own arguments end at "--"; the program and its arguments follow.
+  int first = 1;
+  while (first < argc && std::string_view(argv[first]) != "--") ++first;
+  const std::vector<std::string> own(argv + 1, argv + first);
+  if (const chimera::Status status = chimera::detail::parseFlags(own, flags); !status.isOk()) {
+    usage(status.message().c_str());
+  }
+  if (version) {
+    std::string text;
+    int code = 0;
+    const chimera::Status status = chimera::ncclLibraryVersion(text, code);
+    std::printf("NCCL %s (code %d)%s%s\n", text.c_str(), code, status.isOk() ? "" : ": ",
+                status.isOk() ? "" : status.message().c_str());
+    return status.isOk() ? 0 : 3;
   }
   if (ranks < 1 || ranks > 1024) usage("-n must be in 1..1024");
-  if (seconds < 1) usage("-t must be >= 1");
+  ++first;  // past "--"
   if (first >= argc) usage("no program after --");
 
   chimera::NcclUniqueId id;

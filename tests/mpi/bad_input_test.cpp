@@ -148,6 +148,12 @@ TEST(MpiBackendBadInput, MeshWorldMismatchAndBadEnvironment) {
   unsetenv("CHIMERA_MPI_ALGORITHM");
   EXPECT_TRUE(has(env, StatusCode::InvalidArgument, "CHIMERA_MPI_ALGORITHM='fastest'")) << env.toString();
   ok = ok && has(env, StatusCode::InvalidArgument, "CHIMERA_MPI_ALGORITHM");
+  // A malformed log level is no longer silently "warn": creating the backend names it.
+  setenv("CHIMERA_LOG_LEVEL", "loud", 1);
+  const Status level = detail::createMpiBackend(Mesh::flat(worldSize()), detail::MpiBackendOptions{}, backend);
+  unsetenv("CHIMERA_LOG_LEVEL");
+  EXPECT_TRUE(has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'")) << level.toString();
+  ok = ok && has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'");
   EXPECT_TRUE(allRanksAgree(ok));
 }
 

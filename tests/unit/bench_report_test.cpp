@@ -126,41 +126,39 @@ TEST(BenchReport, JsonHasTheContractFields) {
   ResultRow noInPlace = sampleRow();
   noInPlace.inPlace.reset();
   const detail::Json json = reportJson(info, {sampleRow(), unchecked, noInPlace});
-  ASSERT_NE(json.find("collective"), nullptr);
-  EXPECT_EQ(json.find("collective")->asString(), "allreduce");
-  EXPECT_EQ(json.find("nranks")->asInt(), 8);
-  EXPECT_EQ(json.find("backend")->asString(), "mpi");
-  EXPECT_EQ(json.find("baseline_wrong")->asInt(), 4);  // 2 + unchecked + 2
-  const detail::Json* rows = json.find("rows");
-  ASSERT_NE(rows, nullptr);
-  ASSERT_EQ(rows->size(), 3u);
-  const detail::Json& first = rows->items()[0];
+  EXPECT_EQ(json.at("collective"), "allreduce");
+  EXPECT_EQ(json.at("nranks"), 8);
+  EXPECT_EQ(json.at("backend"), "mpi");
+  EXPECT_EQ(json.at("baseline_wrong"), 4);  // 2 + unchecked + 2
+  const detail::Json& rows = json.at("rows");
+  ASSERT_EQ(rows.size(), 3u);
+  const detail::Json& first = rows[0];
   std::vector<std::string> keys;
-  for (const auto& [key, value] : first.members()) keys.push_back(key);
+  for (auto it = first.begin(); it != first.end(); ++it) keys.push_back(it.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"bytes", "count", "dtype", "op", "time_us", "algbw_gbps", "busbw_gbps",
                                             "wrong", "in_place_time_us", "in_place_algbw_gbps", "in_place_busbw_gbps",
                                             "in_place_wrong", "baseline_time_us", "speedup"}));
-  EXPECT_EQ(first.find("bytes")->asInt(), 32 << 20);
-  EXPECT_EQ(first.find("dtype")->asString(), "float");
-  EXPECT_EQ(first.find("op")->asString(), "sum");
-  EXPECT_DOUBLE_EQ(first.find("speedup")->asDouble(), 1.5);
-  EXPECT_EQ(first.find("wrong")->asInt(), 0);
-  EXPECT_DOUBLE_EQ(first.find("in_place_time_us")->asDouble(), 25000.0);
-  EXPECT_DOUBLE_EQ(first.find("in_place_busbw_gbps")->asDouble(), sampleRow().inPlace->busbwGBps);
-  EXPECT_EQ(first.find("in_place_wrong")->asInt(), 1);
-  const detail::Json& second = rows->items()[1];
-  EXPECT_TRUE(second.find("wrong")->isNull());
-  EXPECT_TRUE(second.find("baseline_time_us")->isNull());
-  EXPECT_TRUE(second.find("speedup")->isNull());
-  EXPECT_TRUE(second.find("in_place_wrong")->isNull());
-  EXPECT_FALSE(second.find("in_place_time_us")->isNull());
-  const detail::Json& third = rows->items()[2];
+  EXPECT_EQ(first.at("bytes"), 32 << 20);
+  EXPECT_EQ(first.at("dtype"), "float");
+  EXPECT_EQ(first.at("op"), "sum");
+  EXPECT_DOUBLE_EQ(first.at("speedup").get<double>(), 1.5);
+  EXPECT_EQ(first.at("wrong"), 0);
+  EXPECT_DOUBLE_EQ(first.at("in_place_time_us").get<double>(), 25000.0);
+  EXPECT_DOUBLE_EQ(first.at("in_place_busbw_gbps").get<double>(), sampleRow().inPlace->busbwGBps);
+  EXPECT_EQ(first.at("in_place_wrong"), 1);
+  const detail::Json& second = rows[1];
+  EXPECT_TRUE(second.at("wrong").is_null());
+  EXPECT_TRUE(second.at("baseline_time_us").is_null());
+  EXPECT_TRUE(second.at("speedup").is_null());
+  EXPECT_TRUE(second.at("in_place_wrong").is_null());
+  EXPECT_FALSE(second.at("in_place_time_us").is_null());
+  const detail::Json& third = rows[2];
   for (const char* key : {"in_place_time_us", "in_place_algbw_gbps", "in_place_busbw_gbps", "in_place_wrong"}) {
-    ASSERT_NE(third.find(key), nullptr) << key;
-    EXPECT_TRUE(third.find(key)->isNull()) << key;
+    ASSERT_TRUE(third.contains(key)) << key;
+    EXPECT_TRUE(third.at(key).is_null()) << key;
   }
   detail::Json reparsed;
-  ASSERT_TRUE(detail::parseJson(json.dump(2), reparsed).isOk());
+  ASSERT_TRUE(detail::parseJson(detail::dumpJson(json, 2), reparsed).isOk());
   EXPECT_EQ(reparsed, json);
 }
 

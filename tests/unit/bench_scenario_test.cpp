@@ -181,7 +181,7 @@ TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
   ScenarioRow unchecked = row;
   unchecked.result.wrong.reset();
   unchecked.predictedSpeedup.reset();
-  const std::string text = scenarioJson({8, "mpi", "host", "median", 20, 5}, {row, unchecked}).dump();
+  const std::string text = detail::dumpJson(scenarioJson({8, "mpi", "host", "median", 20, 5}, {row, unchecked}));
   for (const char* field : {"\"bytes\":16777216", "\"count\":4194304", "\"op\":\"sum\"", "\"time_us\":100",
                             "\"baseline_time_us\":170", "\"speedup\":1.7", "\"wrong\":0", "\"scenario\":\"tp_sp\"",
                             "\"predicted_speedup\":2", "\"planner_fuses\":true", "\"wrong\":null",

@@ -116,8 +116,13 @@ TEST(NcclOptions, EnvironmentIsReadAndMalformedValuesNamed) {
   const Status mode = detail::ncclBackendOptionsFromEnv(options);
   EXPECT_EQ(mode.code(), StatusCode::InvalidArgument);
   EXPECT_NE(mode.message().find("pairwise"), std::string::npos) << mode.message();
-  ::unsetenv("CHIMERA_TIMEOUT_MS");
   ::unsetenv("CHIMERA_NCCL_ALLTOALL");
+  ::setenv("CHIMERA_LOG_LEVEL", "verbose", 1);
+  const Status level = detail::ncclBackendOptionsFromEnv(options);
+  EXPECT_EQ(level.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(level.message().find("CHIMERA_LOG_LEVEL='verbose'"), std::string::npos) << level.message();
+  ::unsetenv("CHIMERA_LOG_LEVEL");
+  ::unsetenv("CHIMERA_TIMEOUT_MS");
   ::unsetenv("CHIMERA_CHECK_ARGS");
   ASSERT_TRUE(detail::ncclBackendOptionsFromEnv(options).isOk());
   EXPECT_EQ(options.timeout, milliseconds(600000));

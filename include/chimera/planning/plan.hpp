@@ -74,6 +74,13 @@ struct PlanStep {
 /// "manytomany", "localcopy", "scale".
 std::string_view planStepKindName(PlanStep::Kind kind);
 
+struct Plan;
+/// The one text of a step of `plan`, in the chain's op syntax: "allreduce:tp",
+/// "reducescatter:tp:0", "alltoall:ep+tp:0:1", "broadcast:pp:0", "send:pp", "manytomany(12
+/// transfers, an alltoall over dp+sp)", "localcopy", "scale:4" (the reduce op shows in the
+/// input layout, "tp=P(max)"). Plan::toString and chimera-plan --json print steps with it.
+std::string planStepText(const Plan& plan, const PlanStep& step);
+
 /// An explicit, rank-independent program that turns the input buffer into the output
 /// buffer. Every rank derives the same Plan from the same inputs.
 struct Plan {
@@ -88,7 +95,8 @@ struct Plan {
   /// The box a LocalCopy step reads on `rank`, in the input buffer's local coordinates
   /// (the rank's output box shifted into its input box). Precondition: step is LocalCopy.
   Box localCopySource(const PlanStep& step, int rank) const;
-  /// One line per step ("2. manytomany 4 transfers  buf2 pp=@0,tp=S0 -> buf3 pp=@1,tp=S0").
+  /// One line per step ("2. manytomany(4 transfers)  buf2 pp=@0,tp=S0 -> buf3 pp=@1,tp=S0"), each
+  /// named by planStepText.
   std::string toString() const;
 };
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "backend/mpi/bounded_wait.hpp"
@@ -92,24 +91,15 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs, kMpiCheckArgsByDefault));
   CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
-  if (const char* text = std::getenv("CHIMERA_MPI_ALGORITHM"); text != nullptr && *text != '\0') {
-    const std::string_view value(text);
-    bool known = false;
-    for (MpiAlgorithm algorithm : {MpiAlgorithm::Auto, MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring,
-                                   MpiAlgorithm::Library}) {
-      if (value != mpiAlgorithmName(algorithm)) continue;
-      options.algorithm = algorithm;
-      known = true;
-    }
-    CHIMERA_CHECK_ARG(known, "CHIMERA_MPI_ALGORITHM='{}' is not one of auto p2p ring library", value);
-  }
-  if (const char* text = std::getenv("CHIMERA_MPI_SEGMENT_BYTES"); text != nullptr && *text != '\0') {
-    std::size_t bytes = 0;
-    const Status parsed = parseSize(text, bytes);
-    if (!parsed.isOk() || bytes == 0)
-      return Status::invalidArgument(fmt::format("CHIMERA_MPI_SEGMENT_BYTES='{}' is not a positive size", text));
-    options.segmentBytes = bytes;
-  }
+  static constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::Auto, MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring,
+                                                 MpiAlgorithm::Library};
+  std::size_t algorithm = 0;  // Auto, the default
+  static constexpr std::string_view kNames[] = {"auto", "p2p", "ring", "library"};
+  CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_MPI_ALGORITHM", kNames, algorithm));
+  options.algorithm = kAlgorithms[algorithm];
+  CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
+  std::string logLevel;
+  CHIMERA_RETURN_IF_ERROR(logLevelFromEnv(logLevel));
   out = options;
   return Status::ok();
 }
@@ -127,6 +117,8 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_rank(base, &rank), "MPI_Comm_rank"));
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_size(base, &size), "MPI_Comm_size"));
+  std::string logLevel;
+  CHIMERA_RETURN_IF_ERROR(logLevelFromEnv(logLevel));
   setLogRank(rank);
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);

@@ -4,28 +4,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <cstdlib>
-
+#include "common/env.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
-
-Status readInt(const char* name, const int* fallback, int& out) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') {
-    CHIMERA_CHECK_ARG(fallback != nullptr, "{} is not set (start the ranks with chimera-rank-launch or set it)",
-                      name);
-    out = *fallback;
-    return Status::ok();
-  }
-  const std::string_view view(text);
-  const auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), out);
-  CHIMERA_CHECK_ARG(error == std::errc() && end == view.data() + view.size() && out >= 0,
-                    "{}='{}' is not a non-negative integer", name, view);
-  return Status::ok();
-}
 
 int hexDigit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -63,17 +46,21 @@ Status uniqueIdFromHex(std::string_view text, NcclUniqueId& out) {
 
 Status readNcclBootstrapEnv(NcclBootstrapEnv& out) {
   out = NcclBootstrapEnv{};
-  CHIMERA_RETURN_IF_ERROR(readInt("CHIMERA_RANK", nullptr, out.rank));
-  CHIMERA_RETURN_IF_ERROR(readInt("CHIMERA_WORLD_SIZE", nullptr, out.worldSize));
-  CHIMERA_RETURN_IF_ERROR(readInt("CHIMERA_LOCAL_RANK", &out.rank, out.localRank));
-  CHIMERA_RETURN_IF_ERROR(readInt("CHIMERA_LOCAL_WORLD_SIZE", &out.worldSize, out.localWorldSize));
+  for (const char* name : {"CHIMERA_RANK", "CHIMERA_WORLD_SIZE"}) {
+    CHIMERA_CHECK_ARG(readEnvText(name).has_value(), "{} is not set (start the ranks with chimera-rank-launch or set it)",
+                      name);
+  }
+  CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_RANK", 0, out.rank));
+  CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_WORLD_SIZE", 0, out.worldSize));
+  CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_LOCAL_RANK", out.rank, out.localRank));
+  CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_LOCAL_WORLD_SIZE", out.worldSize, out.localWorldSize));
   CHIMERA_CHECK_ARG(out.worldSize >= 1 && out.rank < out.worldSize, "CHIMERA_RANK={} outside CHIMERA_WORLD_SIZE={}",
                     out.rank, out.worldSize);
   CHIMERA_CHECK_ARG(out.localWorldSize >= 1 && out.localRank < out.localWorldSize,
                     "CHIMERA_LOCAL_RANK={} outside CHIMERA_LOCAL_WORLD_SIZE={}", out.localRank, out.localWorldSize);
-  const char* id = std::getenv("CHIMERA_NCCL_UNIQUE_ID");
-  CHIMERA_CHECK_ARG(id != nullptr && *id != '\0', "CHIMERA_NCCL_UNIQUE_ID is not set");
-  const Status parsed = uniqueIdFromHex(id, out.id);
+  const std::optional<std::string> id = readEnvText("CHIMERA_NCCL_UNIQUE_ID");
+  CHIMERA_CHECK_ARG(id.has_value(), "CHIMERA_NCCL_UNIQUE_ID is not set");
+  const Status parsed = uniqueIdFromHex(*id, out.id);
   if (!parsed.isOk()) return Status::invalidArgument("CHIMERA_NCCL_UNIQUE_ID: " + parsed.message());
   return Status::ok();
 }

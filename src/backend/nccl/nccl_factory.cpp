@@ -13,6 +13,7 @@
 #include "backend/nccl/nccl_backend_impl.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "chimera/nccl_backend.hpp"
+#include "common/env.hpp"
 #include "core/check.hpp"
 #include "common/log.hpp"
 #include "cuda_check.hpp"
@@ -89,6 +90,8 @@ Status createNcclBackendOnComm(const void* comm, const Mesh& mesh, int device, c
   const ncclComm_t base = *static_cast<const ncclComm_t*>(comm);
   CHIMERA_CHECK_ARG(base != nullptr, "createNcclBackendOnComm: the communicator is null");
   CHIMERA_CHECK_ARG(publicOptions.timeoutMs > 0, "NCCL backend timeout must be positive");
+  std::string logLevel;
+  CHIMERA_RETURN_IF_ERROR(detail::logLevelFromEnv(logLevel));
   int size = 0;
   int rank = 0;
   CHIMERA_NCCL_RETURN(ncclCommCount(base, &size));
@@ -128,6 +131,8 @@ Status createNcclBackend(const Mesh& mesh, int rank, int device, const NcclUniqu
   CHIMERA_CHECK_ARG(rank >= 0 && rank < mesh.size(), "rank {} outside mesh {} of {} ranks", rank, mesh.toString(),
                     mesh.size());
   CHIMERA_CHECK_ARG(publicOptions.timeoutMs > 0, "NCCL backend timeout must be positive");
+  std::string logLevel;
+  CHIMERA_RETURN_IF_ERROR(detail::logLevelFromEnv(logLevel));
   const detail::NcclBackendOptions options = implementationOptions(publicOptions);
   const detail::NcclApi* api = nullptr;
   CHIMERA_RETURN_IF_ERROR(detail::ncclApi(api));

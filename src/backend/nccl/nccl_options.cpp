@@ -3,7 +3,7 @@
 #include "backend/nccl/nccl_options.hpp"
 
 #include <cstdint>
-#include <cstdlib>
+#include <string>
 
 #include "core/check.hpp"
 #include "common/env.hpp"
@@ -16,13 +16,12 @@ Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
   std::int64_t timeoutMs = 0;
   CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(timeoutMs));
   out.timeout = std::chrono::milliseconds(timeoutMs);
-  if (const char* mode = std::getenv("CHIMERA_NCCL_ALLTOALL"); mode != nullptr && *mode != '\0') {
-    const std::string_view text(mode);
-    CHIMERA_CHECK_ARG(text == "native" || text == "grouped", "CHIMERA_NCCL_ALLTOALL='{}' is not native or grouped",
-                      text);
-    out.groupedAllToAll = text == "grouped";
-  }
-  return Status::ok();
+  static constexpr std::string_view kModes[] = {"native", "grouped"};
+  std::size_t mode = 0;
+  CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_NCCL_ALLTOALL", kModes, mode));
+  out.groupedAllToAll = mode == 1;
+  std::string logLevel;
+  return logLevelFromEnv(logLevel);
 }
 
 }  // namespace chimera::detail

@@ -7,15 +7,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/hash.hpp"
+
 namespace chimera::sim {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using detail::splitmix64;
 
 std::int64_t reduce(ReduceOp op, std::int64_t a, std::int64_t b) {
   switch (op) {
@@ -250,7 +247,7 @@ RankTensors distribute(const Layout& layout, const TensorSpec& spec, std::uint64
         logical += (box.offset[du] + local) * stride;
         stride *= spec.shape[du];
       }
-      const std::uint64_t h = mix(seed ^ mix(static_cast<std::uint64_t>(logical) ^ mix(partialKey)));
+      const std::uint64_t h = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(logical) ^ splitmix64(partialKey)));
       t.data[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(h % (1u << 21)) - (1 << 20);
     }
     out[static_cast<std::size_t>(r)] = std::move(t);
