@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -27,6 +28,10 @@ namespace {
 constexpr std::uint64_t kDefaultMinBytes = std::uint64_t{1} << 20;
 constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t{16} << 20;
 constexpr DataType kDtype = DataType::F32;
+// Passes over the whole sample list; a sample's time is the median of its passes. On a
+// host shared with other work the load drifts over minutes: interleaved passes let every
+// sample see the same mix of quiet and busy periods, so the fit compares like with like.
+constexpr int kPasses = 3;
 
 void print(int rank, const std::string& text) {
   if (rank != 0) return;
@@ -64,8 +69,25 @@ Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes
   return Status::invalidArgument("calibration samples are collectives, not manytomany");
 }
 
-/// Median over -n iterations (after -w warm-up) of the slowest rank's time of one sample.
-Status measureSample(const Options& options, GroupBackend& group, CalibrationSample& sample) {
+/// Median over -n iterations (after -w warm-up) of the slowest rank's time of `operation`.
+Status medianSeconds(const Options& options, Backend& backend, const std::function<Status()>& operation,
+                     double& seconds) {
+  for (int i = 0; i < options.warmupIters; ++i) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(operation()));
+  std::vector<double> iterations(static_cast<std::size_t>(options.iters));
+  for (double& s : iterations) {
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier")));
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeOnBackend(backend, operation, s)));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, iterations.data(), static_cast<int>(iterations.size()), MPI_DOUBLE, MPI_MAX,
+                MPI_COMM_WORLD);
+  TimingSamples samples;
+  samples.iterationSeconds = std::move(iterations);
+  seconds = medianIterationSeconds(samples);
+  return Status::ok();
+}
+
+/// The time of one sample (medianSeconds of its collective), in `seconds`.
+Status measureSample(const Options& options, GroupBackend& group, const CalibrationSample& sample, double& seconds) {
   Backend& backend = *group.backend;
   const std::size_t recvBytes = sample.primitive == StepKind::AllGather
                                     ? sample.bytesPerRank * static_cast<std::size_t>(sample.groupSize)
@@ -76,18 +98,49 @@ Status measureSample(const Options& options, GroupBackend& group, CalibrationSam
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(recv.allocate(recvBytes)));
   const std::vector<unsigned char> zeros(sample.bytesPerRank, 0);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(backend, send.data(), zeros.data(), zeros.size())));
-  const auto once = [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); };
-  for (int i = 0; i < options.warmupIters; ++i) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(once()));
-  std::vector<double> seconds(static_cast<std::size_t>(options.iters));
-  for (double& s : seconds) {
-    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier")));
-    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeOnBackend(backend, once, s)));
-  }
-  MPI_Allreduce(MPI_IN_PLACE, seconds.data(), static_cast<int>(seconds.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  TimingSamples samples;
-  samples.iterationSeconds = std::move(seconds);
-  sample.seconds = medianIterationSeconds(samples);
+  return medianSeconds(options, backend,
+                       [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); }, seconds);
+}
+
+/// Seconds of one local pass as the executor makes them around a plan step, with every
+/// rank making one at once: a pack of the left half of the columns of a row-major f32
+/// tensor of `bytes` (rows of 4 KiB), `packed` bytes. A pack needs no peer, so a rank's own
+/// time misses the others' packs it waits for when ranks share cores: the step is timed as
+/// pack + barrier, less a barrier alone.
+Status measureLocalPass(const Options& options, Backend& backend, std::size_t bytes, std::size_t& packed,
+                        double& seconds) {
+  const std::int64_t cols = 1024;
+  const std::int64_t rows = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes / (cols * 4)));
+  const std::vector<std::int64_t> shape{rows, cols};
+  const Box box{{0, 0}, {rows, cols / 2}};
+  packed = static_cast<std::size_t>(rows * cols / 2 * 4);
+  BackendBuffer tensor(backend);
+  BackendBuffer staging(backend);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(tensor.allocate(static_cast<std::size_t>(rows * cols * 4))));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(staging.allocate(packed)));
+  const std::vector<unsigned char> zeros(tensor.size(), 0);
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(backend, tensor.data(), zeros.data(), zeros.size())));
+  const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
+  const auto packThenBarrier = [&] {
+    CHIMERA_RETURN_IF_ERROR(backend.packBox(tensor.data(), shape, box, staging.data(), kDtype));
+    return barrier();
+  };
+  double withPack = 0;
+  double alone = 0;
+  CHIMERA_RETURN_IF_ERROR(medianSeconds(options, backend, packThenBarrier, withPack));
+  CHIMERA_RETURN_IF_ERROR(medianSeconds(options, backend, barrier, alone));
+  // Never below the busiest rank's own pack time (a noisy barrier must not cancel it).
+  double own = 0;
+  CHIMERA_RETURN_IF_ERROR(medianSeconds(
+      options, backend, [&] { return backend.packBox(tensor.data(), shape, box, staging.data(), kDtype); }, own));
+  seconds = std::max(withPack - alone, own);
   return Status::ok();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 /// "allreduce 2x4 ranks, 1048576 B: measured 812.3 us, fitted 790.1 us (-2.7 %)".
@@ -141,18 +194,36 @@ Status runCalibration(const Options& options) {
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
   print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; median "
-                          "of {} iterations after {} warm-up, slowest rank\n",
-                          samples.size(), worldSize, kind, base.name, options.iters, options.warmupIters));
+                          "of {} interleaved passes, each the median of {} iterations after {} warm-up, slowest "
+                          "rank\n",
+                          samples.size(), worldSize, kind, base.name, kPasses, options.iters, options.warmupIters));
   std::map<int, GroupBackend> backends;
-  for (CalibrationSample& sample : samples) {
-    GroupBackend& group = backends[sample.groupSize];
-    if (!group.backend) CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, sample.groupSize, group));
-    CHIMERA_RETURN_IF_ERROR(measureSample(options, group, sample));
+  std::vector<std::vector<double>> passes(samples.size());
+  std::vector<double> localPasses;
+  std::size_t localBytes = 0;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (std::size_t i = 0; i < samples.size(); ++i) {
+      GroupBackend& group = backends[samples[i].groupSize];
+      if (!group.backend) CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, samples[i].groupSize, group));
+      double seconds = 0;
+      CHIMERA_RETURN_IF_ERROR(measureSample(options, group, samples[i], seconds));
+      passes[i].push_back(seconds);
+    }
+    double seconds = 0;
+    CHIMERA_RETURN_IF_ERROR(measureLocalPass(options, *backends.begin()->second.backend,
+                                             static_cast<std::size_t>(samples.back().bytesPerRank), localBytes,
+                                             seconds));
+    localPasses.push_back(seconds);
   }
+  for (std::size_t i = 0; i < samples.size(); ++i) samples[i].seconds = median(passes[i]);
   Topology fitted;
   FitReport report;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitProfile(base, samples, fitted, &report)));
   fitted.name = base.name + "-calibrated";
+  // The local passes around plan steps (packs, unpacks, copies): no collective sample
+  // exercises them, so they get their own measurement. A pass reads and writes its bytes.
+  const double localSeconds = median(localPasses);
+  fitted.device.memoryBytesPerSecond = 2.0 * static_cast<double>(localBytes) / localSeconds;
   const CostModel model(fitted);
   print(rank, fmt::format("#{:>13}  {:>6}  {:>10}  {:>12}  {:>12}  {:>7}\n", "collective", "groups", "bytes",
                           "measured(us)", "fitted(us)", "err(%)"));
@@ -162,6 +233,9 @@ Status runCalibration(const Options& options) {
                           report.alphaScale, report.bandwidthScale, report.reduceSecondsPerByte,
                           report.reduceFitted ? "" : " (not fitted)", report.rmsRelativeError * 100.0,
                           report.maxRelativeError * 100.0));
+  print(rank, fmt::format("# local passes: a pack of {} B on every rank at once took {:.1f} us: memory "
+                          "bandwidth {:.3g} GB/s per rank\n",
+                          localBytes, localSeconds * 1e6, fitted.device.memoryBytesPerSecond / 1e9));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? saveTopology(fitted, options.outPath) : Status::ok()));
   print(rank, fmt::format("# wrote {} (use --topology {})\n", options.outPath, options.outPath));
   return Status::ok();

@@ -57,7 +57,8 @@ class Executor {
   /// Plans `request` (cached by signature: chain text, layouts, mesh, shape, dtype, cost name) without running it.
   /// On first use of a signature all ranks of the world check that they agree on it (a hash compared by a MIN/MAX
   /// allReduce over the world); a rank with a different chain makes EVERY rank return Status::mismatch, no hang.
-  /// `out` stays valid as long as the executor.
+  /// `out` stays valid as long as the executor. The plans are this rank's (planChain with
+  /// `rank`): each ManyToMany step holds only the transfers this rank sends or receives.
   [[nodiscard]] Status plan(const ChainRequest& request, const ChainPlan*& out);
   /// As `plan`, for a caller that has already agreed on `request` with every rank the plan
   /// touches (a Session recording per rank agrees within its groups and with its pipeline

@@ -56,17 +56,6 @@ bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
   return true;
 }
 
-// True when `box` is one contiguous run of a tensor of `shape` (row-major): outside the
-// outermost dim with extent > 1 every dim is 1, inside it every dim is whole.
-bool boxContiguous(const Box& box, const std::vector<std::int64_t>& shape) {
-  std::size_t d = 0;
-  while (d < box.extent.size() && box.extent[d] == 1) ++d;
-  for (++d; d < box.extent.size(); ++d) {
-    if (box.extent[d] != shape[d]) return false;
-  }
-  return true;
-}
-
 // The local passes the executor makes around `step` (docs/planner.md, "Steps"), on the
 // busiest rank: bytes packed, unpacked or copied, and the kernels that do it.
 void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
@@ -100,14 +89,14 @@ void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
         bytes[static_cast<std::size_t>(rank)] += b;
         kinds[static_cast<std::size_t>(rank)] |= kind;
       };
-      for (const BoxTransfer& t : step.transfers) {
-        const auto b = static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.bytes));
-        if (t.src == t.dst) {
-          add(t.src, b, kCopy);
+      for (const TransferFlow& f : step.flows) {
+        const auto b = static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.bytes));
+        if (f.src == f.dst) {
+          add(f.src, b, kCopy);
           continue;
         }
-        if (!boxContiguous(t.srcBox, input.localShape)) add(t.src, b, kPack);
-        if (!boxContiguous(t.dstBox, output.localShape)) add(t.dst, b, kUnpack);
+        if (f.packed) add(f.src, b, kPack);
+        if (f.unpacked) add(f.dst, b, kUnpack);
       }
       const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
       out.localBytes += bytes[busiest];
@@ -157,8 +146,8 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
     }
     case PlanStep::Kind::ManyToMany: {
       std::vector<Transfer> transfers;
-      for (const BoxTransfer& t : step.transfers) {
-        transfers.push_back({t.src, t.dst, static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.bytes))});
+      for (const TransferFlow& f : step.flows) {
+        transfers.push_back({f.src, f.dst, static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.bytes))});
       }
       out.push_back(CommStep::manyToMany(std::move(transfers)));
       break;

@@ -148,7 +148,7 @@ Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Chain
   auto entry = std::make_unique<ChainEntry>();
   if (local.isOk()) {
     ++passes;
-    local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan);
+    local = planChain(request.spec, request.from, request.chain, request.consume, *cost, entry->plan, backend.rank());
   }
   if (agreed) {
     CHIMERA_RETURN_IF_ERROR(local);
@@ -220,7 +220,7 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
     auto entry = std::make_unique<RedistributionEntry>();
     if (local.isOk()) {
       ++impl_->passes;
-      local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan);
+      local = planRedistribution(spec, from, to, 1, *impl_->cost, entry->plan, nullptr, impl_->backend.rank());
     }
     CHIMERA_RETURN_IF_ERROR(impl_->agree(signature, local, "plan the redistribution"));
     if (debugLogging()) CHIMERA_LOG_DEBUG(kLog, "planned {}:\n{}", signature, entry->plan.toString());

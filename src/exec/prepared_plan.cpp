@@ -137,6 +137,9 @@ Status PreparedPlan::resolve(const Plan& plan) {
   const Backend& backend = *backend_;
   CHIMERA_CHECK_ARG(plan.buffers.size() >= 2, "a plan needs an input and an output buffer, this one has {}",
                     plan.buffers.size());
+  CHIMERA_CHECK_ARG(plan.rank == kWorldPlan || plan.rank == rank_,
+                    "the plan was made for rank {} (it holds only that rank's transfers), it cannot run on rank {}",
+                    plan.rank, rank_);
   for (std::size_t i = 0; i < plan.buffers.size(); ++i) {
     const Layout& layout = plan.buffers[i].layout;
     CHIMERA_CHECK_ARG(layout.mesh().axesEqual(backend.mesh()), "plan buffer {} is on mesh {}, the backend on {}", i,

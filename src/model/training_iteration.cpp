@@ -43,9 +43,9 @@ bool staysWithin(const Plan& plan, AxisSet isolated) {
   const Mesh& mesh = plan.buffers.front().layout.mesh();
   for (const PlanStep& step : plan.steps) {
     if ((step.axes.bits() & isolated.bits()) != 0) return false;
-    for (const BoxTransfer& t : step.transfers) {
+    for (const TransferFlow& f : step.flows) {
       for (int axis = 0; axis < mesh.numAxes(); ++axis) {
-        if (isolated.contains(axis) && mesh.coordinate(t.src, axis) != mesh.coordinate(t.dst, axis)) return false;
+        if (isolated.contains(axis) && mesh.coordinate(f.src, axis) != mesh.coordinate(f.dst, axis)) return false;
       }
     }
   }

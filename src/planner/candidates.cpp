@@ -37,8 +37,8 @@ Program oneStep(ProgramStep step) {
 constexpr std::int64_t kTransfersPerRank = 16;
 
 // Direct ways from `from` (the layout of `source`) to `to`: nothing, a local copy, a
-// many-to-many, or a collective.
-Status directOptions(TransferSource& source, const Layout& from, const Layout& to, const TensorSpec& spec,
+// many-to-many (with the box transfers of `rank` only, unless kWorldPlan), or a collective.
+Status directOptions(TransferSource& source, const Layout& from, const Layout& to, const TensorSpec& spec, int rank,
                      std::vector<Program>& out) {
   if (from == to) {
     out.push_back({});
@@ -60,12 +60,10 @@ Status directOptions(TransferSource& source, const Layout& from, const Layout& t
   std::int64_t count = 0;
   CHIMERA_RETURN_IF_ERROR(source.countTransfers(to, count));
   if (collectives.empty() || count <= kTransfersPerRank * from.mesh().size()) {
-    std::vector<BoxTransfer> transfers;
-    CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, transfers));
     PlanStep step;
     step.kind = PlanStep::Kind::ManyToMany;
-    step.allToAllGroup = allToAllGroup(from, to, transfers);
-    step.transfers = std::move(transfers);
+    CHIMERA_RETURN_IF_ERROR(source.transfersTo(to, rank, step.transfers, step.flows));
+    step.allToAllGroup = allToAllGroup(from, to, step.flows);
     step.origin = "send each destination the intersection of its box with each source's";
     out.push_back(oneStep({std::move(step), to}));
   }
@@ -259,10 +257,11 @@ std::vector<Program> reductionPrefixes(const Layout& from, const Layout& to, Axi
   return prefixes;
 }
 
-Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec, std::vector<Program>& out) {
+Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec, int rank,
+                       std::vector<Program>& out) {
   std::vector<Program> options;
   TransferSource source(from, spec);  // one index of `from` for every target below
-  CHIMERA_RETURN_IF_ERROR(directOptions(source, from, to, spec, options));
+  CHIMERA_RETURN_IF_ERROR(directOptions(source, from, to, spec, rank, options));
   const Mesh& mesh = from.mesh();
   const std::uint32_t replicated = to.axesOfKind(Placement::Kind::Replicate).bits();
   // Gather at the destination: deliver shards over a subset X of to's R axes, then AllGather(X).
@@ -278,7 +277,7 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
         const Layout& sharded = layouts.back();
         if (!sharded.validate(spec).isOk()) continue;
         std::vector<Program> heads;
-        CHIMERA_RETURN_IF_ERROR(directOptions(source, from, sharded, spec, heads));
+        CHIMERA_RETURN_IF_ERROR(directOptions(source, from, sharded, spec, rank, heads));
         for (auto& head : heads) {
           for (std::size_t k = groups.size(); k-- > 0;) {
             head.push_back(collectiveStep(PlanStep::Kind::AllGather, groups[k], ReduceOp::Sum, dim, layouts[k],
@@ -295,9 +294,10 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
 }
 
 Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
-                  std::int64_t scale) {
+                  std::int64_t scale, int rank) {
   Plan plan;
   plan.spec = spec;
+  plan.rank = rank;
   plan.buffers.reserve(program.size() + 1);
   plan.steps.reserve(program.size() + 1);
   plan.addBuffer(from);

@@ -46,13 +46,15 @@ std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, co
 
 /// Ways to move a tensor without reductions from `from` to `to`: directly (many-to-many,
 /// a local copy, or the single collective the many-to-many collapses to), or to a sharded
-/// layout at the destination followed by an AllGather there.
-[[nodiscard]] Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec,
+/// layout at the destination followed by an AllGather there. A many-to-many lists every
+/// rank's flows but builds the box transfers of `rank` only (all for kWorldPlan).
+[[nodiscard]] Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& spec, int rank,
                                      std::vector<Program>& out);
 
-/// Turns a program into a Plan from `from` to `to`, appending a Scale step when scale != 1.
-/// The program's steps move into the plan (a many-to-many's transfers are not copied).
+/// Turns a program into the Plan of `rank` (kWorldPlan for all) from `from` to `to`,
+/// appending a Scale step when scale != 1. The program's steps move into the plan (a
+/// many-to-many's transfers are not copied).
 Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
-                  std::int64_t scale);
+                  std::int64_t scale, int rank);
 
 }  // namespace chimera::detail

@@ -38,8 +38,8 @@ std::string planStepText(const Plan& plan, const PlanStep& step) {
     case PlanStep::Kind::Send:
       return fmt::format("send:{}", group);
     case PlanStep::Kind::ManyToMany: {
-      const auto remote = std::count_if(step.transfers.begin(), step.transfers.end(),
-                                        [](const BoxTransfer& t) { return t.src != t.dst; });
+      const auto remote = std::count_if(step.flows.begin(), step.flows.end(),
+                                        [](const TransferFlow& f) { return f.src != f.dst; });
       if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
       return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
     }
@@ -58,10 +58,10 @@ int Plan::addBuffer(const Layout& layout) {
   return static_cast<int>(buffers.size()) - 1;
 }
 
-Box Plan::localCopySource(const PlanStep& step, int rank) const {
+Box Plan::localCopySource(const PlanStep& step, int onRank) const {
   CHIMERA_ASSERT(step.kind == PlanStep::Kind::LocalCopy);
-  const Box in = buffers[static_cast<std::size_t>(step.input)].layout.rankBox(rank, spec);
-  const Box out = buffers[static_cast<std::size_t>(step.output)].layout.rankBox(rank, spec);
+  const Box in = buffers[static_cast<std::size_t>(step.input)].layout.rankBox(onRank, spec);
+  const Box out = buffers[static_cast<std::size_t>(step.output)].layout.rankBox(onRank, spec);
   return out.relativeTo(in.offset);
 }
 
@@ -121,8 +121,8 @@ void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64
     }
   }
   if (step.kind == PlanStep::Kind::ManyToMany) {
-    for (const auto& t : step.transfers) {
-      if (t.src != t.dst) perRank[static_cast<std::size_t>(t.src)] += t.bytes;
+    for (const auto& f : step.flows) {
+      if (f.src != f.dst) perRank[static_cast<std::size_t>(f.src)] += f.bytes;
     }
   }
 }
@@ -144,7 +144,7 @@ PlanBytes planBytes(const Plan& plan) {
     auto bytes = stepBytesPerRank(plan, step);
     for (int r = 0; r < world; ++r) out.perRank[static_cast<std::size_t>(r)] += bytes[static_cast<std::size_t>(r)];
     if (step.kind == PlanStep::Kind::ManyToMany) {
-      for (const auto& t : step.transfers) out.messages += t.src != t.dst ? 1 : 0;
+      for (const auto& f : step.flows) out.messages += f.src != f.dst ? 1 : 0;
     }
     out.stepPerRank.push_back(std::move(bytes));
   }

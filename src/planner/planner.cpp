@@ -35,7 +35,7 @@ std::int64_t messagesOf(const Plan& plan) {
   std::int64_t messages = 0;
   for (const auto& step : plan.steps) {
     if (step.kind != PlanStep::Kind::ManyToMany) continue;
-    for (const auto& t : step.transfers) messages += t.src != t.dst ? 1 : 0;
+    for (const auto& f : step.flows) messages += f.src != f.dst ? 1 : 0;
   }
   return messages;
 }
@@ -121,11 +121,18 @@ Status checkPlannable(const TensorSpec& spec, const Mesh& mesh, std::size_t ops)
   return Status::ok();
 }
 
+Status checkRank(const Mesh& mesh, int rank) {
+  CHIMERA_CHECK_ARG(rank == kWorldPlan || (rank >= 0 && rank < mesh.size()),
+                    "cannot plan for rank {}: the mesh {} has ranks 0..{}", rank, mesh.toString(), mesh.size() - 1);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to, std::int64_t scale,
-                          const PlanCost& cost, Plan& out, int* candidates) {
+                          const PlanCost& cost, Plan& out, int* candidates, int rank) {
   CHIMERA_RETURN_IF_ERROR(checkPlannable(spec, from.mesh(), 0));
+  CHIMERA_RETURN_IF_ERROR(checkRank(from.mesh(), rank));
   CHIMERA_RETURN_IF_ERROR(from.validate(spec));
   CHIMERA_RETURN_IF_ERROR(to.validate(spec));
   CHIMERA_RETURN_IF_ERROR(checkReachable(from, to));
@@ -151,7 +158,7 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
     if (first < i) {
       moves = shared[first];
     } else {
-      CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reducedBy(i), to, spec, moves));
+      CHIMERA_RETURN_IF_ERROR(detail::movementOptions(reducedBy(i), to, spec, rank, moves));
       for (std::size_t j = i + 1; j < reductions.size(); ++j) {
         if (reducedBy(j) == reducedBy(i)) {
           shared[i] = moves;
@@ -164,7 +171,7 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
       program.reserve(reductions[i].size() + move.size());
       program.insert(program.end(), reductions[i].begin(), reductions[i].end());
       program.insert(program.end(), std::make_move_iterator(move.begin()), std::make_move_iterator(move.end()));
-      Plan plan = detail::assemblePlan(spec, from, to, std::move(program), scale);
+      Plan plan = detail::assemblePlan(spec, from, to, std::move(program), scale, rank);
       const Score score = scoreOf(plan, cost);
       ++priced;
       if (!best || score < bestScore) {
@@ -181,8 +188,9 @@ Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layo
 
 namespace {
 
-// The chain as written, for a traced, non-empty chain whose result `consumed` can read.
-Plan writtenPlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed) {
+// The chain as written, for a traced, non-empty chain whose result `consumed` can read, as
+// the plan of `rank` (its steps hold no transfers, so every rank's is the world plan).
+Plan writtenPlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, int rank) {
   const Mesh& mesh = consumed.mesh();
   detail::Program program;
   for (std::size_t i = 0; i < trace.ops.size(); ++i) {
@@ -197,7 +205,7 @@ Plan writtenPlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& 
     program.push_back({std::move(copy), consumed});
   }
   // Scales are part of the ops' definitions here (a sum over replicated copies).
-  return detail::assemblePlan(spec, trace.layouts.front(), consumed, std::move(program), 1);
+  return detail::assemblePlan(spec, trace.layouts.front(), consumed, std::move(program), 1, rank);
 }
 
 constexpr const char* kUntraced = "baseline needs a traced, non-empty chain";
@@ -207,22 +215,23 @@ constexpr const char* kUntraced = "baseline needs a traced, non-empty chain";
 Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
   CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1, "{}", kUntraced);
   CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
-  out = writtenPlan(spec, trace, consumed);
+  out = writtenPlan(spec, trace, consumed, kWorldPlan);
   return Status::ok();
 }
 
 Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain, const std::optional<Layout>& consumed,
-                 const PlanCost& cost, ChainPlan& out) {
+                 const PlanCost& cost, ChainPlan& out, int rank) {
   ChainPlan result;
   CHIMERA_RETURN_IF_ERROR(checkPlannable(spec, from.mesh(), chain.ops.size()));
+  CHIMERA_RETURN_IF_ERROR(checkRank(from.mesh(), rank));
   CHIMERA_RETURN_IF_ERROR(traceChain(from, chain, spec, result.trace));
   result.consumed = consumed.value_or(result.trace.final());
   CHIMERA_RETURN_IF_ERROR(checkConsumable(result.trace.final(), result.consumed, spec));
   // baselinePlan's checks, without checking consumability a second time.
   CHIMERA_CHECK_ARG(!result.trace.ops.empty(), "{}", kUntraced);
-  result.baseline = writtenPlan(spec, result.trace, result.consumed);
+  result.baseline = writtenPlan(spec, result.trace, result.consumed, rank);
   CHIMERA_RETURN_IF_ERROR(planRedistribution(spec, from, result.consumed, result.trace.scale, cost, result.fused,
-                                             &result.candidates));
+                                             &result.candidates, rank));
   // The chain as written is a candidate too, so the chosen plan never costs more than it.
   ++result.candidates;
   if (scoreOf(result.baseline, cost) < scoreOf(result.fused, cost)) result.fused = result.baseline;

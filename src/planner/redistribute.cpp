@@ -56,11 +56,12 @@ struct TransferSource::Index {
   std::vector<int> freeAxes;               // the replicated axes of `from`
   std::vector<int> strides;                // rank stride of each mesh axis (row-major)
   std::vector<std::int64_t> lo, hi, index;  // deliver's cell range and cursor
+  std::vector<std::int64_t> srcOffset, dstOffset, size;  // piece()'s boxes
   std::int64_t elementSize = 1;
 
   Index(const Layout& f, const TensorSpec& spec)
       : from(f), mesh(f.mesh()), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
-        lo(dims), hi(dims), index(dims) {
+        lo(dims), hi(dims), index(dims), srcOffset(dims), dstOffset(dims), size(dims) {
     const int world = mesh.size();
     chunks.resize(dims);
     std::int64_t cells = 1;
@@ -126,30 +127,45 @@ struct TransferSource::Index {
     return box;
   }
 
-  // The transfer of the part of the current cell (`index`) that `need` overlaps, from `src`.
-  BoxTransfer piece(int src, int dst, const std::int64_t* needOffset, const std::int64_t* needExtent) const {
-    BoxTransfer t{src, dst, {}, {}, elementSize};
-    t.srcBox.offset.resize(dims);
-    t.srcBox.extent.resize(dims);
-    t.dstBox.offset.resize(dims);
-    t.dstBox.extent.resize(dims);
+  // The part of the current cell (`index`) that `need` overlaps, sent by `src`, as a flow;
+  // its boxes' offsets and extent are left in srcOffset, dstOffset and size.
+  TransferFlow piece(int src, int dst, const std::int64_t* needOffset, const std::int64_t* needExtent) {
+    TransferFlow f{src, dst, elementSize, false, false};
     for (std::size_t d = 0; d < dims; ++d) {
       const std::int64_t cellLo = index[d] * extent[d];
       const std::int64_t low = std::max(cellLo, needOffset[d]);
       const std::int64_t high = std::min(cellLo + extent[d], needOffset[d] + needExtent[d]);
-      const std::int64_t size = std::max<std::int64_t>(0, high - low);
-      t.srcBox.offset[d] = low - offsetOf(src, d);
-      t.dstBox.offset[d] = low - needOffset[d];
-      t.srcBox.extent[d] = size;
-      t.dstBox.extent[d] = size;
-      t.bytes *= size;
+      size[d] = std::max<std::int64_t>(0, high - low);
+      srcOffset[d] = low - offsetOf(src, d);
+      dstOffset[d] = low - needOffset[d];
+      f.bytes *= size[d];
     }
+    f.packed = !oneRun(extent.data());
+    f.unpacked = !oneRun(needExtent);
+    return f;
+  }
+
+  // Whether a box of extent `size` is one contiguous run of a buffer of `shape` (row-major):
+  // outside the outermost dim with extent > 1 every dim is 1, inside it every dim is whole.
+  bool oneRun(const std::int64_t* shape) const {
+    std::size_t d = 0;
+    while (d < dims && size[d] == 1) ++d;
+    for (++d; d < dims; ++d) {
+      if (size[d] != shape[d]) return false;
+    }
+    return true;
+  }
+
+  // The BoxTransfer of the piece() just computed.
+  BoxTransfer boxes(const TransferFlow& f) const {
+    BoxTransfer t{f.src, f.dst, {srcOffset, size}, {dstOffset, size}, f.bytes};
     return t;
   }
 
-  // Appends the transfers of the box at `needOffset` of extent `needExtent` that `dst` needs.
-  Status deliver(int dst, const std::int64_t* needOffset, const std::int64_t* needExtent,
-                 std::vector<BoxTransfer>& out) {
+  // Appends the flows of the box at `needOffset` of extent `needExtent` that `dst` needs,
+  // and the transfers of those that `rank` sends or receives (all for kWorldPlan).
+  Status deliver(int dst, const std::int64_t* needOffset, const std::int64_t* needExtent, int rank,
+                 std::vector<BoxTransfer>& transfers, std::vector<TransferFlow>& flows) {
     for (std::size_t d = 0; d < dims; ++d) {
       lo[d] = needOffset[d] / extent[d];
       hi[d] = (needOffset[d] + needExtent[d] + extent[d] - 1) / extent[d];
@@ -162,7 +178,8 @@ struct TransferSource::Index {
       CHIMERA_CHECK_ARG(holderBegin[static_cast<std::size_t>(k)] < holderBegin[static_cast<std::size_t>(k) + 1],
                         "no rank holding layout {} has box {} for rank {}", from.toString(), cellBox().toString(), dst);
       const int src = chooseSource(k, dst);
-      out.push_back(piece(src, dst, needOffset, needExtent));
+      flows.push_back(piece(src, dst, needOffset, needExtent));
+      if (rank == kWorldPlan || src == rank || dst == rank) transfers.push_back(boxes(flows.back()));
       std::size_t d = dims;
       while (d > 0 && ++index[d - 1] == hi[d - 1]) {
         index[d - 1] = lo[d - 1];
@@ -195,19 +212,29 @@ Status TransferSource::checkTarget(const Layout& to) const {
 }
 
 Status TransferSource::transfersTo(const Layout& to, std::vector<BoxTransfer>& out) {
+  std::vector<TransferFlow> flows;
+  return transfersTo(to, kWorldPlan, out, flows);
+}
+
+Status TransferSource::transfersTo(const Layout& to, int rank, std::vector<BoxTransfer>& transfers,
+                                   std::vector<TransferFlow>& flows) {
   CHIMERA_RETURN_IF_ERROR(checkTarget(to));
   if (!index_) index_ = std::make_unique<Index>(from_, spec_);
   const Mesh& mesh = from_.mesh();
+  CHIMERA_CHECK_ARG(rank == kWorldPlan || (rank >= 0 && rank < mesh.size()), "rank {} outside the mesh {} of {} ranks",
+                    rank, mesh.toString(), mesh.size());
   const std::vector<std::int64_t> needExtent = to.localShape(spec_);
   const std::vector<std::int64_t> needOffsets = rankOffsets(to, spec_);
   const auto dims = static_cast<std::size_t>(spec_.rank());
-  std::vector<BoxTransfer> transfers;
+  std::vector<BoxTransfer> built;
+  std::vector<TransferFlow> all;
   for (int dst = 0; dst < mesh.size(); ++dst) {
     if (!to.holds(dst)) continue;
     CHIMERA_RETURN_IF_ERROR(index_->deliver(dst, needOffsets.data() + static_cast<std::size_t>(dst) * dims,
-                                            needExtent.data(), transfers));
+                                            needExtent.data(), rank, built, all));
   }
-  out = std::move(transfers);
+  transfers = std::move(built);
+  flows = std::move(all);
   return Status::ok();
 }
 
@@ -265,11 +292,11 @@ Status manyToManyTransfers(const Layout& from, const Layout& to, const TensorSpe
   return source.transfersTo(to, out);
 }
 
-AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers) {
+AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<TransferFlow>& flows) {
   const Mesh& mesh = from.mesh();
-  if (transfers.empty()) return {};
-  const std::int64_t block = transfers.front().bytes;
-  for (const auto& t : transfers) {
+  if (flows.empty()) return {};
+  const std::int64_t block = flows.front().bytes;
+  for (const auto& t : flows) {
     if (t.bytes != block) return {};
   }
   std::size_t holders = 0;
@@ -280,8 +307,8 @@ AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<Bo
   }
   // The transfer count must be holders * n: only groups of that size n can match. Of those,
   // the first in axis-bit order wins (the smallest group, ties broken by bits).
-  if (holders == 0 || transfers.size() % holders != 0) return {};
-  const std::size_t n = transfers.size() / holders;
+  if (holders == 0 || flows.size() % holders != 0) return {};
+  const std::size_t n = flows.size() / holders;
   if (n < 2) return {};
   std::vector<std::uint8_t> seen;  // [(src, member index of dst)] seen once each
   for (std::uint32_t bits = 1; bits <= mesh.allAxes().bits(); ++bits) {
@@ -289,7 +316,7 @@ AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<Bo
     if (static_cast<std::size_t>(mesh.groupSize(group)) != n) continue;
     seen.assign(static_cast<std::size_t>(mesh.size()) * n, 0);
     bool ok = true;
-    for (const auto& t : transfers) {
+    for (const auto& t : flows) {
       if (mesh.groupColor(t.src, group) != mesh.groupColor(t.dst, group)) {
         ok = false;
         break;

@@ -41,6 +41,12 @@ class TransferSource {
   /// What manyToManyTransfers(from, to, spec, out) returns.
   [[nodiscard]] Status transfersTo(const Layout& to, std::vector<BoxTransfer>& out);
 
+  /// Every transfer into `to` as a TransferFlow (`flows`, in transfersTo's order), and as a
+  /// BoxTransfer only those that `rank` sends or receives (`transfers`; all of them for
+  /// kWorldPlan): a rank's part of the many-to-many with the boxes of no other rank built.
+  [[nodiscard]] Status transfersTo(const Layout& to, int rank, std::vector<BoxTransfer>& transfers,
+                                   std::vector<TransferFlow>& flows);
+
   /// How many transfers transfersTo(to) would return (local ones included), counted from
   /// the box geometry in O(ranks x dims) without building them. Fails as transfersTo does.
   [[nodiscard]] Status countTransfers(const Layout& to, std::int64_t& out) const;
@@ -61,8 +67,8 @@ class TransferSource {
 /// The smallest group along which `transfers` (moving `from` into `to`) form an AllToAll:
 /// both layouts held by the same ranks, and every rank sends exactly one block of one
 /// common size to every member of its group (itself included) and to no one else.
-/// Empty when there is none.
-AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<BoxTransfer>& transfers);
+/// Empty when there is none. `flows` are every rank's transfers (TransferSource::transfersTo).
+AxisSet allToAllGroup(const Layout& from, const Layout& to, const std::vector<TransferFlow>& flows);
 
 /// Every single chain op (AllGather, AllToAll, Send, Broadcast) whose effect turns `from`
 /// into exactly `to`, in a fixed order: the plain collectives a many-to-many collapses to.

@@ -2,12 +2,13 @@
 // chimera-plan: analysis of one chain of collectives on one tensor (no communication).
 //
 //   chimera-plan --mesh pp=2,tp=4 --shape 8192,2048 --dtype bf16 --from "pp=@0,tp=P"
-//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology NAME] [--json]
+//                --chain "allreduce:tp,send:pp" [--consume "pp=@1,tp=R"] [--topology NAME] [--rank R] [--json]
 //
 // Prints the chain with bytes per op, the bytes never consumed, the best plan and the
 // decision. Bad input: one line on stderr, exit status 2.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,7 +30,7 @@ namespace {
 
 constexpr std::string_view kUsage =
     "usage: chimera-plan --mesh AXES --shape DIMS --dtype TYPE --from LAYOUT --chain OPS\n"
-    "                    [--consume LAYOUT] [--topology NAME|FILE] [--json]\n"
+    "                    [--consume LAYOUT] [--topology NAME|FILE] [--rank R] [--json]\n"
     "  --mesh pp=2,tp=4          named mesh axes (row-major)\n"
     "  --shape 8192,2048         logical (full) tensor shape\n"
     "  --dtype bf16              f32 f64 f16 bf16 i32 i64 u8 (or nccl-tests names)\n"
@@ -39,6 +40,7 @@ constexpr std::string_view kUsage =
     "  --consume \"pp=@1,tp=R\"    what the consumer reads (default: the chain's final layout)\n"
     "  --topology NAME|FILE      cost model: 'bytes' (default: bytes alone), a preset (host, pcie-4080x8,\n"
     "                            nvswitch-h20x8, dgx-h100x8, multinode-ib[:N]) or a calibrated profile JSON\n"
+    "  --rank R                  plan as rank R does at run time: the same decision, with only R's transfers\n"
     "  --json                    print one JSON document instead of the report\n";
 
 Status run(const detail::ToolOptions& options, std::string& output) {
@@ -68,8 +70,15 @@ Status run(const detail::ToolOptions& options, std::string& output) {
     owned = std::make_unique<TopologyCost>(std::move(model));
   }
   const PlanCost& cost = *owned;
+  int rank = kWorldPlan;
+  if (v.count("rank") != 0) {
+    const std::string& text = v.at("rank");
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), rank);
+    CHIMERA_CHECK_ARG(error == std::errc() && end == text.data() + text.size() && rank >= 0,
+                      "--rank '{}' is not a rank (a number from 0)", text);
+  }
   ChainPlan plan;
-  CHIMERA_RETURN_IF_ERROR(planChain(spec, from, chain, consume, cost, plan));
+  CHIMERA_RETURN_IF_ERROR(planChain(spec, from, chain, consume, cost, plan, rank));
   ChainAnalysis analysis;
   CHIMERA_RETURN_IF_ERROR(analyzeChain(plan.trace, plan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost.name())};
@@ -82,7 +91,8 @@ Status run(const detail::ToolOptions& options, std::string& output) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
-  static constexpr std::string_view kKeys[] = {"mesh", "shape", "dtype", "from", "chain", "consume", "topology"};
+  static constexpr std::string_view kKeys[] = {"mesh",    "shape",    "dtype", "from", "chain",
+                                               "consume", "topology", "rank"};
   static constexpr std::string_view kSwitches[] = {"json"};
   return chimera::detail::toolMain(argc, argv,
                                    {"chimera-plan", chimera::kUsage, kKeys, std::span(kKeys).first(5), kSwitches,

@@ -31,6 +31,13 @@ Json planJson(const Plan& plan, const PlanBytes& bytes) {
   return Json::object({{"ops", std::move(ops)}, {"bytes_per_rank_max", bytes.maxPerRank}, {"bytes_total", bytes.total}});
 }
 
+// The box transfers a rank's plan holds (those it sends or receives, itself included).
+std::int64_t rankTransfers(const Plan& plan) {
+  std::int64_t count = 0;
+  for (const PlanStep& step : plan.steps) count += static_cast<std::int64_t>(step.transfers.size());
+  return count;
+}
+
 }  // namespace
 
 std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis) {
@@ -58,6 +65,10 @@ std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const
   }
   text += fmt::format("best plan ({} candidates priced):\n", plan.candidates);
   text += plan.fused.toString();
+  if (plan.fused.rank != kWorldPlan) {
+    text += fmt::format("  planned as rank {}: each manytomany holds only the {} transfers this rank sends or receives\n",
+                        plan.fused.rank, rankTransfers(plan.fused));
+  }
   text += fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
   const std::int64_t redundant = std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total);
   text += fmt::format("redundant bytes (chain minus best plan): {}\n", size(redundant));
@@ -79,7 +90,7 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
                                 {"unconsumed_bytes_total", op.unconsumedTotal}}));
   }
   baseline["ops"] = std::move(ops);  // the chain as written, op by op, replaces the baseline plan's steps
-  return Json::object({
+  Json out = Json::object({
       {"mesh", query.mesh},
       {"tensor", plan.fused.spec.toString()},
       {"from", plan.trace.layouts.front().toString()},
@@ -99,6 +110,11 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
       {"decision", plan.useFused ? "fused" : "baseline"},
       {"explain", plan.explain},
   });
+  if (plan.fused.rank != kWorldPlan) {  // planned as one rank (chimera-plan --rank)
+    out["rank"] = static_cast<std::int64_t>(plan.fused.rank);
+    out["rank_transfers"] = rankTransfers(plan.fused);
+  }
+  return out;
 }
 
 }  // namespace chimera::detail

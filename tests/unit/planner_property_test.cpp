@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <random>
 
@@ -344,6 +345,79 @@ TEST(PlannerProperty, FusedPlanIsNeverWorseThanTheChainInAnyNestingOrder) {
   }
   EXPECT_GT(cases, 800);
   EXPECT_GT(nonMeshOrder, 50);
+}
+
+// A rank's plan (planChain with `rank`) is its part of the world plan: the same decision,
+// costs, bytes, steps and flows, and exactly the world's transfers that it sends or
+// receives. Every rank of random cases, priced by bytes and by the topology presets.
+void checkRankPlans(const Case& c, const PlanCost& cost) {
+  ChainPlan world;
+  const Status status = planChain(c.spec, c.from, c.chain, c.consume, cost, world);
+  ASSERT_TRUE(status.isOk()) << status.toString();
+  for (int rank = 0; rank < c.mesh.size(); ++rank) {
+    SCOPED_TRACE(fmt::format("rank {}", rank));
+    ChainPlan mine;
+    const Status planned = planChain(c.spec, c.from, c.chain, c.consume, cost, mine, rank);
+    ASSERT_TRUE(planned.isOk()) << planned.toString();
+    EXPECT_EQ(mine.useFused, world.useFused);
+    EXPECT_EQ(mine.candidates, world.candidates);
+    EXPECT_EQ(mine.fusedCost.value, world.fusedCost.value);
+    EXPECT_EQ(mine.baselineCost.value, world.baselineCost.value);
+    EXPECT_EQ(mine.fusedBytes.perRank, world.fusedBytes.perRank);
+    EXPECT_EQ(mine.explain, world.explain);
+    for (const auto& [m, w] : {std::pair{&mine.fused, &world.fused}, std::pair{&mine.baseline, &world.baseline}}) {
+      EXPECT_EQ(m->rank, rank);
+      ASSERT_EQ(m->toString(), w->toString());
+      for (std::size_t s = 0; s < w->steps.size(); ++s) {
+        std::vector<BoxTransfer> expected;
+        std::copy_if(w->steps[s].transfers.begin(), w->steps[s].transfers.end(), std::back_inserter(expected),
+                     [rank](const BoxTransfer& t) { return t.src == rank || t.dst == rank; });
+        EXPECT_EQ(m->steps[s].transfers, expected) << "step " << s;
+        EXPECT_EQ(m->steps[s].flows, w->steps[s].flows) << "step " << s;
+      }
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(PlannerProperty, EachRanksPlanIsItsPartOfTheWorldPlan) {
+  const BytesCost bytes;
+  Topology topology;
+  ASSERT_TRUE(loadTopology("multinode-ib:8", topology).isOk());
+  const TopologyCost multinode(std::move(topology));
+  int cases = 0;
+  int withTransfers = 0;
+  for (std::uint64_t seed = 1; seed <= 600; ++seed) {
+    Generator gen(seed);
+    const auto c = gen.chainCase();
+    if (!c) continue;
+    const PlanCost& cost = seed % 2 == 0 ? static_cast<const PlanCost&>(bytes) : multinode;
+    SCOPED_TRACE(fmt::format("seed {} cost {}: {}", seed, cost.name(), c->describe()));
+    checkRankPlans(*c, cost);
+    if (::testing::Test::HasFailure()) return;
+    ++cases;
+    ChainPlan plan;
+    ASSERT_TRUE(planChain(c->spec, c->from, c->chain, c->consume, cost, plan).isOk());
+    for (const auto& step : plan.fused.steps) withTransfers += step.flows.empty() ? 0 : 1;
+  }
+  EXPECT_GT(cases, 500);
+  EXPECT_GT(withTransfers, 20);  // the cut-down transfers are exercised, not only collectives
+}
+
+TEST(PlannerProperty, PlanningForARankOutsideTheMeshFails) {
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("tp=4", mesh).isOk());
+  Layout from;
+  ASSERT_TRUE(Layout::parse("tp=P", mesh, from).isOk());
+  Chain chain;
+  ASSERT_TRUE(Chain::parse("allreduce:tp", mesh, chain).isOk());
+  ChainPlan plan;
+  for (const int rank : {4, -2}) {
+    const Status status = planChain(TensorSpec{{8, 8}, DataType::F32}, from, chain, std::nullopt, BytesCost(), plan, rank);
+    EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+    EXPECT_NE(status.message().find(fmt::format("rank {}", rank)), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("0..3"), std::string::npos) << status.message();
+  }
 }
 
 TEST(PlannerProperty, SimulatorGeometryMatchesLayoutGeometry) {

@@ -27,6 +27,20 @@ struct BoxTransfer {
   bool operator==(const BoxTransfer&) const = default;
 };
 
+/// What the cost models need of one transfer of a many-to-many step, without its boxes:
+/// who sends to whom, how much, and whether either side makes a pack or unpack pass.
+struct TransferFlow {
+  int src = 0;                   ///< world rank that sends
+  int dst = 0;                   ///< world rank that receives
+  std::int64_t bytes = 0;        ///< payload size
+  bool packed = false;           ///< the source box is not one contiguous run of the source buffer
+  bool unpacked = false;         ///< the destination box is not one contiguous run of the destination buffer
+  bool operator==(const TransferFlow&) const = default;
+};
+
+/// The rank of a world plan (Plan::rank): every rank's part is in it.
+inline constexpr int kWorldPlan = -1;
+
 /// A buffer of a plan. Every rank that `layout.holds(rank)` has one of `localShape`;
 /// other ranks have none. Buffer 0 is the input, buffer 1 the output, the rest scratch.
 struct PlanBuffer {
@@ -62,7 +76,12 @@ struct PlanStep {
   int toDim = 0;                 ///< AllToAll: TO
   int root = 0;                  ///< Broadcast: group index of the root
   std::int64_t scale = 1;        ///< Scale: the factor
-  std::vector<BoxTransfer> transfers;  ///< ManyToMany: ordered by destination, then source box
+  /// ManyToMany: ordered by destination, then source box; in a rank's plan (Plan::rank)
+  /// only the transfers that rank sends or receives.
+  std::vector<BoxTransfer> transfers;
+  /// ManyToMany: every transfer of every rank, in the order of a world plan's `transfers`,
+  /// on any plan (what bytes and costs are computed from, so every rank prices alike).
+  std::vector<TransferFlow> flows;
   /// ManyToMany: non-empty when the transfers form an AllToAll over this group (every
   /// member sends one equal-sized block to every member, itself included), so an executor
   /// may pack the blocks by destination and issue one allToAll instead of grouped sends.
@@ -81,20 +100,23 @@ struct Plan;
 /// input layout, "tp=P(max)"). Plan::toString and chimera-plan --json print steps with it.
 std::string planStepText(const Plan& plan, const PlanStep& step);
 
-/// An explicit, rank-independent program that turns the input buffer into the output
-/// buffer. Every rank derives the same Plan from the same inputs.
+/// An explicit program that turns the input buffer into the output buffer. Every rank
+/// derives the same world plan from the same inputs; a rank's plan (`rank` >= 0) is the
+/// world plan with each ManyToMany's `transfers` cut down to those of that rank (its
+/// steps, buffers, flows and byte counts are the world plan's).
 struct Plan {
   static constexpr int kInput = 0;   ///< index of the input buffer
   static constexpr int kOutput = 1;  ///< index of the output buffer
   TensorSpec spec;                   ///< the logical tensor
   std::vector<PlanBuffer> buffers;   ///< [input, output, scratch...]
   std::vector<PlanStep> steps;       ///< run in order
+  int rank = kWorldPlan;             ///< kWorldPlan, or the only rank that may run this plan
 
   /// Adds a buffer placed as `layout` and returns its index.
   int addBuffer(const Layout& layout);
-  /// The box a LocalCopy step reads on `rank`, in the input buffer's local coordinates
+  /// The box a LocalCopy step reads on `onRank`, in the input buffer's local coordinates
   /// (the rank's output box shifted into its input box). Precondition: step is LocalCopy.
-  Box localCopySource(const PlanStep& step, int rank) const;
+  Box localCopySource(const PlanStep& step, int onRank) const;
   /// One line per step ("2. manytomany(4 transfers)  buf2 pp=@0,tp=S0 -> buf3 pp=@1,tp=S0"), each
   /// named by planStepText.
   std::string toString() const;

@@ -59,9 +59,13 @@ class BytesCost final : public PlanCost {
 /// gather at the destination only if that is cheaper. InvalidArgument when `to` cannot be
 /// reached (it is partial where `from` is not, layouts invalid for `spec`).
 /// `candidates`, if given, receives the number of candidate programs priced.
+/// With `rank` (a rank of the mesh, not kWorldPlan) the result is that rank's plan: the
+/// world plan with only the box transfers `rank` sends or receives, found without building
+/// any other rank's (see Plan). The choice is made from every rank's flows, so each rank's
+/// plan is its part of the one world plan.
 [[nodiscard]] Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to,
                                         std::int64_t scale, const PlanCost& cost, Plan& out,
-                                        int* candidates = nullptr);
+                                        int* candidates = nullptr, int rank = kWorldPlan);
 
 /// The chain exactly as written, as a Plan of the same step types (one step per op, then a
 /// LocalCopy to `consumed` when it differs from the chain's final layout).
@@ -89,7 +93,10 @@ struct ChainPlan {
 /// Traces `chain` from `from` (checking every precondition), checks that `consumed` (or the
 /// final layout when empty) is readable after it, builds the baseline and the fused plan
 /// and decides with `cost`. Deterministic: every rank derives the identical result.
+/// With `rank` (not kWorldPlan), both plans are that rank's (planRedistribution); the
+/// decision, costs, byte counts and explanation are the world's, identical on every rank.
 [[nodiscard]] Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
-                               const std::optional<Layout>& consumed, const PlanCost& cost, ChainPlan& out);
+                               const std::optional<Layout>& consumed, const PlanCost& cost, ChainPlan& out,
+                               int rank = kWorldPlan);
 
 }  // namespace chimera
