@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""A small GPT trained end to end with tensor + sequence parallelism on chimera's Session.
+"""A small GPT trained end to end with tensor + sequence parallelism (and pipeline stages) on
+chimera's Session.
 
 Run under MPI on CPU ranks (the mesh's product = the number of ranks)::
 
     mpirun -np 8 python examples/python/train_gpt.py --mesh dp=2,tp=4 --steps 10 --compare
+    mpirun -np 8 python examples/python/train_gpt.py --mesh pp=2,tp=4 --microbatches 2 --compare
 
 The model (``--layers`` blocks of pre-LN attention + MLP, ``--hidden``, ``--seq``, ``--vocab``)
 uses chimera.torch.layers: QKV and MLP-in are column-parallel, the attention output and MLP-out
 row-parallel, LayerNorms run on this rank's token rows (sequence parallelism), the batch is split
 over ``dp``. Tokens are generated (a fixed affine recurrence from random starts, so the loss
 falls). Every rank builds the same full initial parameters and keeps its shards.
+
+With a ``pp`` axis (outermost: ``pp=2,dp=..,tp=..``) the blocks split evenly over the stages
+(stage 0 also embeds, the last stage also has the final LayerNorm, head and loss) and each
+step is a GPipe schedule: all microbatches forward, then all backward, stage by stage. The
+Session records per rank (each stage only its own calls). A stage hands its last block's
+output to the next one still partial over tp (the last row-parallel matmul's sum and the
+residual not yet added), recorded as ``allreduce:tp`` + ``send:pp`` with the next stage reading
+its own rows: fused, a ReduceScatter and a many-to-many of the shards; the gradient goes back
+as ``allgather:tp`` + ``send:pp:prev``. The gloo reference runs the same schedule with
+reduce_scatter, send/recv and all_gather.
 
 ``--comm chimera`` (default) records every collective on a chimera Session with fusion per
 ``--fusion on|off``; ``--comm torch`` issues the same collectives with torch.distributed (gloo)
@@ -36,6 +48,20 @@ import chimera.torch as ct
 from chimera.torch.layers import ColumnParallelLinear, ParallelContext, RowParallelLinear
 
 
+def check_shapes(args, axes) -> None:
+    """Exits naming the first size that does not split as the mesh needs."""
+    pp, dp, tp = axes.get("pp", 1), axes.get("dp", 1), axes.get("tp", 1)
+    micro = args.microbatches if pp > 1 else 1
+    if args.batch % (dp * micro):
+        raise SystemExit(f"--batch {args.batch} must divide by dp x microbatches = {dp * micro}")
+    if (args.batch // (dp * micro) * args.seq) % tp:
+        raise SystemExit(f"the rows of a microbatch ({args.batch // (dp * micro)} x {args.seq}) must divide by tp={tp}")
+    if args.heads % tp or args.hidden % args.heads:
+        raise SystemExit("--heads must divide by tp and --hidden by --heads")
+    if args.layers % pp:
+        raise SystemExit(f"--layers {args.layers} must divide by pp={pp}")
+
+
 def parse_mesh(text: str) -> dict[str, int]:
     axes = {}
     for part in text.split(","):
@@ -43,10 +69,12 @@ def parse_mesh(text: str) -> dict[str, int]:
         if not size.isdigit():
             raise SystemExit(f"--mesh: '{part}' is not NAME=SIZE")
         axes[name.strip()] = int(size)
-    unknown = set(axes) - {"dp", "tp"}
+    unknown = set(axes) - {"pp", "dp", "tp"}
     if unknown:
-        raise SystemExit(f"--mesh: axes {sorted(unknown)} are not supported by this example (dp, tp are; "
-                         "pipeline stages are not implemented here)")
+        raise SystemExit(f"--mesh: axes {sorted(unknown)} are not supported by this example (pp, dp, tp are)")
+    order = [a for a in ("pp", "dp", "tp") if a in axes]
+    if list(axes) != order:
+        raise SystemExit(f"--mesh: axes must come in the order pp, dp, tp (got {','.join(axes)})")
     return axes
 
 
@@ -100,6 +128,18 @@ class Block(torch.nn.Module):
         x_rows = x_rows + self.attention(self.ln1(x_rows))
         return x_rows + self.fc2(F.gelu(self.fc1(self.ln2(x_rows))))
 
+    def forward_partial(self, x_rows):
+        """The block's output over all rows of the dp shard, partial over tp (its sum over tp is
+        the output): the MLP's last matmul unreduced, plus this rank's residual rows in their
+        place and the bias on tp rank 0. What a stage hands to the next one."""
+        x_rows = x_rows + self.attention(self.ln1(x_rows))
+        h = F.gelu(self.fc1(self.ln2(x_rows)))
+        tp, t = self.pctx.size("tp"), self.pctx.coord("tp")
+        rows = x_rows.shape[0]
+        residual = F.pad(x_rows, (0, 0, t * rows, (tp - 1 - t) * rows))
+        # The bias stays in the graph on every rank (a zero gradient off rank 0).
+        return h @ self.fc2.weight.t() + residual + self.fc2.bias * (1.0 if t == 0 else 0.0)
+
     def replicated(self):
         """Parameters every tp rank holds whole (their gradients are sums over tp)."""
         return [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias, self.fc2.bias]
@@ -131,6 +171,46 @@ class GPT(torch.nn.Module):
         return params
 
 
+class Stage(torch.nn.Module):
+    """Pipeline stage `stage` of `stages`: its share of the blocks (the same initial values as
+    GPT's); stage 0 embeds, the last stage returns logits, the others their last block's output
+    partial over tp (Block.forward_partial)."""
+
+    def __init__(self, pctx, args, stage, stages):
+        super().__init__()
+        p = full_parameters(args)
+        self.pctx, self.args = pctx, args
+        self.first, self.last = stage == 0, stage == stages - 1
+        per = args.layers // stages
+        self.blocks = torch.nn.ModuleList(Block(pctx, args, p, i) for i in range(stage * per, (stage + 1) * per))
+        if self.first:
+            self.embed = torch.nn.Parameter(p["embed"].clone())
+            self.pos = torch.nn.Parameter(p["pos"].clone())
+        if self.last:
+            self.lnf = torch.nn.LayerNorm(args.hidden)
+            with torch.no_grad():
+                self.lnf.weight.copy_(p["lnf_w"]), self.lnf.bias.copy_(p["lnf_b"])
+            self.head = torch.nn.Parameter(p["head"].clone())
+
+    def forward(self, x_rows=None, tokens_rows=None, positions_rows=None):
+        if self.first:
+            x_rows = self.embed[tokens_rows] + self.pos[positions_rows]
+        inner = self.blocks if self.last else self.blocks[:-1]
+        for block in inner:
+            x_rows = block(x_rows)
+        if self.last:
+            return self.lnf(x_rows) @ self.head.t()
+        return self.blocks[-1].forward_partial(x_rows)
+
+    def replicated(self):
+        params = [self.embed, self.pos] if self.first else []
+        if self.last:
+            params += [*self.lnf.parameters(), self.head]
+        for block in self.blocks:
+            params += block.replicated()
+        return params
+
+
 def batch(args, step):
     """Tokens [batch, seq+1]: random starts, then t' = (5 t + 3) mod vocab (learnable)."""
     g = torch.Generator().manual_seed(1000 + step)
@@ -148,52 +228,113 @@ class Trainer:
 
     def __init__(self, args, axes, comm, fusion):
         self.args, self.comm, self.fusion = args, comm, fusion
-        self.pctx = ParallelContext(axes, fusion=fusion, comm=comm)
-        self.model = GPT(self.pctx, args)
+        self.pipeline = "pp" in axes
+        self.pctx = ParallelContext(axes, fusion=fusion, comm=comm, per_rank=self.pipeline)
+        pctx = self.pctx
+        if self.pipeline:
+            self.model = Stage(pctx, args, pctx.coord("pp"), pctx.size("pp"))
+        else:
+            self.model = GPT(pctx, args)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.0)
         replicated = {id(p) for p in self.model.replicated()}
         self.sharded = [p for p in self.model.parameters() if id(p) not in replicated]
-        dp, tp = self.pctx.size("dp"), self.pctx.size("tp")
-        self.rows = args.batch * args.seq // (dp * tp)
-        self.first = (self.pctx.coord("dp") * tp + self.pctx.coord("tp")) * self.rows
+        dp, tp = pctx.size("dp"), pctx.size("tp")
+        self.microbatches = args.microbatches if self.pipeline else 1
+        # Sequences per microbatch on one dp rank; its rows, and this rank's share over tp.
+        self.sequences = args.batch // (dp * self.microbatches)
+        self.rows = self.sequences * args.seq // tp
         self.steps = []
 
     @property
     def name(self):
         return "gloo" if self.comm == "torch" else f"fusion_{'on' if self.fusion else 'off'}"
 
+    def _mine(self, micro):
+        """This rank's token rows of microbatch `micro` (flat over [batch * seq])."""
+        pctx, seq = self.pctx, self.args.seq
+        first_sequence = pctx.coord("dp") * self.sequences * self.microbatches + micro * self.sequences
+        first = first_sequence * seq + pctx.coord("tp") * self.rows
+        return slice(first, first + self.rows)
+
+    def _forward_backward(self, inputs, targets, positions):
+        """Loss (summed over this rank's rows, / all targets) after its backward; the layers'
+        collectives run inside."""
+        mine = self._mine(0)
+        logits = self.model(inputs[mine], positions[mine])
+        loss = F.cross_entropy(logits, targets[mine], reduction="sum") / targets.numel()
+        loss.backward()
+        return loss.detach()
+
+    def _pipeline(self, inputs, targets, positions):
+        """GPipe over the microbatches: every forward (receiving from the previous stage, sending
+        to the next), then every backward in the same order (gradients back the same way)."""
+        pctx, model = self.pctx, self.model
+        h = self.args.hidden
+        handed = (self.rows * pctx.size("tp"), h)  # what crosses a stage boundary: [rows of the dp shard, h]
+        kept, loss = [], torch.zeros(())
+        for m in range(self.microbatches):
+            mine = self._mine(m)
+            x_in = None
+            if model.first:
+                out = model(tokens_rows=inputs[mine], positions_rows=positions[mine])
+            else:
+                x_in = pctx.stage_recv(handed).requires_grad_(True)
+                out = model(x_rows=x_in)
+            if model.last:
+                out = F.cross_entropy(out, targets[mine], reduction="sum") / targets.numel()
+                loss = loss + out.detach()
+            else:
+                pctx.stage_send(out)
+            kept.append((x_in, out))
+        for x_in, out in kept:
+            if model.last:
+                out.backward()
+            else:
+                out.backward(pctx.stage_recv_back(handed))
+            if not model.first:
+                pctx.stage_send_back(x_in.grad)
+        return loss
+
     def step(self, step):
         args, pctx, model = self.args, self.pctx, self.model
         tokens = batch(args, step)
         inputs, targets = tokens[:, :-1].reshape(-1), tokens[:, 1:].reshape(-1)
         positions = torch.arange(args.seq).repeat(args.batch)
-        mine = slice(self.first, self.first + self.rows)
         before = dict(pctx.stats())
         pctx.comm_seconds = 0.0
         dist.barrier()
         start = time.perf_counter()
-        logits = model(inputs[mine], positions[mine])
-        loss = F.cross_entropy(logits, targets[mine], reduction="sum") / targets.numel()
         self.opt.zero_grad(set_to_none=False)
-        loss.backward()
+        if self.pipeline:
+            loss = self._pipeline(inputs, targets, positions)
+        else:
+            loss = self._forward_backward(inputs, targets, positions)
         pctx.all_reduce_([p.grad for p in model.replicated()], ["dp", "tp"])
         pctx.all_reduce_([p.grad for p in self.sharded], ["dp"])
         self.opt.step()
-        total = loss.detach().reshape(1).clone()
-        pctx.all_reduce_([total], ["dp", "tp"])
+        total = loss.reshape(1).clone()
+        pctx.all_reduce_([total], ["pp", "dp", "tp"])  # only the last stage has a loss
         elapsed = time.perf_counter() - start
-        after = pctx.stats()
         row = {"step": step, "loss": total.item(), "step_ms": elapsed * 1e3, "comm_ms": pctx.comm_seconds * 1e3}
+        after = pctx.stats()
         if after:
-            row["bytes_as_recorded"] = after["bytes_as_recorded"] - before.get("bytes_as_recorded", 0)
-            row["bytes_sent"] = after["bytes_sent"] - before.get("bytes_sent", 0)
-            row["fused_chains"] = after["fused_chains"] - before.get("fused_chains", 0)
+            row.update(self._bytes(before, after))
         self.steps.append(row)
         if dist.get_rank() == 0:
             sent = f"  bytes recorded {row['bytes_as_recorded']:>10} sent {row['bytes_sent']:>10}" if after else ""
             print(f"[{self.name:<10}] step {step:3d}  loss {row['loss']:.6f}  step {row['step_ms']:8.1f} ms  "
                   f"comm {row['comm_ms']:8.1f} ms{sent}", flush=True)
         return row
+
+    def _bytes(self, before, after):
+        """Bytes of the step over all ranks: as recorded, as sent, fused chains. Per-rank
+        recording counts each rank's share, summed here over the world."""
+        keys = ["bytes_as_recorded", "bytes_sent", "fused_chains"]
+        source = ["rank_bytes_as_recorded", "rank_bytes_sent", "fused_chains"] if self.pctx.per_rank else keys
+        counts = torch.tensor([after[k] - before.get(k, 0) for k in source], dtype=torch.int64)
+        if self.pctx.per_rank:
+            dist.all_reduce(counts)  # fused chains too: summed over the ranks that ran them
+        return dict(zip(keys, counts.tolist()))
 
 
 def train(args, axes, comm, fusion):
@@ -212,13 +353,14 @@ def summary(steps):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mesh", default="dp=2,tp=4", help="dp=D,tp=T (product = MPI ranks)")
+    parser.add_argument("--mesh", default="dp=2,tp=4", help="[pp=P,][dp=D,]tp=T (product = MPI ranks)")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=1024)
-    parser.add_argument("--batch", type=int, default=2, help="sequences per step (divisible by dp)")
+    parser.add_argument("--batch", type=int, default=2, help="sequences per step (divisible by dp x microbatches)")
+    parser.add_argument("--microbatches", type=int, default=2, help="microbatches per step with a pp axis (GPipe)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--comm", choices=["chimera", "torch"], default="chimera")
@@ -229,9 +371,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     axes = parse_mesh(args.mesh)
-    dp, tp = axes.get("dp", 1), axes.get("tp", 1)
-    if args.batch % dp or (args.batch * args.seq) % (dp * tp) or args.heads % tp or args.hidden % args.heads:
-        raise SystemExit("--batch must divide by dp, batch*seq by dp*tp, --heads by tp and --hidden by --heads")
+    check_shapes(args, axes)
     ct.init_process_group("gloo")
     settings = [("chimera", False), ("chimera", True), ("torch", True)] if args.compare else \
         [(args.comm, args.fusion == "on")]

@@ -24,8 +24,10 @@ def load():
             return importlib.import_module(name)
         except ImportError as error:
             raise ImportError(
-                "chimera.torch: the compiled extension _C was not found next to the package; build the "
-                "CMake target chimera_torch and set CHIMERA_TORCH_EXTENSION to its path"
+                f"chimera.torch: the compiled extension _C could not be imported from next to the package "
+                f"({error}); install the package with `pip install --no-build-isolation .` from an environment "
+                "that has torch (an isolated build has no torch and skips _C), or build the CMake target "
+                "chimera_torch and set CHIMERA_TORCH_EXTENSION to its path"
             ) from error
     if not os.path.isfile(path):
         raise ImportError(f"chimera.torch: CHIMERA_TORCH_EXTENSION={path} is not a file")

@@ -29,14 +29,21 @@ from . import _extension
 class ParallelContext:
     """A mesh (e.g. ``{"dp": 2, "tp": 4}``, row-major over the MPI world) and the chimera Session
     the layers record on. ``comm="torch"`` issues the same collectives with torch.distributed on
-    groups of the current default backend instead (the unfused reference, e.g. gloo)."""
+    groups of the current default backend instead (the unfused reference, e.g. gloo).
 
-    def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera"):
+    ``per_rank=True`` records per rank (``SessionOptions::perRank``), what a pipeline schedule
+    needs: on a mesh with a ``pp`` axis each stage records only its own calls, its tensors placed
+    on its stage (``pp=@k``), and the stage hand-offs are :meth:`stage_send` / :meth:`stage_recv`
+    and their backward :meth:`stage_send_back` / :meth:`stage_recv_back`. The default (SPMD) has
+    every rank record every call, as :meth:`pipeline_send` does."""
+
+    def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera", per_rank: bool = False):
         if comm not in ("chimera", "torch"):
             raise ValueError(f"comm must be 'chimera' or 'torch', not {comm!r}")
         self.axes = dict(axes)
         self.names = list(self.axes)
         self.comm = comm
+        self.per_rank = per_rank
         rank, size = _extension.load().mpi_world()
         total = 1
         for s in self.axes.values():
@@ -49,8 +56,14 @@ class ParallelContext:
         for name in reversed(self.names):
             self.coords[name] = rest % self.axes[name]
             rest //= self.axes[name]
-        self.runtime = _extension.load().MeshRuntime(list(self.axes.items()), fusion) if comm == "chimera" else None
+        self.runtime = _extension.load().MeshRuntime(list(self.axes.items()), fusion, per_rank) \
+            if comm == "chimera" else None
         self._groups = {}
+        if comm == "torch" and per_rank:
+            # A stage makes its first call on a group while the other stage is elsewhere, but
+            # torch creates groups collectively over the world: create them all now.
+            for axis in self.names:
+                self._torch_group(axis)
         self.comm_seconds = 0.0
 
     # --- mesh facts --------------------------------------------------------------------------
@@ -61,9 +74,16 @@ class ParallelContext:
         return self.coords.get(axis, 0)
 
     def _rows_layout(self, extra: str = "") -> str:
-        """Layout of token rows: split over dp (if any), then over `extra` axes inside it."""
+        """Layout of token rows: split over dp (if any), then over `extra` axes inside it; per
+        rank on a pp mesh, placed on this rank's stage."""
         parts = [a for a in ("dp",) if a in self.axes] + ([extra] if extra else [])
-        return "+".join(parts) + "=S0" if parts else f"{self.names[0]}=R"
+        rows = "+".join(parts) + "=S0" if parts else ""
+        if self._on_stage():
+            return f"pp=@{self.coord('pp')}" + (f",{rows}" if rows else "")
+        return rows or f"{self.names[0]}=R"
+
+    def _on_stage(self) -> bool:
+        return self.per_rank and "pp" in self.axes
 
     def _with(self, layout: str, more: str) -> str:
         return more if layout.endswith("=R") else f"{layout},{more}"
@@ -154,9 +174,10 @@ class ParallelContext:
                     dist.all_reduce(t, group=group)
         else:
             joined = "+".join(a for a in self.names if a in axes)
+            layout = f"pp=@{self.coord('pp')},{joined}=P" if self._on_stage() and "pp" not in axes else f"{joined}=P"
             for t in tensors:
                 assert t.is_contiguous()
-                h = self.runtime.tensor(t, list(t.shape), f"{joined}=P")
+                h = self.runtime.tensor(t, list(t.shape), layout)
                 self.runtime.all_reduce(h, joined)
             self.runtime.flush()
         self.comm_seconds += _now() - start
@@ -218,6 +239,117 @@ class ParallelContext:
         self.runtime.flush()
         self.comm_seconds += _now() - start
         return recv
+
+    # --- per-rank pipeline stage hand-offs (per_rank=True) -------------------------------------
+    def _pp_peer(self, step: int) -> int:
+        stride = 1
+        for name in self.names[self.names.index("pp") + 1:]:
+            stride *= self.axes[name]
+        return self.rank + step * stride
+
+    def _dp_rows_shape(self, local_rows_shape) -> list[int]:
+        """The logical [rows over dp, f] of a [rows of this dp shard, f] tensor."""
+        return [local_rows_shape[0] * self.size("dp")] + list(local_rows_shape[1:])
+
+    def _require_stage(self, what: str, last_ok: bool, first_ok: bool) -> None:
+        if not self._on_stage():
+            raise ValueError(f"{what} needs per_rank=True and a 'pp' mesh axis")
+        stage, stages = self.coord("pp"), self.size("pp")
+        if (stage == stages - 1 and not last_ok) or (stage == 0 and not first_ok):
+            raise ValueError(f"{what} is not a call of stage {stage} of {stages}")
+
+    def stage_send(self, partial: torch.Tensor) -> None:
+        """Forward hand-off, sending side: this stage's output `partial` ([rows of the dp shard,
+        f], partial over tp: the sum over tp is the activation) goes to the next stage, whose
+        ranks read their own rows (sequence parallel). Recorded as allreduce:tp + send:pp; fused,
+        a ReduceScatter and a many-to-many of the shards. `torch` comm: reduce_scatter over tp,
+        then a send of the rows to the same (dp, tp) rank of the next stage."""
+        self._require_stage("stage_send", last_ok=False, first_ok=True)
+        partial = partial.detach().contiguous()
+        tp = self.size("tp")
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            rows = partial
+            if tp > 1:
+                rows = torch.empty((partial.shape[0] // tp,) + tuple(partial.shape[1:]), dtype=partial.dtype)
+                dist.reduce_scatter_tensor(rows, partial, group=self._torch_group("tp"))
+            dist.send(rows, self._pp_peer(1))
+        else:
+            base = self._rows_layout()
+            h = self.runtime.tensor(partial, self._dp_rows_shape(partial.shape), f"{base},tp=P" if tp > 1 else base)
+            if tp > 1:
+                h = self.runtime.all_reduce(h, "tp")
+            self.runtime.send(h, "pp", None)
+            self.runtime.flush()
+        self.comm_seconds += _now() - start
+
+    def stage_recv(self, shape, dtype=torch.float32) -> torch.Tensor:
+        """Forward hand-off, receiving side: returns this rank's rows ([shape[0] / tp, f]) of the
+        activation the previous stage sent with :meth:`stage_send` (`shape`: its [rows, f])."""
+        self._require_stage("stage_recv", last_ok=True, first_ok=False)
+        tp, t = self.size("tp"), self.coord("tp")
+        rows = shape[0] // tp
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            out = torch.empty((rows,) + tuple(shape[1:]), dtype=dtype)
+            dist.recv(out, self._pp_peer(-1))
+        else:
+            full = torch.empty(tuple(shape), dtype=dtype)
+            h = self.runtime.recv(full, self._dp_rows_shape(shape), self._rows_layout(), "pp")
+            self.runtime.declare_read(h, self._rows_layout("tp" if tp > 1 else ""))
+            self.runtime.flush()
+            out = full[t * rows:(t + 1) * rows].clone()
+        self.comm_seconds += _now() - start
+        return out
+
+    def stage_send_back(self, grad_rows: torch.Tensor) -> None:
+        """Backward hand-off, sending side: the gradient of the rows :meth:`stage_recv` returned
+        goes back to the previous stage, which needs it whole over tp. Recorded as allgather:tp
+        + send:pp:prev. `torch` comm: a send of the rows (the receiver gathers over tp)."""
+        self._require_stage("stage_send_back", last_ok=True, first_ok=False)
+        grad_rows = grad_rows.detach().contiguous()
+        tp = self.size("tp")
+        shape = [grad_rows.shape[0] * tp] + list(grad_rows.shape[1:])
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            dist.send(grad_rows, self._pp_peer(-1))
+        else:
+            h = self.runtime.tensor(grad_rows, self._dp_rows_shape(shape), self._rows_layout("tp" if tp > 1 else ""))
+            gathered = torch.empty(shape, dtype=grad_rows.dtype)  # written at the flush: alive until then
+            if tp > 1:
+                h = self.runtime.all_gather(h, "tp", 0, gathered)
+            self.runtime.send(h, "pp", None, backward=True)
+            self.runtime.flush()
+        self.comm_seconds += _now() - start
+
+    def stage_recv_back(self, shape, dtype=torch.float32) -> torch.Tensor:
+        """Backward hand-off, receiving side: the gradient of the `partial` this stage sent with
+        :meth:`stage_send` ([rows, f] = `shape`, the same on every tp rank)."""
+        self._require_stage("stage_recv_back", last_ok=False, first_ok=True)
+        tp = self.size("tp")
+        start = _now()
+        if self.runtime is None:
+            import torch.distributed as dist
+
+            rows = torch.empty((shape[0] // tp,) + tuple(shape[1:]), dtype=dtype)
+            dist.recv(rows, self._pp_peer(1))
+            out = rows
+            if tp > 1:
+                out = torch.empty(tuple(shape), dtype=dtype)
+                dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
+        else:
+            out = torch.empty(tuple(shape), dtype=dtype)
+            h = self.runtime.recv(out, self._dp_rows_shape(shape), self._rows_layout(), "pp", backward=True)
+            self.runtime.declare_read(h, self._rows_layout())
+            self.runtime.flush()
+        self.comm_seconds += _now() - start
+        return out
 
     # --- MoE token dispatch / combine ---------------------------------------------------------
     def _token_layout(self, axis: str, expert_sharded: bool) -> str:

@@ -2,7 +2,9 @@
 // MeshRuntime (see mesh_runtime.hpp).
 #include "mesh_runtime.hpp"
 
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "chimera/mpi_backend.hpp"
 #include "chimera/planning/planner.hpp"
@@ -10,7 +12,7 @@
 
 namespace chimera::torch_ext {
 
-Status MeshRuntime::create(std::vector<MeshAxis> axes, bool fusion, std::unique_ptr<MeshRuntime>& out) {
+Status MeshRuntime::create(std::vector<MeshAxis> axes, bool fusion, bool perRank, std::unique_ptr<MeshRuntime>& out) {
   int rank = 0;
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
@@ -22,6 +24,13 @@ Status MeshRuntime::create(std::vector<MeshAxis> axes, bool fusion, std::unique_
   SessionOptions options;
   CHIMERA_RETURN_IF_ERROR(SessionOptions::fromEnvironment(options));
   options.fusion = fusion;
+  options.perRank = perRank;
+  if (perRank) {
+    // Every non-empty set of axes: a handful of groups on the meshes layers use (at most 2^4-1).
+    std::vector<AxisSet> groups;
+    for (std::uint32_t bits = 1; bits < (1u << runtime->mesh().numAxes()); ++bits) groups.push_back(AxisSet::fromBits(bits));
+    CHIMERA_RETURN_IF_ERROR(runtime->backend_->createGroups(groups));
+  }
   CHIMERA_RETURN_IF_ERROR(Session::create(*runtime->backend_, options, runtime->session_));
   out = std::move(runtime);
   return Status::ok();

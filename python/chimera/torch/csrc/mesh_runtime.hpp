@@ -31,8 +31,12 @@ struct RedistributionBytes {
 /// every call that communicates is collective over the world.
 class MeshRuntime {
  public:
-  /// Creates the runtime (collective over the world). `fusion` sets the Session's option.
-  [[nodiscard]] static Status create(std::vector<MeshAxis> axes, bool fusion, std::unique_ptr<MeshRuntime>& out);
+  /// Creates the runtime (collective over the world). `fusion` sets the Session's option;
+  /// `perRank` makes it record per rank (`SessionOptions::perRank`, what a pipeline schedule
+  /// needs: each stage records only its own calls) and creates the communicator of every group
+  /// of mesh axes at once, since per-rank recording cannot create one later.
+  [[nodiscard]] static Status create(std::vector<MeshAxis> axes, bool fusion, bool perRank,
+                                     std::unique_ptr<MeshRuntime>& out);
   ~MeshRuntime();
 
   const Mesh& mesh() const { return backend_->mesh(); }

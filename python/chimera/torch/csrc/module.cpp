@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
     TORCH_CHECK(ChimeraProcessGroup::cudaSupported(), hostError);
   }
   return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(makeHost), std::move(hostError),
-                                                  std::move(store));
+                                                  std::move(store), mpiThreadMultiple());
 }
 
 // InvalidArgument and Unsupported mean "chimera cannot do this one": ValueError, which callers
@@ -135,14 +135,14 @@ std::pair<void*, std::size_t> bufferOf(const char* what, const std::optional<at:
 void bindMeshRuntime(py::module_& m) {
   py::class_<MeshRuntime>(m, "MeshRuntime",
                           "chimera's backend, executor and Session over the world laid out as a device mesh.")
-      .def(py::init([](const std::vector<std::pair<std::string, int>>& axes, bool fusion) {
+      .def(py::init([](const std::vector<std::pair<std::string, int>>& axes, bool fusion, bool perRank) {
              std::vector<MeshAxis> meshAxes;
              for (const auto& [name, size] : axes) meshAxes.push_back({name, size});
              std::unique_ptr<MeshRuntime> runtime;
-             raise("mesh", MeshRuntime::create(meshAxes, fusion, runtime));
+             raise("mesh", MeshRuntime::create(meshAxes, fusion, perRank, runtime));
              return runtime;
            }),
-           py::arg("axes"), py::arg("fusion") = true)
+           py::arg("axes"), py::arg("fusion") = true, py::arg("per_rank") = false)
       .def_property_readonly("mesh", [](MeshRuntime& r) { return r.mesh().toString(); })
       .def("local_shape",
            [](MeshRuntime& r, const std::vector<std::int64_t>& shape, const std::string& layout) {
@@ -225,6 +225,21 @@ void bindMeshRuntime(py::module_& m) {
             return handleTuple(h);
           },
           py::arg("handle"), py::arg("axis"), py::arg("recv"), py::arg("backward") = false)
+      .def(
+          "recv",
+          [](MeshRuntime& r, const at::Tensor& out, const std::vector<std::int64_t>& shape, const std::string& layout,
+             const std::string& axis, bool backward) {
+            auto buffer = bufferOf("Session.recv", out);
+            const TensorSpec spec = specOf(shape, out.scalar_type());
+            TensorHandle h;
+            const AxisSet axes = axesOf(r, axis);
+            raise("Session.recv",
+                  backward ? r.session().recvBack(spec, layoutOf(r, layout), axes, buffer.first, buffer.second, h)
+                           : r.session().recv(spec, layoutOf(r, layout), axes, buffer.first, buffer.second, h));
+            return handleTuple(h);
+          },
+          py::arg("out"), py::arg("shape"), py::arg("layout"), py::arg("axis"), py::arg("backward") = false,
+          "Per-rank recording: this rank's receiving side of a hand-off along `axis` (backward: of a send_back).")
       .def("declare_read",
            [](MeshRuntime& r, const py::tuple& t, const std::string& layout) {
              raise("Session.declare_read", r.session().declareRead(handleOf(t), layoutOf(r, layout)));
@@ -244,6 +259,8 @@ void bindMeshRuntime(py::module_& m) {
         d["fused_chains"] = s.fusedChains;
         d["bytes_as_recorded"] = s.bytesAsRecorded;
         d["bytes_sent"] = s.bytesSent;
+        d["rank_bytes_as_recorded"] = s.rankBytesAsRecorded;
+        d["rank_bytes_sent"] = s.rankBytesSent;
         return d;
       });
 }
@@ -267,7 +284,9 @@ PYBIND11_MODULE(_C, m) {
       },
       "(rank, size) of MPI_COMM_WORLD, initialising MPI when nobody has.");
   chimera::torch_ext::bindMeshRuntime(m);
+  m.def("mpi_thread_multiple", &chimera::torch_ext::mpiThreadMultiple,
+        "Whether MPI runs with MPI_THREAD_MULTIPLE (asynchronous CPU ops then run on a thread per group).");
   m.def("cuda_supported", &chimera::torch_ext::ChimeraProcessGroup::cudaSupported,
         "Whether this build runs CUDA tensors (on chimera's NCCL backend).");
-  m.def("finalize_mpi", &chimera::finalizeMpi, "Finalises MPI if chimera initialised it (at interpreter exit).");
+  m.def("finalize_mpi", &chimera::torch_ext::finalizeExtensionMpi, "Finalises MPI if chimera initialised it (at interpreter exit).");
 }

@@ -18,7 +18,38 @@
 
 namespace chimera::torch_ext {
 
-Status mpiWorldOf(int& rank, int& size) { return mpiWorld(rank, size); }
+namespace {
+bool gExtensionInitializedMpi = false;
+}  // namespace
+
+Status mpiWorldOf(int& rank, int& size) {
+  int initialized = 0;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
+  if (initialized == 0) {
+    // Asynchronous ops run on a thread per process group while other groups (and chimera's
+    // Session) use MPI on the caller's thread.
+    int provided = 0;
+    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
+                                              "MPI_Init_thread"));
+    gExtensionInitializedMpi = true;
+  }
+  return mpiWorld(rank, size);
+}
+
+bool mpiThreadMultiple() {
+  int initialized = 0;
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || initialized == 0) return false;
+  return MPI_Query_thread(&provided) == MPI_SUCCESS && provided == MPI_THREAD_MULTIPLE;
+}
+
+void finalizeExtensionMpi() {
+  finalizeMpi();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (gExtensionInitializedMpi && finalized == 0) MPI_Finalize();
+  gExtensionInitializedMpi = false;
+}
 
 namespace {
 

@@ -13,8 +13,16 @@
 
 namespace chimera::torch_ext {
 
-/// Rank and size of MPI_COMM_WORLD, initialising MPI (funneled) when nobody has.
+/// Rank and size of MPI_COMM_WORLD, initialising MPI (MPI_THREAD_MULTIPLE, for asynchronous
+/// ops on a thread per process group) when nobody has.
 [[nodiscard]] Status mpiWorldOf(int& rank, int& size);
+
+/// Whether MPI is initialised with MPI_THREAD_MULTIPLE (false when MPI was initialised by
+/// someone else at a lower level: asynchronous ops then complete before they return).
+bool mpiThreadMultiple();
+
+/// Finalises MPI if this extension or chimera initialised it (at interpreter exit).
+void finalizeExtensionMpi();
 
 /// Creates a chimera MPI backend over exactly the world ranks `worldRanks` (group order: the
 /// communicator rank of `worldRanks[i]` is i), with a one-axis mesh "group" of that size.

@@ -14,7 +14,13 @@
 #endif
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -29,37 +35,57 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 // The whole group: the backend's mesh is one axis over exactly the group's ranks.
 const AxisSet kGroup = AxisSet::single(0);
 
-// A Work that is complete when created, or (queued point-to-point) when endCoalescing runs it.
+// A Work that is complete when created (an op run on the caller's thread), or when the group's
+// op thread has run it (async_op=True), or (a send/recv queued by startCoalescing) when
+// endCoalescing runs it. Completion goes through c10d::Work::finish, so isCompleted, wait and
+// exception() see it under the base class's mutex.
 class ChimeraWork final : public c10d::Work {
  public:
-  ChimeraWork(int rank, OpType type, std::vector<at::Tensor> outputs, bool done)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
-    if (done) markDone();
+  ChimeraWork(int rank, OpType type, std::vector<at::Tensor> outputs, bool queuedForCoalescing)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)), queuedForCoalescing_(queuedForCoalescing),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return completed_ && !exception_;
   }
-  bool isCompleted() override { return done_; }
-  bool isSuccess() const override { return done_; }
-  bool wait(std::chrono::milliseconds /*timeout*/) override {
-    TORCH_CHECK(done_, "chimera: this send/recv is queued until endCoalescing runs it; wait on the Work that "
-                       "endCoalescing (batch_isend_irecv) returns");
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    TORCH_CHECK(completed_ || !queuedForCoalescing_, "chimera: this send/recv is queued until endCoalescing runs "
+                "it; wait on the Work that endCoalescing (batch_isend_irecv) returns");
+    if (timeout == ::kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "chimera ", c10d::opTypeToString(opType_), ": not completed within the wait's timeout of ",
+                  timeout.count(), " ms (it is still running; the process group's later ops complete after it)");
+    }
+    if (exception_) std::rethrow_exception(exception_);
     return true;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  void markDone() {
-    done_ = true;
-    future_->markCompleted(c10::IValue(outputs_));
+  // Marks the work complete: successful with `error` null, else failed with it.
+  void complete(std::exception_ptr error = nullptr) {
+    finish(error);
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
   }
 
  private:
   std::vector<at::Tensor> outputs_;
+  const bool queuedForCoalescing_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  bool done_ = false;
 };
 
 WorkPtr completed(int rank, OpType type, std::vector<at::Tensor> outputs) {
-  return c10::make_intrusive<ChimeraWork>(rank, type, std::move(outputs), true);
+  auto work = c10::make_intrusive<ChimeraWork>(rank, type, std::move(outputs), false);
+  work->complete();
+  return work;
 }
+
+at::Tensor first(const std::vector<at::Tensor>& tensors) { return tensors.empty() ? at::Tensor() : tensors[0]; }
 
 void check(const char* op, const Status& status) {
   TORCH_CHECK(status.isOk(), "chimera ", op, ": ", status.toString());
@@ -155,12 +181,93 @@ struct ChimeraProcessGroup::Queued {
   c10::intrusive_ptr<ChimeraWork> work;
 };
 
-ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
-                                         c10::intrusive_ptr<c10d::Store> store)
-    : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
-      store_(std::move(store)) {}
+// Runs a group's asynchronous ops one at a time, in the order they were queued.
+class ChimeraProcessGroup::OpThread {
+ public:
+  OpThread() : thread_([this] { loop(); }) {}
+  // Runs what is queued, then stops.
+  ~OpThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    thread_.join();
+  }
+  void push(std::function<void()> op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ops_.push_back(std::move(op));
+      ++pending_;
+    }
+    ready_.notify_all();
+  }
+  // Waits until every op queued so far has run.
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [&] { return pending_ == 0; });
+  }
+  bool onThread() const { return std::this_thread::get_id() == thread_.get_id(); }
 
-ChimeraProcessGroup::~ChimeraProcessGroup() = default;
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> op;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+        if (ops_.empty()) return;
+        op = std::move(ops_.front());
+        ops_.pop_front();
+      }
+      op();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::condition_variable idle_;
+  std::deque<std::function<void()>> ops_;
+  std::size_t pending_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
+                                         c10::intrusive_ptr<c10d::Store> store, bool asyncCpu)
+    : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
+      store_(std::move(store)) {
+  // Started here rather than on the first asynchronous op, so no two threads ever race to make it.
+  if (asyncCpu) opThread_ = std::make_unique<OpThread>();
+}
+
+// The op thread finishes what is queued before the backends it uses go.
+ChimeraProcessGroup::~ChimeraProcessGroup() { opThread_.reset(); }
+
+WorkPtr ChimeraProcessGroup::defer(bool asyncOp, const at::Tensor& t, OpType type, std::vector<at::Tensor> outputs,
+                                   std::function<void()> run) {
+  if (opThread_ != nullptr && opThread_->onThread()) return nullptr;  // the op thread runs it now
+  const bool cpu = !t.defined() || t.device().is_cpu();
+  if (!asyncOp || !cpu || opThread_ == nullptr || coalescing_) {
+    if (opThread_ != nullptr) opThread_->drain();
+    return nullptr;
+  }
+  auto work = c10::make_intrusive<ChimeraWork>(rank_, type, std::move(outputs), false);
+  opThread_->push([work, run = std::move(run)] {
+    try {
+      run();
+      work->complete();
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+  });
+  return work;
+}
 
 bool ChimeraProcessGroup::cudaSupported() {
 #if defined(CHIMERA_HAS_CUDA)
@@ -217,6 +324,9 @@ void ChimeraProcessGroup::createDeviceBackend(int device) {
 }
 
 WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(tensors), OpType::BROADCAST, tensors,
+                           [this, tensors, opts]() mutable { broadcast(tensors, opts); }))
+    return work;
   requireOne("broadcast", tensors);
   select(tensors[0], "broadcast");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera broadcast: root ", opts.rootRank,
@@ -229,6 +339,9 @@ WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c
 }
 
 WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(tensors), OpType::ALLREDUCE, tensors,
+                           [this, tensors, opts]() mutable { allreduce(tensors, opts); }))
+    return work;
   requireOne("allreduce", tensors);
   select(tensors[0], "allreduce");
   const ReduceType type = reduceTypeOf("allreduce", tensors[0].scalar_type());
@@ -242,6 +355,9 @@ WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c
 
 WorkPtr ChimeraProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceCoalescedOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(tensors), OpType::ALLREDUCE_COALESCED, tensors,
+                           [this, tensors, opts]() mutable { allreduce_coalesced(tensors, opts); }))
+    return work;
   for (auto& tensor : tensors) {
     std::vector<at::Tensor> one{tensor};
     allreduce(one, opts);
@@ -250,6 +366,9 @@ WorkPtr ChimeraProcessGroup::allreduce_coalesced(std::vector<at::Tensor>& tensor
 }
 
 WorkPtr ChimeraProcessGroup::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(tensors), OpType::REDUCE, tensors,
+                           [this, tensors, opts]() mutable { reduce(tensors, opts); }))
+    return work;
   requireOne("reduce", tensors);
   select(tensors[0], "reduce");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera reduce: root ", opts.rootRank,
@@ -265,7 +384,10 @@ WorkPtr ChimeraProcessGroup::reduce(std::vector<at::Tensor>& tensors, const c10d
 }
 
 WorkPtr ChimeraProcessGroup::all_gather_single(at::Tensor& output, at::Tensor& input,
-                                               const c10d::AllgatherOptions& /*opts*/) {
+                                               const c10d::AllgatherOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, input, OpType::_ALLGATHER_BASE, {output},
+                           [this, output, input, opts]() mutable { all_gather_single(output, input, opts); }))
+    return work;
   requireHost("all_gather_into_tensor", input);
   requireHost("all_gather_into_tensor", output);
   select(input, "all_gather_into_tensor");
@@ -288,6 +410,9 @@ WorkPtr ChimeraProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& inp
 
 WorkPtr ChimeraProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                        const c10d::AllgatherOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLGATHER, outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
+                           [this, outputs, inputs, opts]() mutable { allgather(outputs, inputs, opts); }))
+    return work;
   requireOne("all_gather", inputs);
   TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "chimera all_gather: expects ",
               size_, " output tensors");
@@ -309,6 +434,9 @@ WorkPtr ChimeraProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& out
 
 WorkPtr ChimeraProcessGroup::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                  std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLGATHER_COALESCED, inputs,
+                           [this, outputs, inputs, opts]() mutable { allgather_coalesced(outputs, inputs, opts); }))
+    return work;
   TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_coalesced: ", outputs.size(), " output lists for ",
               inputs.size(), " inputs");
   std::vector<at::Tensor> all;
@@ -324,6 +452,9 @@ WorkPtr ChimeraProcessGroup::allgather_coalesced(std::vector<std::vector<at::Ten
 WorkPtr ChimeraProcessGroup::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllgatherOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
+                           [this, outputs, inputs, opts]() mutable { all_gather_single_coalesced(outputs, inputs, opts); }))
+    return work;
   TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_into_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) all_gather_single(outputs[i], inputs[i], opts);
@@ -338,6 +469,9 @@ WorkPtr ChimeraProcessGroup::allgather_into_tensor_coalesced(std::vector<at::Ten
 
 WorkPtr ChimeraProcessGroup::reduce_scatter_single(at::Tensor& output, at::Tensor& input,
                                                    const c10d::ReduceScatterOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, input, OpType::_REDUCE_SCATTER_BASE, {output},
+                           [this, output, input, opts]() mutable { reduce_scatter_single(output, input, opts); }))
+    return work;
   requireHost("reduce_scatter_tensor", input);
   requireHost("reduce_scatter_tensor", output);
   select(input, "reduce_scatter_tensor");
@@ -364,6 +498,9 @@ WorkPtr ChimeraProcessGroup::_reduce_scatter_base(at::Tensor& output, at::Tensor
 WorkPtr ChimeraProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
                                             std::vector<std::vector<at::Tensor>>& inputs,
                                             const c10d::ReduceScatterOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(outputs), OpType::REDUCE_SCATTER, outputs,
+                           [this, outputs, inputs, opts]() mutable { reduce_scatter(outputs, inputs, opts); }))
+    return work;
   requireOne("reduce_scatter", outputs);
   TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "chimera reduce_scatter: expects ",
               size_, " input tensors");
@@ -381,6 +518,9 @@ WorkPtr ChimeraProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
 WorkPtr ChimeraProcessGroup::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
+                           [this, outputs, inputs, opts]() mutable { reduce_scatter_single_coalesced(outputs, inputs, opts); }))
+    return work;
   TORCH_CHECK(outputs.size() == inputs.size(), "chimera reduce_scatter_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
   for (std::size_t i = 0; i < inputs.size(); ++i) reduce_scatter_single(outputs[i], inputs[i], opts);
@@ -395,6 +535,9 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_tensor_coalesced(std::vector<at::Ten
 
 WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::GatherOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::GATHER, outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
+                           [this, outputs, inputs, opts]() mutable { gather(outputs, inputs, opts); }))
+    return work;
   requireOne("gather", inputs);
   select(inputs[0], "gather");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera gather: root ", opts.rootRank,
@@ -430,6 +573,9 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
 
 WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                      const c10d::ScatterOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(outputs), OpType::SCATTER, outputs,
+                           [this, outputs, inputs, opts]() mutable { scatter(outputs, inputs, opts); }))
+    return work;
   requireOne("scatter", outputs);
   select(outputs[0], "scatter");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "chimera scatter: root ", opts.rootRank,
@@ -464,7 +610,10 @@ WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vect
 
 WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
-                                               const c10d::AllToAllOptions& /*opts*/) {
+                                               const c10d::AllToAllOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, input, OpType::ALLTOALL_BASE, {output},
+                           [this, output, input, outputSplits, inputSplits, opts]() mutable { all_to_all_single(output, input, outputSplits, inputSplits, opts); }))
+    return work;
   requireHost("all_to_all_single", input);
   requireHost("all_to_all_single", output);
   select(input, "all_to_all_single");
@@ -536,7 +685,10 @@ WorkPtr ChimeraProcessGroup::alltoall_base(at::Tensor& output, at::Tensor& input
 }
 
 WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                                      const c10d::AllToAllOptions& /*opts*/) {
+                                      const c10d::AllToAllOptions& opts) {
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLTOALL, outputs,
+                           [this, outputs, inputs, opts]() mutable { alltoall(outputs, inputs, opts); }))
+    return work;
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
               "chimera all_to_all: expects ", size_, " input and output tensors");
   select(inputs[0], "all_to_all");
@@ -571,6 +723,7 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
   requireOne(name, tensors);
   TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "chimera ", name, ": peer ", peer,
               " is not another rank of this group of ", size_);
+  if (opThread_ != nullptr) opThread_->drain();  // after the group's queued asynchronous ops
   select(tensors[0], name);
   if (coalescing_) {
     Queued q;
@@ -579,7 +732,7 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
     q.staged.emplace(tensors[0], isSend);
     q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()),
             DataType::U8, peer};
-    q.work = c10::make_intrusive<ChimeraWork>(rank_, isSend ? OpType::SEND : OpType::RECV, tensors, false);
+    q.work = c10::make_intrusive<ChimeraWork>(rank_, isSend ? OpType::SEND : OpType::RECV, tensors, true);
     auto work = q.work;
     queued_.push_back(std::move(q));
     return work;
@@ -600,8 +753,13 @@ WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank,
   return pointToPoint(tensors, srcRank, false);
 }
 
-WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
-  if (!hostError_.empty() && device_ != nullptr) {
+WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& opts) {
+  const bool onDevice = !hostError_.empty() && device_ != nullptr;
+  if (!onDevice) {
+    if (WorkPtr work = defer(opts.asyncOp, at::Tensor(), OpType::BARRIER, {}, [this, opts]() mutable { barrier(opts); }))
+      return work;
+  }
+  if (onDevice) {
     // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
     at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
     select(token, "barrier");
@@ -623,6 +781,7 @@ void ChimeraProcessGroup::startCoalescing() {
 WorkPtr ChimeraProcessGroup::endCoalescing() {
   TORCH_CHECK(coalescing_, "chimera endCoalescing: startCoalescing was not called");
   coalescing_ = false;
+  if (opThread_ != nullptr) opThread_->drain();
   std::vector<Queued> queued = std::move(queued_);
   queued_.clear();
   std::vector<P2POp> ops;
@@ -635,7 +794,7 @@ WorkPtr ChimeraProcessGroup::endCoalescing() {
   if (!queued.empty()) check("batch_isend_irecv", queued.front().backend->groupedP2P(ops));
   for (auto& q : queued) {
     if (q.op.kind == P2POp::Kind::Recv) q.staged->commit();
-    q.work->markDone();
+    q.work->complete();
   }
   return completed(rank_, OpType::COALESCED, tensors);
 }

@@ -19,13 +19,19 @@ namespace chimera::torch_ext {
 /// One process group's backend. CPU tensors run on chimera's MPI backend over the group's
 /// ranks; CUDA tensors (CUDA builds) on chimera's NCCL backend, created on the first CUDA op
 /// from a unique id that group rank 0 publishes in the group's store, ordered on the tensor's
-/// current CUDA stream. Every CPU op runs to completion before it returns, a CUDA op once it is
-/// enqueued on that stream (later work on the stream is ordered after it), so the returned
-/// Work is already complete;
-/// between startCoalescing/endCoalescing, send and recv are queued and run together as one
-/// grouped point-to-point call at endCoalescing (what batch_isend_irecv issues). Errors
-/// (bad arguments, unsupported dtype or op, a transport failure) raise c10::Error, which
-/// Python sees as RuntimeError, naming the op and the problem.
+/// current CUDA stream.
+///
+/// A CPU collective issued with `async_op=True` (the options' `asyncOp`) is queued on the
+/// group's op thread, which runs the group's ops one at a time in issue order, and returns a
+/// Work that completes when it has run (`wait(timeout)` raises when the timeout passes first;
+/// an error of the op is raised by `wait()` and set on the future). Any other op (synchronous,
+/// CUDA, send/recv, inside a coalescing block) first waits for the ops queued before it, then
+/// runs on the caller's thread and returns a completed Work; a CUDA op is complete once it is
+/// enqueued on its stream. The op thread needs MPI_THREAD_MULTIPLE (`asyncCpu`); without it
+/// every op runs on the caller's thread. Between startCoalescing/endCoalescing, send and recv
+/// are queued and run together as one grouped point-to-point call at endCoalescing (what
+/// batch_isend_irecv issues). Errors (bad arguments, unsupported dtype or op, a transport
+/// failure) raise c10::Error, which Python sees as RuntimeError, naming the op and the problem.
 class ChimeraProcessGroup final : public c10d::Backend {
  public:
   /// Makes the MPI backend (a one-axis mesh over exactly this group's ranks; collective over
@@ -34,8 +40,9 @@ class ChimeraProcessGroup final : public c10d::Backend {
   /// `makeHost` runs on the first CPU op (torch creates one backend per device type, and a
   /// group used for CUDA tensors only needs no MPI communicator); when `hostError` is not
   /// empty, CPU ops raise it instead. `store`: the group's store, for the NCCL rendezvous.
+  /// `asyncCpu`: asynchronous CPU ops may run on the op thread (MPI_THREAD_MULTIPLE).
   ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
-                      c10::intrusive_ptr<c10d::Store> store);
+                      c10::intrusive_ptr<c10d::Store> store, bool asyncCpu);
   ~ChimeraProcessGroup() override;
 
   const std::string getBackendName() const override { return "chimera"; }
@@ -102,6 +109,7 @@ class ChimeraProcessGroup final : public c10d::Backend {
 
  private:
   struct Queued;
+  class OpThread;
   HostFactory makeHost_;
   std::unique_ptr<chimera::Backend> host_;
   std::string hostError_;
@@ -112,6 +120,13 @@ class ChimeraProcessGroup final : public c10d::Backend {
   chimera::Stream stream_ = nullptr;     // the stream it runs on: the tensor device's current stream (select)
   bool coalescing_ = false;
   std::vector<Queued> queued_;
+  std::unique_ptr<OpThread> opThread_;  // null without asyncCpu
+
+  // An op asked for asynchronously (`asyncOp`) on a CPU tensor `t` (undefined: no tensor) is
+  // queued on the op thread as `run` and its Work returned; otherwise returns null after the
+  // ops queued before have completed, and the caller runs the op itself.
+  c10::intrusive_ptr<c10d::Work> defer(bool asyncOp, const at::Tensor& t, c10d::OpType type,
+                                       std::vector<at::Tensor> outputs, std::function<void()> run);
 
   c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend);
   // Picks the backend for `t`'s device (creating the NCCL one on first use) as backend_.
