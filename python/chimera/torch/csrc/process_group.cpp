@@ -175,6 +175,7 @@ class Staged {
 
 struct ChimeraProcessGroup::Queued {
   chimera::Backend* backend = nullptr;
+  chimera::Stream stream = nullptr;  // the stream select() chose for it
   at::Tensor tensor;       // kept alive until the grouped call
   std::optional<Staged> staged;
   P2POp op;
@@ -728,6 +729,7 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
   if (coalescing_) {
     Queued q;
     q.backend = backend_;
+    q.stream = stream_;
     q.tensor = tensors[0];
     q.staged.emplace(tensors[0], isSend);
     q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()),
@@ -788,10 +790,13 @@ WorkPtr ChimeraProcessGroup::endCoalescing() {
   std::vector<at::Tensor> tensors;
   for (const auto& q : queued) {
     TORCH_CHECK(q.backend == queued.front().backend, "chimera batch_isend_irecv: CPU and CUDA tensors in one batch");
+    TORCH_CHECK(q.stream == queued.front().stream, "chimera batch_isend_irecv: tensors queued on different streams");
     if (q.op.count > 0) ops.push_back(q.op);
     tensors.push_back(q.tensor);
   }
-  if (!queued.empty()) check("batch_isend_irecv", queued.front().backend->groupedP2P(ops));
+  if (!queued.empty()) {
+    check("batch_isend_irecv", queued.front().backend->groupedP2P(ops, queued.front().stream));
+  }
   for (auto& q : queued) {
     if (q.op.kind == P2POp::Kind::Recv) q.staged->commit();
     q.work->complete();
