@@ -9,13 +9,13 @@
 
 #include "chimera/chimera.h"
 
-#define CHECK(call)                                                                         \
-  do {                                                                                      \
-    chimeraResult_t r_ = (call);                                                            \
-    if (r_ != chimeraSuccess) {                                                             \
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    chimeraResult_t r_ = (call);                                                                        \
+    if (r_ != chimeraSuccess) {                                                                         \
       fprintf(stderr, "%s failed: %s (%s)\n", #call, chimeraGetErrorString(r_), chimeraGetLastError()); \
-      exit(1);                                                                              \
-    }                                                                                       \
+      exit(1);                                                                                          \
+    }                                                                                                   \
   } while (0)
 
 enum { kCols = 64 };
@@ -28,8 +28,8 @@ static void step(chimeraSession_t session, int rank, int rows, float* input, flo
   const size_t bytes = (size_t)rows * kCols * sizeof(float);
   for (int i = 0; stage0 && i < rows * kCols; ++i) input[i] = (float)((i + rank) % 9);
   chimeraTensor_t x, summed, handed;
-  CHECK(chimeraSessionTensor(session, stage0 ? input : NULL, stage0 ? bytes : 0, shape, chimeraFloat32,
-                             "pp=@0,tp=P", &x));
+  CHECK(chimeraSessionTensor(session, stage0 ? input : NULL, stage0 ? bytes : 0, shape, chimeraFloat32, "pp=@0,tp=P",
+                             &x));
   CHECK(chimeraSessionRecord(session, "allreduce:tp", x, NULL, 0, &summed));
   CHECK(chimeraSessionRecord(session, "send:pp", summed, stage0 ? NULL : output, stage0 ? 0 : bytes, &handed));
   CHECK(chimeraSessionConsume(session, handed, "pp=@1,tp=R"));
@@ -61,9 +61,9 @@ int main(int argc, char** argv) {
   CHECK(chimeraSessionGetStats(off, &a));
   CHECK(chimeraSessionGetStats(on, &b));
   if (rank == 0) {
-    printf("C API: allreduce:tp + send:pp on %dx%d f32: fusion off %llu bytes, on %llu bytes (%llu fused), %s\n",
-           rows, kCols, (unsigned long long)a.bytesSent, (unsigned long long)b.bytesSent,
-           (unsigned long long)b.fusedChains, same ? "results identical" : "RESULTS DIFFER");
+    printf("C API: allreduce:tp + send:pp on %dx%d f32: fusion off %llu bytes, on %llu bytes (%llu fused), %s\n", rows,
+           kCols, (unsigned long long)a.bytesSent, (unsigned long long)b.bytesSent, (unsigned long long)b.fusedChains,
+           same ? "results identical" : "RESULTS DIFFER");
   }
   CHECK(chimeraSessionEnd(off));
   CHECK(chimeraSessionEnd(on));

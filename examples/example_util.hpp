@@ -39,7 +39,8 @@ inline double median(std::vector<double> values) {
 /// Small integers as floats, from (seed, rank, index): every sum of them is exact.
 inline void fill(std::vector<float>& buffer, int seed, int rank) {
   for (std::size_t i = 0; i < buffer.size(); ++i) {
-    buffer[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(seed) * 13 + static_cast<std::size_t>(rank) * 5) % 11);
+    buffer[i] =
+        static_cast<float>((i * 7 + static_cast<std::size_t>(seed) * 13 + static_cast<std::size_t>(rank) * 5) % 11);
   }
 }
 
@@ -81,8 +82,7 @@ inline std::vector<float> consumedPart(const std::vector<float>& buffer, const c
 /// (step 0 plans the windows and is not timed), the bytes each variant sent and the verdict.
 /// Returns true when the results were identical on every rank.
 template <typename Buffers, typename Step>
-bool compareFusion(chimera::Backend& backend, const std::string& title, int iters, Buffers off, Buffers on,
-                   Step step) {
+bool compareFusion(chimera::Backend& backend, const std::string& title, int iters, Buffers off, Buffers on, Step step) {
   chimera::SessionOptions offOptions, onOptions;
   offOptions.perRank = onOptions.perRank = true;
   offOptions.fusion = false;
@@ -112,11 +112,12 @@ bool compareFusion(chimera::Backend& backend, const std::string& title, int iter
     std::printf("%s, %d steps\n", title.c_str(), iters);
     std::printf("  fusion off: %9.1f us/step  %10llu bytes/step sent (all ranks)\n", median(timeOff),
                 perStep(bytes[0]));
-    std::printf("  fusion on : %9.1f us/step  %10llu bytes/step sent (all ranks), %llu of %llu chains fused, "
-                "%llu/%llu windows from the cache\n",
-                median(timeOn), perStep(bytes[1]), static_cast<unsigned long long>(sf.fusedChains),
-                static_cast<unsigned long long>(sf.chainsRun), static_cast<unsigned long long>(sf.windowCacheHits),
-                static_cast<unsigned long long>(sf.windows));
+    std::printf(
+        "  fusion on : %9.1f us/step  %10llu bytes/step sent (all ranks), %llu of %llu chains fused, "
+        "%llu/%llu windows from the cache\n",
+        median(timeOn), perStep(bytes[1]), static_cast<unsigned long long>(sf.fusedChains),
+        static_cast<unsigned long long>(sf.chainsRun), static_cast<unsigned long long>(sf.windowCacheHits),
+        static_cast<unsigned long long>(sf.windows));
     std::printf("  speedup %.2fx, bytes %.2fx fewer, results %s\n", median(timeOff) / median(timeOn),
                 static_cast<double>(bytes[0]) / static_cast<double>(bytes[1]),
                 identical ? "identical on every rank" : "DIFFER");

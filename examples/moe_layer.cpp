@@ -105,10 +105,9 @@ int main(int argc, char** argv) {
   char title[160];
   std::snprintf(title, sizeof title, "MoE layer, TP+EP on ep=2,tp=4, tokens %ldx%ld f32 (%ld KiB)", tokens, hidden,
                 tokens * hidden * 4 / 1024);
-  const bool identical = example::compareFusion(*backend, title, iters, buffers(), buffers(),
-                                                [&](Session& session, Buffers& b, int i) {
-                                                  return moeStep(session, s, b, i);
-                                                });
+  const bool identical =
+      example::compareFusion(*backend, title, iters, buffers(), buffers(),
+                             [&](Session& session, Buffers& b, int i) { return moeStep(session, s, b, i); });
   backend.reset();
   chimera::finalizeMpi();
   return identical ? 0 : 1;

@@ -52,7 +52,7 @@ struct Setup {
   int stage = 0;
   int stages = 1;
   int microbatches = 1;
-  Layout partial, whole, rows;  // this stage's tensor: partial over tp, replicated, row shards
+  Layout partial, whole, rows;     // this stage's tensor: partial over tp, replicated, row shards
   std::vector<float> patterns[3];  // per kind of output: this rank's base input values
 };
 
@@ -130,8 +130,9 @@ class Stage {
     TensorHandle t, summed, sent;
     check(session_.tensor(buffer.data(), buffer.size() * 4, s_.spec, s_.partial, t), "tensor");
     check(session_.allReduce(t, s_.tp, summed), "allReduce");
-    check(step > 0 ? session_.send(summed, s_.pp, nullptr, 0, sent) : session_.sendBack(summed, s_.pp, nullptr, 0, sent),
-          "send");
+    check(
+        step > 0 ? session_.send(summed, s_.pp, nullptr, 0, sent) : session_.sendBack(summed, s_.pp, nullptr, 0, sent),
+        "send");
   }
   void recordReceive(std::vector<float>& buffer, int step) {
     TensorHandle received;
@@ -228,7 +229,8 @@ int main(int argc, char** argv) {
   s.stages = s.mesh.axis(ppAxis).size;
   s.stage = s.mesh.coordinates(rank)[static_cast<std::size_t>(ppAxis)];
   if (s.mesh.numAxes() != 2 || s.stages < 2 || microbatches < 1 || iters < 1) {
-    if (rank == 0) std::fprintf(stderr, "needs a mesh of the axes pp and tp only, pp >= 2, --microbatches >= 1, --iters >= 1\n");
+    if (rank == 0)
+      std::fprintf(stderr, "needs a mesh of the axes pp and tp only, pp >= 2, --microbatches >= 1, --iters >= 1\n");
     chimera::finalizeMpi();
     return 1;
   }

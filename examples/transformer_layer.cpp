@@ -152,10 +152,9 @@ int main(int argc, char** argv) {
   char title[160];
   std::snprintf(title, sizeof title, "transformer layer, TP+SP+PP on pp=2,tp=4, activation %ldx%ld f32 (%ld KiB)", seq,
                 hidden, seq * hidden * 4 / 1024);
-  const bool identical = example::compareFusion(*backend, title, iters, buffers(), buffers(),
-                                                [&](Session& session, Buffers& b, int i) {
-                                                  return layerStep(session, s, b, i);
-                                                });
+  const bool identical =
+      example::compareFusion(*backend, title, iters, buffers(), buffers(),
+                             [&](Session& session, Buffers& b, int i) { return layerStep(session, s, b, i); });
   backend.reset();
   chimera::finalizeMpi();
   return identical ? 0 : 1;

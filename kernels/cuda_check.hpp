@@ -20,8 +20,8 @@ inline Status cudaStatus(cudaError_t error, const char* what) {
 
 /// Evaluates a CUDA runtime call and returns a BackendError Status from the enclosing
 /// function when it did not return cudaSuccess.
-#define CHIMERA_CUDA_RETURN(expr)                                                         \
-  do {                                                                                    \
-    const cudaError_t chimera_cuda_error_ = (expr);                                       \
+#define CHIMERA_CUDA_RETURN(expr)                                                                             \
+  do {                                                                                                        \
+    const cudaError_t chimera_cuda_error_ = (expr);                                                           \
     if (chimera_cuda_error_ != cudaSuccess) return ::chimera::detail::cudaStatus(chimera_cuda_error_, #expr); \
   } while (0)

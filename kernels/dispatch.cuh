@@ -26,20 +26,13 @@ struct TypeTag {
 template <typename F>
 Status dispatchDataType(DataType dtype, F&& f) {
   switch (dtype) {
-    case DataType::F32:
-      return f(TypeTag<float>{});
-    case DataType::F64:
-      return f(TypeTag<double>{});
-    case DataType::F16:
-      return f(TypeTag<__half>{});
-    case DataType::BF16:
-      return f(TypeTag<__nv_bfloat16>{});
-    case DataType::I32:
-      return f(TypeTag<std::int32_t>{});
-    case DataType::I64:
-      return f(TypeTag<std::int64_t>{});
-    case DataType::U8:
-      return f(TypeTag<std::uint8_t>{});
+    case DataType::F32: return f(TypeTag<float>{});
+    case DataType::F64: return f(TypeTag<double>{});
+    case DataType::F16: return f(TypeTag<__half>{});
+    case DataType::BF16: return f(TypeTag<__nv_bfloat16>{});
+    case DataType::I32: return f(TypeTag<std::int32_t>{});
+    case DataType::I64: return f(TypeTag<std::int64_t>{});
+    case DataType::U8: return f(TypeTag<std::uint8_t>{});
   }
   return Status::invalidArgument(fmt::format("unknown DataType value {}", static_cast<int>(dtype)));
 }

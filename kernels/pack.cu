@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "box/box_pack.hpp"
-#include "core/check.hpp"
 #include "copy_split.cuh"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 #include "dispatch.cuh"
 #include "launch_config.hpp"
@@ -97,8 +97,7 @@ __device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, int n,
       copyVectors(reinterpret_cast<unsigned*>(dst + head), reinterpret_cast<const unsigned*>(src + head), vectors,
                   lane);
       break;
-    default:
-      break;  // everything was head
+    default: break;  // everything was head
   }
   const int done = head + vectors * (split.width / static_cast<int>(sizeof(T)));
   for (int i = done + lane; i < n; i += kWarpSize) dst[i] = src[i];
@@ -115,7 +114,8 @@ __device__ void copyPiece(T* __restrict__ dst, const T* __restrict__ src, int n,
 // lanes idle: such packs are latency-bound (the planner should keep runs long).
 // ---------------------------------------------------------------------------------------
 template <typename T, bool kPack>
-__global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerSm) boxCopyKernel(const __grid_constant__ PackBatch batch) {
+__global__ void __launch_bounds__(kThreadsPerBlock, kMinBlocksPerSm)
+    boxCopyKernel(const __grid_constant__ PackBatch batch) {
   const std::int64_t thread = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const std::int64_t warps = std::int64_t{gridDim.x} * blockDim.x / kWarpSize;
@@ -146,8 +146,7 @@ bool overlaps(const std::byte* a, std::size_t aBytes, const std::byte* b, std::s
 Status checkCopy(const BoxCopy& copy, std::size_t index, std::size_t elementSize) {
   const Status boxStatus = validateBox(copy.box);
   if (!boxStatus.isOk()) return Status::invalidArgument(fmt::format("copy {}: {}", index, boxStatus.message()));
-  CHIMERA_CHECK_ARG(copy.tensor != nullptr && copy.packed != nullptr, "copy {}: null tensor or packed pointer",
-                    index);
+  CHIMERA_CHECK_ARG(copy.tensor != nullptr && copy.packed != nullptr, "copy {}: null tensor or packed pointer", index);
   const auto tensorAddress = reinterpret_cast<std::uintptr_t>(copy.tensor);
   const auto packedAddress = reinterpret_cast<std::uintptr_t>(copy.packed);
   CHIMERA_CHECK_ARG(tensorAddress % elementSize == 0 && packedAddress % elementSize == 0,
@@ -155,9 +154,9 @@ Status checkCopy(const BoxCopy& copy, std::size_t index, std::size_t elementSize
                     copy.packed, elementSize);
   const auto tensorBytes = static_cast<std::size_t>(tensorVolume(copy.box)) * elementSize;
   const auto packedBytes = static_cast<std::size_t>(boxVolume(copy.box)) * elementSize;
-  CHIMERA_CHECK_ARG(!overlaps(static_cast<std::byte*>(copy.tensor), tensorBytes,
-                              static_cast<std::byte*>(copy.packed), packedBytes),
-                    "copy {}: packed buffer overlaps the tensor", index);
+  CHIMERA_CHECK_ARG(
+      !overlaps(static_cast<std::byte*>(copy.tensor), tensorBytes, static_cast<std::byte*>(copy.packed), packedBytes),
+      "copy {}: packed buffer overlaps the tensor", index);
   return Status::ok();
 }
 

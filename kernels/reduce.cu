@@ -65,10 +65,10 @@ struct ReduceArgs {
   const T* input[kMaxReduceInputs];
   T* output;
   int numInputs;
-  int avgDivisor;           // used by ReduceOp::Avg only
-  std::int64_t head;        // scalar elements before the first 16-byte boundary
-  std::int64_t vectors;     // 16-byte vectors after the head
-  std::int64_t count;       // all elements (head + vectors + scalar tail)
+  int avgDivisor;        // used by ReduceOp::Avg only
+  std::int64_t head;     // scalar elements before the first 16-byte boundary
+  std::int64_t vectors;  // 16-byte vectors after the head
+  std::int64_t count;    // all elements (head + vectors + scalar tail)
 };
 
 template <typename T, ReduceOp kOp>
@@ -140,8 +140,7 @@ __device__ T scaleElement(T value, double factor) {
 // ---------------------------------------------------------------------------------------
 template <typename T>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    scaleKernel(const T* input, T* output, std::int64_t head, std::int64_t vectors, std::int64_t count,
-                double factor) {
+    scaleKernel(const T* input, T* output, std::int64_t head, std::int64_t vectors, std::int64_t count, double factor) {
   constexpr int kPerVector = kVectorBytes / sizeof(T);
   struct alignas(kVectorBytes) Vector {
     T lane[kPerVector];
@@ -162,15 +161,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
 // Splits `count` elements at `pointers` into a scalar head, 16-byte vectors and a scalar
 // tail. Vectors only when every pointer sits at the same offset modulo 16.
-void vectorSplit(const void* const* pointers, int n, std::int64_t count, std::size_t elementSize,
-                 std::int64_t& head, std::int64_t& vectors) {
+void vectorSplit(const void* const* pointers, int n, std::int64_t count, std::size_t elementSize, std::int64_t& head,
+                 std::int64_t& vectors) {
   const auto misalignment = reinterpret_cast<std::uintptr_t>(pointers[0]) % kVectorBytes;
   head = count;
   vectors = 0;
   for (int k = 1; k < n; ++k) {
     if (reinterpret_cast<std::uintptr_t>(pointers[k]) % kVectorBytes != misalignment) return;
   }
-  head = std::min<std::int64_t>(count, static_cast<std::int64_t>((kVectorBytes - misalignment) % kVectorBytes / elementSize));
+  head = std::min<std::int64_t>(count,
+                                static_cast<std::int64_t>((kVectorBytes - misalignment) % kVectorBytes / elementSize));
   vectors = (count - head) / static_cast<std::int64_t>(kVectorBytes / elementSize);
 }
 
@@ -203,16 +203,11 @@ Status launchReduce(const ReduceArgs<T>& args, cudaStream_t stream) {
 template <typename T>
 Status launchReduceOp(const ReduceArgs<T>& args, ReduceOp op, cudaStream_t stream) {
   switch (op) {
-    case ReduceOp::Sum:
-      return launchReduce<T, ReduceOp::Sum>(args, stream);
-    case ReduceOp::Prod:
-      return launchReduce<T, ReduceOp::Prod>(args, stream);
-    case ReduceOp::Min:
-      return launchReduce<T, ReduceOp::Min>(args, stream);
-    case ReduceOp::Max:
-      return launchReduce<T, ReduceOp::Max>(args, stream);
-    case ReduceOp::Avg:
-      return launchReduce<T, ReduceOp::Avg>(args, stream);
+    case ReduceOp::Sum: return launchReduce<T, ReduceOp::Sum>(args, stream);
+    case ReduceOp::Prod: return launchReduce<T, ReduceOp::Prod>(args, stream);
+    case ReduceOp::Min: return launchReduce<T, ReduceOp::Min>(args, stream);
+    case ReduceOp::Max: return launchReduce<T, ReduceOp::Max>(args, stream);
+    case ReduceOp::Avg: return launchReduce<T, ReduceOp::Avg>(args, stream);
   }
   return Status::invalidArgument(fmt::format("unknown ReduceOp value {}", static_cast<int>(op)));
 }

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "chimera/mpi_backend.hpp"
-#include "core/check.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 
 namespace chimera::bench {
 namespace {

@@ -56,8 +56,8 @@ Status cudaTime(Backend& backend, const std::function<Status()>& operation, doub
   CHIMERA_RETURN_IF_ERROR(backend.synchronize());
   CHIMERA_RETURN_IF_ERROR(cudaStatus(cudaEventSynchronize(events.stop), "cudaEventSynchronize"));
   float milliseconds = 0;
-  CHIMERA_RETURN_IF_ERROR(cudaStatus(cudaEventElapsedTime(&milliseconds, events.start, events.stop),
-                                     "cudaEventElapsedTime"));
+  CHIMERA_RETURN_IF_ERROR(
+      cudaStatus(cudaEventElapsedTime(&milliseconds, events.start, events.stop), "cudaEventElapsedTime"));
   seconds = static_cast<double>(milliseconds) * 1e-3;
   return Status::ok();
 }

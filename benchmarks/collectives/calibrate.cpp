@@ -48,8 +48,8 @@ struct GroupBackend {
 
 Status groupBackend(const std::string& kind, int worldSize, int groupSize, GroupBackend& out) {
   Mesh mesh;
-  CHIMERA_RETURN_IF_ERROR(Mesh::parse(fmt::format("groups={},members={}", worldSize / groupSize, groupSize),
-                                      worldSize, mesh));
+  CHIMERA_RETURN_IF_ERROR(
+      Mesh::parse(fmt::format("groups={},members={}", worldSize / groupSize, groupSize), worldSize, mesh));
   CHIMERA_RETURN_IF_ERROR(mesh.parseAxes("members", out.members));
   return createBenchBackend(kind, mesh, out.backend);
 }
@@ -66,7 +66,8 @@ Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes
     case StepKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
     default: break;
   }
-  return Status::invalidArgument(fmt::format("calibration samples are collectives, not {}", opKindName(sample.primitive)));
+  return Status::invalidArgument(
+      fmt::format("calibration samples are collectives, not {}", opKindName(sample.primitive)));
 }
 
 /// Median over -n iterations (after -w warm-up) of the slowest rank's time of `operation`.
@@ -98,8 +99,8 @@ Status measureSample(const Options& options, GroupBackend& group, const Calibrat
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(recv.allocate(recvBytes)));
   const std::vector<unsigned char> zeros(sample.bytesPerRank, 0);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(backend, send.data(), zeros.data(), zeros.size())));
-  return medianSeconds(options, backend,
-                       [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); }, seconds);
+  return medianSeconds(
+      options, backend, [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); }, seconds);
 }
 
 /// Seconds of one local pass as the executor makes them around a plan step, with every
@@ -147,10 +148,9 @@ double median(std::vector<double> values) {
 std::string sampleLine(const CalibrationSample& sample, const CostModel& fitted) {
   StepCost cost;
   const Status status = fitted.predictStep(sampleStep(sample), cost);
-  const std::string predicted =
-      status.isOk() ? fmt::format("{:>12.1f}  {:>+7.1f}", cost.seconds * 1e6,
-                                  (cost.seconds - sample.seconds) / sample.seconds * 100.0)
-                    : fmt::format("{:>12}  {:>7}", "n/a", "");
+  const std::string predicted = status.isOk() ? fmt::format("{:>12.1f}  {:>+7.1f}", cost.seconds * 1e6,
+                                                            (cost.seconds - sample.seconds) / sample.seconds * 100.0)
+                                              : fmt::format("{:>12}  {:>7}", "n/a", "");
   return fmt::format("{:>14}  {:>6}  {:>10}  {:>12.1f}  {}\n", stepKindName(sample.primitive),
                      fmt::format("{}x{}", sample.numGroups, sample.groupSize), sample.bytesPerRank,
                      sample.seconds * 1e6, predicted);
@@ -184,10 +184,9 @@ Status runCalibration(const Options& options) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
   std::vector<CalibrationSample> samples;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(calibrationPoints(worldSize,
-                                                          options.sizesGiven ? options.minBytes : kDefaultMinBytes,
-                                                          options.sizesGiven ? options.maxBytes : kDefaultMaxBytes,
-                                                          samples)));
+  CHIMERA_RETURN_IF_ERROR(
+      agreeOnStatus(calibrationPoints(worldSize, options.sizesGiven ? options.minBytes : kDefaultMinBytes,
+                                      options.sizesGiven ? options.maxBytes : kDefaultMaxBytes, samples)));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? checkWritable(options.outPath) : Status::ok()));
   Topology base;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));

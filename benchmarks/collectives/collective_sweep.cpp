@@ -100,8 +100,8 @@ Status checkRow(CollectiveRunner& runner, const InputPattern& inputs, const RowC
   local.wrong = countMismatches(buffers.recv(), row.dtype, row.shape.recvCount, expectedAt);
   poisonBuffer(buffers.recv(), recvBytes);
   bool unsupported = false;
-  CHIMERA_RETURN_IF_ERROR(statusWithoutUnsupported(
-      agreeOnStatus(runner.runBaseline(row, buffers.send(), buffers.recv())), unsupported));
+  CHIMERA_RETURN_IF_ERROR(
+      statusWithoutUnsupported(agreeOnStatus(runner.runBaseline(row, buffers.send(), buffers.recv())), unsupported));
   local.baselineRan = !unsupported;
   if (local.baselineRan) {
     const void* result = runner.baselineResult(buffers.send(), buffers.recv());
@@ -113,7 +113,8 @@ Status checkRow(CollectiveRunner& runner, const InputPattern& inputs, const RowC
 /// Poisons the in-place buffer and writes this rank's input (member `groupIndex`) into the
 /// call's send slot: the result overwrites the input, so every checked run needs this.
 void writeInPlaceInputOf(const InPlaceCall& call, const InputPattern& inputs, int groupIndex) {
-  writeInPlaceInput(call.buffer, call.row.dtype, call.layout, [&](std::size_t i) { return inputs.value(groupIndex, i); });
+  writeInPlaceInput(call.buffer, call.row.dtype, call.layout,
+                    [&](std::size_t i) { return inputs.value(groupIndex, i); });
 }
 
 /// Runs ours in place once on freshly written input and counts the elements of the result
@@ -138,16 +139,17 @@ double statistic(TimeStatistic stat, const TimingSamples& samples) {
 Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& row, const RowBuffers& buffers,
                LocalRow& local) {
   TimingSamples samples;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
-    return runner.runOurs(row, buffers.send(), buffers.recv());
-  }, samples)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
+      options.warmupIters, options.iters, barrier, [&] { return runner.runOurs(row, buffers.send(), buffers.recv()); },
+      samples)));
   local.seconds = statistic(options.stat, samples);
   if (!local.baselineRan) return Status::ok();
   bool unsupported = false;
-  CHIMERA_RETURN_IF_ERROR(statusWithoutUnsupported(
-      agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier,
-                             [&] { return runner.runBaseline(row, buffers.send(), buffers.recv()); }, samples)),
-      unsupported));
+  CHIMERA_RETURN_IF_ERROR(
+      statusWithoutUnsupported(agreeOnStatus(timeLoop(
+                                   options.warmupIters, options.iters, barrier,
+                                   [&] { return runner.runBaseline(row, buffers.send(), buffers.recv()); }, samples)),
+                               unsupported));
   local.baselineRan = !unsupported;
   local.baselineSeconds = statistic(options.stat, samples);
   return Status::ok();
@@ -161,9 +163,9 @@ Status timeInPlace(const Options& options, CollectiveRunner& runner, const Input
                    const InPlaceCall& call, int groupIndex, LocalRow& local) {
   writeInPlaceInputOf(call, inputs, groupIndex);
   TimingSamples samples;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(options.warmupIters, options.iters, barrier, [&] {
-    return runner.runOurs(call.row, call.send(), call.recv());
-  }, samples)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
+      options.warmupIters, options.iters, barrier, [&] { return runner.runOurs(call.row, call.send(), call.recv()); },
+      samples)));
   local.inPlaceSeconds = statistic(options.stat, samples);
   local.inPlaceRan = true;
   return Status::ok();
@@ -238,10 +240,11 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
   const int rank = context.worldRank();
   const std::vector<RowCase> cases = rowCases(options, group.groupSize());
   // A run that would measure nothing fails before any setup (every rank computes the same cases).
-  CHIMERA_CHECK_ARG(std::any_of(cases.begin(), cases.end(), [](const RowCase& row) { return row.shape.paramCount > 0; }),
-                    "nothing to measure: every size from -b {} to -e {} holds fewer elements than the {} ranks of "
-                    "the group",
-                    options.minBytes, options.maxBytes, group.groupSize());
+  CHIMERA_CHECK_ARG(
+      std::any_of(cases.begin(), cases.end(), [](const RowCase& row) { return row.shape.paramCount > 0; }),
+      "nothing to measure: every size from -b {} to -e {} holds fewer elements than the {} ranks of "
+      "the group",
+      options.minBytes, options.maxBytes, group.groupSize());
   std::size_t sendBytes = 0;
   std::size_t recvBytes = 0;
   for (const RowCase& row : cases) {
@@ -260,8 +263,8 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
   SweepOutcome outcome;
   for (const RowCase& row : cases) {
     if (row.shape.paramCount == 0) {
-      print(rank, fmt::format("# {} {}: fewer elements than the group has ranks, row skipped\n",
-                              row.shape.bytes, dataTypeName(row.dtype)));
+      print(rank, fmt::format("# {} {}: fewer elements than the group has ranks, row skipped\n", row.shape.bytes,
+                              dataTypeName(row.dtype)));
       continue;
     }
     const InputPattern inputs(options.seed, row.dtype, row.op, group.groupRanks);
@@ -272,8 +275,8 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     const ResultRow result = agreeRow(options, row, local, group.groupSize());
     print(rank, tableRow(result));
     if (result.baselineWrong.value_or(0) > 0) {
-      print(rank, fmt::format("# warning: the baseline {} returned {} wrong elements in the row above\n",
-                              info.baseline, *result.baselineWrong));
+      print(rank, fmt::format("# warning: the baseline {} returned {} wrong elements in the row above\n", info.baseline,
+                              *result.baselineWrong));
     }
     const std::uint64_t inPlaceWrong = result.inPlace ? result.inPlace->wrong.value_or(0) : 0;
     outcome.anyWrong |= result.wrong.value_or(0) > 0 || inPlaceWrong > 0 || result.baselineWrong.value_or(0) > 0;

@@ -7,9 +7,7 @@
 
 namespace chimera::bench {
 
-bool hasInPlaceForm(Collective collective) {
-  return opKindInfo(collective).inPlace;
-}
+bool hasInPlaceForm(Collective collective) { return opKindInfo(collective).inPlace; }
 
 std::optional<InPlaceLayout> inPlaceLayout(Collective collective, const BufferShape& shape, int groupIndex) {
   if (!hasInPlaceForm(collective)) return std::nullopt;

@@ -46,8 +46,7 @@ std::uint64_t valueRange(DataType dtype, std::optional<ReduceOp> op, std::uint64
 
 }  // namespace
 
-InputPattern::InputPattern(std::uint64_t seed, DataType dtype, std::optional<ReduceOp> op,
-                           std::vector<int> groupRanks)
+InputPattern::InputPattern(std::uint64_t seed, DataType dtype, std::optional<ReduceOp> op, std::vector<int> groupRanks)
     : seed_(splitmix64(seed)), op_(op), groupRanks_(std::move(groupRanks)) {
   CHIMERA_ASSERT(!groupRanks_.empty());
   const auto n = static_cast<std::uint64_t>(groupRanks_.size());

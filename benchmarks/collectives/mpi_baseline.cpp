@@ -78,8 +78,8 @@ Status MpiOpTable::get(DataType dtype, ReduceOp op, MPI_Op& out) {
     out = found->second;
     return Status::ok();
   }
-  MPI_User_function* function =
-      dtype == DataType::F16 ? sixteenBitFunction<DataType::F16>(combined) : sixteenBitFunction<DataType::BF16>(combined);
+  MPI_User_function* function = dtype == DataType::F16 ? sixteenBitFunction<DataType::F16>(combined)
+                                                       : sixteenBitFunction<DataType::BF16>(combined);
   MPI_Op created = MPI_OP_NULL;
   if (MPI_Op_create(function, /*commute=*/1, &created) != MPI_SUCCESS) {
     return Status::backendError(

@@ -134,8 +134,7 @@ Status checkConsistency(const Options& options) {
   CHIMERA_CHECK_ARG(options.minBytes <= options.maxBytes, "-b/--minbytes {} is larger than -e/--maxbytes {}",
                     options.minBytes, options.maxBytes);
   CHIMERA_CHECK_ARG(options.stepFactor >= 2 || options.minBytes == options.maxBytes,
-                    "-f/--stepfactor must be at least 2 when -b ({}) < -e ({})", options.minBytes,
-                    options.maxBytes);
+                    "-f/--stepfactor must be at least 2 when -b ({}) < -e ({})", options.minBytes, options.maxBytes);
   return checkModes(options);
 }
 

@@ -75,9 +75,10 @@ std::optional<double> speedup(const ResultRow& row) {
 std::string tableHeader(const RunInfo& info) {
   std::string out = fmt::format("# chimera-bench: {} on {} ranks, mesh {}, groups along '{}' of {} ranks\n",
                                 info.collective, info.nranks, info.mesh, info.axis, info.groupSize);
-  out += fmt::format("# backend {}; baseline {} on the same groups; {} of {} iterations after {} warm-up; "
-                     "time is the max over ranks\n",
-                     info.backend, info.baseline, info.stat, info.iters, info.warmupIters);
+  out += fmt::format(
+      "# backend {}; baseline {} on the same groups; {} of {} iterations after {} warm-up; "
+      "time is the max over ranks\n",
+      info.backend, info.baseline, info.stat, info.iters, info.warmupIters);
   if (info.root) out += fmt::format("# root (group index) {}\n", *info.root);
   std::string captions =
       fmt::format("#{:>{}}{:^{}}  {:^{}}", "", kLeadWidth - 1, "out-of-place", kGroupWidth, "in-place", kGroupWidth);
@@ -96,9 +97,10 @@ std::string tableRow(const ResultRow& row) {
   const std::string outOfPlace = groupColumns(fmt::format("{:.1f}", row.timeUs), fmt::format("{:.2f}", row.algbwGBps),
                                               fmt::format("{:.2f}", row.busbwGBps), wrongText(row.wrong));
   const std::string inPlace =
-      row.inPlace ? groupColumns(fmt::format("{:.1f}", row.inPlace->timeUs), fmt::format("{:.2f}", row.inPlace->algbwGBps),
-                                 fmt::format("{:.2f}", row.inPlace->busbwGBps), wrongText(row.inPlace->wrong))
-                  : groupColumns("n/a", "n/a", "n/a", "n/a");
+      row.inPlace
+          ? groupColumns(fmt::format("{:.1f}", row.inPlace->timeUs), fmt::format("{:.2f}", row.inPlace->algbwGBps),
+                         fmt::format("{:.2f}", row.inPlace->busbwGBps), wrongText(row.inPlace->wrong))
+          : groupColumns("n/a", "n/a", "n/a", "n/a");
   const std::string baseline = row.baselineTimeUs ? fmt::format("{:.1f}", *row.baselineTimeUs) : "n/a";
   const std::optional<double> ratio = speedup(row);
   const std::string ratioText = ratio ? fmt::format("{:.2f}", *ratio) : "n/a";

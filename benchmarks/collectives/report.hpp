@@ -97,7 +97,8 @@ std::string tableFooter(const std::vector<ResultRow>& rows);
 ///  "iters", "warmup_iters", "baseline_wrong", "rows": [{"bytes", "count", "dtype", "op",
 ///  "time_us", "algbw_gbps", "busbw_gbps", "wrong", "in_place_time_us", "in_place_algbw_gbps",
 ///  "in_place_busbw_gbps", "in_place_wrong", "baseline_time_us", "speedup"}]}; missing values
-/// (an unchecked #wrong, an in-place group that is n/a, a baseline that could not run) are null. "baseline_wrong" is the baseline's wrong elements over all rows.
+/// (an unchecked #wrong, an in-place group that is n/a, a baseline that could not run) are null. "baseline_wrong" is
+/// the baseline's wrong elements over all rows.
 detail::Json reportJson(const RunInfo& info, const std::vector<ResultRow>& rows);
 
 }  // namespace chimera::bench

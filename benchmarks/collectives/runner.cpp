@@ -23,7 +23,8 @@ Status mpiStatus(int code, const char* call) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(code, text, &length);
-  return Status::backendError(fmt::format("{} failed: {}", call, std::string_view(text, static_cast<std::size_t>(length))));
+  return Status::backendError(
+      fmt::format("{} failed: {}", call, std::string_view(text, static_cast<std::size_t>(length))));
 }
 
 }  // namespace chimera::bench

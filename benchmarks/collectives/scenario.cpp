@@ -8,8 +8,8 @@
 #include <numeric>
 #include <set>
 
-#include "core/check.hpp"
 #include "buffer_check.hpp"
+#include "core/check.hpp"
 #include "element_codec.hpp"
 #include "input_pattern.hpp"
 
@@ -102,8 +102,8 @@ Status resolveScenario(const ScenarioText& text, int worldSize, std::string_view
   if (!meshOverride.empty() && !text.mesh.empty()) {
     Mesh preset;
     CHIMERA_RETURN_IF_ERROR(Mesh::parse(text.mesh, 8, preset));
-    CHIMERA_CHECK_ARG(axisNames(preset) == axisNames(scenario.mesh),
-                      "{} --mesh: '{}' must name the preset's axes ({})", text.name, meshOverride, text.mesh);
+    CHIMERA_CHECK_ARG(axisNames(preset) == axisNames(scenario.mesh), "{} --mesh: '{}' must name the preset's axes ({})",
+                      text.name, meshOverride, text.mesh);
   }
   if (const Status s = Layout::parse(text.from, scenario.mesh, scenario.from); !s.isOk()) return context("from", s);
   if (const Status s = Chain::parse(text.chain, scenario.mesh, scenario.chain); !s.isOk()) return context("chain", s);
@@ -146,9 +146,10 @@ Status scenarioTensor(const Scenario& scenario, DataType dtype, std::size_t byte
     out = TensorSpec{std::move(shape), dtype};
     return Status::ok();
   }
-  return Status::invalidArgument(fmt::format("{}: {} bytes per rank is too small for a {} tensor split as the chain "
-                                             "needs",
-                                             scenario.name, bytesPerRank, dataTypeName(dtype)));
+  return Status::invalidArgument(
+      fmt::format("{}: {} bytes per rank is too small for a {} tensor split as the chain "
+                  "needs",
+                  scenario.name, bytesPerRank, dataTypeName(dtype)));
 }
 
 void fillScenarioInput(const Layout& from, const TensorSpec& spec, int rank, std::uint64_t seed, void* host) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The chains chimera-bench --scenario runs: the six presets (the paper's hybrid-parallel
-// pairs, docs/planner.md "The six paper scenarios") or one given by --chain/--from/--consume/--mesh, and the logical tensor
-// shape each size gets. Pure (no MPI): every rank derives the same values.
+// pairs, docs/planner.md "The six paper scenarios") or one given by --chain/--from/--consume/--mesh, and the logical
+// tensor shape each size gets. Pure (no MPI): every rank derives the same values.
 #pragma once
 
 #include <cstddef>

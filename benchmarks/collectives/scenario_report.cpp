@@ -27,18 +27,22 @@ std::string scenarioTableHeader(const ScenarioRunInfo& info) {
       "# chimera-bench: chains on {} ranks, backend {}; baseline = the chain as written, fused = the planner's "
       "fused plan, interleaved in one run\n",
       info.nranks, info.backend);
-  out += fmt::format("# {} of {} iterations after {} warm-up (each the slowest rank's time); predicted = cost model "
-                     "'{}' baseline/fused; plan = the planner's decision\n",
-                     info.stat, info.iters, info.warmupIters, info.topology);
-  out += "# pipelined = the fused plan run in `chunks` chunks (PipelinedChain); gain = fused / pipelined, "
-         "predicted = the model's\n";
-  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
-                     "{:>6}  {:>9}  {:>6}\n",
-                     "scenario", "size", "count", "type", "shape", "baseline", "fused", "speedup", "predicted", "plan",
-                     "pipelined", "chunks", "gain", "predicted", "#wrong");
-  out += fmt::format("#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
-                     "{:>6}  {:>9}  {:>6}\n",
-                     "", "(B)", "(elements)", "", "", "(us)", "(us)", "", "", "", "(us)", "", "", "", "");
+  out += fmt::format(
+      "# {} of {} iterations after {} warm-up (each the slowest rank's time); predicted = cost model "
+      "'{}' baseline/fused; plan = the planner's decision\n",
+      info.stat, info.iters, info.warmupIters, info.topology);
+  out +=
+      "# pipelined = the fused plan run in `chunks` chunks (PipelinedChain); gain = fused / pipelined, "
+      "predicted = the model's\n";
+  out += fmt::format(
+      "#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+      "{:>6}  {:>9}  {:>6}\n",
+      "scenario", "size", "count", "type", "shape", "baseline", "fused", "speedup", "predicted", "plan", "pipelined",
+      "chunks", "gain", "predicted", "#wrong");
+  out += fmt::format(
+      "#{:>7}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+      "{:>6}  {:>9}  {:>6}\n",
+      "", "(B)", "(elements)", "", "", "(us)", "(us)", "", "", "", "(us)", "", "", "", "");
   return out;
 }
 
@@ -49,11 +53,12 @@ std::string scenarioTableRow(const ScenarioRow& row) {
   const std::string pipelined = row.pipelinedTimeUs ? fmt::format("{:.1f}", *row.pipelinedTimeUs) : "n/a";
   std::optional<double> gain;
   if (row.pipelinedTimeUs && *row.pipelinedTimeUs > 0) gain = r.timeUs / *row.pipelinedTimeUs;
-  return fmt::format("{:>8}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11.1f}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
-                     "{:>6}  {:>9}  {:>6}\n",
-                     row.scenario, r.bytes, r.count, dataTypeName(r.dtype), row.shape, baseline, r.timeUs,
-                     ratioText(speedup(r)), ratioText(row.predictedSpeedup), row.plannerFuses ? "fused" : "baseline",
-                     pipelined, row.pipelineChunks, ratioText(gain), ratioText(row.predictedPipelineGain), wrong);
+  return fmt::format(
+      "{:>8}  {:>10}  {:>10}  {:>8}  {:>16}  {:>11}  {:>11.1f}  {:>7}  {:>9}  {:>8}  {:>11}  {:>6}  "
+      "{:>6}  {:>9}  {:>6}\n",
+      row.scenario, r.bytes, r.count, dataTypeName(r.dtype), row.shape, baseline, r.timeUs, ratioText(speedup(r)),
+      ratioText(row.predictedSpeedup), row.plannerFuses ? "fused" : "baseline", pipelined, row.pipelineChunks,
+      ratioText(gain), ratioText(row.predictedPipelineGain), wrong);
 }
 
 std::string scenarioTableFooter(const std::vector<ScenarioRow>& rows) {

@@ -72,13 +72,11 @@ struct RowRun {
 
   /// Runs the chain in `mode` from the input into `output`.
   Status run(ChainMode mode, BackendBuffer& output) const {
-    return executor.runChain(request, mode, buffers.input.data(), buffers.input.size(), output.data(),
-                             output.size());
+    return executor.runChain(request, mode, buffers.input.data(), buffers.input.size(), output.data(), output.size());
   }
   /// Runs the pipelined fused plan into the pipelined buffer.
   Status runPipelined() const {
-    return pipeline.run(buffers.input.data(), buffers.input.size(), buffers.pipelined.data(),
-                        buffers.pipelined.size());
+    return pipeline.run(buffers.input.data(), buffers.input.size(), buffers.pipelined.data(), buffers.pipelined.size());
   }
 };
 
@@ -89,8 +87,7 @@ Status checkRow(const RowRun& row, DataType dtype, std::uint64_t& wrong) {
   poisonBuffer(baseline.data(), baseline.size());
   CHIMERA_RETURN_IF_ERROR(copyToBackend(row.backend, row.buffers.baseline.data(), baseline.data(), baseline.size()));
   CHIMERA_RETURN_IF_ERROR(copyToBackend(row.backend, row.buffers.fused.data(), baseline.data(), baseline.size()));
-  CHIMERA_RETURN_IF_ERROR(
-      copyToBackend(row.backend, row.buffers.pipelined.data(), baseline.data(), baseline.size()));
+  CHIMERA_RETURN_IF_ERROR(copyToBackend(row.backend, row.buffers.pipelined.data(), baseline.data(), baseline.size()));
   CHIMERA_RETURN_IF_ERROR(row.run(ChainMode::Baseline, row.buffers.baseline));
   CHIMERA_RETURN_IF_ERROR(row.run(ChainMode::Fused, row.buffers.fused));
   CHIMERA_RETURN_IF_ERROR(row.runPipelined());
@@ -129,15 +126,18 @@ Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, do
   for (std::size_t i = 0; i < baseline.size() && failed.isOk(); ++i) {
     failed = barrier();
     if (failed.isOk()) {
-      failed = timeOnBackend(row.backend, [&] { return row.run(ChainMode::Baseline, row.buffers.baseline); },
-                             baseline[i]);
+      failed = timeOnBackend(
+          row.backend, [&] { return row.run(ChainMode::Baseline, row.buffers.baseline); }, baseline[i]);
     }
     if (failed.isOk()) failed = barrier();
     if (failed.isOk()) {
-      failed = timeOnBackend(row.backend, [&] { return row.run(ChainMode::Fused, row.buffers.fused); }, fused[i]);
+      failed = timeOnBackend(
+          row.backend, [&] { return row.run(ChainMode::Fused, row.buffers.fused); }, fused[i]);
     }
     if (failed.isOk()) failed = barrier();
-    if (failed.isOk()) failed = timeOnBackend(row.backend, [&] { return row.runPipelined(); }, pipelined[i]);
+    if (failed.isOk())
+      failed = timeOnBackend(
+          row.backend, [&] { return row.runPipelined(); }, pipelined[i]);
   }
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(failed));
   baselineSeconds = slowestRankStatistic(stat, std::move(baseline));
@@ -295,9 +295,9 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
   print(rank, scenarioTableHeader(info));
   ScenarioOutcome outcome;
   for (const Scenario& scenario : scenarios) {
-    print(rank, scenarioBanner(scenario.name, scenario.mesh.toString(), scenario.from.toString(),
-                               scenario.chain.toString(scenario.mesh),
-                               scenario.consume ? scenario.consume->toString() : ""));
+    print(rank,
+          scenarioBanner(scenario.name, scenario.mesh.toString(), scenario.from.toString(),
+                         scenario.chain.toString(scenario.mesh), scenario.consume ? scenario.consume->toString() : ""));
     CHIMERA_RETURN_IF_ERROR(runScenario(options, scenario, cost, kind, outcome));
   }
   print(rank, scenarioTableFooter(outcome.rows));

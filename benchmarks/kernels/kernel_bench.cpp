@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "chimera/types.hpp"
 #include "box/box_pack.hpp"
+#include "chimera/types.hpp"
 #include "common/cli.hpp"
 #include "common/size_text.hpp"
 #include "pack.hpp"
@@ -44,9 +44,9 @@ struct Shape {
 
 // The shapes measured unless -r/-d/-o name one.
 std::vector<Shape> defaultShapes() {
-  return {{"run4K", DataType::F32, 4096, 2048},        {"run1K", DataType::F32, 1024, 512},
-          {"run256", DataType::F32, 256, 128},         {"bf16-4K", DataType::BF16, 4096, 2048},
-          {"bf16-off8", DataType::BF16, 4096, 8},      {"bf16-off4", DataType::BF16, 4096, 4},
+  return {{"run4K", DataType::F32, 4096, 2048},   {"run1K", DataType::F32, 1024, 512},
+          {"run256", DataType::F32, 256, 128},    {"bf16-4K", DataType::BF16, 4096, 2048},
+          {"bf16-off8", DataType::BF16, 4096, 8}, {"bf16-off4", DataType::BF16, 4096, 4},
           {"bf16-off2", DataType::BF16, 4096, 2}};
 }
 
@@ -165,7 +165,7 @@ class DeviceMemory {
 };
 
 struct Layout {
-  TensorBox box;                // rows x run in the middle of rows x 2*run
+  TensorBox box;                 // rows x run in the middle of rows x 2*run
   std::vector<TensorBox> parts;  // the box cut into row blocks, one per peer
   std::size_t tensorBytes = 0;
   std::size_t packedBytes = 0;
@@ -233,8 +233,9 @@ Row measure(const Options& options, DataType dtype, const Layout& layout, cudaSt
   Row row;
   row.bytes = layout.packedBytes;
   row.memcpyMs = medianMs(stream, w, n, [&] {
-    checkCuda(cudaMemcpyAsync(copyTarget.data(), deviceTensor.data(), layout.packedBytes, cudaMemcpyDeviceToDevice,
-                              stream), "cudaMemcpyAsync");
+    checkCuda(
+        cudaMemcpyAsync(copyTarget.data(), deviceTensor.data(), layout.packedBytes, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync");
   });
   const detail::BoxCopy whole{layout.box, deviceTensor.data(), packed.data()};
   row.packMs = medianMs(stream, w, n, [&] { check(detail::packBoxes(&whole, 1, dtype, stream), "pack"); });
@@ -246,9 +247,8 @@ Row measure(const Options& options, DataType dtype, const Layout& layout, cudaSt
     offset += static_cast<std::size_t>(boxVolume(part)) * size;
   }
   checkCuda(cudaMemset(packed.data(), 0, layout.packedBytes), "cudaMemset");
-  row.packPeersMs = medianMs(stream, w, n, [&] {
-    check(detail::packBoxes(parts.data(), parts.size(), dtype, stream), "pack to peers");
-  });
+  row.packPeersMs = medianMs(
+      stream, w, n, [&] { check(detail::packBoxes(parts.data(), parts.size(), dtype, stream), "pack to peers"); });
   row.wrong += differingBytes(packed.data(), wantPacked);
 
   // Unpack into a zeroed tensor: afterwards only the box holds data.
@@ -288,9 +288,9 @@ int main(int argc, char** argv) {
       const double unpack = gbPerSecond(row.bytes, row.unpackMs);
       const double peers = gbPerSecond(row.bytes, row.packPeersMs);
       std::printf("  %-10s %-8s %6zu %6zu %12zu %12.1f %12.1f %6.1f%% %12.1f %6.1f%% %12.1f %6.1f%% %7zu\n",
-                  shape.name.c_str(), std::string(dataTypeName(shape.dtype)).c_str(), shape.runBytes,
-                  shape.offsetBytes, row.bytes, copy, pack, 100 * pack / copy, unpack, 100 * unpack / copy, peers,
-                  100 * peers / copy, row.wrong);
+                  shape.name.c_str(), std::string(dataTypeName(shape.dtype)).c_str(), shape.runBytes, shape.offsetBytes,
+                  row.bytes, copy, pack, 100 * pack / copy, unpack, 100 * unpack / copy, peers, 100 * peers / copy,
+                  row.wrong);
       wrong += row.wrong;
       if (row.bytes >= (std::size_t{64} << 20)) {
         const double low = 100 * std::min({pack, unpack, peers}) / copy;

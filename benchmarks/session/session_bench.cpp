@@ -188,15 +188,17 @@ void sessionOverhead(int iters) {
     perRankHit.push_back(micros(t0, Clock::now()) / Window8::kPerRankCalls);
   }
   const SessionStats stats = warm->stats();
-  std::printf("cached window, per recorded call : %8.2f us  (median of %d; target < 5 us; %llu/%llu windows hit, "
-              "%llu fused chains)\n",
-              median(hit), iters, static_cast<unsigned long long>(stats.windowCacheHits),
-              static_cast<unsigned long long>(stats.windows), static_cast<unsigned long long>(stats.fusedChains));
+  std::printf(
+      "cached window, per recorded call : %8.2f us  (median of %d; target < 5 us; %llu/%llu windows hit, "
+      "%llu fused chains)\n",
+      median(hit), iters, static_cast<unsigned long long>(stats.windowCacheHits),
+      static_cast<unsigned long long>(stats.windows), static_cast<unsigned long long>(stats.fusedChains));
   std::printf("per-rank window, per recorded call: %8.2f us  (median of %d; %llu agreements after its first flush)\n",
               median(perRankHit), iters, static_cast<unsigned long long>(perRank->stats().agreements - 1));
-  std::printf("cold planning of the 8-call window: %8.1f us  (median of %zu fresh sessions; target < 500 us; "
-              "excludes the agreement allReduce's latency)\n",
-              median(cold), cold.size());
+  std::printf(
+      "cold planning of the 8-call window: %8.1f us  (median of %zu fresh sessions; target < 500 us; "
+      "excludes the agreement allReduce's latency)\n",
+      median(cold), cold.size());
   std::printf("  of which the planner (planChain on the window's 5 chains): %8.1f us\n",
               plannerShare(window, static_cast<int>(cold.size())));
 }
@@ -217,8 +219,7 @@ void fusionOffOverhead(Backend& backend, std::size_t bytes, int iters, int rank,
   auto timeDirect = [&] {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = Clock::now();
-    check(backend.allReduce(buffer.data(), buffer.data(), buffer.size(), DataType::F32, ReduceOp::Max,
-                            mesh.allAxes()),
+    check(backend.allReduce(buffer.data(), buffer.data(), buffer.size(), DataType::F32, ReduceOp::Max, mesh.allAxes()),
           "allreduce");
     return micros(t0, Clock::now());
   };
@@ -244,9 +245,10 @@ void fusionOffOverhead(Backend& backend, std::size_t bytes, int iters, int rank,
   double worst[2];
   MPI_Reduce(pair, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("fusion off, 1 call of %zu bytes  : direct %8.1f us, session %8.1f us, overhead %+.2f %%  "
-                "(slowest rank's medians of %d interleaved; target < 2 %%)\n",
-                bytes, worst[0], worst[1], 100.0 * (worst[1] - worst[0]) / worst[0], iters);
+    std::printf(
+        "fusion off, 1 call of %zu bytes  : direct %8.1f us, session %8.1f us, overhead %+.2f %%  "
+        "(slowest rank's medians of %d interleaved; target < 2 %%)\n",
+        bytes, worst[0], worst[1], 100.0 * (worst[1] - worst[0]) / worst[0], iters);
     std::printf("fusion off, the session's own time: %8.2f us per call (no-op backend) = %.3f %% of the direct call\n",
                 ownTime, 100.0 * ownTime / worst[0]);
   }
@@ -304,10 +306,11 @@ void checkEveryWindowCost(int iters, int rank) {
   double worst[2];
   MPI_Reduce(pair, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    std::printf("checkEveryWindow, per-rank hand-off window of 1 KiB: %8.1f us without, %8.1f us with: %+.1f us per "
-                "window (slowest rank's medians of %d interleaved; one agreement + one exchange, %llu agreements)\n",
-                worst[0], worst[1], worst[1] - worst[0], iters,
-                static_cast<unsigned long long>(sessions[1]->stats().agreements));
+    std::printf(
+        "checkEveryWindow, per-rank hand-off window of 1 KiB: %8.1f us without, %8.1f us with: %+.1f us per "
+        "window (slowest rank's medians of %d interleaved; one agreement + one exchange, %llu agreements)\n",
+        worst[0], worst[1], worst[1] - worst[0], iters,
+        static_cast<unsigned long long>(sessions[1]->stats().agreements));
   }
 }
 
@@ -324,7 +327,8 @@ int main(int argc, char** argv) {
       {"-h", "--help", false, [&](std::string_view) { return help = true, chimera::Status::ok(); }},
   };
   // Every rank parses the same arguments, so every rank fails alike before MPI starts.
-  constexpr const char* kUsage = "usage: mpirun -np 8 chimera-session-bench [--iters N (>= 5; 200)] [--bytes SIZE (1M)]\n";
+  constexpr const char* kUsage =
+      "usage: mpirun -np 8 chimera-session-bench [--iters N (>= 5; 200)] [--bytes SIZE (1M)]\n";
   if (const chimera::Status status = chimera::detail::parseFlags(chimera::detail::argumentList(argc, argv), flags);
       !status.isOk()) {
     std::fprintf(stderr, "chimera-session-bench: %s\n", status.message().c_str());

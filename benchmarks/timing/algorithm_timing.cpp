@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "backend/mpi/exchange.hpp"
-#include "common/size_text.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/ring.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/cli.hpp"
+#include "common/size_text.hpp"
 #include "core/check.hpp"
 
 namespace chimera {
@@ -122,12 +122,12 @@ void addReductions(Context& c, std::vector<Entry>& entries) {
   for (const std::size_t seg : kSegments) {
     const std::string label = segmentLabel(seg, c.block * sizeof(float));
     ar.push_back({"direct RS + direct AG, RS " + label, [&c, world, seg] {
-                    must(detail::pointToPointAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32, ReduceOp::Sum,
-                                               c.group, *c.scratch, seg));
+                    must(detail::pointToPointAllReduce(c.send.data(), c.recv.data(), c.count, DataType::F32,
+                                                       ReduceOp::Sum, c.group, *c.scratch, seg));
                   }});
     rs.push_back({"direct, " + label, [&c, seg, split] {
-                    must(detail::directReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32,
-                                                     ReduceOp::Sum, c.group, *c.scratch, seg));
+                    must(detail::directReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32, ReduceOp::Sum,
+                                                     c.group, *c.scratch, seg));
                   }});
     rs.push_back({"ring, " + label, [&c, world, seg, split] {
                     must(detail::ringReduceScatter(c.send.data(), c.recv.data(), split, DataType::F32, ReduceOp::Sum,
@@ -147,7 +147,8 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
        [&c, world, b] { MPI_Allgather(c.send.data(), b, MPI_FLOAT, c.recv.data(), b, MPI_FLOAT, c.group.comm); }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allGather(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
-  ag.push_back({"direct", [&c, split] { must(detail::directAllGather(c.recv.data(), split, DataType::F32, c.group)); }});
+  ag.push_back(
+      {"direct", [&c, split] { must(detail::directAllGather(c.recv.data(), split, DataType::F32, c.group)); }});
   for (const std::size_t seg : kSegments)
     ag.push_back({"ring, " + segmentLabel(seg, c.block * sizeof(float)), [&c, seg, split] {
                     must(detail::ringAllGather(c.recv.data(), split, DataType::F32, c.group, seg));
@@ -158,7 +159,7 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
       {"pairwise exchange",
        [&c, world, b] {
          must(detail::pairwiseAllToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, c.group,
-                                      detail::kMaxMpiCount));
+                                       detail::kMaxMpiCount));
        }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->allToAll(c.send.data(), c.recv.data(), c.block, DataType::F32, world)); }}};
@@ -228,8 +229,7 @@ int run(int argc, char** argv) {
     std::vector<Entry> entries;
     addReductions(c, entries);
     addDataMovement(c, entries);
-    if (!only.empty())
-      std::erase_if(entries, [&only](const Entry& entry) { return entry.op != only; });
+    if (!only.empty()) std::erase_if(entries, [&only](const Entry& entry) { return entry.op != only; });
     measure(entries, bytes, iterations, rounds, rank);
   }
   MPI_Comm_free(&c.group.comm);

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "chimera/executor.hpp"
-#include "common/size_text.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/cli.hpp"
+#include "common/size_text.hpp"
 #include "core/check.hpp"
 
 namespace chimera {

@@ -4,8 +4,8 @@
 // AllReduce whose result is read as shards, which the Session runs as a ReduceScatter) and
 // checks every element it reads. It proves that the installed headers, the library and its
 // MPI dependency link and work. Run it as `mpirun -np 4 chimera-consumer` (one rank works too).
-#include <chimera/chimera.hpp>
 #include <mpi.h>
+#include <chimera/chimera.hpp>
 
 #include <cstdio>
 #include <memory>

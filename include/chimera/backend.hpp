@@ -68,8 +68,8 @@ class Backend {
   virtual int rank() const = 0;
 
   /// recv[i] = op over the group of send[i], i < count. In-place when send == recv.
-  [[nodiscard]] virtual Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                                         ReduceOp op, AxisSet axes, Stream stream = nullptr) = 0;
+  [[nodiscard]] virtual Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                                         AxisSet axes, Stream stream = nullptr) = 0;
   /// send holds n*recvCount elements; group member g receives block g reduced over the group.
   /// In-place when recv == send + g*recvCount*size (NCCL's convention).
   [[nodiscard]] virtual Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype,
@@ -90,7 +90,8 @@ class Backend {
   [[nodiscard]] virtual Status send(const void* buf, std::size_t count, DataType dtype, int peer,
                                     Stream stream = nullptr) = 0;
   /// Point-to-point receive from world rank `peer`.
-  [[nodiscard]] virtual Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream = nullptr) = 0;
+  [[nodiscard]] virtual Status recv(void* buf, std::size_t count, DataType dtype, int peer,
+                                    Stream stream = nullptr) = 0;
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
   [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
@@ -153,8 +154,8 @@ class Backend {
   }
   /// Local op, ordered on `stream`: output[i] = input[i] * factor for i < count (integers:
   /// computed in double, truncated toward zero, saturated). In place when input == output.
-  [[nodiscard]] virtual Status scale(const void* input, void* output, std::size_t count, DataType dtype,
-                                     double factor, Stream stream = nullptr) = 0;
+  [[nodiscard]] virtual Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,
+                                     Stream stream = nullptr) = 0;
   /// Waits until every call issued so far on `stream` has completed (host: returns at once).
   [[nodiscard]] virtual Status synchronize(Stream stream = nullptr) = 0;
 

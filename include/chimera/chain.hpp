@@ -29,10 +29,10 @@ struct ChainOp {
   /// - `slice:AX:DIM`: R on AX -> S(DIM), each rank keeps its own shard (local)
   using Kind = OpKind;
   Kind kind = Kind::AllReduce;
-  AxisSet axes;   ///< the group (flattened in mesh order)
-  int dim = 0;    ///< ReduceScatter/AllGather/Slice: the dim; AllToAll: FROM
-  int toDim = 0;  ///< AllToAll: TO
-  int root = 0;   ///< Broadcast: group index of the root
+  AxisSet axes;       ///< the group (flattened in mesh order)
+  int dim = 0;        ///< ReduceScatter/AllGather/Slice: the dim; AllToAll: FROM
+  int toDim = 0;      ///< AllToAll: TO
+  int root = 0;       ///< Broadcast: group index of the root
   int stageStep = 1;  ///< Send: +1 to the next stage (`send:AX`), -1 to the previous (`send:AX:prev`)
 
   /// The text form ("alltoall:ep+tp:0:1") on `mesh`.
@@ -45,8 +45,8 @@ std::string_view chainOpKindName(ChainOp::Kind kind);
 
 /// What applying one op does to a tensor's layout and values.
 struct OpEffect {
-  Layout output;              ///< layout after the op
-  ReduceOp op = ReduceOp::Sum;///< reductions: the op applied over the group
+  Layout output;                ///< layout after the op
+  ReduceOp op = ReduceOp::Sum;  ///< reductions: the op applied over the group
   /// Reductions over axes that are `R` with op sum multiply every value by this factor
   /// (the sum of n identical copies); 1 otherwise.
   std::int64_t scale = 1;
@@ -70,10 +70,10 @@ struct Chain {
 
 /// A chain applied to a starting layout: the layout before and after every op.
 struct ChainTrace {
-  std::vector<ChainOp> ops;     ///< the chain's ops
-  std::vector<Layout> layouts;  ///< layouts[0] = start, layouts[i+1] = after op i
-  std::vector<OpEffect> effects;///< effect of op i
-  std::int64_t scale = 1;       ///< product of the effects' scales
+  std::vector<ChainOp> ops;           ///< the chain's ops
+  std::vector<Layout> layouts;        ///< layouts[0] = start, layouts[i+1] = after op i
+  std::vector<OpEffect> effects;      ///< effect of op i
+  std::int64_t scale = 1;             ///< product of the effects' scales
   ReduceOp reduceOp = ReduceOp::Sum;  ///< the op of the chain's reductions (the start layout's partial op)
   const Layout& final() const { return layouts.back(); }
 };

@@ -28,13 +28,13 @@ extern "C" {
 
 /** Result of every call (mirrors chimera::StatusCode). */
 typedef enum {
-  chimeraSuccess = 0,          /**< success */
-  chimeraInvalidArgument = 1,  /**< malformed input: null pointer, bad text, buffer too small */
-  chimeraUnsupported = 2,      /**< well-formed but not available in this build (e.g. NCCL without CUDA) */
-  chimeraMismatch = 3,         /**< ranks disagree (counts, windows, plans); returned on every rank */
-  chimeraBackendError = 4,     /**< MPI, NCCL or CUDA failed */
-  chimeraTimeout = 5,          /**< an operation stopped making progress */
-  chimeraInternalError = 6     /**< a bug in chimera */
+  chimeraSuccess = 0,         /**< success */
+  chimeraInvalidArgument = 1, /**< malformed input: null pointer, bad text, buffer too small */
+  chimeraUnsupported = 2,     /**< well-formed but not available in this build (e.g. NCCL without CUDA) */
+  chimeraMismatch = 3,        /**< ranks disagree (counts, windows, plans); returned on every rank */
+  chimeraBackendError = 4,    /**< MPI, NCCL or CUDA failed */
+  chimeraTimeout = 5,         /**< an operation stopped making progress */
+  chimeraInternalError = 6    /**< a bug in chimera */
 } chimeraResult_t;
 
 /** Element types (mirror chimera::DataType). */
@@ -116,15 +116,14 @@ void chimeraFinalize(void);
 chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
                                  chimeraRedOp_t op, const char* axes, chimeraComm_t comm);
 /** Member g receives block g (recvcount elements) of the reduction. */
-chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                     chimeraDataType_t datatype, chimeraRedOp_t op, const char* axes,
-                                     chimeraComm_t comm);
+chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chimeraDataType_t datatype,
+                                     chimeraRedOp_t op, const char* axes, chimeraComm_t comm);
 /** recvbuff = the members' sendbuffs, concatenated by group index. */
 chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
                                  const char* axes, chimeraComm_t comm);
 /** Block j of member i's sendbuff lands in block i of member j's recvbuff (out of place). */
-chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
-                                chimeraDataType_t datatype, const char* axes, chimeraComm_t comm);
+chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer, chimeraDataType_t datatype,
+                                const char* axes, chimeraComm_t comm);
 /** The member with group index `root` copies its sendbuff into every member's recvbuff. */
 chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
                                  int root, const char* axes, chimeraComm_t comm);

@@ -94,8 +94,8 @@ class Executor {
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
   /// Number of prepared plans pinned because they ran while their stream was being captured
-  /// (`Backend::capturing`, a CUDA graph capture): a pinned plan is never freed by the limit, since the graph replays its
-  /// scratch addresses; pinned plans do not count toward the limit.
+  /// (`Backend::capturing`, a CUDA graph capture): a pinned plan is never freed by the limit, since the graph replays
+  /// its scratch addresses; pinned plans do not count toward the limit.
   std::size_t pinnedPlans() const;
   /// Unpins every pinned plan, once the graphs captured over them are destroyed; plans beyond
   /// the limit are freed then. Call it with the same timing on every rank.

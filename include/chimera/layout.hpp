@@ -25,9 +25,9 @@ struct Placement {
     Stage,      ///< `@k`: only coordinate `k` of the axis holds the tensor (a pipeline stage)
   };
   Kind kind = Kind::Replicate;
-  int dim = 0;                 ///< Shard: the tensor dimension
-  ReduceOp op = ReduceOp::Sum; ///< Partial: the reduction
-  int stage = 0;               ///< Stage: the coordinate that holds the tensor
+  int dim = 0;                  ///< Shard: the tensor dimension
+  ReduceOp op = ReduceOp::Sum;  ///< Partial: the reduction
+  int stage = 0;                ///< Stage: the coordinate that holds the tensor
 
   static Placement replicate() { return {}; }
   static Placement shard(int dim) { return {Kind::Shard, dim, ReduceOp::Sum, 0}; }

@@ -20,8 +20,8 @@ namespace chimera {
 /// Every recorded call returns a new handle for its result (in-place calls too), so the
 /// Session sees the dataflow. Handles expire when their window is flushed.
 struct TensorHandle {
-  std::uint32_t index = 0xffffffffu;   ///< position in the window's value table
-  std::uint64_t window = 0;            ///< the window it belongs to
+  std::uint32_t index = 0xffffffffu;  ///< position in the window's value table
+  std::uint64_t window = 0;           ///< the window it belongs to
 };
 
 /// How a Session behaves.
@@ -59,11 +59,11 @@ struct SessionOptions {
 
 /// Counters of a Session since it was created.
 struct SessionStats {
-  std::uint64_t recordedCalls = 0;   ///< calls recorded (collectives, slices, hand-offs)
-  std::uint64_t windows = 0;         ///< windows run (non-empty flushes)
-  std::uint64_t windowCacheHits = 0; ///< windows whose plan came from the cache
-  std::uint64_t chainsRun = 0;       ///< chains run (a recorded call that is not fused is a chain of one)
-  std::uint64_t fusedChains = 0;     ///< chains that ran a fused plan
+  std::uint64_t recordedCalls = 0;    ///< calls recorded (collectives, slices, hand-offs)
+  std::uint64_t windows = 0;          ///< windows run (non-empty flushes)
+  std::uint64_t windowCacheHits = 0;  ///< windows whose plan came from the cache
+  std::uint64_t chainsRun = 0;        ///< chains run (a recorded call that is not fused is a chain of one)
+  std::uint64_t fusedChains = 0;      ///< chains that ran a fused plan
   /// Bytes all ranks together would send running the recorded calls as written
   /// (bandwidth-optimal formulas of the planner), and with the programs that ran (equal on
   /// every rank).
@@ -159,8 +159,7 @@ class Session {
   /// handle of the tensor it does not hold), which stands for a framework's send and recv.
   /// Per rank: only the sender makes it (nullptr/0 as `recvBuffer`); the receiver calls `recv`.
   /// The returned handle is then not held by this rank.
-  [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
-                            TensorHandle& out);
+  [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out);
   /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
   /// stage k-1.
   [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,

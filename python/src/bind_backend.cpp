@@ -68,11 +68,8 @@ nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::hand
   const AxisSet group = toAxes(axes, backend.mesh());
   const ReduceOp reduceOp = toReduceOp(op);
   TensorView in, result;
-  checkTensors(
-      [&] {
-        viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result);
-      },
-      [&] { return backend.allReduce(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
+  checkTensors([&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); },
+               [&] { return backend.allReduce(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
   checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
   return resultOf(tensor, out);
 }
@@ -154,11 +151,8 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
   TensorView in, result;
-  checkTensors(
-      [&] {
-        viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result);
-      },
-      [&] { return backend.broadcast(nullptr, nullptr, 1, DataType::F32, root, group); });
+  checkTensors([&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); },
+               [&] { return backend.broadcast(nullptr, nullptr, 1, DataType::F32, root, group); });
   checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
   return resultOf(tensor, out);
 }

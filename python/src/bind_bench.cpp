@@ -12,9 +12,9 @@
 
 #include "bindings.hpp"
 #include "chimera/session.hpp"
+#include "doubles/null_backend.hpp"
 #include "errors.hpp"
 #include "resources.hpp"
-#include "doubles/null_backend.hpp"
 #include "tensor_view.hpp"
 
 namespace chimera::python {

@@ -81,8 +81,8 @@ AxisSet toAxes(nb::handle obj, const Mesh& mesh) {
   } else {
     for (nb::handle name : obj) {
       if (!nb::isinstance<nb::str>(name)) {
-        raiseStatus(Status::invalidArgument(fmt::format("axes: expected axis names (str), got {}",
-                                                        nb::str(name.type()).c_str())));
+        raiseStatus(Status::invalidArgument(
+            fmt::format("axes: expected axis names (str), got {}", nb::str(name.type()).c_str())));
       }
       text += (text.empty() ? "" : "+") + nb::cast<std::string>(name);
     }

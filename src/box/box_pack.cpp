@@ -68,8 +68,7 @@ Status packBoxHost(const void* tensor, void* packed, const TensorBox& box, std::
 
 Status unpackBoxHost(const void* packed, void* tensor, const TensorBox& box, std::size_t elementSize) {
   CHIMERA_RETURN_IF_ERROR(checkArgs(packed, tensor, box, elementSize));
-  copyRuns(static_cast<const std::byte*>(packed), static_cast<std::byte*>(tensor), box, elementSize,
-           Direction::Unpack);
+  copyRuns(static_cast<const std::byte*>(packed), static_cast<std::byte*>(tensor), box, elementSize, Direction::Unpack);
   return Status::ok();
 }
 

@@ -22,20 +22,13 @@ chimeraResult_t toResult(const Status& status) {
   if (status.isOk()) return chimeraSuccess;
   lastError = status.toString();
   switch (status.code()) {
-    case StatusCode::Ok:
-      return chimeraSuccess;
-    case StatusCode::InvalidArgument:
-      return chimeraInvalidArgument;
-    case StatusCode::Unsupported:
-      return chimeraUnsupported;
-    case StatusCode::Mismatch:
-      return chimeraMismatch;
-    case StatusCode::BackendError:
-      return chimeraBackendError;
-    case StatusCode::Timeout:
-      return chimeraTimeout;
-    case StatusCode::Internal:
-      return chimeraInternalError;
+    case StatusCode::Ok: return chimeraSuccess;
+    case StatusCode::InvalidArgument: return chimeraInvalidArgument;
+    case StatusCode::Unsupported: return chimeraUnsupported;
+    case StatusCode::Mismatch: return chimeraMismatch;
+    case StatusCode::BackendError: return chimeraBackendError;
+    case StatusCode::Timeout: return chimeraTimeout;
+    case StatusCode::Internal: return chimeraInternalError;
   }
   return chimeraInternalError;
 }
@@ -97,20 +90,13 @@ extern "C" {
 
 const char* chimeraGetErrorString(chimeraResult_t result) {
   switch (result) {
-    case chimeraSuccess:
-      return "success";
-    case chimeraInvalidArgument:
-      return "invalid argument";
-    case chimeraUnsupported:
-      return "unsupported";
-    case chimeraMismatch:
-      return "ranks disagree (mismatch)";
-    case chimeraBackendError:
-      return "backend error (MPI, NCCL or CUDA)";
-    case chimeraTimeout:
-      return "timeout";
-    case chimeraInternalError:
-      return "internal error";
+    case chimeraSuccess: return "success";
+    case chimeraInvalidArgument: return "invalid argument";
+    case chimeraUnsupported: return "unsupported";
+    case chimeraMismatch: return "ranks disagree (mismatch)";
+    case chimeraBackendError: return "backend error (MPI, NCCL or CUDA)";
+    case chimeraTimeout: return "timeout";
+    case chimeraInternalError: return "internal error";
   }
   return "unknown chimeraResult_t";
 }
@@ -154,8 +140,7 @@ chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id) {
 #endif
 }
 
-chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device,
-                                    chimeraUniqueId id) {
+chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device, chimeraUniqueId id) {
 #ifdef CHIMERA_HAS_CUDA
   auto run = [&]() -> Status {
     CHIMERA_CHECK_ARG(comm != nullptr, "null chimeraComm_t* to fill");
@@ -226,9 +211,8 @@ chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t co
   });
 }
 
-chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                     chimeraDataType_t datatype, chimeraRedOp_t op, const char* axes,
-                                     chimeraComm_t comm) {
+chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chimeraDataType_t datatype,
+                                     chimeraRedOp_t op, const char* axes, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
@@ -251,8 +235,8 @@ chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t se
   });
 }
 
-chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer,
-                                chimeraDataType_t datatype, const char* axes, chimeraComm_t comm) {
+chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer, chimeraDataType_t datatype,
+                                const char* axes, chimeraComm_t comm) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   return guardedCall("chimeraAllToAll", [&]() -> Status {
@@ -308,8 +292,7 @@ chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatyp
     CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(from, comm->mesh, source));
     CHIMERA_RETURN_IF_ERROR(chimera::Layout::parse(to, comm->mesh, target));
     if (!comm->executor) comm->executor = std::make_unique<chimera::Executor>(*comm->backend);
-    return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes,
-                                         comm->stream);
+    return comm->executor->redistribute(spec, source, target, input, inputBytes, output, outputBytes, comm->stream);
   };
   return guardedCall("chimeraRedistribute", run);
 }

@@ -35,8 +35,8 @@ Status commStatus(const Registry& r, const chimeraComm* comm) {
 Status sessionStatus(const Registry& r, const chimeraSession* session) {
   if (session == nullptr) return Status::invalidArgument("null session");
   if (r.sessions.count(session) == 0)
-    return Status::invalidArgument(fmt::format(
-        "session {} is not live (already ended, or not made by chimeraSessionBegin)", fmt::ptr(session)));
+    return Status::invalidArgument(
+        fmt::format("session {} is not live (already ended, or not made by chimeraSessionBegin)", fmt::ptr(session)));
   return Status::ok();
 }
 

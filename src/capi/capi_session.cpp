@@ -43,8 +43,7 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
   auto run = [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(chimera::detail::lookupComm(comm));
     CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
-    CHIMERA_CHECK_ARG(fusion >= -1 && fusion <= 1, "fusion {} (expected 1 on, 0 off, -1 from the environment)",
-                      fusion);
+    CHIMERA_CHECK_ARG(fusion >= -1 && fusion <= 1, "fusion {} (expected 1 on, 0 off, -1 from the environment)", fusion);
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (fusion >= 0) options.fusion = fusion == 1;
@@ -129,7 +128,7 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
     const chimera::SessionStats s = session->session->stats();
-    *stats = {s.recordedCalls,  s.windows,    s.windowCacheHits,     s.chainsRun,     s.fusedChains,
+    *stats = {s.recordedCalls,   s.windows,   s.windowCacheHits,     s.chainsRun,     s.fusedChains,
               s.bytesAsRecorded, s.bytesSent, s.rankBytesAsRecorded, s.rankBytesSent, s.agreements};
     return Status::ok();
   });

@@ -78,8 +78,8 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
                                describe(i, range.low[i]), describe(i, range.high[i]));
   }
   if (!differences.empty()) {
-    return Status::mismatch(fmt::format("rank {}: members of group {} disagree on the arguments of {}: {}", rank,
-                                        group, call, differences));
+    return Status::mismatch(fmt::format("rank {}: members of group {} disagree on the arguments of {}: {}", rank, group,
+                                        call, differences));
   }
   if (range.low[kCallFields.size()] == 0) {
     return Status::invalidArgument(

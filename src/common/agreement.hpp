@@ -36,10 +36,10 @@ struct WordRange {
 
 /// What a group agreed on about a signature (a plan's, a window's).
 struct SignatureVerdict {
-  std::int64_t lowHash = 0;          ///< smallest hash of the group
-  std::int64_t highHash = 0;         ///< largest hash of the group
-  bool anyFailed = false;            ///< some member failed locally
-  std::vector<std::uint8_t> flags;   ///< the members' flags OR-ed
+  std::int64_t lowHash = 0;         ///< smallest hash of the group
+  std::int64_t highHash = 0;        ///< largest hash of the group
+  bool anyFailed = false;           ///< some member failed locally
+  std::vector<std::uint8_t> flags;  ///< the members' flags OR-ed
   /// True when every member contributed the same hash.
   bool sameHash() const { return lowHash == highHash; }
 };
@@ -64,7 +64,7 @@ struct CallSignature {
 /// `group` and every field whose values differ, with their min and max ("rank 3: members of
 /// group tp disagree on the arguments of allReduce: count differs (min 16, max 17)"); errors
 /// of `min` as they are. The same verdict class reaches every member.
-[[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank,
-                                 std::string_view group, const GroupMin& min);
+[[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank, std::string_view group,
+                                 const GroupMin& min);
 
 }  // namespace chimera::detail

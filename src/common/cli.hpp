@@ -46,7 +46,8 @@ template <typename Int>
   if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
     return Status::invalidArgument(fmt::format("{}: malformed number '{}'", flag, text));
   }
-  if (value < minimum) return Status::invalidArgument(fmt::format("{}: {} is below the minimum {}", flag, text, minimum));
+  if (value < minimum)
+    return Status::invalidArgument(fmt::format("{}: {} is below the minimum {}", flag, text, minimum));
   out = value;
   return Status::ok();
 }

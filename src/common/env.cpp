@@ -108,9 +108,9 @@ Status timeoutMsFromEnv(std::int64_t& out) {
   const std::string_view value(*text);
   std::int64_t parsed = 0;
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
-  CHIMERA_CHECK_ARG(error == std::errc() && end == value.data() + value.size() && parsed >= 1 &&
-                        parsed <= kMaxTimeoutMs,
-                    "CHIMERA_TIMEOUT_MS='{}' is not a number of milliseconds in 1..{}", value, kMaxTimeoutMs);
+  CHIMERA_CHECK_ARG(
+      error == std::errc() && end == value.data() + value.size() && parsed >= 1 && parsed <= kMaxTimeoutMs,
+      "CHIMERA_TIMEOUT_MS='{}' is not a number of milliseconds in 1..{}", value, kMaxTimeoutMs);
   out = parsed;
   return Status::ok();
 }

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
-#include "core/check.hpp"
 #include "common/half.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -35,10 +35,8 @@ T combine(T a, T b, ReduceOp op) {
       } else {
         return a * b;
       }
-    case ReduceOp::Min:
-      return std::min(a, b);
-    case ReduceOp::Max:
-      return std::max(a, b);
+    case ReduceOp::Min: return std::min(a, b);
+    case ReduceOp::Max: return std::max(a, b);
   }
   return a;
 }
@@ -87,34 +85,23 @@ void reduceTyped16(void* dst, const void* a, const void* b, std::size_t count, R
   const auto* y = static_cast<const std::uint16_t*>(b);
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      return reduceLoop16<kToBits, kToFloat, ReduceOp::Sum>(d, x, y, count);
-    case ReduceOp::Prod:
-      return reduceLoop16<kToBits, kToFloat, ReduceOp::Prod>(d, x, y, count);
-    case ReduceOp::Min:
-      return reduceLoop16<kToBits, kToFloat, ReduceOp::Min>(d, x, y, count);
-    case ReduceOp::Max:
-      return reduceLoop16<kToBits, kToFloat, ReduceOp::Max>(d, x, y, count);
+    case ReduceOp::Avg: return reduceLoop16<kToBits, kToFloat, ReduceOp::Sum>(d, x, y, count);
+    case ReduceOp::Prod: return reduceLoop16<kToBits, kToFloat, ReduceOp::Prod>(d, x, y, count);
+    case ReduceOp::Min: return reduceLoop16<kToBits, kToFloat, ReduceOp::Min>(d, x, y, count);
+    case ReduceOp::Max: return reduceLoop16<kToBits, kToFloat, ReduceOp::Max>(d, x, y, count);
   }
 }
 
 void dispatchReduce(void* dst, const void* a, const void* b, std::size_t count, DataType dtype, ReduceOp op,
                     bool inPlace) {
   switch (dtype) {
-    case DataType::F32:
-      return reduceTyped<float>(dst, a, b, count, op, inPlace);
-    case DataType::F64:
-      return reduceTyped<double>(dst, a, b, count, op, inPlace);
-    case DataType::F16:
-      return reduceTyped16<floatToHalf, halfToFloat>(dst, a, b, count, op);
-    case DataType::BF16:
-      return reduceTyped16<floatToBf16, bf16ToFloat>(dst, a, b, count, op);
-    case DataType::I32:
-      return reduceTyped<std::int32_t>(dst, a, b, count, op, inPlace);
-    case DataType::I64:
-      return reduceTyped<std::int64_t>(dst, a, b, count, op, inPlace);
-    case DataType::U8:
-      return reduceTyped<std::uint8_t>(dst, a, b, count, op, inPlace);
+    case DataType::F32: return reduceTyped<float>(dst, a, b, count, op, inPlace);
+    case DataType::F64: return reduceTyped<double>(dst, a, b, count, op, inPlace);
+    case DataType::F16: return reduceTyped16<floatToHalf, halfToFloat>(dst, a, b, count, op);
+    case DataType::BF16: return reduceTyped16<floatToBf16, bf16ToFloat>(dst, a, b, count, op);
+    case DataType::I32: return reduceTyped<std::int32_t>(dst, a, b, count, op, inPlace);
+    case DataType::I64: return reduceTyped<std::int64_t>(dst, a, b, count, op, inPlace);
+    case DataType::U8: return reduceTyped<std::uint8_t>(dst, a, b, count, op, inPlace);
   }
   CHIMERA_ASSERT(false && "unknown DataType");
 }
@@ -150,20 +137,13 @@ void divideByCount(void* buf, std::size_t count, DataType dtype, int divisor) {
   CHIMERA_ASSERT(divisor >= 1);
   if (divisor == 1) return;
   switch (dtype) {
-    case DataType::F32:
-      return divideTyped<float>(buf, count, divisor);
-    case DataType::F64:
-      return divideTyped<double>(buf, count, divisor);
-    case DataType::F16:
-      return divideTyped16<floatToHalf, halfToFloat>(buf, count, divisor);
-    case DataType::BF16:
-      return divideTyped16<floatToBf16, bf16ToFloat>(buf, count, divisor);
-    case DataType::I32:
-      return divideTyped<std::int32_t>(buf, count, divisor);
-    case DataType::I64:
-      return divideTyped<std::int64_t>(buf, count, divisor);
-    case DataType::U8:
-      return divideTyped<std::uint8_t>(buf, count, divisor);
+    case DataType::F32: return divideTyped<float>(buf, count, divisor);
+    case DataType::F64: return divideTyped<double>(buf, count, divisor);
+    case DataType::F16: return divideTyped16<floatToHalf, halfToFloat>(buf, count, divisor);
+    case DataType::BF16: return divideTyped16<floatToBf16, bf16ToFloat>(buf, count, divisor);
+    case DataType::I32: return divideTyped<std::int32_t>(buf, count, divisor);
+    case DataType::I64: return divideTyped<std::int64_t>(buf, count, divisor);
+    case DataType::U8: return divideTyped<std::uint8_t>(buf, count, divisor);
   }
   CHIMERA_ASSERT(false && "unknown DataType");
 }
@@ -203,18 +183,10 @@ Status hostScale(const void* input, void* output, std::size_t count, DataType dt
   if (count == 0) return Status::ok();
   CHIMERA_CHECK_ARG(input != nullptr && output != nullptr, "scale of {} elements with a null pointer", count);
   switch (dtype) {
-    case DataType::F32:
-      scaleFloat<float>(input, output, count, static_cast<float>(factor));
-      break;
-    case DataType::F64:
-      scaleFloat<double>(input, output, count, factor);
-      break;
-    case DataType::F16:
-      scaleHalf<halfToFloat, floatToHalf>(input, output, count, static_cast<float>(factor));
-      break;
-    case DataType::BF16:
-      scaleHalf<bf16ToFloat, floatToBf16>(input, output, count, static_cast<float>(factor));
-      break;
+    case DataType::F32: scaleFloat<float>(input, output, count, static_cast<float>(factor)); break;
+    case DataType::F64: scaleFloat<double>(input, output, count, factor); break;
+    case DataType::F16: scaleHalf<halfToFloat, floatToHalf>(input, output, count, static_cast<float>(factor)); break;
+    case DataType::BF16: scaleHalf<bf16ToFloat, floatToBf16>(input, output, count, static_cast<float>(factor)); break;
     case DataType::I32:
     case DataType::I64:
     case DataType::U8:

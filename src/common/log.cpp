@@ -43,8 +43,7 @@ std::string pattern(int rank) {
 }
 
 spdlog::sink_ptr makeSink() {
-  if (isatty(STDERR_FILENO) != 0 && !underLauncher())
-    return std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  if (isatty(STDERR_FILENO) != 0 && !underLauncher()) return std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   return std::make_shared<spdlog::sinks::stderr_sink_mt>();
 }
 

@@ -21,7 +21,8 @@ Status parseSize(std::string_view text, std::size_t& out) {
       return Status::invalidArgument(fmt::format("size '{}' overflows", text));
     value = value * 10 + digit;
   }
-  if (i == 0) return Status::invalidArgument(fmt::format("malformed size '{}' (expected e.g. 4096, 64K, 32M, 1G)", text));
+  if (i == 0)
+    return Status::invalidArgument(fmt::format("malformed size '{}' (expected e.g. 4096, 64K, 32M, 1G)", text));
   std::size_t scale = 1;
   if (i < text.size()) {
     switch (std::toupper(static_cast<unsigned char>(text[i]))) {

@@ -20,13 +20,9 @@ namespace chimera::detail {
 inline constexpr std::size_t kMaxBufferBytes = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
 
 /// `a * b` into `out`; false (out untouched) when it overflows.
-inline bool checkedMul(std::size_t a, std::size_t b, std::size_t& out) {
-  return !__builtin_mul_overflow(a, b, &out);
-}
+inline bool checkedMul(std::size_t a, std::size_t b, std::size_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 /// `a + b` into `out`; false (out untouched) when it overflows.
-inline bool checkedAdd(std::size_t a, std::size_t b, std::size_t& out) {
-  return !__builtin_add_overflow(a, b, &out);
-}
+inline bool checkedAdd(std::size_t a, std::size_t b, std::size_t& out) { return !__builtin_add_overflow(a, b, &out); }
 /// Signed 64-bit forms, for shapes and model sizes.
 inline bool checkedMul(std::int64_t a, std::int64_t b, std::int64_t& out) {
   return !__builtin_mul_overflow(a, b, &out);
@@ -44,10 +40,9 @@ inline bool checkedAdd(std::int64_t a, std::int64_t b, std::int64_t& out) {
   std::size_t perPart = 0;
   std::size_t total = 0;
   if (!checkedMul(count, elementSize, perPart) || !checkedMul(perPart, parts, total) || total > kMaxBufferBytes) {
-    return Status::invalidArgument(fmt::format("{}: {} elements x {} bytes{} do not fit in one buffer (at most {} bytes)",
-                                               what, count, elementSize,
-                                               parts == 1 ? std::string() : fmt::format(" x {} ranks", parts),
-                                               kMaxBufferBytes));
+    return Status::invalidArgument(
+        fmt::format("{}: {} elements x {} bytes{} do not fit in one buffer (at most {} bytes)", what, count,
+                    elementSize, parts == 1 ? std::string() : fmt::format(" x {} ranks", parts), kMaxBufferBytes));
   }
   out = total;
   return Status::ok();

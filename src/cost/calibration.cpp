@@ -38,14 +38,14 @@ double relativeError(const Row& r, const Coefficients& c) { return r[0] * c[0] +
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
   CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany, "sample {}: primitive must be a collective, got {}", index,
                     stepKindName(s.primitive));
-  CHIMERA_CHECK_ARG(s.groupSize >= 2 && s.numGroups >= 1, "sample {}: needs group size >= 2 and >= 1 group, got {} x {}",
-                    index, s.numGroups, s.groupSize);
+  CHIMERA_CHECK_ARG(s.groupSize >= 2 && s.numGroups >= 1,
+                    "sample {}: needs group size >= 2 and >= 1 group, got {} x {}", index, s.numGroups, s.groupSize);
   CHIMERA_CHECK_ARG(static_cast<long long>(s.groupSize) * s.numGroups <= ranks,
-                    "sample {}: {} groups of {} ranks exceed the topology's {} ranks", index, s.numGroups,
-                    s.groupSize, ranks);
+                    "sample {}: {} groups of {} ranks exceed the topology's {} ranks", index, s.numGroups, s.groupSize,
+                    ranks);
   CHIMERA_CHECK_ARG(s.bytesPerRank > 0, "sample {}: bytes per rank must be > 0", index);
-  CHIMERA_CHECK_ARG(std::isfinite(s.seconds) && s.seconds > 0, "sample {}: measured time must be > 0 s, got {}",
-                    index, s.seconds);
+  CHIMERA_CHECK_ARG(std::isfinite(s.seconds) && s.seconds > 0, "sample {}: measured time must be > 0 s, got {}", index,
+                    s.seconds);
   return Status::ok();
 }
 
@@ -139,10 +139,10 @@ Status solveNonNegative(const Design& design, Coefficients& out) {
     for (int j = 0; j < kTerms; ++j) {
       if (design.present[j]) terms += std::string(terms.empty() ? "" : ", ") + kTermNames[j];
     }
-    return Status::invalidArgument(fmt::format(
-        "calibration samples do not determine the {} terms separately: measure several message sizes "
-        "(and, for the reduction cost, both reducing and non-reducing collectives)",
-        terms));
+    return Status::invalidArgument(
+        fmt::format("calibration samples do not determine the {} terms separately: measure several message sizes "
+                    "(and, for the reduction cost, both reducing and non-reducing collectives)",
+                    terms));
   }
   double best = std::numeric_limits<double>::infinity();
   for (unsigned mask = 1; mask <= full; ++mask) {
@@ -205,8 +205,8 @@ Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t ma
   CHIMERA_CHECK_ARG(minBytes > 0 && minBytes <= maxBytes, "calibration sizes need 0 < min <= max, got {} and {}",
                     minBytes, maxBytes);
   std::vector<CalibrationSample> points;
-  for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
-                              StepKind::Broadcast}) {
+  for (const StepKind kind :
+       {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast}) {
     for (int groupSize = 2; groupSize <= worldSize; groupSize *= 2) {
       if (worldSize % groupSize != 0) continue;
       const auto unit = static_cast<std::uint64_t>(16 * groupSize);

@@ -47,15 +47,16 @@ std::string CommStep::toString() const {
 
 Status validateStep(const CommStep& step, int worldSize) {
   const std::string what = step.toString();
-  CHIMERA_CHECK_ARG(opKindUsedIn(step.kind, kOpInProgram), "{}: {} is not a step of a communication program (expected {})",
-                    what, opKindName(step.kind), opKindKeywords(kOpInProgram));
+  CHIMERA_CHECK_ARG(opKindUsedIn(step.kind, kOpInProgram),
+                    "{}: {} is not a step of a communication program (expected {})", what, opKindName(step.kind),
+                    opKindKeywords(kOpInProgram));
   if (step.kind == StepKind::ManyToMany) {
     CHIMERA_CHECK_ARG(step.groups.empty(), "{}: a many-to-many step has transfers, not groups", what);
     for (std::size_t i = 0; i < step.transfers.size(); ++i) {
       const Transfer& t = step.transfers[i];
       CHIMERA_CHECK_ARG(t.src >= 0 && t.src < worldSize && t.dst >= 0 && t.dst < worldSize,
-                        "{}: transfer {} ({} -> {}) names a rank outside the {} ranks of the topology", what, i,
-                        t.src, t.dst, worldSize);
+                        "{}: transfer {} ({} -> {}) names a rank outside the {} ranks of the topology", what, i, t.src,
+                        t.dst, worldSize);
     }
     return Status::ok();
   }
@@ -68,8 +69,8 @@ Status validateStep(const CommStep& step, int worldSize) {
                       "{}: concurrent groups must have the same size ({} vs {})", what, group.size(),
                       step.groups.front().size());
     for (const int rank : group) {
-      CHIMERA_CHECK_ARG(rank >= 0 && rank < worldSize, "{}: rank {} outside the {} ranks of the topology", what,
-                        rank, worldSize);
+      CHIMERA_CHECK_ARG(rank >= 0 && rank < worldSize, "{}: rank {} outside the {} ranks of the topology", what, rank,
+                        worldSize);
       CHIMERA_CHECK_ARG(!seen[static_cast<std::size_t>(rank)], "{}: rank {} appears twice in one step", what, rank);
       seen[static_cast<std::size_t>(rank)] = true;
     }

@@ -50,9 +50,9 @@ Status CostModel::decide(const CommProgram& baseline, const CommProgram& fused, 
   status = predict(fused, decision.fusedSeconds);
   if (!status.isOk()) return Status(status.code(), "fused program: " + status.message());
   decision.fuse = decision.fusedSeconds < decision.baselineSeconds;
-  decision.explanation = fmt::format("fused {} vs baseline {} on {}: {}", formatSeconds(decision.fusedSeconds),
-                                     formatSeconds(decision.baselineSeconds), topology_.name,
-                                     decision.fuse ? "fuse" : "keep baseline");
+  decision.explanation =
+      fmt::format("fused {} vs baseline {} on {}: {}", formatSeconds(decision.fusedSeconds),
+                  formatSeconds(decision.baselineSeconds), topology_.name, decision.fuse ? "fuse" : "keep baseline");
   if (decision.fusedSeconds > 0) {
     decision.explanation +=
         fmt::format(" (predicted speedup {:.2f}x)", decision.baselineSeconds / decision.fusedSeconds);

@@ -98,7 +98,8 @@ namespace {
 // What one round puts on each resource, before it is turned into time.
 struct RoundLoad {
   explicit RoundLoad(const Topology& topology)
-      : index(topology), load(static_cast<std::size_t>(index.count()), 0.0),
+      : index(topology),
+        load(static_cast<std::size_t>(index.count()), 0.0),
         peers(static_cast<std::size_t>(2 * topology.ranks), 0) {}
   ResourceIndex index;
   std::vector<double> load;  // bytes per resource
@@ -176,9 +177,8 @@ RoundCost priceAllToAllRound(const Topology& topology, const std::vector<std::ve
     const bool crosses = counts.size() > 1;
     bool within = false;  // some pair of members shares a domain
     for (const auto& entry : counts) within = within || entry.second > 1;
-    const double alpha =
-        std::max(within ? topology.local.alphaSeconds : 0.0,
-                 crosses && topology.fabric != Fabric::NvSwitch ? topology.cross.alphaSeconds : 0.0);
+    const double alpha = std::max(within ? topology.local.alphaSeconds : 0.0,
+                                  crosses && topology.fabric != Fabric::NvSwitch ? topology.cross.alphaSeconds : 0.0);
     const auto countIn = [&](int domain) {
       return std::lower_bound(counts.begin(), counts.end(), std::make_pair(domain, 0))->second;
     };

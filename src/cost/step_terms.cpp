@@ -66,12 +66,8 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
     case StepKind::AllGather:
       addRounds(terms, priceRound(topology, ringRound(step.groups, bytes)), n - 1, n - 1);
       break;
-    case StepKind::AllToAll:
-      addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1);
-      break;
-    case StepKind::Broadcast:
-      addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1);
-      break;
+    case StepKind::AllToAll: addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1); break;
+    case StepKind::Broadcast: addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1); break;
     default: CHIMERA_ASSERT(false);  // ManyToMany is priced apart; validateStep refuses the rest
   }
   return terms;

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "chimera/planning/comm_program.hpp"
-#include "chimera/status.hpp"
 #include "chimera/planning/topology.hpp"
+#include "chimera/status.hpp"
 
 namespace chimera::detail {
 
@@ -21,8 +21,8 @@ struct StepTerms {
   /// Fixed costs (not fitted by calibration): stepSeconds when the step moves bytes,
   /// peerSeconds per peer of the busiest rank beyond the first, launchSeconds per local kernel.
   double overheadSeconds = 0;
-  double localSeconds = 0;     ///< 2 x localBytes / device memory bandwidth (0 when unmodelled)
-  std::string bottleneck;      ///< the resource limiting the largest round ("" if none)
+  double localSeconds = 0;  ///< 2 x localBytes / device memory bandwidth (0 when unmodelled)
+  std::string bottleneck;   ///< the resource limiting the largest round ("" if none)
 };
 
 /// Expands `step` into its algorithm's rounds on `topology` and prices them.

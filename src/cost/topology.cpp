@@ -115,8 +115,8 @@ bool matchCounted(std::string_view text, std::string_view base, int& count, Stat
   const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
   if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || value < 1 ||
       value > kMaxPresetCount) {
-    status = Status::invalidArgument(fmt::format("topology '{}': expected {}:N with N an integer in [1, {}]", text,
-                                                 base, kMaxPresetCount));
+    status = Status::invalidArgument(
+        fmt::format("topology '{}': expected {}:N with N an integer in [1, {}]", text, base, kMaxPresetCount));
   }
   count = value;
   return true;
@@ -132,8 +132,8 @@ Status readFile(const std::string& path, std::string& out) {
   file.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (file.bad()) return Status::invalidArgument(fmt::format("cannot read '{}'", path));
   const auto length = static_cast<std::size_t>(file.gcount());
-  CHIMERA_CHECK_ARG(length <= kMaxProfileBytes, "'{}' is larger than {} bytes, too large for a topology profile",
-                    path, kMaxProfileBytes);
+  CHIMERA_CHECK_ARG(length <= kMaxProfileBytes, "'{}' is larger than {} bytes, too large for a topology profile", path,
+                    kMaxProfileBytes);
   text.resize(length);
   out = std::move(text);
   return Status::ok();
@@ -155,8 +155,8 @@ Status parseFabric(std::string_view text, Fabric& out) {
       return Status::ok();
     }
   }
-  return Status::invalidArgument(fmt::format(
-      "unknown fabric '{}' (expected shared-memory, pcie-domains, nvswitch or nvswitch-multinode)", text));
+  return Status::invalidArgument(
+      fmt::format("unknown fabric '{}' (expected shared-memory, pcie-domains, nvswitch or nvswitch-multinode)", text));
 }
 
 Status validateTopology(const Topology& t) {
@@ -179,10 +179,9 @@ Status validateTopology(const Topology& t) {
                     "topology '{}': fabric {} needs a cross link bandwidth > 0", t.name, fabricName(t.fabric));
   CHIMERA_CHECK_ARG(finiteNonNegative(t.peerPenalty), "topology '{}': peer_penalty must be >= 0, got {}", t.name,
                     t.peerPenalty);
-  CHIMERA_CHECK_ARG(finiteNonNegative(t.reduceSecondsPerByte),
-                    "topology '{}': reduction cost must be >= 0, got {} s/B", t.name, t.reduceSecondsPerByte);
-  CHIMERA_CHECK_ARG(t.computeSlots >= 0, "topology '{}': compute_slots must be >= 0, got {}", t.name,
-                    t.computeSlots);
+  CHIMERA_CHECK_ARG(finiteNonNegative(t.reduceSecondsPerByte), "topology '{}': reduction cost must be >= 0, got {} s/B",
+                    t.name, t.reduceSecondsPerByte);
+  CHIMERA_CHECK_ARG(t.computeSlots >= 0, "topology '{}': compute_slots must be >= 0, got {}", t.name, t.computeSlots);
   CHIMERA_CHECK_ARG(finiteNonNegative(t.stepSeconds) && finiteNonNegative(t.peerSeconds),
                     "topology '{}': step_s and peer_s must be >= 0, got {} s, {} s", t.name, t.stepSeconds,
                     t.peerSeconds);

@@ -38,8 +38,8 @@ Status sendTransfers(const PlanBuffer& input, const PlanBuffer& output, const Pl
   const int stages = mesh.groupSize(step.axes);
   const int axis = std::countr_zero(step.axes.bits());
   CHIMERA_CHECK_ARG(std::popcount(step.axes.bits()) == 1 && output.layout.placement(axis).isStage(),
-                    "send along axis set {:#x} into layout {}: needs one axis and a stage placement",
-                    step.axes.bits(), output.layout.toString());
+                    "send along axis set {:#x} into layout {}: needs one axis and a stage placement", step.axes.bits(),
+                    output.layout.toString());
   const int target = output.layout.placement(axis).stage;
   CHIMERA_CHECK_ARG(target >= 0 && target < stages, "send to stage {} of {}", target, stages);
   for (const int rank : input.layout.holders()) {
@@ -155,8 +155,7 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
       // Local work only: an empty many-to-many that carries the pass.
       out.push_back(CommStep::manyToMany({}));
       break;
-    default:
-      return Status::invalidArgument(fmt::format("{} is not a kind of plan step", opKindName(step.kind)));
+    default: return Status::invalidArgument(fmt::format("{} is not a kind of plan step", opKindName(step.kind)));
   }
   CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
                     "plan step '{}' writes buffer {} of {}", planStepKindName(step.kind), step.output,
@@ -188,10 +187,10 @@ Status TopologyCost::checkMesh(const Mesh& mesh) const {
   if (mesh.size() <= topology.ranks) return Status::ok();
   const int perNode = topology.fabric == Fabric::NvSwitchMultiNode ? topology.ranksPerDomain : 8;
   const int nodes = (mesh.size() + perNode - 1) / perNode;
-  return Status::invalidArgument(fmt::format(
-      "mesh {} has {} ranks but topology '{}' has {} GPUs: price it on one that covers the mesh "
-      "(multinode-ib:{} for nodes of 8, or a profile with at least {} ranks)",
-      mesh.toString(), mesh.size(), topology.name, topology.ranks, nodes, mesh.size()));
+  return Status::invalidArgument(
+      fmt::format("mesh {} has {} ranks but topology '{}' has {} GPUs: price it on one that covers the mesh "
+                  "(multinode-ib:{} for nodes of 8, or a profile with at least {} ranks)",
+                  mesh.toString(), mesh.size(), topology.name, topology.ranks, nodes, mesh.size()));
 }
 
 CostPrediction TopologyCost::predict(const Plan& plan) const {

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "chimera/planning/topology.hpp"
-#include "core/check.hpp"
 #include "common/json.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 
@@ -51,8 +51,9 @@ class FieldReader {
     const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
     const std::optional<std::int64_t> number = detail::intValue(*value);
-    CHIMERA_CHECK_ARG(number && *number >= std::numeric_limits<int>::min() && *number <= std::numeric_limits<int>::max(),
-                      "field '{}{}' must be an integer, got {}", prefix(), key, detail::dumpJson(*value));
+    CHIMERA_CHECK_ARG(
+        number && *number >= std::numeric_limits<int>::min() && *number <= std::numeric_limits<int>::max(),
+        "field '{}{}' must be an integer, got {}", prefix(), key, detail::dumpJson(*value));
     out = static_cast<int>(*number);
     return Status::ok();
   }
@@ -124,8 +125,8 @@ std::string topologyToJson(const Topology& t) {
                                                      {"launch_s", t.device.launchSeconds},
                                                      {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
   if (t.calibration.samples > 0) {
-    json["calibration"] = Json::object(
-        {{"samples", t.calibration.samples}, {"rms_relative_error", t.calibration.rmsRelativeError}});
+    json["calibration"] =
+        Json::object({{"samples", t.calibration.samples}, {"rms_relative_error", t.calibration.rmsRelativeError}});
   }
   return detail::dumpJson(json, 2);
 }

@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "box/box_index.hpp"
-#include "core/check.hpp"
 #include "box/box_ops.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

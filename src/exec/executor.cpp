@@ -9,14 +9,14 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/check.hpp"
+#include "common/env.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 #include "exec/agreement.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
 #include "exec/scratch_pool.hpp"
-#include "common/env.hpp"
-#include "common/hash.hpp"
 #include "exec/signature.hpp"
 
 namespace chimera {
@@ -193,8 +193,8 @@ Status Executor::runChain(const ChainRequest& request, ChainMode mode, const voi
   ChainEntry* entry = nullptr;
   CHIMERA_RETURN_IF_ERROR(impl_->findChain(request, false, stream, entry));
   const bool fused = mode == ChainMode::Fused || (mode == ChainMode::Planned && entry->plan.useFused);
-  return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline,
-                        input, inputBytes, output, outputBytes, entry->agreed, stream);
+  return impl_->runSlot(fused ? entry->plan.fused : entry->plan.baseline, fused ? entry->fused : entry->baseline, input,
+                        inputBytes, output, outputBytes, entry->agreed, stream);
 }
 
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
@@ -223,8 +223,8 @@ Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const 
   return impl_->runSlot(entry.plan, entry.prepared, input, inputBytes, output, outputBytes, false, stream);
 }
 
-Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output,
-                     std::size_t outputBytes, Stream stream) {
+Status Executor::run(const Plan& plan, const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
+                     Stream stream) {
   const std::string key = detail::planKey(plan);
   auto it = impl_->plans.find(key);
   if (it == impl_->plans.end()) {

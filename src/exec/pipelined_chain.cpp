@@ -35,7 +35,7 @@ std::vector<const Layout*> chainLayouts(const ChainPlan& plan) {
 struct ChunkView {
   std::vector<std::int64_t> shape;  // the local shape with `dim` expanded into three
   Box box;
-  bool contiguous = false;          // one run at offset c x (bytes / chunks)
+  bool contiguous = false;  // one run at offset c x (bytes / chunks)
 };
 
 ChunkView chunkView(const std::vector<std::int64_t>& local, int dim, std::int64_t blocks, std::int64_t split,
@@ -124,8 +124,8 @@ Status choosePipeline(const ChainPlan& plan, const TensorSpec& spec, const Topol
     const std::int64_t extent = spec.shape[static_cast<std::size_t>(choice.dim)] / pipelineBlocks(plan, choice.dim);
     for (int chunks = 2; chunks <= maxChunks && extent % chunks == 0; chunks *= 2) {
       double seconds = 0;
-      CHIMERA_RETURN_IF_ERROR(predictPipeline(spec, from, Chain{plan.trace.ops}, plan.consumed, choice.dim, chunks,
-                                              cost, seconds));
+      CHIMERA_RETURN_IF_ERROR(
+          predictPipeline(spec, from, Chain{plan.trace.ops}, plan.consumed, choice.dim, chunks, cost, seconds));
       if (seconds < choice.pipelinedSeconds) {
         choice.pipelinedSeconds = seconds;
         choice.chunks = chunks;
@@ -164,8 +164,8 @@ Status PipelinedChain::prepare() {
     const Layout& from = request_.from;
     const Layout& to = plan->consumed;
     if (from.holds(rank)) {
-      inContiguous_ = chunkView(from.localShape(request_.spec), dim_, blocks_, splitCount(from, dim_), chunks_, 0)
-                          .contiguous;
+      inContiguous_ =
+          chunkView(from.localShape(request_.spec), dim_, blocks_, splitCount(from, dim_), chunks_, 0).contiguous;
       if (!inContiguous_) {
         CHIMERA_RETURN_IF_ERROR(
             backend_.allocate(static_cast<std::size_t>(from.localBytes(chunkRequest_.spec)), &scratchIn_));

@@ -71,8 +71,7 @@ Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions, Stream st
 
 Status PreparedPlan::runComm(PreparedStep& step, Stream stream) {
   switch (step.comm) {
-    case PreparedStep::Comm::None:
-      return Status::ok();
+    case PreparedStep::Comm::None: return Status::ok();
     case PreparedStep::Comm::AllReduce:
       return backend_->allReduce(resolve(step.send), resolve(step.recv), step.count, dtype_, step.op, step.axes,
                                  stream);

@@ -224,8 +224,8 @@ void PreparedPlan::gatherInPlace(const Plan& plan) {
       });
     }
     if (!movable) continue;
-    const std::size_t offset = static_cast<std::size_t>(backend_->mesh().groupIndex(rank_, gather.axes)) *
-                               gather.count * elementSize_;
+    const std::size_t offset =
+        static_cast<std::size_t>(backend_->mesh().groupIndex(rank_, gather.axes)) * gather.count * elementSize_;
     for (std::size_t j = 0; j <= k; ++j) {
       forEachOperand(steps_[j], [&](SlotRef& ref) {
         if (ref.slot == scratch) ref = {target, offset + ref.offset};
@@ -271,24 +271,18 @@ Status PreparedPlan::prepareStep(const Plan& plan, const PlanStep& step, Prepare
                         "broadcast root {} outside the group of {}", step.root, backend_->mesh().groupSize(step.axes));
       return Status::ok();
     case PlanStep::Kind::ReduceScatter:
-    case PlanStep::Kind::AllGather:
-      return prepareCollective(plan, step, out);
-    case PlanStep::Kind::AllToAll:
-      return prepareAllToAll(plan, step, out);
-    case PlanStep::Kind::Send:
-      return prepareSend(plan, step, out);
-    case PlanStep::Kind::ManyToMany:
-      return prepareManyToMany(plan, step, out);
-    case PlanStep::Kind::LocalCopy:
-      return prepareLocalCopy(plan, step, out);
+    case PlanStep::Kind::AllGather: return prepareCollective(plan, step, out);
+    case PlanStep::Kind::AllToAll: return prepareAllToAll(plan, step, out);
+    case PlanStep::Kind::Send: return prepareSend(plan, step, out);
+    case PlanStep::Kind::ManyToMany: return prepareManyToMany(plan, step, out);
+    case PlanStep::Kind::LocalCopy: return prepareLocalCopy(plan, step, out);
     case PlanStep::Kind::Scale:
       if (inBytes == 0) return Status::ok();
       CHIMERA_CHECK_ARG(outBytes == inBytes, "input holds {} bytes on rank {}, output {}", inBytes, rank_, outBytes);
       out.before.push_back(
           scaleAction({step.input, 0}, {step.output, 0}, inBytes / elementSize_, static_cast<double>(step.scale)));
       return Status::ok();
-    default:
-      break;
+    default: break;
   }
   return Status::invalidArgument(fmt::format("{} is not a kind of plan step", opKindName(step.kind)));
 }

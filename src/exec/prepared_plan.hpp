@@ -151,7 +151,7 @@ class PreparedPlan {
   std::vector<void*> owned_;       // scratch from pool_ (or backend.allocate without one)
   std::vector<std::byte*> slots_;  // per slot: base pointer (0/1 set per run)
   std::vector<PreparedStep> steps_;
-  std::vector<P2POp> ops_;  // reused by every grouped call
+  std::vector<P2POp> ops_;       // reused by every grouped call
   std::vector<void*> pointers_;  // reused by every batched pack/unpack
 };
 

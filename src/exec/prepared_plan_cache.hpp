@@ -16,8 +16,8 @@ namespace chimera::detail {
 /// Tracks the slots that hold a prepared plan, most recently run first, and frees the least
 /// recently run ones beyond `limit`. A pinned plan (run while a CUDA graph was being
 /// captured: the graph keeps its scratch addresses) is never freed and does not count
-/// toward the limit: at most `limit` unpinned plans are kept besides the pinned ones. Which plans are freed depends only on the order of runs,
-/// which every rank shares (SPMD), so the ranks free and later re-prepare (collectively) the
+/// toward the limit: at most `limit` unpinned plans are kept besides the pinned ones. Which plans are freed depends
+/// only on the order of runs, which every rank shares (SPMD), so the ranks free and later re-prepare (collectively) the
 /// same plans. Slots are owned elsewhere and must stay at their address while tracked.
 class PreparedPlanCache {
  public:

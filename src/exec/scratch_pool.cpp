@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 
@@ -85,9 +85,7 @@ void ScratchPool::trim() {
   while (!free_.empty()) freeLargest();
 }
 
-Status scratchLimitFromEnv(std::size_t& out) {
-  return readEnvCount("CHIMERA_SCRATCH_LIMIT_BYTES", SIZE_MAX, out);
-}
+Status scratchLimitFromEnv(std::size_t& out) { return readEnvCount("CHIMERA_SCRATCH_LIMIT_BYTES", SIZE_MAX, out); }
 
 Status scratchPoolFor(Backend& backend, std::shared_ptr<ScratchPool>& out) {
   static std::mutex mutex;

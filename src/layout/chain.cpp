@@ -17,13 +17,11 @@ namespace {
 // Integer fields after AX in an op's text.
 int numberFields(ChainOp::Kind kind) {
   switch (kind) {
-    case ChainOp::Kind::AllToAll:
-      return 2;
+    case ChainOp::Kind::AllToAll: return 2;
     case ChainOp::Kind::ReduceScatter:
     case ChainOp::Kind::AllGather:
     case ChainOp::Kind::Slice:
-    case ChainOp::Kind::Broadcast:
-      return 1;
+    case ChainOp::Kind::Broadcast: return 1;
     default:  // AllReduce, Send
       return 0;
   }
@@ -137,16 +135,19 @@ Status applySend(const Layout& in, const ChainOp& op, OpEffect& effect) {
   const Mesh& mesh = in.mesh();
   int axis = 0;
   while (axis < mesh.numAxes() && !op.axes.contains(axis)) ++axis;
-  CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis", op.toString(mesh));
+  CHIMERA_CHECK_ARG(op.axes == AxisSet::single(axis), "{} names a group; send runs along one pipeline axis",
+                    op.toString(mesh));
   const Placement& p = in.placement(axis);
   CHIMERA_CHECK_ARG(p.isStage(), "{} needs {} to be a stage placement @k, but the layout is {}", op.toString(mesh),
                     mesh.axis(axis).name, in.toString());
-  CHIMERA_CHECK_ARG(op.stageStep == 1 || op.stageStep == -1, "{}: stage step {} (expected +1 or -1)",
-                    op.toString(mesh), op.stageStep);
+  CHIMERA_CHECK_ARG(op.stageStep == 1 || op.stageStep == -1, "{}: stage step {} (expected +1 or -1)", op.toString(mesh),
+                    op.stageStep);
   const int target = p.stage + op.stageStep;
-  CHIMERA_CHECK_ARG(target >= 0 && target < mesh.axis(axis).size, "{}: stage {} is the {} stage of {} (size {})",
-                    op.toString(mesh), p.stage, op.stageStep > 0 ? "last" : "first", mesh.axis(axis).name,
-                    mesh.axis(axis).size);
+  CHIMERA_CHECK_ARG(target >= 0 && target<mesh.axis(axis).size, "{}: stage {} is the {} stage of {} (size {})",
+                                          op.toString(mesh), p.stage, op.stageStep> 0
+                        ? "last"
+                        : "first",
+                    mesh.axis(axis).name, mesh.axis(axis).size);
   effect.output = in.with(axis, Placement::onStage(target));
   return Status::ok();
 }
@@ -176,18 +177,13 @@ std::string_view chainOpKindName(ChainOp::Kind kind) { return opKindName(kind); 
 std::string ChainOp::toString(const Mesh& mesh) const {
   const std::string head = fmt::format("{}:{}", chainOpKindName(kind), mesh.axesName(axes));
   switch (kind) {
-    case Kind::AllReduce:
-      return head;
-    case Kind::Send:
-      return stageStep == 1 ? head : fmt::format("{}:prev", head);
+    case Kind::AllReduce: return head;
+    case Kind::Send: return stageStep == 1 ? head : fmt::format("{}:prev", head);
     case Kind::ReduceScatter:
     case Kind::AllGather:
-    case Kind::Slice:
-      return fmt::format("{}:{}", head, dim);
-    case Kind::AllToAll:
-      return fmt::format("{}:{}:{}", head, dim, toDim);
-    case Kind::Broadcast:
-      return fmt::format("{}:{}", head, root);
+    case Kind::Slice: return fmt::format("{}:{}", head, dim);
+    case Kind::AllToAll: return fmt::format("{}:{}:{}", head, dim, toDim);
+    case Kind::Broadcast: return fmt::format("{}:{}", head, root);
     default:  // not a chain op (applyChainOp refuses it)
       break;
   }
@@ -231,19 +227,16 @@ Status applyChainOp(const Layout& in, const ChainOp& op, const TensorSpec& spec,
       CHIMERA_RETURN_IF_ERROR(checkDim(op, op.dim, spec, mesh));
       for (int axis = 0; axis < mesh.numAxes(); ++axis) {
         CHIMERA_CHECK_ARG(!op.axes.contains(axis) || in.placement(axis).isReplicate(),
-                          "{} needs {} to be R, but the layout is {}", op.toString(mesh), mesh.axis(axis).name, in.toString());
+                          "{} needs {} to be R, but the layout is {}", op.toString(mesh), mesh.axis(axis).name,
+                          in.toString());
       }
       effect.output = in.withShards(op.axes, op.dim);
       break;
-    case ChainOp::Kind::Send:
-      CHIMERA_RETURN_IF_ERROR(applySend(in, op, effect));
-      break;
-    case ChainOp::Kind::Broadcast:
-      CHIMERA_RETURN_IF_ERROR(applyBroadcast(in, op, effect));
-      break;
+    case ChainOp::Kind::Send: CHIMERA_RETURN_IF_ERROR(applySend(in, op, effect)); break;
+    case ChainOp::Kind::Broadcast: CHIMERA_RETURN_IF_ERROR(applyBroadcast(in, op, effect)); break;
     default:
-      return Status::invalidArgument(fmt::format("{} is not an op of a chain (expected {})", opKindName(op.kind),
-                                                 opKindKeywords(kOpInChain)));
+      return Status::invalidArgument(
+          fmt::format("{} is not an op of a chain (expected {})", opKindName(op.kind), opKindKeywords(kOpInChain)));
   }
   Status fits = effect.output.validate(spec);
   if (!fits.isOk()) return Status::invalidArgument(fmt::format("{}: {}", op.toString(mesh), fits.message()));
@@ -286,8 +279,8 @@ Status traceChain(const Layout& start, const Chain& chain, const TensorSpec& spe
     OpEffect effect;
     Status status = applyChainOp(trace.layouts.back(), chain.ops[i], spec, effect);
     if (!status.isOk()) {
-      return Status(status.code(), fmt::format("op {} ({}): {}", i + 1, chain.ops[i].toString(start.mesh()),
-                                               status.message()));
+      return Status(status.code(),
+                    fmt::format("op {} ({}): {}", i + 1, chain.ops[i].toString(start.mesh()), status.message()));
     }
     CHIMERA_CHECK_ARG(detail::checkedMul(trace.scale, effect.scale, trace.scale),
                       "op {} ({}): the chain scales the tensor by more than 2^63 (too many sums over replicated "

@@ -74,14 +74,10 @@ Status parseAxisList(std::string_view text, const Mesh& mesh, std::vector<int>& 
 
 std::string Placement::toString() const {
   switch (kind) {
-    case Kind::Replicate:
-      return "R";
-    case Kind::Shard:
-      return fmt::format("S{}", dim);
-    case Kind::Partial:
-      return op == ReduceOp::Sum ? std::string("P") : fmt::format("P({})", reduceOpName(op));
-    case Kind::Stage:
-      return fmt::format("@{}", stage);
+    case Kind::Replicate: return "R";
+    case Kind::Shard: return fmt::format("S{}", dim);
+    case Kind::Partial: return op == ReduceOp::Sum ? std::string("P") : fmt::format("P({})", reduceOpName(op));
+    case Kind::Stage: return fmt::format("@{}", stage);
   }
   return "?";
 }
@@ -89,14 +85,10 @@ std::string Placement::toString() const {
 bool Placement::operator==(const Placement& other) const {
   if (kind != other.kind) return false;
   switch (kind) {
-    case Kind::Replicate:
-      return true;
-    case Kind::Shard:
-      return dim == other.dim;
-    case Kind::Partial:
-      return op == other.op;
-    case Kind::Stage:
-      return stage == other.stage;
+    case Kind::Replicate: return true;
+    case Kind::Shard: return dim == other.dim;
+    case Kind::Partial: return op == other.op;
+    case Kind::Stage: return stage == other.stage;
   }
   return false;
 }
@@ -198,9 +190,9 @@ Status Layout::validate(const TensorSpec& spec) const {
       if (!names.empty()) names += '+';
       names += mesh().axis(axis).name;
     }
-    return Status::invalidArgument(fmt::format(
-        "dim {} of size {} is not divisible by {} shards over {} (uneven splits are not supported)", dim, size, shards,
-        names));
+    return Status::invalidArgument(
+        fmt::format("dim {} of size {} is not divisible by {} shards over {} (uneven splits are not supported)", dim,
+                    size, shards, names));
   }
   return Status::ok();
 }
@@ -253,7 +245,8 @@ Box Layout::rankBox(int rank, const TensorSpec& spec) const {
 std::vector<std::int64_t> Layout::localShape(const TensorSpec& spec) const {
   std::vector<std::int64_t> shape = spec.shape;
   for (int dim = 0; dim <= maxShardDim() && dim < spec.rank(); ++dim) {
-    for (int axis : splits_[static_cast<std::size_t>(dim)]) shape[static_cast<std::size_t>(dim)] /= mesh().axis(axis).size;
+    for (int axis : splits_[static_cast<std::size_t>(dim)])
+      shape[static_cast<std::size_t>(dim)] /= mesh().axis(axis).size;
   }
   return shape;
 }

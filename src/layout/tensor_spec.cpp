@@ -89,9 +89,7 @@ std::int64_t TensorSpec::numElements() const {
   return n;
 }
 
-std::int64_t TensorSpec::bytes() const {
-  return numElements() * static_cast<std::int64_t>(dataTypeSize(dtype));
-}
+std::int64_t TensorSpec::bytes() const { return numElements() * static_cast<std::int64_t>(dataTypeSize(dtype)); }
 
 Box TensorSpec::fullBox() const {
   Box box;

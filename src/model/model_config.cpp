@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "chimera/planning/training_model.hpp"
-#include "core/check.hpp"
 #include "common/json.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {
@@ -56,8 +56,8 @@ Status intField(const detail::Json& json, std::string_view key, bool required, i
     return Status::ok();
   }
   const std::optional<std::int64_t> number = detail::intValue(*value);
-  CHIMERA_CHECK_ARG(number && *number >= 0 && *number <= (1LL << 30), "field '{}' must be a non-negative integer, got {}",
-                    key, detail::dumpJson(*value));
+  CHIMERA_CHECK_ARG(number && *number >= 0 && *number <= (1LL << 30),
+                    "field '{}' must be a non-negative integer, got {}", key, detail::dumpJson(*value));
   out = static_cast<int>(*number);
   return Status::ok();
 }
@@ -66,9 +66,8 @@ Status modelFromJson(std::string_view text, ModelConfig& out) {
   detail::Json json;
   CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
   CHIMERA_CHECK_ARG(json.is_object(), "a model file is one JSON object");
-  static constexpr std::string_view kKnown[] = {"format", "name", "layers", "hidden", "heads", "seq_length",
-                                                "ffn_hidden", "micro_batch", "dtype", "experts", "top_k",
-                                                "moe_every"};
+  static constexpr std::string_view kKnown[] = {"format",     "name",        "layers", "hidden",  "heads", "seq_length",
+                                                "ffn_hidden", "micro_batch", "dtype",  "experts", "top_k", "moe_every"};
   for (auto it = json.begin(); it != json.end(); ++it) {
     bool known = false;
     for (const std::string_view k : kKnown) known = known || it.key() == k;
@@ -134,10 +133,14 @@ Status parseParallelConfig(std::string_view text, ParallelConfig& out) {
     const auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
     CHIMERA_CHECK_ARG(ec == std::errc() && ptr == digits.data() + digits.size() && value >= 1,
                       "parallel config item '{}': expected a positive integer", item);
-    int* slot = key == "dp" ? &p.dp : key == "tp" ? &p.tp : key == "sp" ? &p.sp : key == "pp" ? &p.pp
-              : key == "ep" ? &p.ep : key == "microbatches" ? &p.microbatches : nullptr;
-    CHIMERA_CHECK_ARG(slot != nullptr, "parallel config key '{}' is not one of dp, tp, sp, pp, ep, microbatches",
-                      key);
+    int* slot = key == "dp"             ? &p.dp
+                : key == "tp"           ? &p.tp
+                : key == "sp"           ? &p.sp
+                : key == "pp"           ? &p.pp
+                : key == "ep"           ? &p.ep
+                : key == "microbatches" ? &p.microbatches
+                                        : nullptr;
+    CHIMERA_CHECK_ARG(slot != nullptr, "parallel config key '{}' is not one of dp, tp, sp, pp, ep, microbatches", key);
     *slot = value;
     begin = end + 1;
   }
@@ -167,8 +170,7 @@ Status validateModel(const ModelConfig& m, const ParallelConfig& p, const Topolo
   CHIMERA_CHECK_ARG(m.layers % p.pp == 0, "{} layers are not divisible by pp={} stages", m.layers, p.pp);
   CHIMERA_CHECK_ARG(p.ep == 1 || m.experts > 0, "ep={} needs a model with experts", p.ep);
   CHIMERA_CHECK_ARG(m.experts == 0 || m.experts % (p.ep * p.tp) == 0,
-                    "{} experts must divide by ep x tp = {} (each rank holds whole experts)", m.experts,
-                    p.ep * p.tp);
+                    "{} experts must divide by ep x tp = {} (each rank holds whole experts)", m.experts, p.ep * p.tp);
   CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
   CHIMERA_CHECK_ARG(p.ranks() <= topology.ranks,
                     "the split needs {} GPUs (dp {} x pp {} x ep {} x tp {}) but topology '{}' has {}", p.ranks(), p.dp,

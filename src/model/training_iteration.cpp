@@ -28,13 +28,13 @@ constexpr int kTp = 3;
 struct ChainSpec {
   std::string where;
   int layer = -1;
-  int stage = 0;         // the stage whose critical path pays it
+  int stage = 0;  // the stage whose critical path pays it
   std::string from;
   std::string chain;
   std::string consume;
   std::vector<std::int64_t> shape;
-  AxisSet isolated;      // axes whose coordinates hold unrelated data: plans may not mix them
-  int count = 0;         // runs per iteration
+  AxisSet isolated;  // axes whose coordinates hold unrelated data: plans may not mix them
+  int count = 0;     // runs per iteration
   bool perMicroBatch = true;
 };
 
@@ -52,9 +52,7 @@ bool staysWithin(const Plan& plan, AxisSet isolated) {
   return true;
 }
 
-std::string shapeText(const std::vector<std::int64_t>& shape) {
-  return fmt::format("{}", fmt::join(shape, "x"));
-}
+std::string shapeText(const std::vector<std::int64_t>& shape) { return fmt::format("{}", fmt::join(shape, "x")); }
 
 // Roofline time of an m x k by k x n matrix product on one device.
 double gemmSeconds(const Topology& topology, std::size_t element, double m, double k, double n) {
@@ -65,8 +63,7 @@ double gemmSeconds(const Topology& topology, std::size_t element, double m, doub
 
 class IterationBuilder {
  public:
-  IterationBuilder(const ModelConfig& m, const ParallelConfig& p, const Topology& t)
-      : m_(m), p_(p), t_(t), cost_(t) {
+  IterationBuilder(const ModelConfig& m, const ParallelConfig& p, const Topology& t) : m_(m), p_(p), t_(t), cost_(t) {
     ffn_ = m.ffnHidden > 0 ? m.ffnHidden : 4 * m.hidden;
     tokens_ = static_cast<std::int64_t>(m.seqLength) * m.microBatch;
     mesh_ = fmt::format("dp={},pp={},ep={},tp={}", p.dp, p.pp, p.ep, p.tp);
@@ -144,10 +141,9 @@ class IterationBuilder {
       const std::string chain = forward ? "allgather:tp:0" : "allreduce:tp,slice:tp:0";
       const std::string from = forward ? st + ",tp=S0" : st + ",tp=P";
       const std::string consume = forward ? st : st + ",tp=S0";
-      specs_.push_back({fmt::format("layer {} moe {} ({})", layer, forward ? "regather tokens" : "reduce token grads",
-                                    dir),
-                        layer, k, from, chain, consume, act, AxisSet::single(kDp) | AxisSet::single(kEp),
-                        p_.microbatches, true});
+      specs_.push_back(
+          {fmt::format("layer {} moe {} ({})", layer, forward ? "regather tokens" : "reduce token grads", dir), layer,
+           k, from, chain, consume, act, AxisSet::single(kDp) | AxisSet::single(kEp), p_.microbatches, true});
       last = specs_.size() - 1;
     }
     return last;
@@ -163,8 +159,8 @@ class IterationBuilder {
     }
   }
 
-  void handOff(int from, int layer, const std::map<int, std::size_t>& chains, const char* send, int to,
-               const char* dir, const std::vector<std::int64_t>& act) {
+  void handOff(int from, int layer, const std::map<int, std::size_t>& chains, const char* send, int to, const char* dir,
+               const std::vector<std::int64_t>& act) {
     const auto it = chains.find(layer);
     const std::string where = fmt::format("stage {} -> {} hand-off ({})", from, to, dir);
     if (it != chains.end() && specs_[it->second].shape == act) {
@@ -179,9 +175,8 @@ class IterationBuilder {
     // No reduction to extend (tp = 1, or an MoE layer's routed tensor): a plain send of the
     // activations (sequence shards under SP, as the last chain left them).
     const std::string layout = p_.sp > 1 ? ",tp=S0" : "";
-    specs_.push_back({where, -1, from, fmt::format("pp=@{}{}", from, layout), send,
-                      fmt::format("pp=@{}{}", to, layout), act, AxisSet::single(kDp) | AxisSet::single(kEp),
-                      p_.microbatches, true});
+    specs_.push_back({where, -1, from, fmt::format("pp=@{}{}", from, layout), send, fmt::format("pp=@{}{}", to, layout),
+                      act, AxisSet::single(kDp) | AxisSet::single(kEp), p_.microbatches, true});
   }
 
   // Data-parallel gradient reduction per stage: dense parameters over dp (and ep, whose
@@ -211,12 +206,28 @@ class IterationBuilder {
         partial += "ep=P,";
       }
       if (!axes.empty()) {
-        specs_.push_back({fmt::format("stage {} dense gradients", k), -1, k, partial + st, "allreduce:" + axes, st,
-                          {dense}, AxisSet::single(kTp), 1, false});
+        specs_.push_back({fmt::format("stage {} dense gradients", k),
+                          -1,
+                          k,
+                          partial + st,
+                          "allreduce:" + axes,
+                          st,
+                          {dense},
+                          AxisSet::single(kTp),
+                          1,
+                          false});
       }
       if (p_.dp > 1 && expert > 0) {
-        specs_.push_back({fmt::format("stage {} expert gradients", k), -1, k, "dp=P," + st, "allreduce:dp", st,
-                          {expert}, AxisSet::single(kEp) | AxisSet::single(kTp), 1, false});
+        specs_.push_back({fmt::format("stage {} expert gradients", k),
+                          -1,
+                          k,
+                          "dp=P," + st,
+                          "allreduce:dp",
+                          st,
+                          {expert},
+                          AxisSet::single(kEp) | AxisSet::single(kTp),
+                          1,
+                          false});
       }
     }
   }
@@ -229,9 +240,9 @@ class IterationBuilder {
     const double s = m_.seqLength;
     const double dh = h / m_.heads;
     const double headsHere = static_cast<double>(m_.heads) / p_.tp;
-    double t = gemmSeconds(t_, e, a, h, 3 * h / p_.tp);                                   // QKV
-    t += 2 * m_.microBatch * headsHere * gemmSeconds(t_, e, s, dh, s);                  // scores, then values
-    t += gemmSeconds(t_, e, a, h / p_.tp, h);                                           // output projection
+    double t = gemmSeconds(t_, e, a, h, 3 * h / p_.tp);                 // QKV
+    t += 2 * m_.microBatch * headsHere * gemmSeconds(t_, e, s, dh, s);  // scores, then values
+    t += gemmSeconds(t_, e, a, h / p_.tp, h);                           // output projection
     if (isMoe(layer)) {
       const double routed = a * m_.topK / p_.tp;  // token copies each rank's experts see
       const double experts = static_cast<double>(m_.experts) / (p_.ep * p_.tp);

@@ -13,8 +13,7 @@
 namespace chimera::detail {
 namespace {
 
-ProgramStep collectiveStep(PlanStep::Kind kind, AxisSet axes, ReduceOp op, int dim, Layout output,
-                           std::string origin) {
+ProgramStep collectiveStep(PlanStep::Kind kind, AxisSet axes, ReduceOp op, int dim, Layout output, std::string origin) {
   PlanStep step;
   step.kind = kind;
   step.axes = axes;
@@ -148,8 +147,7 @@ std::vector<AxisSet> groupsOf(const std::vector<int>& order, bool together) {
 
 // ReduceScatters over `groups` in turn, each appending its axes as the innermost splits of
 // `dim`, starting from `from`. Empty when a step does not divide evenly.
-Program reduceScatterSequence(const Layout& from, const std::vector<AxisSet>& groups, int dim,
-                              const TensorSpec& spec) {
+Program reduceScatterSequence(const Layout& from, const std::vector<AxisSet>& groups, int dim, const TensorSpec& spec) {
   const Mesh& mesh = from.mesh();
   const ReduceOp op = from.partialOp();
   Program program;
@@ -157,9 +155,9 @@ Program reduceScatterSequence(const Layout& from, const std::vector<AxisSet>& gr
   for (const AxisSet group : groups) {
     Layout next = current.withShards(group, dim);
     if (!next.validate(spec).isOk()) return {};
-    program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
-                                     fmt::format("reduce over {} into shards of dim {} nested inside the previous",
-                                                 mesh.axesName(group), dim)));
+    program.push_back(collectiveStep(
+        PlanStep::Kind::ReduceScatter, group, op, dim, next,
+        fmt::format("reduce over {} into shards of dim {} nested inside the previous", mesh.axesName(group), dim)));
     current = std::move(next);
   }
   return program;
@@ -182,9 +180,9 @@ Program reductionTowardTarget(const Layout& from, AxisSet axes, const Layout& to
     for (const AxisSet group : groupsOf(order, /*together=*/true)) {
       Layout next = current.withShards(group, dim);
       if (!next.validate(spec).isOk()) return {};
-      program.push_back(collectiveStep(PlanStep::Kind::ReduceScatter, group, op, dim, next,
-                                       fmt::format("reduce over {} straight into the consumer's shards of dim {}",
-                                                   mesh.axesName(group), dim)));
+      program.push_back(collectiveStep(
+          PlanStep::Kind::ReduceScatter, group, op, dim, next,
+          fmt::format("reduce over {} straight into the consumer's shards of dim {}", mesh.axesName(group), dim)));
       current = std::move(next);
       rest = AxisSet::fromBits(rest.bits() & ~group.bits());
     }
@@ -205,12 +203,13 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const La
   const ReduceOp op = from.partialOp();
   const std::string group = mesh.axesName(axes);
   options.push_back(oneStep(collectiveStep(PlanStep::Kind::AllReduce, axes, op, 0, from.withReplicated(axes),
-                                          fmt::format("reduce the partial sums over {}", group))));
+                                           fmt::format("reduce the partial sums over {}", group))));
   for (int dim = 0; dim < spec.rank(); ++dim) {
     Layout sharded = from.withShards(axes, dim);
     if (!sharded.validate(spec).isOk()) continue;
-    options.push_back(oneStep(collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
-                                            fmt::format("reduce over {} straight into shards of dim {}", group, dim))));
+    options.push_back(
+        oneStep(collectiveStep(PlanStep::Kind::ReduceScatter, axes, op, dim, std::move(sharded),
+                               fmt::format("reduce over {} straight into shards of dim {}", group, dim))));
   }
   // The other nesting orders of the reduced axes on each dim, and one axis per step.
   for (int dim = 0; dim < spec.rank(); ++dim) {
@@ -218,7 +217,7 @@ std::vector<Program> reductionOptions(const Layout& from, AxisSet axes, const La
     for (std::size_t i = 0; i < orders.size(); ++i) {
       for (const bool together : {true, false}) {
         const std::vector<AxisSet> groups = groupsOf(orders[i], together);
-        if (groups.size() == 1) continue;  // the single ReduceScatter above
+        if (groups.size() == 1) continue;                                              // the single ReduceScatter above
         if (!together && groups.size() == groupsOf(orders[i], true).size()) continue;  // same program
         Program program = reduceScatterSequence(from, groups, dim, spec);
         if (!program.empty()) options.push_back(std::move(program));
@@ -281,8 +280,7 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
         for (auto& head : heads) {
           for (std::size_t k = groups.size(); k-- > 0;) {
             head.push_back(collectiveStep(PlanStep::Kind::AllGather, groups[k], ReduceOp::Sum, dim, layouts[k],
-                                          fmt::format("gather at the destination over {}",
-                                                      mesh.axesName(groups[k]))));
+                                          fmt::format("gather at the destination over {}", mesh.axesName(groups[k]))));
           }
           options.push_back(std::move(head));
         }
@@ -293,8 +291,8 @@ Status movementOptions(const Layout& from, const Layout& to, const TensorSpec& s
   return Status::ok();
 }
 
-Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
-                  std::int64_t scale, int rank) {
+Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program, std::int64_t scale,
+                  int rank) {
   Plan plan;
   plan.spec = spec;
   plan.rank = rank;

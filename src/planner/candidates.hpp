@@ -54,7 +54,7 @@ std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, co
 /// Turns a program into the Plan of `rank` (kWorldPlan for all) from `from` to `to`,
 /// appending a Scale step when scale != 1. The program's steps move into the plan (a
 /// many-to-many's transfers are not copied).
-Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program,
-                  std::int64_t scale, int rank);
+Plan assemblePlan(const TensorSpec& spec, const Layout& from, const Layout& to, Program&& program, std::int64_t scale,
+                  int rank);
 
 }  // namespace chimera::detail

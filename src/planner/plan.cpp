@@ -17,28 +17,20 @@ std::string planStepText(const Plan& plan, const PlanStep& step) {
   const Mesh& mesh = plan.buffers[static_cast<std::size_t>(step.input)].layout.mesh();
   const std::string group = mesh.axesName(step.axes);
   switch (step.kind) {
-    case PlanStep::Kind::AllReduce:
-      return fmt::format("allreduce:{}", group);
-    case PlanStep::Kind::ReduceScatter:
-      return fmt::format("reducescatter:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllGather:
-      return fmt::format("allgather:{}:{}", group, step.dim);
-    case PlanStep::Kind::AllToAll:
-      return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
-    case PlanStep::Kind::Broadcast:
-      return fmt::format("broadcast:{}:{}", group, step.root);
-    case PlanStep::Kind::Send:
-      return fmt::format("send:{}", group);
+    case PlanStep::Kind::AllReduce: return fmt::format("allreduce:{}", group);
+    case PlanStep::Kind::ReduceScatter: return fmt::format("reducescatter:{}:{}", group, step.dim);
+    case PlanStep::Kind::AllGather: return fmt::format("allgather:{}:{}", group, step.dim);
+    case PlanStep::Kind::AllToAll: return fmt::format("alltoall:{}:{}:{}", group, step.dim, step.toDim);
+    case PlanStep::Kind::Broadcast: return fmt::format("broadcast:{}:{}", group, step.root);
+    case PlanStep::Kind::Send: return fmt::format("send:{}", group);
     case PlanStep::Kind::ManyToMany: {
-      const auto remote = std::count_if(step.flows.begin(), step.flows.end(),
-                                        [](const TransferFlow& f) { return f.src != f.dst; });
+      const auto remote =
+          std::count_if(step.flows.begin(), step.flows.end(), [](const TransferFlow& f) { return f.src != f.dst; });
       if (step.allToAllGroup.empty()) return fmt::format("manytomany({} transfers)", remote);
       return fmt::format("manytomany({} transfers, an alltoall over {})", remote, mesh.axesName(step.allToAllGroup));
     }
-    case PlanStep::Kind::LocalCopy:
-      return "localcopy";
-    case PlanStep::Kind::Scale:
-      return fmt::format("scale:{}", step.scale);
+    case PlanStep::Kind::LocalCopy: return "localcopy";
+    case PlanStep::Kind::Scale: return fmt::format("scale:{}", step.scale);
     default:  // Slice: not a plan step
       break;
   }
@@ -92,22 +84,12 @@ void addStepBytes(const Plan& plan, const PlanStep& step, std::vector<std::int64
     }
     if (!in.holds(rank)) continue;
     switch (step.kind) {
-      case PlanStep::Kind::AllReduce:
-        b += allReduceBytes(L, n);
-        break;
-      case PlanStep::Kind::ReduceScatter:
-        b += reduceScatterBytes(L, n);
-        break;
-      case PlanStep::Kind::AllGather:
-        b += allGatherBytes(L, n);
-        break;
-      case PlanStep::Kind::AllToAll:
-        b += allToAllBytes(L, n);
-        break;
+      case PlanStep::Kind::AllReduce: b += allReduceBytes(L, n); break;
+      case PlanStep::Kind::ReduceScatter: b += reduceScatterBytes(L, n); break;
+      case PlanStep::Kind::AllGather: b += allGatherBytes(L, n); break;
+      case PlanStep::Kind::AllToAll: b += allToAllBytes(L, n); break;
       case PlanStep::Kind::Broadcast:
-      case PlanStep::Kind::Send:
-        b += L;
-        break;
+      case PlanStep::Kind::Send: b += L; break;
       default:  // ManyToMany (below), LocalCopy, Scale: no collective bytes
         break;
     }

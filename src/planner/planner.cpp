@@ -13,8 +13,8 @@
 #include "core/checked_math.hpp"
 #include "planner/byte_formulas.hpp"
 #include "planner/candidates.hpp"
-#include "planner/redistribute.hpp"
 #include "planner/patterns/patterns.hpp"
+#include "planner/redistribute.hpp"
 
 namespace chimera {
 namespace {
@@ -70,11 +70,11 @@ std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
       "Baseline sends {} in total ({} max per rank); the best of {} candidate programs sends {} ({} max per rank). ",
       formatBytes(p.baselineBytes.total), formatBytes(p.baselineBytes.maxPerRank), p.candidates,
       formatBytes(p.fusedBytes.total), formatBytes(p.fusedBytes.maxPerRank));
-  text += fmt::format("Decision by the '{}' cost ({}; baseline {}, fused {}): {}.", cost.name(),
-                      cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model",
-                      p.baselineCost.summary, p.fusedCost.summary,
-                      p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)"
-                                 : "baseline, fusion predicts no gain");
+  text += fmt::format(
+      "Decision by the '{}' cost ({}; baseline {}, fused {}): {}.", cost.name(),
+      cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model", p.baselineCost.summary,
+      p.fusedCost.summary,
+      p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)" : "baseline, fusion predicts no gain");
   if (!p.rewrites.empty()) {
     text += " Rewrites:";
     for (const auto& r : p.rewrites) text += " " + r + ";";
@@ -244,9 +244,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
                     "the '{}' cost cannot price these plans (baseline: {}; fused: {})", cost.name(),
                     result.baselineCost.summary, result.fusedCost.summary);
   // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
-  result.useFused = std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
-                    std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak,
-                                    result.baseline.steps.size());
+  result.useFused =
+      std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
+      std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak, result.baseline.steps.size());
   result.rewrites = detail::namedRewrites({result.trace, result.fused});
   result.explain = explainDecision(result, cost);
   out = std::move(result);

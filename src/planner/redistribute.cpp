@@ -45,23 +45,32 @@ struct TransferSource::Index {
   const Layout& from;
   const Mesh& mesh;
   std::size_t dims = 0;
-  std::vector<std::int64_t> extent;        // of every box of `from`
-  std::vector<std::int64_t> chunks;        // cells per dim
-  std::vector<std::int64_t> offsets;       // rankOffsets of `from`
+  std::vector<std::int64_t> extent;   // of every box of `from`
+  std::vector<std::int64_t> chunks;   // cells per dim
+  std::vector<std::int64_t> offsets;  // rankOffsets of `from`
   AxisSet pinned;
   std::int64_t pinCount = 1;
-  std::vector<int> pinIndex;               // rank -> group index on the pinned axes
-  std::vector<std::int32_t> holderBegin;   // key -> first entry in holderRanks (prefix sums)
-  std::vector<int> holderRanks;            // per key, the ranks holding it, ascending
-  std::vector<int> freeAxes;               // the replicated axes of `from`
-  std::vector<int> strides;                // rank stride of each mesh axis (row-major)
-  std::vector<std::int64_t> lo, hi, index;  // deliver's cell range and cursor
+  std::vector<int> pinIndex;                             // rank -> group index on the pinned axes
+  std::vector<std::int32_t> holderBegin;                 // key -> first entry in holderRanks (prefix sums)
+  std::vector<int> holderRanks;                          // per key, the ranks holding it, ascending
+  std::vector<int> freeAxes;                             // the replicated axes of `from`
+  std::vector<int> strides;                              // rank stride of each mesh axis (row-major)
+  std::vector<std::int64_t> lo, hi, index;               // deliver's cell range and cursor
   std::vector<std::int64_t> srcOffset, dstOffset, size;  // piece()'s boxes
   std::int64_t elementSize = 1;
 
   Index(const Layout& f, const TensorSpec& spec)
-      : from(f), mesh(f.mesh()), dims(spec.shape.size()), extent(f.localShape(spec)), offsets(rankOffsets(f, spec)),
-        lo(dims), hi(dims), index(dims), srcOffset(dims), dstOffset(dims), size(dims) {
+      : from(f),
+        mesh(f.mesh()),
+        dims(spec.shape.size()),
+        extent(f.localShape(spec)),
+        offsets(rankOffsets(f, spec)),
+        lo(dims),
+        hi(dims),
+        index(dims),
+        srcOffset(dims),
+        dstOffset(dims),
+        size(dims) {
     const int world = mesh.size();
     chunks.resize(dims);
     std::int64_t cells = 1;

@@ -86,8 +86,8 @@ struct OpLiveness {
     const std::int64_t n = mesh.groupSize(op.axes);
     std::int64_t deadAtoms = 0;
     struct GroupLive {
-      Mask any;                   // some member reads the cell after the op
-      std::vector<int> liveCount; // members that read it
+      Mask any;                    // some member reads the cell after the op
+      std::vector<int> liveCount;  // members that read it
     };
     std::unordered_map<int, GroupLive> groupLive;  // by group color
     for (int s = 0; s < world; ++s) {
@@ -96,12 +96,11 @@ struct OpLiveness {
       const Mask outBox = grid.mask(out.rankBox(s, spec));
       auto& live = before[static_cast<std::size_t>(s)];
       switch (op.kind) {
-        case ChainOp::Kind::Slice:
-          live = after[static_cast<std::size_t>(s)];
-          break;
+        case ChainOp::Kind::Slice: live = after[static_cast<std::size_t>(s)]; break;
         case ChainOp::Kind::Send: {
           auto coords = mesh.coordinates(s);
-          for (int axis = 0; axis < mesh.numAxes(); ++axis) coords[static_cast<std::size_t>(axis)] += op.axes.contains(axis) ? op.stageStep : 0;
+          for (int axis = 0; axis < mesh.numAxes(); ++axis)
+            coords[static_cast<std::size_t>(axis)] += op.axes.contains(axis) ? op.stageStep : 0;
           const int peer = mesh.rankOf(coords);
           live = after[static_cast<std::size_t>(peer)];
           const Mask peerBox = grid.mask(out.rankBox(peer, spec));
@@ -146,15 +145,9 @@ struct OpLiveness {
     for (std::size_t i = 0; i < outBox.size(); ++i) {
       switch (op.kind) {
         case ChainOp::Kind::AllGather:
-        case ChainOp::Kind::AllToAll:
-          dead += (outBox[i] && !inBox[i] && !liveAfter[i]) ? 1 : 0;
-          break;
-        case ChainOp::Kind::Broadcast:
-          dead += (!isRoot && outBox[i] && !liveAfter[i]) ? 1 : 0;
-          break;
-        case ChainOp::Kind::ReduceScatter:
-          dead += (outBox[i] && !liveAfter[i]) ? n - 1 : 0;
-          break;
+        case ChainOp::Kind::AllToAll: dead += (outBox[i] && !inBox[i] && !liveAfter[i]) ? 1 : 0; break;
+        case ChainOp::Kind::Broadcast: dead += (!isRoot && outBox[i] && !liveAfter[i]) ? 1 : 0; break;
+        case ChainOp::Kind::ReduceScatter: dead += (outBox[i] && !liveAfter[i]) ? n - 1 : 0; break;
         case ChainOp::Kind::AllReduce: {
           if (!outBox[i] || !first) break;
           // Ring AllReduce = ReduceScatter + AllGather: the n-1 contributions are dead when
@@ -164,8 +157,7 @@ struct OpLiveness {
           dead += groupDead;
           break;
         }
-        default:
-          break;
+        default: break;
       }
     }
     return dead;

@@ -22,10 +22,10 @@ struct PeerEntry {
   bool sending = true;
   int stageStep = 1;
   TensorSpec spec;
-  Layout from;      // sending: where its chain starts
-  Chain chain;      // sending: its ops
-  Layout received;  // both: the layout after the hand-off
-  Chain tail;       // receiving: its calls on the received value
+  Layout from;                    // sending: where its chain starts
+  Chain chain;                    // sending: its ops
+  Layout received;                // both: the layout after the hand-off
+  Chain tail;                     // receiving: its calls on the received value
   std::optional<Layout> consume;  // receiving: what its group reads
 };
 
@@ -51,8 +51,8 @@ std::string reasonLine(const Status& failure) {
 // with the reason.
 std::string encode(const Mesh& mesh, const std::vector<HandOffSide*>& sides, bool fusion, const Status& failure) {
   const bool failed = !failure.isOk();
-  std::string text = fmt::format("chimera-handoff fusion={} failed={} count={}\n", fusion ? 1 : 0, failed ? 1 : 0,
-                                 sides.size());
+  std::string text =
+      fmt::format("chimera-handoff fusion={} failed={} count={}\n", fusion ? 1 : 0, failed ? 1 : 0, sides.size());
   for (std::size_t i = 0; i < sides.size(); ++i) {
     const HandOffSide& s = *sides[i];
     const int step = s.stageStep;
@@ -77,9 +77,10 @@ Status decode(const Mesh& mesh, std::string_view text, int peer, PeerMessage& ou
   int failed = 0;
   std::size_t count = 0;
   if (std::sscanf(line.c_str(), "chimera-handoff fusion=%d failed=%d count=%zu", &fusion, &failed, &count) != 3) {
-    return Status::mismatch(fmt::format("hand-off peer rank {} sent no hand-off description (got '{:.40}'): its "
-                                        "window does not hand off to this rank where this one does",
-                                        peer, line));
+    return Status::mismatch(
+        fmt::format("hand-off peer rank {} sent no hand-off description (got '{:.40}'): its "
+                    "window does not hand off to this rank where this one does",
+                    peer, line));
   }
   out.fusion = fusion != 0;
   out.failed = failed != 0;
@@ -117,11 +118,11 @@ Status pair(const Mesh& mesh, int rank, int peer, HandOffSide& mine, const PeerE
   const char* way = mine.sending ? "to" : "from";
   if (theirs.sending == mine.sending || theirs.stageStep != myStep || !(theirs.spec == mine.spec) ||
       !(theirs.received == mine.received)) {
-    return Status::mismatch(fmt::format(
-        "hand-off {} rank {}: rank {} {} {} arriving as {} ({}), rank {} {} {} arriving as {} ({})", way, peer, rank,
-        mine.sending ? "sends" : "receives", mine.spec.toString(), mine.received.toString(),
-        myStep > 0 ? "forward" : "backward", peer, theirs.sending ? "sends" : "receives", theirs.spec.toString(),
-        theirs.received.toString(), theirs.stageStep > 0 ? "forward" : "backward"));
+    return Status::mismatch(
+        fmt::format("hand-off {} rank {}: rank {} {} {} arriving as {} ({}), rank {} {} {} arriving as {} ({})", way,
+                    peer, rank, mine.sending ? "sends" : "receives", mine.spec.toString(), mine.received.toString(),
+                    myStep > 0 ? "forward" : "backward", peer, theirs.sending ? "sends" : "receives",
+                    theirs.spec.toString(), theirs.received.toString(), theirs.stageStep > 0 ? "forward" : "backward"));
   }
   if (mine.sending) {
     mine.tail = theirs.tail;
@@ -157,7 +158,8 @@ Status swapMessages(Backend& backend, BackendBuffer& buffer, const std::vector<i
   const std::size_t n = peers.size();
   const std::size_t half = n * kHandOffMessageBytes;
   std::vector<char> host(2 * half, 0);
-  for (std::size_t p = 0; p < n; ++p) std::memcpy(host.data() + p * kHandOffMessageBytes, texts[p].data(), texts[p].size());
+  for (std::size_t p = 0; p < n; ++p)
+    std::memcpy(host.data() + p * kHandOffMessageBytes, texts[p].data(), texts[p].size());
   CHIMERA_RETURN_IF_ERROR(buffer.reserve(2 * half));
   auto* device = static_cast<char*>(buffer.data());
   CHIMERA_RETURN_IF_ERROR(backend.copy(device, host.data(), 2 * half, stream));
@@ -267,10 +269,9 @@ Status exchangeHandOffs(Backend& backend, BackendBuffer& buffer, std::vector<Han
         if (e.sending != sending) theirs.push_back(&e);
       }
       if (own.size() != theirs.size()) {
-        return Status::mismatch(fmt::format(
-            "rank {} {} {} hand-off(s) {} rank {} in this window, rank {} {} {}", rank,
-            sending ? "sends" : "receives", own.size(), sending ? "to" : "from", peer, peer,
-            sending ? "receives" : "sends", theirs.size()));
+        return Status::mismatch(fmt::format("rank {} {} {} hand-off(s) {} rank {} in this window, rank {} {} {}", rank,
+                                            sending ? "sends" : "receives", own.size(), sending ? "to" : "from", peer,
+                                            peer, sending ? "receives" : "sends", theirs.size()));
       }
       for (std::size_t i = 0; i < own.size(); ++i) {
         CHIMERA_RETURN_IF_ERROR(pair(mesh, rank, peer, *own[i], *theirs[i]));

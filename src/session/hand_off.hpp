@@ -21,10 +21,10 @@ namespace chimera::detail {
 /// This rank's side of one hand-off, as recorded.
 struct HandOffSide {
   bool sending = true;
-  int peer = 0;                   ///< world rank at the other end
-  int stageStep = 1;              ///< the send's direction: +1 to the next stage, -1 to the previous
-  TensorSpec spec;                ///< the tensor handed off
-  Layout received;                ///< its layout after the hand-off (on the receiving stage)
+  int peer = 0;       ///< world rank at the other end
+  int stageStep = 1;  ///< the send's direction: +1 to the next stage, -1 to the previous
+  TensorSpec spec;    ///< the tensor handed off
+  Layout received;    ///< its layout after the hand-off (on the receiving stage)
   /// Sending: the chain this rank runs, from where it starts (`from`) through its ops, the
   /// last a send. Receiving: filled from the peer by `exchangeHandOffs`.
   ChainRequest request;

@@ -68,11 +68,11 @@ Status checkByteRange(const Layout& value, const TensorSpec& spec, int rank, Byt
   const std::size_t element = dataTypeSize(spec.dtype);
   const std::size_t local = value.holds(rank) ? static_cast<std::size_t>(value.localBytes(spec)) : 0;
   CHIMERA_CHECK_ARG(range.bytes == 0 || value.holds(rank),
-                    "rank {} declares reading {} bytes of a tensor it does not hold (layout {}); declare 0 bytes",
-                    rank, range.bytes, value.toString());
+                    "rank {} declares reading {} bytes of a tensor it does not hold (layout {}); declare 0 bytes", rank,
+                    range.bytes, value.toString());
   CHIMERA_CHECK_ARG(range.offset % element == 0 && range.bytes % element == 0,
-                    "byte range [{}, +{}) is not made of whole {} elements ({} bytes each)", range.offset,
-                    range.bytes, dataTypeName(spec.dtype), element);
+                    "byte range [{}, +{}) is not made of whole {} elements ({} bytes each)", range.offset, range.bytes,
+                    dataTypeName(spec.dtype), element);
   CHIMERA_CHECK_ARG(range.bytes == 0 || (range.offset <= local && range.bytes <= local - range.offset),
                     "byte range [{}, +{}) runs past the {} bytes of rank {}'s local tensor ({} as {})", range.offset,
                     range.bytes, local, rank, spec.toString(), value.toString());

@@ -7,8 +7,8 @@
 #include <bit>
 #include <string_view>
 
-#include "core/check.hpp"
 #include "common/env.hpp"
+#include "core/check.hpp"
 #include "session/session_impl.hpp"
 
 namespace chimera {
@@ -19,10 +19,11 @@ Status checkBuffer(const Layout& layout, const TensorSpec& spec, int rank, const
                    std::string_view what) {
   if (!layout.holds(rank)) return Status::ok();
   const auto need = static_cast<std::size_t>(layout.localBytes(spec));
-  CHIMERA_CHECK_ARG(need == 0 || buffer != nullptr, "{}: rank {} holds {} bytes of {} as {} but passed no buffer",
-                    what, rank, need, spec.toString(), layout.toString());
-  CHIMERA_CHECK_ARG(bytes >= need, "{}: buffer of {} bytes on rank {} is smaller than the local tensor ({} bytes of {} as {})",
-                    what, bytes, rank, need, spec.toString(), layout.toString());
+  CHIMERA_CHECK_ARG(need == 0 || buffer != nullptr, "{}: rank {} holds {} bytes of {} as {} but passed no buffer", what,
+                    rank, need, spec.toString(), layout.toString());
+  CHIMERA_CHECK_ARG(bytes >= need,
+                    "{}: buffer of {} bytes on rank {} is smaller than the local tensor ({} bytes of {} as {})", what,
+                    bytes, rank, need, spec.toString(), layout.toString());
   return Status::ok();
 }
 
@@ -31,7 +32,8 @@ Status checkBuffer(const Layout& layout, const TensorSpec& spec, int rank, const
 Status SessionOptions::fromEnvironment(SessionOptions& out) {
   SessionOptions options;
   CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_FUSION", options.fusion, options.fusion));
-  CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
   CHIMERA_RETURN_IF_ERROR(
       detail::readEnvCount("CHIMERA_PREPARED_PLANS", options.preparedPlanLimit, options.preparedPlanLimit));
   out = options;
@@ -185,8 +187,9 @@ Status Session::Impl::recordReceive(const TensorSpec& spec, const Layout& layout
                                     void* buffer, std::size_t bytes, TensorHandle& out) {
   const int rank = backend.rank();
   const Mesh& mesh = backend.mesh();
-  CHIMERA_CHECK_ARG(options.perRank, "recv records the receiving side of a hand-off, which only per-rank recording "
-                                     "has (SessionOptions::perRank); SPMD recording makes one send call on both sides");
+  CHIMERA_CHECK_ARG(options.perRank,
+                    "recv records the receiving side of a hand-off, which only per-rank recording "
+                    "has (SessionOptions::perRank); SPMD recording makes one send call on both sides");
   CHIMERA_CHECK_ARG(layout.mesh().axesEqual(mesh), "received layout {} is on mesh {}, the session on {}",
                     layout.toString(), layout.mesh().toString(), mesh.toString());
   CHIMERA_RETURN_IF_ERROR(layout.validate(spec));
@@ -196,10 +199,15 @@ Status Session::Impl::recordReceive(const TensorSpec& spec, const Layout& layout
   CHIMERA_CHECK_ARG(layout.placement(a).isStage(), "recv along {} needs a stage placement there, got {}",
                     mesh.axis(a).name, layout.toString());
   const int from = layout.placement(a).stage - stageStep;
-  CHIMERA_CHECK_ARG(from >= 0 && from < mesh.axis(a).size, "recv{} into {}: there is no stage {} along {} to send it",
-                    stageStep > 0 ? "" : "Back", layout.toString(), from, mesh.axis(a).name);
-  CHIMERA_CHECK_ARG(layout.holds(rank), "per-rank recording: rank {} does not hold {} placed as {}; record only this "
-                                        "rank's side of a hand-off", rank, spec.toString(), layout.toString());
+  CHIMERA_CHECK_ARG(
+      from >= 0 && from<mesh.axis(a).size, "recv{} into {}: there is no stage {} along {} to send it", stageStep> 0
+          ? ""
+          : "Back",
+      layout.toString(), from, mesh.axis(a).name);
+  CHIMERA_CHECK_ARG(layout.holds(rank),
+                    "per-rank recording: rank {} does not hold {} placed as {}; record only this "
+                    "rank's side of a hand-off",
+                    rank, spec.toString(), layout.toString());
   CHIMERA_RETURN_IF_ERROR(checkBuffer(layout, spec, rank, buffer, bytes, "recv"));
   CHIMERA_CHECK_ARG(window.values.size() < kMaxWindowValues,
                     "window holds {} values, the most a window may hold; flush first", window.values.size());
@@ -259,8 +267,8 @@ Status Session::declareRead(TensorHandle t, std::size_t offset, std::size_t byte
   const detail::ByteRange range{offset, bytes};
   Status valid = detail::checkByteRange(value.layout, value.spec, s.backend.rank(), range);
   if (!valid.isOk()) {
-    return Status::invalidArgument(fmt::format("cannot consume tensor {} ({}): {}", t.index, value.layout.toString(),
-                                               valid.message()));
+    return Status::invalidArgument(
+        fmt::format("cannot consume tensor {} ({}): {}", t.index, value.layout.toString(), valid.message()));
   }
   value.declaredRange = range;
   value.declared.reset();

@@ -191,7 +191,8 @@ Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, c
       const detail::WindowValue& v = window.values[step.output];
       const ChainOp& send = step.request.chain.ops.back();
       step.handOff = detail::WindowStep::HandOff::Send;
-      step.peer = detail::handOffPeer(mesh, rank, send.axes, v.layout.placement(std::countr_zero(send.axes.bits())).stage);
+      step.peer =
+          detail::handOffPeer(mesh, rank, send.axes, v.layout.placement(std::countr_zero(send.axes.bits())).stage);
       side.sending = true;
       side.stageStep = send.stageStep;
       side.spec = step.request.spec;
@@ -206,8 +207,8 @@ Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, c
     sideSteps.push_back(i);
   }
   if (sides.empty()) return local;
-  CHIMERA_RETURN_IF_ERROR(detail::exchangeHandOffs(backend, handOffs, sides, options.fusion, local, options.stream,
-                                                   stats.agreements));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeHandOffs(backend, handOffs, sides, options.fusion, local, options.stream, stats.agreements));
   for (std::size_t k = 0; k < sides.size(); ++k) {
     detail::WindowStep& step = steps[sideSteps[k]];
     step.request = sides[k].request;
@@ -256,8 +257,10 @@ Status Session::Impl::planWindow(detail::CachedWindow& out) {
   for (std::size_t i = 0; i < out.steps.size(); ++i) {
     const detail::WindowStep& step = out.steps[i];
     const ChainPlan* plan = nullptr;
-    CHIMERA_RETURN_IF_ERROR(options.perRank ? executor.planAgreed(step.request, plan) : executor.plan(step.request, plan));
-    if (step.kind != detail::WindowStep::Kind::Chain) CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
+    CHIMERA_RETURN_IF_ERROR(options.perRank ? executor.planAgreed(step.request, plan)
+                                            : executor.plan(step.request, plan));
+    if (step.kind != detail::WindowStep::Kind::Chain)
+      CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
     const bool fused = options.fusion && step.kind == detail::WindowStep::Kind::Chain && plan->useFused;
     out.fused[i] = fused ? 1 : 0;
     const auto r = static_cast<std::size_t>(rank);
@@ -270,11 +273,11 @@ Status Session::Impl::planWindow(detail::CachedWindow& out) {
     if (fused) {
       std::string rewrites;
       for (const std::string& name : plan->rewrites) rewrites += (rewrites.empty() ? "" : ", ") + name;
-      CHIMERA_LOG_DEBUG(kLog, "rewrite {} from {} consumed as {}: [{}]; bytes this rank {} -> {}, all ranks {} -> {} (saves {})",
-                        step.request.chain.toString(backend.mesh()), step.request.from.toString(),
-                        plan->consumed.toString(), rewrites, plan->baselineBytes.perRank[r],
-                        plan->fusedBytes.perRank[r], plan->baselineBytes.total, plan->fusedBytes.total,
-                        plan->baselineBytes.total - plan->fusedBytes.total);
+      CHIMERA_LOG_DEBUG(
+          kLog, "rewrite {} from {} consumed as {}: [{}]; bytes this rank {} -> {}, all ranks {} -> {} (saves {})",
+          step.request.chain.toString(backend.mesh()), step.request.from.toString(), plan->consumed.toString(),
+          rewrites, plan->baselineBytes.perRank[r], plan->fusedBytes.perRank[r], plan->baselineBytes.total,
+          plan->fusedBytes.total, plan->baselineBytes.total - plan->fusedBytes.total);
     }
   }
   return Status::ok();
@@ -335,9 +338,8 @@ Status Session::Impl::runStaged(const detail::WindowStep& step, const TensorSpec
   const auto bytes = holds ? static_cast<std::size_t>(consumed.localBytes(spec)) : 0;
   if (bytes > 0) CHIMERA_RETURN_IF_ERROR(staging.reserve(bytes));
   const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
-  CHIMERA_RETURN_IF_ERROR(
-      executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr, bytes,
-                        options.stream));
+  CHIMERA_RETURN_IF_ERROR(executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr,
+                                            bytes, options.stream));
   if (bytes == 0) return Status::ok();
   const Box finalBox = out.layout.rankBox(rank, spec);
   const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
@@ -370,8 +372,7 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
     case detail::WindowStep::Kind::DirectBroadcast:
       if (!in.layout.holds(rank)) return Status::ok();
       return backend.broadcast(in.buffer, in.buffer, count, in.spec.dtype, op.root, op.axes, options.stream);
-    case detail::WindowStep::Kind::Chain:
-      break;
+    case detail::WindowStep::Kind::Chain: break;
   }
   ++stats.chainsRun;
   if (fused) ++stats.fusedChains;

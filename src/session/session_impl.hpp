@@ -18,7 +18,7 @@ namespace chimera::detail {
 /// A window planned once: its steps, and what they cost this rank.
 struct CachedWindow {
   detail::WindowKey key;
-  std::vector<std::uint8_t> agreedAliased;  ///< per value: aliased on some rank
+  std::vector<std::uint8_t> agreedAliased;    ///< per value: aliased on some rank
   std::vector<std::uint8_t> agreedUncovered;  ///< per range candidate: misses some rank's range
   std::vector<detail::WindowStep> steps;
   std::vector<std::uint8_t> fused;  ///< per step: runs a fused plan
@@ -80,9 +80,9 @@ struct Session::Impl {
   std::uint64_t windowId = 1;
   std::unordered_multimap<std::uint64_t, std::unique_ptr<detail::CachedWindow>> cache;
   SessionStats stats;
-  detail::BackendBuffer staging;    ///< a consumed part on its way into the final buffer
+  detail::BackendBuffer staging;       ///< a consumed part on its way into the final buffer
   detail::BackendReduction reduction;  ///< the agreements' MIN over the backend
-  detail::BackendBuffer handOffs;   ///< the hand-off exchange's messages
+  detail::BackendBuffer handOffs;      ///< the hand-off exchange's messages
   std::vector<std::uint8_t> agreementFlags;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };

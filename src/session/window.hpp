@@ -20,23 +20,23 @@ namespace chimera::detail {
 struct WindowValue {
   TensorSpec spec;
   Layout layout;
-  void* buffer = nullptr;       ///< this rank's local buffer (nullptr where it holds nothing)
-  std::size_t bytes = 0;        ///< its size
-  int producer = -1;            ///< index of the call that wrote it; -1 for a registered tensor
-  int storage = 0;              ///< values written in place share the storage of their input
-  bool overwritten = false;     ///< an in-place call replaced it; it can no longer be read
-  std::optional<Layout> declared;  ///< the consume declaration by layout, if any
+  void* buffer = nullptr;                  ///< this rank's local buffer (nullptr where it holds nothing)
+  std::size_t bytes = 0;                   ///< its size
+  int producer = -1;                       ///< index of the call that wrote it; -1 for a registered tensor
+  int storage = 0;                         ///< values written in place share the storage of their input
+  bool overwritten = false;                ///< an in-place call replaced it; it can no longer be read
+  std::optional<Layout> declared;          ///< the consume declaration by layout, if any
   std::optional<ByteRange> declaredRange;  ///< the consume declaration by byte range, if any
-  bool received = false;        ///< per-rank recording: arrives by a hand-off from another stage
-  bool handedOff = false;       ///< per-rank recording: sent to another stage (not held here)
+  bool received = false;                   ///< per-rank recording: arrives by a hand-off from another stage
+  bool handedOff = false;                  ///< per-rank recording: sent to another stage (not held here)
 };
 
 /// Per-rank recording: this rank's receiving side of a hand-off into value `value`.
 struct WindowReceive {
   std::uint32_t value = 0;
-  AxisSet axis;                 ///< the pipeline axis
-  int stageStep = 1;            ///< the send's direction: +1 from the previous stage, -1 from the next
-  std::size_t position = 0;     ///< calls recorded before it (orders it among the steps)
+  AxisSet axis;              ///< the pipeline axis
+  int stageStep = 1;         ///< the send's direction: +1 from the previous stage, -1 from the next
+  std::size_t position = 0;  ///< calls recorded before it (orders it among the steps)
 };
 
 /// One recorded call: `op` reads value `input` and writes value `output`.
@@ -52,24 +52,24 @@ struct Window {
   std::vector<WindowValue> values;
   std::vector<WindowCall> calls;
   std::vector<WindowReceive> receives;  ///< per-rank recording: hand-offs this rank receives
-  int storages = 0;  ///< storage ids handed out
+  int storages = 0;                     ///< storage ids handed out
 };
 
 /// The cache key of a window: the rank-independent description (calls, registered specs and
 /// layouts, declarations) plus this rank's verdicts: aliasing per value, and per byte-range
 /// declaration which of its candidate layouts miss this rank's range.
 struct WindowKey {
-  std::vector<std::int64_t> words;   ///< calls and specs, rank-independent
-  std::vector<Layout> layouts;       ///< registered layouts, then declared layouts
-  std::vector<std::uint8_t> aliased; ///< per value: its buffer overlaps another storage's (this rank)
+  std::vector<std::int64_t> words;    ///< calls and specs, rank-independent
+  std::vector<Layout> layouts;        ///< registered layouts, then declared layouts
+  std::vector<std::uint8_t> aliased;  ///< per value: its buffer overlaps another storage's (this rank)
   /// Per byte-range declaration (in value order), per candidate (`rangeCandidates`): 1 when
   /// the candidate's part on this rank does not hold the declared range.
   std::vector<std::uint8_t> uncovered;
-  std::uint64_t hash = 0;            ///< of the four fields above
-  std::int64_t sharedHash = 0;       ///< of words and layouts only (equal on every rank), 62 bits
+  std::uint64_t hash = 0;       ///< of the four fields above
+  std::int64_t sharedHash = 0;  ///< of words and layouts only (equal on every rank), 62 bits
   bool operator==(const WindowKey& other) const {
-    return hash == other.hash && words == other.words && aliased == other.aliased &&
-           uncovered == other.uncovered && layouts == other.layouts;
+    return hash == other.hash && words == other.words && aliased == other.aliased && uncovered == other.uncovered &&
+           layouts == other.layouts;
   }
 };
 
@@ -88,16 +88,16 @@ std::string windowText(const Window& window);
 struct WindowStep {
   enum class Kind : std::uint8_t { Chain, DirectAllReduce, DirectBroadcast };
   Kind kind = Kind::Chain;
-  ChainRequest request;             ///< the chain (for Direct: its one op, for bytes and logs)
-  std::vector<int> calls;           ///< indices of the recorded calls it covers
-  std::uint32_t input = 0;          ///< value read
-  std::uint32_t output = 0;         ///< value written (the chain's final value)
-  bool declared = false;            ///< the output carries a consume declaration in force
+  ChainRequest request;      ///< the chain (for Direct: its one op, for bytes and logs)
+  std::vector<int> calls;    ///< indices of the recorded calls it covers
+  std::uint32_t input = 0;   ///< value read
+  std::uint32_t output = 0;  ///< value written (the chain's final value)
+  bool declared = false;     ///< the output carries a consume declaration in force
   /// Per-rank recording: a step ending in a send (its consume comes from the receiving peer),
   /// or the receiving side of a hand-off (its chain comes from the sending peer).
   enum class HandOff : std::uint8_t { None, Send, Receive };
   HandOff handOff = HandOff::None;
-  int peer = -1;                    ///< hand-off: the world rank at the other end
+  int peer = -1;  ///< hand-off: the world rank at the other end
 };
 
 /// Joins the calls of `window` into steps, given which values are aliased on some rank.

@@ -8,8 +8,8 @@ namespace chimera::detail {
 namespace {
 
 struct Dataflow {
-  std::vector<int> readers;     // per value: number of calls reading it
-  std::vector<int> nextCall;    // per value: the call reading it when there is exactly one
+  std::vector<int> readers;   // per value: number of calls reading it
+  std::vector<int> nextCall;  // per value: the call reading it when there is exactly one
 };
 
 Dataflow buildDataflow(const Window& window) {
@@ -39,7 +39,7 @@ WindowStep singleStep(const Window& window, int callIndex, bool declared) {
     step.request.consume = window.values[call.output].declared;
   } else if (call.inPlace) {
     step.kind = call.op.kind == ChainOp::Kind::AllReduce ? WindowStep::Kind::DirectAllReduce
-                                                          : WindowStep::Kind::DirectBroadcast;
+                                                         : WindowStep::Kind::DirectBroadcast;
   }
   return step;
 }

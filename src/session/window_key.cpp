@@ -45,9 +45,9 @@ WindowKey windowKey(const Window& window, int rank) {
                       static_cast<std::int64_t>(c.output), c.inPlace ? 1 : 0});
   }
   for (const WindowReceive& r : window.receives) {
-    key.words.insert(key.words.end(), {-0x7265637600ll, static_cast<std::int64_t>(r.value),
-                                       static_cast<std::int64_t>(r.axis.bits()), r.stageStep,
-                                       static_cast<std::int64_t>(r.position)});
+    key.words.insert(key.words.end(),
+                     {-0x7265637600ll, static_cast<std::int64_t>(r.value), static_cast<std::int64_t>(r.axis.bits()),
+                      r.stageStep, static_cast<std::int64_t>(r.position)});
   }
   for (std::size_t i = 0; i < window.values.size(); ++i) {
     if (!window.values[i].declared) continue;

@@ -15,8 +15,8 @@
 
 #include "chimera/planning/topology.hpp"
 #include "chimera/planning/training_model.hpp"
-#include "core/check.hpp"
 #include "common/json.hpp"
+#include "core/check.hpp"
 #include "tools/tool_main.hpp"
 
 namespace chimera {
@@ -39,14 +39,14 @@ std::string textReport(const ModelReport& r, bool collectives) {
   std::string text = fmt::format(
       "model {}: {} layers, hidden {}, {} heads, seq {}, micro-batch {}, {}{}\n", r.model.name, r.model.layers,
       r.model.hidden, r.model.heads, r.model.seqLength, r.model.microBatch, dataTypeName(r.model.dtype),
-      r.model.experts > 0 ? fmt::format(", {} experts top-{} every {} layers", r.model.experts, r.model.topK,
-                                        r.model.moeEvery)
-                          : "");
-  text += fmt::format("parallel dp={} tp={} sp={} pp={} ep={}, {} micro-batches (1F1B), {} GPUs on {}\n\n", p.dp,
-                      p.tp, p.sp, p.pp, p.ep, p.microbatches, p.ranks(), r.topology);
+      r.model.experts > 0
+          ? fmt::format(", {} experts top-{} every {} layers", r.model.experts, r.model.topK, r.model.moeEvery)
+          : "");
+  text += fmt::format("parallel dp={} tp={} sp={} pp={} ep={}, {} micro-batches (1F1B), {} GPUs on {}\n\n", p.dp, p.tp,
+                      p.sp, p.pp, p.ep, p.microbatches, p.ranks(), r.topology);
   text += "per layer over the iteration (all micro-batches, forward and backward; times per GPU):\n";
-  text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", "layer", "stage", "moe",
-                      "compute ms", "baseline ms", "fused ms", "base MiB", "fused MiB");
+  text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", "layer", "stage", "moe", "compute ms",
+                      "baseline ms", "fused ms", "base MiB", "fused MiB");
   for (const ModelLayer& l : r.layers) {
     text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", l.layer, l.stage,
                         l.moe ? "yes" : "", ms(l.computeSeconds), ms(l.baselineCommSeconds), ms(l.fusedCommSeconds),
@@ -71,9 +71,8 @@ std::string textReport(const ModelReport& r, bool collectives) {
       "critical path (1F1B, no overlap): compute {} ms\n"
       "  communication: baseline {} ms, fused {} ms (speedup {:.2f}x)\n"
       "  iteration:     baseline {} ms, fused {} ms (end-to-end speedup {:.2f}x)\n",
-      mib(r.baselineBytes), mib(r.fusedBytes), ms(r.computeSeconds), ms(r.baselineCommSeconds),
-      ms(r.fusedCommSeconds), r.communicationSpeedup(), ms(r.baselineIterationSeconds), ms(r.fusedIterationSeconds),
-      r.endToEndSpeedup());
+      mib(r.baselineBytes), mib(r.fusedBytes), ms(r.computeSeconds), ms(r.baselineCommSeconds), ms(r.fusedCommSeconds),
+      r.communicationSpeedup(), ms(r.baselineIterationSeconds), ms(r.fusedIterationSeconds), r.endToEndSpeedup());
   return text;
 }
 
@@ -107,26 +106,24 @@ detail::Json jsonReport(const ModelReport& r) {
                                    {"fused_bytes", l.fusedBytes}}));
   }
   const ParallelConfig& p = r.parallel;
-  return Json::object({{"format", "chimera-model-report-1"},
-                       {"model", r.model.name},
-                       {"parallel", Json::object({{"dp", p.dp},
-                                                  {"tp", p.tp},
-                                                  {"sp", p.sp},
-                                                  {"pp", p.pp},
-                                                  {"ep", p.ep},
-                                                  {"microbatches", p.microbatches}})},
-                       {"topology", r.topology},
-                       {"compute_s", r.computeSeconds},
-                       {"baseline_comm_s", r.baselineCommSeconds},
-                       {"fused_comm_s", r.fusedCommSeconds},
-                       {"baseline_iteration_s", r.baselineIterationSeconds},
-                       {"fused_iteration_s", r.fusedIterationSeconds},
-                       {"communication_speedup", r.communicationSpeedup()},
-                       {"end_to_end_speedup", r.endToEndSpeedup()},
-                       {"baseline_bytes", r.baselineBytes},
-                       {"fused_bytes", r.fusedBytes},
-                       {"layers", std::move(layers)},
-                       {"collectives", std::move(collectives)}});
+  return Json::object(
+      {{"format", "chimera-model-report-1"},
+       {"model", r.model.name},
+       {"parallel",
+        Json::object(
+            {{"dp", p.dp}, {"tp", p.tp}, {"sp", p.sp}, {"pp", p.pp}, {"ep", p.ep}, {"microbatches", p.microbatches}})},
+       {"topology", r.topology},
+       {"compute_s", r.computeSeconds},
+       {"baseline_comm_s", r.baselineCommSeconds},
+       {"fused_comm_s", r.fusedCommSeconds},
+       {"baseline_iteration_s", r.baselineIterationSeconds},
+       {"fused_iteration_s", r.fusedIterationSeconds},
+       {"communication_speedup", r.communicationSpeedup()},
+       {"end_to_end_speedup", r.endToEndSpeedup()},
+       {"baseline_bytes", r.baselineBytes},
+       {"fused_bytes", r.fusedBytes},
+       {"layers", std::move(layers)},
+       {"collectives", std::move(collectives)}});
 }
 
 Status run(const detail::ToolOptions& options, std::string& output) {
@@ -139,7 +136,7 @@ Status run(const detail::ToolOptions& options, std::string& output) {
   ModelReport report;
   CHIMERA_RETURN_IF_ERROR(analyzeModel(model, parallel, topology, report));
   output = options.has("json") ? detail::dumpJson(jsonReport(report), 2) + "\n"
-                                : textReport(report, options.has("collectives"));
+                               : textReport(report, options.has("collectives"));
   return Status::ok();
 }
 
@@ -149,5 +146,6 @@ Status run(const detail::ToolOptions& options, std::string& output) {
 int main(int argc, char** argv) {
   static constexpr std::string_view kKeys[] = {"model", "parallel", "topology"};
   static constexpr std::string_view kSwitches[] = {"json", "collectives"};
-  return chimera::detail::toolMain(argc, argv, {"chimera-model", chimera::kUsage, kKeys, kKeys, kSwitches, chimera::run});
+  return chimera::detail::toolMain(argc, argv,
+                                   {"chimera-model", chimera::kUsage, kKeys, kKeys, kSwitches, chimera::run});
 }

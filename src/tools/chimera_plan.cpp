@@ -83,7 +83,7 @@ Status run(const detail::ToolOptions& options, std::string& output) {
   CHIMERA_RETURN_IF_ERROR(analyzeChain(plan.trace, plan.consumed, spec, analysis));
   const detail::PlanQuery query{mesh.toString(), chain.toString(mesh), std::string(cost.name())};
   output = options.has("json") ? detail::dumpJson(detail::jsonPlanReport(query, plan, analysis), 2) + "\n"
-                        : detail::humanPlanReport(query, plan, analysis);
+                               : detail::humanPlanReport(query, plan, analysis);
   return Status::ok();
 }
 
@@ -91,10 +91,9 @@ Status run(const detail::ToolOptions& options, std::string& output) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
-  static constexpr std::string_view kKeys[] = {"mesh",    "shape",    "dtype", "from", "chain",
-                                               "consume", "topology", "rank"};
+  static constexpr std::string_view kKeys[] = {"mesh",  "shape",   "dtype",    "from",
+                                               "chain", "consume", "topology", "rank"};
   static constexpr std::string_view kSwitches[] = {"json"};
-  return chimera::detail::toolMain(argc, argv,
-                                   {"chimera-plan", chimera::kUsage, kKeys, std::span(kKeys).first(5), kSwitches,
-                                    chimera::run});
+  return chimera::detail::toolMain(
+      argc, argv, {"chimera-plan", chimera::kUsage, kKeys, std::span(kKeys).first(5), kSwitches, chimera::run});
 }

@@ -21,14 +21,14 @@ Json planJson(const Plan& plan, const PlanBytes& bytes) {
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
     const auto& step = plan.steps[i];
     const auto& perRank = bytes.stepPerRank[i];
-    ops.push_back(Json::object(
-        {{"op", planStepText(plan, step)},
-         {"from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString()},
-         {"to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString()},
-         {"bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end())},
-         {"bytes_total", std::accumulate(perRank.begin(), perRank.end(), std::int64_t{0})}}));
+    ops.push_back(Json::object({{"op", planStepText(plan, step)},
+                                {"from", plan.buffers[static_cast<std::size_t>(step.input)].layout.toString()},
+                                {"to", plan.buffers[static_cast<std::size_t>(step.output)].layout.toString()},
+                                {"bytes_per_rank_max", *std::max_element(perRank.begin(), perRank.end())},
+                                {"bytes_total", std::accumulate(perRank.begin(), perRank.end(), std::int64_t{0})}}));
   }
-  return Json::object({{"ops", std::move(ops)}, {"bytes_per_rank_max", bytes.maxPerRank}, {"bytes_total", bytes.total}});
+  return Json::object(
+      {{"ops", std::move(ops)}, {"bytes_per_rank_max", bytes.maxPerRank}, {"bytes_total", bytes.total}});
 }
 
 // The box transfers a rank's plan holds (those it sends or receives, itself included).
@@ -42,9 +42,9 @@ std::int64_t rankTransfers(const Plan& plan) {
 
 std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAnalysis& analysis) {
   const Layout& from = plan.trace.layouts.front();
-  std::string text = fmt::format("mesh {}, tensor {} ({} in all, {} per rank at the start)\n", query.mesh,
-                                 plan.fused.spec.toString(), size(plan.fused.spec.bytes()),
-                                 size(from.localBytes(plan.fused.spec)));
+  std::string text =
+      fmt::format("mesh {}, tensor {} ({} in all, {} per rank at the start)\n", query.mesh, plan.fused.spec.toString(),
+                  size(plan.fused.spec.bytes()), size(from.localBytes(plan.fused.spec)));
   text += fmt::format("from {}  chain {}  consume {}\n\n", from.toString(), query.chain, plan.consumed.toString());
   text += "chain as written (L = local bytes before the op, n = group size):\n";
   text += fmt::format("  {:<28} {:>12} {:>4} {:>6} {:>14} {:>14} {:>14}\n", "op", "L", "n", "ranks", "max per rank",
@@ -66,14 +66,16 @@ std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const
   text += fmt::format("best plan ({} candidates priced):\n", plan.candidates);
   text += plan.fused.toString();
   if (plan.fused.rank != kWorldPlan) {
-    text += fmt::format("  planned as rank {}: each manytomany holds only the {} transfers this rank sends or receives\n",
-                        plan.fused.rank, rankTransfers(plan.fused));
+    text +=
+        fmt::format("  planned as rank {}: each manytomany holds only the {} transfers this rank sends or receives\n",
+                    plan.fused.rank, rankTransfers(plan.fused));
   }
-  text += fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
+  text +=
+      fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
   const std::int64_t redundant = std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total);
   text += fmt::format("redundant bytes (chain minus best plan): {}\n", size(redundant));
-  text += fmt::format("decision ({} cost): {}\nwhy: {}\n", query.cost, plan.useFused ? "fused" : "baseline",
-                      plan.explain);
+  text +=
+      fmt::format("decision ({} cost): {}\nwhy: {}\n", query.cost, plan.useFused ? "fused" : "baseline", plan.explain);
   return text;
 }
 

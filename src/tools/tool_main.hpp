@@ -26,11 +26,11 @@ struct ToolOptions {
 
 /// What distinguishes one analysis tool from another.
 struct ToolSpec {
-  std::string_view name;                          ///< "chimera-plan", the prefix of its errors
-  std::string_view usage;                         ///< printed by -h/--help
-  std::span<const std::string_view> keys;         ///< options with a value, without the dashes
-  std::span<const std::string_view> required;     ///< those of `keys` that must be given
-  std::span<const std::string_view> switches;     ///< options without a value
+  std::string_view name;                       ///< "chimera-plan", the prefix of its errors
+  std::string_view usage;                      ///< printed by -h/--help
+  std::span<const std::string_view> keys;      ///< options with a value, without the dashes
+  std::span<const std::string_view> required;  ///< those of `keys` that must be given
+  std::span<const std::string_view> switches;  ///< options without a value
   std::function<Status(const ToolOptions&, std::string& output)> run;
 };
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // One rank of a fault-injection run (driven by run_faults.py): runs one mismatch mode (or the
-// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend) on 4 ranks through the public API with the
-// environment's settings, and writes what this rank saw to OUTDIR/rank<R>.txt:
+// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend) on 4 ranks through the public
+// API with the environment's settings, and writes what this rank saw to OUTDIR/rank<R>.txt:
 //   code=<status code> ms=<wall time of the mode> data=<ok|wrong|-> message=<status message>
 // `ms` runs from MPI_Init (backend creation included). `data` is checked only when the call
 // returned ok: `wrong` is a silent wrong result.
@@ -168,8 +168,7 @@ Outcome modeChain(Run& r) {
   ChainRequest request;
   request.spec = TensorSpec{{64, 16}, DataType::F32};
   Status status = Layout::parse("tp=P", r.mesh, request.from);
-  if (status.isOk())
-    status = Chain::parse(r.rank == 0 ? "allreduce:tp" : "reducescatter:tp:0", r.mesh, request.chain);
+  if (status.isOk()) status = Chain::parse(r.rank == 0 ? "allreduce:tp" : "reducescatter:tp:0", r.mesh, request.chain);
   if (!status.isOk()) return {status};
   const std::size_t count = 64 * 16;
   std::vector<float> in = inputs(r.rank, 0, count);

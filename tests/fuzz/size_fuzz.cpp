@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "chimera/tensor_spec.hpp"
-#include "common/size_text.hpp"
 #include "chimera/types.hpp"
+#include "common/size_text.hpp"
 #include "core/check.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -55,8 +55,7 @@ std::vector<ChainCase> chainCases(int world) {
       return {{"pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", flat},
               {"sp=4,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R", flat},
               {"pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", flat}};
-    default:
-      return {};
+    default: return {};
   }
 }
 
@@ -177,7 +176,8 @@ TEST(ExecutorOnNccl, PaperChainsMatchTheReferenceOnEveryGpu) {
       std::vector<std::string> results(static_cast<std::size_t>(world));
       std::vector<std::thread> threads;
       for (int rank = 0; rank < world; ++rank) {
-        threads.emplace_back([&, rank] { results[static_cast<std::size_t>(rank)] = checkRank(c, dtype, world, rank, rank, id); });
+        threads.emplace_back(
+            [&, rank] { results[static_cast<std::size_t>(rank)] = checkRank(c, dtype, world, rank, rank, id); });
       }
       for (auto& thread : threads) thread.join();
       for (int rank = 0; rank < world; ++rank) {
@@ -265,7 +265,8 @@ Status timeMode(RankRun& run, ChainMode mode, void* in, void* out, int iteration
     const auto start = std::chrono::steady_clock::now();
     CHIMERA_RETURN_IF_ERROR(run.executor->runChain(run.request, mode, in, run.input.size(), out, run.outputBytes));
     CHIMERA_RETURN_IF_ERROR(run.backend->synchronize());
-    if (i >= 2) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (i >= 2)
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   std::nth_element(times.begin(), times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2), times.end());
   medianMs = times[times.size() / 2];

@@ -43,7 +43,8 @@ bool launchedRank(detail::NcclBootstrapEnv& env, int& device, std::string& why) 
 
 Status launchedWorldId(const detail::NcclBootstrapEnv& env, int device, NcclUniqueId& out) {
   static std::unique_ptr<Backend> bootstrap;
-  if (!bootstrap) CHIMERA_RETURN_IF_ERROR(createNcclBackend(Mesh::flat(env.worldSize), env.rank, device, env.id, bootstrap));
+  if (!bootstrap)
+    CHIMERA_RETURN_IF_ERROR(createNcclBackend(Mesh::flat(env.worldSize), env.rank, device, env.id, bootstrap));
   NcclUniqueId id;
   if (env.rank == 0) CHIMERA_RETURN_IF_ERROR(createNcclUniqueId(id));
   void* buffer = nullptr;

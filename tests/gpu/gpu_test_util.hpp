@@ -18,11 +18,11 @@ namespace chimera::test {
 int cudaDevices(std::string& why);
 
 /// Skips the current test, naming the reason, unless at least `n` CUDA devices are present.
-#define CHIMERA_REQUIRE_DEVICES(n)                                                                 \
-  do {                                                                                             \
-    std::string chimera_why_;                                                                      \
-    const int chimera_devices_ = ::chimera::test::cudaDevices(chimera_why_);                       \
-    if (chimera_devices_ == 0) GTEST_SKIP() << "no CUDA device: " << chimera_why_;                 \
+#define CHIMERA_REQUIRE_DEVICES(n)                                                                              \
+  do {                                                                                                          \
+    std::string chimera_why_;                                                                                   \
+    const int chimera_devices_ = ::chimera::test::cudaDevices(chimera_why_);                                    \
+    if (chimera_devices_ == 0) GTEST_SKIP() << "no CUDA device: " << chimera_why_;                              \
     if (chimera_devices_ < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA devices, found " << chimera_devices_; \
   } while (0)
 
@@ -39,11 +39,11 @@ Status launchedWorldId(const detail::NcclBootstrapEnv& env, int device, NcclUniq
 
 /// Skips the current test unless the process is a rank started by chimera-rank-launch with
 /// at least `n` ranks; fills `env` and `device`.
-#define CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, n)                                             \
-  do {                                                                                             \
-    CHIMERA_REQUIRE_DEVICES(1);                                                                    \
-    std::string chimera_why_;                                                                      \
-    if (!::chimera::test::launchedRank(env, device, chimera_why_)) GTEST_SKIP() << chimera_why_;    \
+#define CHIMERA_REQUIRE_LAUNCHED_RANKS(env, device, n)                                                        \
+  do {                                                                                                        \
+    CHIMERA_REQUIRE_DEVICES(1);                                                                               \
+    std::string chimera_why_;                                                                                 \
+    if (!::chimera::test::launchedRank(env, device, chimera_why_)) GTEST_SKIP() << chimera_why_;              \
     if ((env).worldSize < (n)) GTEST_SKIP() << "needs " << (n) << " launched ranks, got " << (env).worldSize; \
   } while (0)
 

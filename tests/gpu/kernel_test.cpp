@@ -66,12 +66,12 @@ void expectSynchronized() {
 
 const std::vector<TensorBox>& packShapes() {
   static const std::vector<TensorBox> shapes = {
-      makeBox({1000, 4099}, {3, 5}, {997, 4000}),            // runs longer than a 4 KiB piece, odd
-      makeBox({64, 33, 17}, {1, 2, 3}, {60, 30, 13}),        // short runs of 13
-      makeBox({7, 5, 3, 9}, {0, 0, 0, 0}, {7, 5, 3, 9}),     // whole tensor: one run
-      makeBox({100003}, {1}, {99997}),                       // 1-D, odd
+      makeBox({1000, 4099}, {3, 5}, {997, 4000}),         // runs longer than a 4 KiB piece, odd
+      makeBox({64, 33, 17}, {1, 2, 3}, {60, 30, 13}),     // short runs of 13
+      makeBox({7, 5, 3, 9}, {0, 0, 0, 0}, {7, 5, 3, 9}),  // whole tensor: one run
+      makeBox({100003}, {1}, {99997}),                    // 1-D, odd
       makeBox({3, 1, 1 << 20}, {1, 0, 7}, {2, 1, (1 << 20) - 9}),
-      makeBox({2048, 2}, {0, 1}, {2048, 1}),                 // a column: runs of one element
+      makeBox({2048, 2}, {0, 1}, {2048, 1}),  // a column: runs of one element
   };
   return shapes;
 }
@@ -104,8 +104,8 @@ void checkPackRoundTrip(const TensorBox& box, DataType dtype, std::size_t tensor
   ASSERT_TRUE(unpacked.isOk()) << unpacked.toString();
   expectSynchronized();
   EXPECT_EQ(firstDifference(deviceTensor.download(tensorBytes, tensorShift * size), wantTensor), "")
-      << "unpack " << dataTypeName(dtype) << " box " << detail::describeBox(box) << " shifts " << tensorShift
-      << "," << packedShift;
+      << "unpack " << dataTypeName(dtype) << " box " << detail::describeBox(box) << " shifts " << tensorShift << ","
+      << packedShift;
 }
 
 TEST(PackKernel, MatchesHostForEveryDtypeShapeAndAlignment) {
@@ -146,8 +146,8 @@ TEST(PackKernel, ManyBoxesToDifferentPeersInOneCall) {
   }
   ASSERT_TRUE(detail::packBoxes(copies.data(), copies.size(), dtype, nullptr).isOk());
   expectSynchronized();
-  EXPECT_EQ(firstDifference(devicePacked.download(packedOffset), std::vector(wantPacked.begin(),
-                                                                             wantPacked.begin() + packedOffset)),
+  EXPECT_EQ(firstDifference(devicePacked.download(packedOffset),
+                            std::vector(wantPacked.begin(), wantPacked.begin() + packedOffset)),
             "");
 
   std::vector<std::uint8_t> wantTensor(tensor.size(), 0xEE);
@@ -225,7 +225,8 @@ void checkReduce(DataType dtype, ReduceOp op, const ReduceCase& c) {
     inputs.push_back(test::encodeValues(dtype, reduceInputValues(dtype, op, c.numInputs, count, k)));
   }
   std::vector<std::uint8_t> want = inputs[0];
-  for (int k = 1; k < c.numInputs; ++k) detail::reduceInto(want.data(), inputs[static_cast<std::size_t>(k)].data(), count, dtype, op);
+  for (int k = 1; k < c.numInputs; ++k)
+    detail::reduceInto(want.data(), inputs[static_cast<std::size_t>(k)].data(), count, dtype, op);
   if (op == ReduceOp::Avg) detail::divideByCount(want.data(), count, dtype, c.numInputs);
 
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;
@@ -244,16 +245,16 @@ void checkReduce(DataType dtype, ReduceOp op, const ReduceCase& c) {
   expectSynchronized();
   std::vector<std::uint8_t> got(bytes);
   ASSERT_EQ(cudaMemcpy(got.data(), output, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(firstDifference(got, want), "") << dataTypeName(dtype) << " " << reduceOpName(op) << " inputs "
-                                            << c.numInputs << " shifts " << c.inputShift << "," << c.outputShift
-                                            << (c.inPlace ? " in place" : "");
+  EXPECT_EQ(firstDifference(got, want), "")
+      << dataTypeName(dtype) << " " << reduceOpName(op) << " inputs " << c.numInputs << " shifts " << c.inputShift
+      << "," << c.outputShift << (c.inPlace ? " in place" : "");
 }
 
 TEST(ReduceKernel, MatchesHostFoldForEveryDtypeAndOp) {
   CHIMERA_REQUIRE_DEVICES(1);
   // 17 inputs take two launches (kMaxReduceInputs = 16); shifts cover vector, head+vector
   // and scalar paths.
-  const ReduceCase cases[] = {{1, 0, 0, false}, {2, 0, 0, false}, {3, 1, 1, false},
+  const ReduceCase cases[] = {{1, 0, 0, false}, {2, 0, 0, false},  {3, 1, 1, false},
                               {3, 0, 3, false}, {17, 2, 2, false}, {4, 0, 0, true}};
   for (DataType dtype : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
@@ -270,16 +271,11 @@ double expectedScaled(DataType dtype, double value, double factor) {
   switch (dtype) {
     case DataType::F32:
     case DataType::F16:
-    case DataType::BF16:
-      return static_cast<double>(static_cast<float>(value) * static_cast<float>(factor));
-    case DataType::F64:
-      return value * factor;
-    case DataType::I32:
-      return std::clamp(std::trunc(value * factor), -2147483648.0, 2147483647.0);
-    case DataType::I64:
-      return std::clamp(std::trunc(value * factor), -9223372036854775808.0, 9223372036854774784.0);
-    case DataType::U8:
-      return std::clamp(std::trunc(value * factor), 0.0, 255.0);
+    case DataType::BF16: return static_cast<double>(static_cast<float>(value) * static_cast<float>(factor));
+    case DataType::F64: return value * factor;
+    case DataType::I32: return std::clamp(std::trunc(value * factor), -2147483648.0, 2147483647.0);
+    case DataType::I64: return std::clamp(std::trunc(value * factor), -9223372036854775808.0, 9223372036854774784.0);
+    case DataType::U8: return std::clamp(std::trunc(value * factor), 0.0, 255.0);
   }
   return 0;
 }
@@ -290,12 +286,14 @@ TEST(ScaleKernel, MatchesFormulaForEveryDtypeWithSaturation) {
   for (DataType dtype : kAllDataTypes) {
     const std::size_t size = dataTypeSize(dtype);
     std::vector<double> values(count);
-    for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<double>(static_cast<int>(i % 201) - (dtype == DataType::U8 ? 0 : 100));
+    for (std::size_t i = 0; i < count; ++i)
+      values[i] = static_cast<double>(static_cast<int>(i % 201) - (dtype == DataType::U8 ? 0 : 100));
     if (dtype == DataType::I32) values[7] = 2147483647.0;  // saturates when scaled by -3
     for (double factor : {0.5, -3.0, 1.25}) {
       const std::vector<std::uint8_t> input = test::encodeValues(dtype, values);
       std::vector<double> expected(count);
-      for (std::size_t i = 0; i < count; ++i) expected[i] = expectedScaled(dtype, test::loadValue(dtype, input.data() + i * size), factor);
+      for (std::size_t i = 0; i < count; ++i)
+        expected[i] = expectedScaled(dtype, test::loadValue(dtype, input.data() + i * size), factor);
       const std::vector<std::uint8_t> want = test::encodeValues(dtype, expected);
       DeviceBuffer buffer(input.size() + size);
       buffer.upload(input, size);  // odd base: head, vectors, tail

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "chimera/nccl_backend.hpp"
-#include "core/type_lists.hpp"
 #include "chimera/tensor_spec.hpp"
+#include "core/type_lists.hpp"
 #include "gpu_test_util.hpp"
 #include "typed_values.hpp"
 
@@ -40,7 +40,8 @@ class ScopedEnv {
 
 std::vector<std::uint8_t> rampValues(DataType dtype, std::size_t count, int salt) {
   std::vector<double> values(count);
-  for (std::size_t i = 0; i < count; ++i) values[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(salt)) % 100);
+  for (std::size_t i = 0; i < count; ++i)
+    values[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(salt)) % 100);
   return test::encodeValues(dtype, values);
 }
 
@@ -88,8 +89,8 @@ TEST_F(NcclSingleRank, AllReduceIsIdentityForEveryDtypeOpAndGroup) {
         const Status status = backend_->allReduce(send.data(), recv.data(), count, dtype, op, axes, stream_);
         ASSERT_TRUE(status.isOk()) << status.toString();
         sync(*backend_);
-        EXPECT_EQ(recv.download(bytes), input) << dataTypeName(dtype) << " " << reduceOpName(op) << " "
-                                               << mesh_.axesName(axes);
+        EXPECT_EQ(recv.download(bytes), input)
+            << dataTypeName(dtype) << " " << reduceOpName(op) << " " << mesh_.axesName(axes);
       }
     }
     ASSERT_TRUE(backend_->allReduce(send.data(), send.data(), count, dtype, ReduceOp::Sum, axisA_, stream_).isOk());
@@ -112,7 +113,8 @@ TEST_F(NcclSingleRank, ReduceScatterAllGatherBroadcastAndCopyMoveTheData) {
     EXPECT_EQ(recv.download(bytes), input) << what;
     ASSERT_EQ(cudaMemset(recv.data(), 0, bytes), cudaSuccess);
   };
-  check(backend_->reduceScatter(send.data(), recv.data(), count, dtype, ReduceOp::Max, axisA_, stream_), "reduceScatter");
+  check(backend_->reduceScatter(send.data(), recv.data(), count, dtype, ReduceOp::Max, axisA_, stream_),
+        "reduceScatter");
   check(backend_->allGather(send.data(), recv.data(), count, dtype, mesh_.allAxes(), stream_), "allGather");
   check(backend_->broadcast(send.data(), recv.data(), count, dtype, 0, axisA_, stream_), "broadcast");
   check(backend_->copy(recv.data(), send.data(), bytes, stream_), "copy");
@@ -135,7 +137,8 @@ TEST_F(NcclSingleRank, GroupedSendRecvToSelfAndAllocate) {
   ASSERT_TRUE(backend_->allocate(count * 8, &b).isOk());
   const std::vector<std::uint8_t> input = rampValues(DataType::I64, count, 3);
   ASSERT_EQ(cudaMemcpy(a, input.data(), input.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  const P2POp ops[] = {{P2POp::Kind::Send, a, count, DataType::I64, 0}, {P2POp::Kind::Recv, b, count, DataType::I64, 0}};
+  const P2POp ops[] = {{P2POp::Kind::Send, a, count, DataType::I64, 0},
+                       {P2POp::Kind::Recv, b, count, DataType::I64, 0}};
   const Status status = backend_->groupedP2P(ops, stream_);
   ASSERT_TRUE(status.isOk()) << status.toString();
   sync(*backend_);
@@ -154,12 +157,12 @@ TEST_F(NcclSingleRank, BadArgumentsAreNamed) {
     EXPECT_EQ(status.code(), code) << status.toString();
     EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
   };
-  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet(), stream_), StatusCode::InvalidArgument,
-             "empty axis set");
+  expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet(), stream_),
+             StatusCode::InvalidArgument, "empty axis set");
   expectCode(backend_->allReduce(p, p, 4, DataType::F32, ReduceOp::Sum, AxisSet::single(5), stream_),
              StatusCode::InvalidArgument, "outside mesh");
-  expectCode(backend_->allReduce(nullptr, p, 4, DataType::F32, ReduceOp::Sum, axisA_, stream_), StatusCode::InvalidArgument,
-             "send buffer is null");
+  expectCode(backend_->allReduce(nullptr, p, 4, DataType::F32, ReduceOp::Sum, axisA_, stream_),
+             StatusCode::InvalidArgument, "send buffer is null");
   expectCode(backend_->allReduce(p, p, 4, static_cast<DataType>(99), ReduceOp::Sum, axisA_, stream_),
              StatusCode::InvalidArgument, "unknown DataType");
   expectCode(backend_->allToAll(p, p, 4, DataType::F32, axisA_, stream_), StatusCode::InvalidArgument, "out-of-place");
@@ -189,7 +192,10 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
     release = true;
   });
   ASSERT_EQ(cudaLaunchHostFunc(
-                stream_, [](void*) { while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1)); },
+                stream_,
+                [](void*) {
+                  while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                },
                 nullptr),
             cudaSuccess);
   const auto start = std::chrono::steady_clock::now();
@@ -205,7 +211,8 @@ TEST_F(NcclSingleRank, StalledStreamTimesOutAndAborts) {
   EXPECT_NE(status.message().find("CHIMERA_TIMEOUT_MS=300"), std::string::npos) << status.message();
   EXPECT_GE(returned - start, std::chrono::milliseconds(300));
   DeviceBuffer buffer(64);
-  const Status after = backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_, stream_);
+  const Status after =
+      backend->allReduce(buffer.data(), buffer.data(), 4, DataType::F32, ReduceOp::Sum, axisA_, stream_);
   EXPECT_EQ(after.code(), StatusCode::BackendError);
   EXPECT_NE(after.message().find("aborted"), std::string::npos) << after.message();
 }
@@ -237,7 +244,8 @@ TEST_F(NcclSingleRank, LocalPackUnpackAndScaleRunOnTheStream) {
     }
   }
   EXPECT_EQ(deviceTensor.download(tensorBytes), want);
-  const Status bad = backend_->packBox(deviceTensor.data(), shape, Box{{0, 100}, {1, 30}}, packed.data(), dtype, stream_);
+  const Status bad =
+      backend_->packBox(deviceTensor.data(), shape, Box{{0, 100}, {1, 30}}, packed.data(), dtype, stream_);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument) << bad.toString();
 }
 
@@ -275,7 +283,8 @@ TEST_F(NcclSingleRank, ArgumentAgreementKeepsResultsAndLocalErrors) {
   DeviceBuffer send(input.size());
   DeviceBuffer recv(input.size());
   send.upload(input);
-  ASSERT_TRUE(checked->allReduce(send.data(), recv.data(), count, DataType::F64, ReduceOp::Min, axisA_, stream_).isOk());
+  ASSERT_TRUE(
+      checked->allReduce(send.data(), recv.data(), count, DataType::F64, ReduceOp::Min, axisA_, stream_).isOk());
   ASSERT_TRUE(checked->broadcast(send.data(), recv.data(), count, DataType::F64, 0, mesh_.allAxes(), stream_).isOk());
   sync(*checked);
   EXPECT_EQ(recv.download(input.size()), input);
@@ -339,8 +348,7 @@ std::string runRank(const Mesh& mesh, int rank, int device, const NcclUniqueId& 
   if (got[3] != static_cast<float>(members.back() * 1000 + 3)) errors += "max over " + mesh.axesName(last) + " ";
   // Argument agreement (CHIMERA_CHECK_ARGS=1 for this test): rank 1 passes another count,
   // and every rank must get Mismatch instead of hanging.
-  status = backend->allReduce(send, recv, rank == 1 ? count - 1 : count, DataType::F32, ReduceOp::Sum,
-                              mesh.allAxes());
+  status = backend->allReduce(send, recv, rank == 1 ? count - 1 : count, DataType::F32, ReduceOp::Sum, mesh.allAxes());
   if (status.code() != StatusCode::Mismatch || status.message().find("count") == std::string::npos) {
     errors += "mismatch not reported: " + status.toString() + " ";
   }

@@ -27,14 +27,10 @@ struct GroupCase {
 /// (pp=2,tp=4 at 8 ranks), and a flattened dp+tp group of a 3-axis mesh.
 inline std::vector<GroupCase> groupCases(int world) {
   switch (world) {
-    case 8:
-      return {{"pp=2,tp=4", "tp"}, {"pp=2,tp=4", "pp"}, {"pp=2,tp=4", "pp+tp"}, {"dp=2,pp=2,tp=2", "dp+tp"}};
-    case 4:
-      return {{"pp=2,tp=2", "tp"}, {"pp=2,tp=2", "pp"}, {"pp=2,tp=2", "pp+tp"}, {"dp=2,pp=1,tp=2", "dp+tp"}};
-    case 2:
-      return {{"pp=1,tp=2", "tp"}, {"pp=1,tp=2", "pp"}, {"dp=2,pp=1,tp=1", "dp+tp"}};
-    default:
-      return {{"world=" + std::to_string(world), "world"}};
+    case 8: return {{"pp=2,tp=4", "tp"}, {"pp=2,tp=4", "pp"}, {"pp=2,tp=4", "pp+tp"}, {"dp=2,pp=2,tp=2", "dp+tp"}};
+    case 4: return {{"pp=2,tp=2", "tp"}, {"pp=2,tp=2", "pp"}, {"pp=2,tp=2", "pp+tp"}, {"dp=2,pp=1,tp=2", "dp+tp"}};
+    case 2: return {{"pp=1,tp=2", "tp"}, {"pp=1,tp=2", "pp"}, {"dp=2,pp=1,tp=1", "dp+tp"}};
+    default: return {{"world=" + std::to_string(world), "world"}};
   }
 }
 
@@ -67,8 +63,8 @@ struct BackendConfig {
 /// runs on small counts.
 inline std::vector<BackendConfig> backendConfigs() {
   std::vector<BackendConfig> configs;
-  for (const auto algorithm : {detail::MpiAlgorithm::PointToPoint, detail::MpiAlgorithm::Ring,
-                               detail::MpiAlgorithm::Library}) {
+  for (const auto algorithm :
+       {detail::MpiAlgorithm::PointToPoint, detail::MpiAlgorithm::Ring, detail::MpiAlgorithm::Library}) {
     configs.push_back({std::string(detail::mpiAlgorithmName(algorithm)), testOptions(algorithm)});
   }
   BackendConfig split{"library, messages of 5 elements", testOptions(detail::MpiAlgorithm::Library)};
@@ -94,18 +90,10 @@ inline double expectedReduction(const std::vector<double>& values, ReduceOp op, 
     const double v = values[i];
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        acc += v;
-        break;
-      case ReduceOp::Prod:
-        acc *= v;
-        break;
-      case ReduceOp::Min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::Max:
-        acc = std::max(acc, v);
-        break;
+      case ReduceOp::Avg: acc += v; break;
+      case ReduceOp::Prod: acc *= v; break;
+      case ReduceOp::Min: acc = std::min(acc, v); break;
+      case ReduceOp::Max: acc = std::max(acc, v); break;
     }
   }
   std::uint64_t cell[2] = {0, 0};
@@ -123,14 +111,10 @@ inline double expectedReduction(const std::vector<double>& values, ReduceOp op, 
 inline bool matches(double got, double want, ReduceOp op, DataType dtype) {
   if (op != ReduceOp::Avg) return got == want;
   switch (dtype) {
-    case DataType::F16:
-      return std::fabs(got - want) <= 1e-3 * std::fabs(want) + 1e-7;
-    case DataType::BF16:
-      return std::fabs(got - want) <= 8e-3 * std::fabs(want) + 1e-7;
-    case DataType::F32:
-      return std::fabs(got - want) <= 1e-6 * std::fabs(want);
-    default:
-      return got == want;
+    case DataType::F16: return std::fabs(got - want) <= 1e-3 * std::fabs(want) + 1e-7;
+    case DataType::BF16: return std::fabs(got - want) <= 8e-3 * std::fabs(want) + 1e-7;
+    case DataType::F32: return std::fabs(got - want) <= 1e-6 * std::fabs(want);
+    default: return got == want;
   }
 }
 

@@ -23,8 +23,8 @@ BackendUnderTest checkedBackend() {
 // A correct AllReduce after an error proves nobody is left inside a collective.
 bool stillWorks(BackendUnderTest& t) {
   std::vector<int> data(33, 1);
-  const Status status = t.backend->allReduce(data.data(), data.data(), data.size(), DataType::I32, ReduceOp::Sum,
-                                             t.axes);
+  const Status status =
+      t.backend->allReduce(data.data(), data.data(), data.size(), DataType::I32, ReduceOp::Sum, t.axes);
   const int want = t.mesh.groupSize(t.axes);
   bool ok = status.isOk();
   for (const int v : data) ok = ok && v == want;
@@ -43,8 +43,7 @@ TEST(MpiBackendBadInput, UnknownAndEmptyAxes) {
   const Status empty = t.backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, AxisSet{});
   EXPECT_TRUE(has(empty, StatusCode::InvalidArgument, "empty axis set")) << empty.toString();
   ok = ok && has(empty, StatusCode::InvalidArgument, "empty axis set");
-  const Status outside =
-      t.backend->allGather(data.data(), data.data(), 1, DataType::F32, AxisSet::fromBits(1u << 7));
+  const Status outside = t.backend->allGather(data.data(), data.data(), 1, DataType::F32, AxisSet::fromBits(1u << 7));
   EXPECT_TRUE(has(outside, StatusCode::InvalidArgument, "does not have")) << outside.toString();
   ok = ok && has(outside, StatusCode::InvalidArgument, "does not have");
   EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
@@ -74,7 +73,7 @@ TEST(MpiBackendBadInput, DifferentCountsDtypesOrCollectivesAreMismatchOnEveryRan
   BackendUnderTest t = checkedBackend();
   bool ok = t.status.isOk();
   const bool odd = t.mesh.groupIndex(worldRank(), t.axes) == 0;  // one member per group differs
-  const bool alone = t.mesh.groupSize(t.axes) == 1;               // a group of one agrees with itself
+  const bool alone = t.mesh.groupSize(t.axes) == 1;              // a group of one agrees with itself
   std::vector<double> a(64, 1.0);
   std::vector<double> b(64, 0.0);
   if (ok) {

@@ -208,7 +208,8 @@ TEST_F(CApi, PerRankHandOffFromC) {
       chimeraResult_t result = chimeraSuccess;
       if (stage0) {
         for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<float>((i + rank_ + step) % 7);
-        result = chimeraSessionTensor(session, buffer.data(), buffer.size() * 4, "16,8", chimeraFloat32, "pp=@0,tp=P", &t);
+        result =
+            chimeraSessionTensor(session, buffer.data(), buffer.size() * 4, "16,8", chimeraFloat32, "pp=@0,tp=P", &t);
         if (result == chimeraSuccess) result = chimeraSessionRecord(session, "allreduce:tp", t, nullptr, 0, &summed);
         if (result == chimeraSuccess) result = chimeraSessionRecord(session, "send:pp", summed, nullptr, 0, &sent);
         if (result == chimeraSuccess) result = chimeraSessionFlush(session);

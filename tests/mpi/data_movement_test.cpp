@@ -11,7 +11,6 @@
 namespace chimera::testing {
 namespace {
 
-
 constexpr std::size_t kCounts[] = {1, 7, 1029};
 constexpr int kModulus = 251;  // fits u8; every dtype holds 0..250 exactly
 
@@ -62,8 +61,8 @@ void checkAllToAll(BackendUnderTest& t, DataType dtype, std::size_t count, std::
   }
 }
 
-void checkBroadcast(BackendUnderTest& t, DataType dtype, std::size_t count, bool inPlace, int root,
-                    std::uint32_t seed, FirstFailure& failure) {
+void checkBroadcast(BackendUnderTest& t, DataType dtype, std::size_t count, bool inPlace, int root, std::uint32_t seed,
+                    FirstFailure& failure) {
   const int me = worldRank();
   const int rootRank = t.mesh.groupPeer(me, t.axes, root);
   auto send = makeBuffer(count, dtype);

@@ -61,20 +61,13 @@ inline void storeElement(void* buf, std::size_t i, DataType dtype, double value)
   auto* bytes = static_cast<std::byte*>(buf) + i * dataTypeSize(dtype);
   auto put = [bytes](auto typed) { std::memcpy(bytes, &typed, sizeof(typed)); };
   switch (dtype) {
-    case DataType::F32:
-      return put(static_cast<float>(value));
-    case DataType::F64:
-      return put(value);
-    case DataType::F16:
-      return put(detail::floatToHalf(static_cast<float>(value)));
-    case DataType::BF16:
-      return put(detail::floatToBf16(static_cast<float>(value)));
-    case DataType::I32:
-      return put(static_cast<std::int32_t>(static_cast<std::int64_t>(value)));
-    case DataType::I64:
-      return put(static_cast<std::int64_t>(value));
-    case DataType::U8:
-      return put(static_cast<std::uint8_t>(static_cast<std::int64_t>(value)));
+    case DataType::F32: return put(static_cast<float>(value));
+    case DataType::F64: return put(value);
+    case DataType::F16: return put(detail::floatToHalf(static_cast<float>(value)));
+    case DataType::BF16: return put(detail::floatToBf16(static_cast<float>(value)));
+    case DataType::I32: return put(static_cast<std::int32_t>(static_cast<std::int64_t>(value)));
+    case DataType::I64: return put(static_cast<std::int64_t>(value));
+    case DataType::U8: return put(static_cast<std::uint8_t>(static_cast<std::int64_t>(value)));
   }
 }
 
@@ -86,20 +79,13 @@ inline double loadElement(const void* buf, std::size_t i, DataType dtype) {
     return typed;
   };
   switch (dtype) {
-    case DataType::F32:
-      return get(0.0f);
-    case DataType::F64:
-      return get(0.0);
-    case DataType::F16:
-      return detail::halfToFloat(get(std::uint16_t{0}));
-    case DataType::BF16:
-      return detail::bf16ToFloat(get(std::uint16_t{0}));
-    case DataType::I32:
-      return static_cast<double>(get(std::int32_t{0}));
-    case DataType::I64:
-      return static_cast<double>(get(std::int64_t{0}));
-    case DataType::U8:
-      return get(std::uint8_t{0});
+    case DataType::F32: return get(0.0f);
+    case DataType::F64: return get(0.0);
+    case DataType::F16: return detail::halfToFloat(get(std::uint16_t{0}));
+    case DataType::BF16: return detail::bf16ToFloat(get(std::uint16_t{0}));
+    case DataType::I32: return static_cast<double>(get(std::int32_t{0}));
+    case DataType::I64: return static_cast<double>(get(std::int64_t{0}));
+    case DataType::U8: return get(std::uint8_t{0});
   }
   return 0.0;
 }

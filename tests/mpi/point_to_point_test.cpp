@@ -43,8 +43,8 @@ TEST_P(MpiPointToPoint, SendRecvBetweenPairs) {
     for (std::size_t i = 0; i < count && failure.ok; ++i) {
       const double want = patternValue(5, peer, i, kModulus);
       const double got = loadElement(in.data(), i, dtype);
-      failure.record(got == want, fmt::format("{} element {} from {} is {}, want {}", dataTypeName(dtype), i, peer,
-                                              got, want));
+      failure.record(got == want,
+                     fmt::format("{} element {} from {} is {}, want {}", dataTypeName(dtype), i, peer, got, want));
     }
   }
   EXPECT_TRUE(allRanksAgree(failure.ok));
@@ -87,8 +87,8 @@ TEST_P(MpiPointToPoint, GroupedP2PManyToManyKeepsPairOrder) {
         for (std::size_t i = 0; i < count && failure.ok; ++i) {
           const double want = 1000 * message + patternValue(9, peer * n + me, i, kModulus);
           const double got = loadElement(incoming[slot].data(), i, dtype);
-          failure.record(got == want, fmt::format("message {} from {} element {} is {}, want {}", message, peer, i,
-                                                  got, want));
+          failure.record(got == want,
+                         fmt::format("message {} from {} element {} is {}, want {}", message, peer, i, got, want));
         }
       }
     }
@@ -117,10 +117,9 @@ TEST(MpiBackend, MismatchedPointToPointIsCaughtOnBothEnds) {
   const Status dtype = exchange(8, 8, DataType::I32, 1);
   const Status number = exchange(8, 8, DataType::F32, 2);
   const Status fine = exchange(8, 8, DataType::F32, 1);
-  const std::string expected = sender ? fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]", me,
-                                                    peer, peer)
-                                      : fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]",
-                                                    peer, me, me);
+  const std::string expected =
+      sender ? fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]", me, peer, peer)
+             : fmt::format("rank {} sends rank {} [8 float] but rank {} receives [9 float]", peer, me, me);
   const bool ok = count.code() == StatusCode::Mismatch && count.message().find(expected) != std::string::npos &&
                   dtype.code() == StatusCode::Mismatch && dtype.message().find("[8 int32]") != std::string::npos &&
                   number.code() == StatusCode::Mismatch &&

@@ -51,9 +51,9 @@ void checkReduceScatter(BackendUnderTest& t, DataType dtype, ReduceOp op, std::s
                   ? static_cast<void*>(reinterpret_cast<std::byte*>(send.data()) + g * recvCount * dataTypeSize(dtype))
                   : recv.data();
   const Status status = t.backend->reduceScatter(send.data(), out, recvCount, dtype, op, t.axes);
-  const std::string what = fmt::format("reduceScatter {} {} recvCount {} {} on {}", dataTypeName(dtype),
-                                       reduceOpName(op), recvCount, inPlace ? "in-place" : "out-of-place",
-                                       t.mesh.axesName(t.axes));
+  const std::string what =
+      fmt::format("reduceScatter {} {} recvCount {} {} on {}", dataTypeName(dtype), reduceOpName(op), recvCount,
+                  inPlace ? "in-place" : "out-of-place", t.mesh.axesName(t.axes));
   failure.record(status.isOk(), what + ": " + status.toString());
   if (!status.isOk()) return;
   std::vector<double> values(members.size());

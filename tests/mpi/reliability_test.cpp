@@ -109,8 +109,7 @@ TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {
   // Both groups now, agreed: the sums are over the right members.
   for (AxisSet axes : {tp, pp}) {
     std::fill(data.begin(), data.end(), static_cast<float>(rank));
-    const Status status =
-        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, axes);
+    const Status status = backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, axes);
     EXPECT_TRUE(status.isOk()) << status.toString();
     float expected = 0;
     for (const int member : mesh.groupRanks(rank, axes)) expected += static_cast<float>(member);

@@ -68,7 +68,8 @@ TEST(MpiRing, SegmentedAllGatherRingAndDirectReduceScatterOnUnevenBlocks) {
       failure.record(direct.isOk(), direct.toString());
       for (std::size_t i = 0; i < split.size(me) && direct.isOk() && rs.isOk(); ++i)
         failure.record(own[i] == mine[i], fmt::format("direct reduceScatter count {} segment {}: element {} is {}, "
-                                                      "ring gave {}", count, segment, i, own[i], mine[i]));
+                                                      "ring gave {}",
+                                                      count, segment, i, own[i], mine[i]));
     }
   }
   EXPECT_TRUE(allRanksAgree(failure.ok));

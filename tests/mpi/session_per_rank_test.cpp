@@ -185,8 +185,7 @@ TEST_P(SessionPerRank, FusedHandOffEqualsRecordedCalls) {
   PerRankSetup s;
   ASSERT_TRUE(s.parse(c).isOk());
   const Layout& read = s.consume ? *s.consume : s.finalLayout;
-  EXPECT_EQ(on.consumed.size(),
-            read.holds(worldRank()) ? static_cast<std::size_t>(read.localBytes(s.spec) / 4) : 0u);
+  EXPECT_EQ(on.consumed.size(), read.holds(worldRank()) ? static_cast<std::size_t>(read.localBytes(s.spec) / 4) : 0u);
   const bool ok = off.status.isOk() && on.status.isOk() && off.consumed == on.consumed && spmd.consumed == on.consumed;
   EXPECT_TRUE(allRanksAgree(ok));
   EXPECT_EQ(off.stats.fusedChains, 0u);
@@ -219,8 +218,8 @@ namespace {
 class SessionPerRankBadInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(setup_.parse({"bad", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}})
-                    .isOk());
+    ASSERT_TRUE(
+        setup_.parse({"bad", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}}).isOk());
     ASSERT_TRUE(createMpiBackend(setup_.mesh, backend_).isOk());
   }
   std::unique_ptr<Session> session(bool check = false) {
@@ -345,8 +344,8 @@ namespace {
 class SessionPerRankLateChange : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(setup_.parse({"late", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}})
-                    .isOk());
+    ASSERT_TRUE(
+        setup_.parse({"late", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", {32, 48}}).isOk());
     MpiBackendOptions options;
     options.timeoutMs = 20000;
     ASSERT_TRUE(createMpiBackend(setup_.mesh, options, backend_).isOk());
@@ -432,7 +431,8 @@ Status recordSteadyState(Session& session, const PerRankSetup& s, const TensorSp
   CHIMERA_RETURN_IF_ERROR(s.mesh.parseAxes("pp", pp));
   TensorHandle t, summed, handed, got;
   const auto inBytes = static_cast<std::size_t>(whole.localBytes(received));
-  CHIMERA_RETURN_IF_ERROR(session.tensor(out.data(), static_cast<std::size_t>(partial.localBytes(sent)), sent, partial, t));
+  CHIMERA_RETURN_IF_ERROR(
+      session.tensor(out.data(), static_cast<std::size_t>(partial.localBytes(sent)), sent, partial, t));
   CHIMERA_RETURN_IF_ERROR(session.allReduce(t, tp, summed));
   CHIMERA_RETURN_IF_ERROR(first ? session.send(summed, pp, nullptr, 0, handed)
                                 : session.sendBack(summed, pp, nullptr, 0, handed));

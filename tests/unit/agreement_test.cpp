@@ -97,8 +97,8 @@ TEST(CallAgreement, ALocalErrorStaysLocalAndTheOthersLearnOfIt) {
   EXPECT_EQ(verdicts[1].message(), bad.message());
   for (std::size_t r : {0u, 2u}) {
     EXPECT_EQ(verdicts[r].code(), StatusCode::InvalidArgument);
-    EXPECT_EQ(verdicts[r].message(), "rank " + std::to_string(r) +
-                                         ": another rank of group tp passed invalid arguments to allReduce");
+    EXPECT_EQ(verdicts[r].message(),
+              "rank " + std::to_string(r) + ": another rank of group tp passed invalid arguments to allReduce");
   }
 }
 
@@ -118,7 +118,8 @@ TEST(SignatureAgreement, HashesFailuresAndFlagsOverTheGroup) {
   const std::vector<In> members = {{-5, false, {0, 1, 0}}, {7, false, {0, 0, 0}}, {-5, true, {1, 0, 0}}};
   SimulatedGroup group;
   detail::SignatureVerdict verdict;
-  for (const In& m : members) ASSERT_TRUE(detail::agreeOnSignature(m.hash, m.failed, m.flags, group.collect(), verdict).isOk());
+  for (const In& m : members)
+    ASSERT_TRUE(detail::agreeOnSignature(m.hash, m.failed, m.flags, group.collect(), verdict).isOk());
   for (const In& m : members) {
     ASSERT_TRUE(detail::agreeOnSignature(m.hash, m.failed, m.flags, group.reduce(), verdict).isOk());
     EXPECT_EQ(verdict.lowHash, -5);

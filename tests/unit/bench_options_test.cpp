@@ -26,11 +26,13 @@ TEST(BenchOptions, DefaultsFollowNcclTests) {
 
 TEST(BenchOptions, ShortLongAndInlineForms) {
   Options options;
-  ASSERT_TRUE(parse({"-b", "1K", "--maxbytes=64K", "-f", "4", "-n", "7", "--warmup_iters", "0", "-c", "0", "-C",
-                     "reducescatter", "--mesh", "pp=2,tp=4", "--axis=tp", "--json", "out.json", "--seed", "42",
-                     "-r", "3", "--stat", "median"},
-                    options)
-                  .isOk());
+  ASSERT_TRUE(
+      parse(
+          {"-b", "1K", "--maxbytes=64K", "-f",     "4",         "-n",        "7",      "--warmup_iters", "0",      "-c",
+           "0",  "-C", "reducescatter",  "--mesh", "pp=2,tp=4", "--axis=tp", "--json", "out.json",       "--seed", "42",
+           "-r", "3",  "--stat",         "median"},
+          options)
+          .isOk());
   EXPECT_EQ(options.minBytes, 1024u);
   EXPECT_EQ(options.maxBytes, 64u << 10);
   EXPECT_EQ(options.stepFactor, 4u);

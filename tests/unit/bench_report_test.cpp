@@ -44,14 +44,16 @@ TEST(BenchReport, BandwidthAndSpeedup) {
 TEST(BenchReport, TableRowShowsEveryColumn) {
   ResultRow row = sampleRow();
   const std::string line = tableRow(row);
-  EXPECT_EQ(line,
-            "    33554432       8388608     float     sum     20000.0     1.68     2.94       0     25000.0     1.34     "
-            "2.35       1      30000.0     1.50\n");
+  EXPECT_EQ(
+      line,
+      "    33554432       8388608     float     sum     20000.0     1.68     2.94       0     25000.0     1.34     "
+      "2.35       1      30000.0     1.50\n");
   ResultRow outOfPlaceOnly = row;
   outOfPlaceOnly.inPlace.reset();
-  EXPECT_EQ(tableRow(outOfPlaceOnly),
-            "    33554432       8388608     float     sum     20000.0     1.68     2.94       0         n/a      n/a      "
-            "n/a     n/a      30000.0     1.50\n");
+  EXPECT_EQ(
+      tableRow(outOfPlaceOnly),
+      "    33554432       8388608     float     sum     20000.0     1.68     2.94       0         n/a      n/a      "
+      "n/a     n/a      30000.0     1.50\n");
   row.wrong.reset();
   row.inPlace->wrong.reset();
   row.baselineTimeUs.reset();
@@ -187,8 +189,8 @@ TEST(Timing, LoopRunsWarmupBarrierAndItersInOrder) {
   EXPECT_NEAR(sum, samples.loopSeconds, 1e-12);
   int runs = 0;
   const Status failed = timeLoop(
-      0, 5, [] { return Status::ok(); },
-      [&] { return ++runs == 2 ? Status::backendError("boom") : Status::ok(); }, samples);
+      0, 5, [] { return Status::ok(); }, [&] { return ++runs == 2 ? Status::backendError("boom") : Status::ok(); },
+      samples);
   EXPECT_EQ(failed.code(), StatusCode::BackendError);
   EXPECT_EQ(runs, 2);
 }

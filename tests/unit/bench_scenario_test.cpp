@@ -129,19 +129,19 @@ TEST(BenchScenario, ModeFlags) {
   EXPECT_EQ(options.chunks, 4);
   EXPECT_TRUE(parseOptions({"--scenario", "tp_pp", "--chunks", "auto"}, options).isOk());
   EXPECT_EQ(options.chunks, 0);
-  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
-           {"--scenario", "xx"},
-           {"--scenario", "all", "--chain", "allreduce:tp", "--from", "tp=P"},
-           {"--chain", "allreduce:tp"},
-           {"--consume", "tp=S0"},
-           {"--scenario", "all", "--axis", "tp"},
-           {"--calibrate"},
-           {"--out", "p.json"},
-           {"--backend", "gloo"},
-           {"-C", "allreduce", "--backend", "nccl"},
-           {"--topology", "host"},
-           {"--scenario", "all", "--chunks", "0"},
-           {"-C", "allreduce", "--chunks", "2"}}) {
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--scenario", "xx"},
+                                             {"--scenario", "all", "--chain", "allreduce:tp", "--from", "tp=P"},
+                                             {"--chain", "allreduce:tp"},
+                                             {"--consume", "tp=S0"},
+                                             {"--scenario", "all", "--axis", "tp"},
+                                             {"--calibrate"},
+                                             {"--out", "p.json"},
+                                             {"--backend", "gloo"},
+                                             {"-C", "allreduce", "--backend", "nccl"},
+                                             {"--topology", "host"},
+                                             {"--scenario", "all", "--chunks", "0"},
+                                             {"-C", "allreduce", "--chunks", "2"}}) {
     const Status status = parseOptions(bad, options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad[0] << " " << bad[1];
   }
@@ -182,11 +182,11 @@ TEST(BenchScenario, RowsKeepTheCollectiveFieldsAndAddTheirOwn) {
   unchecked.result.wrong.reset();
   unchecked.predictedSpeedup.reset();
   const std::string text = detail::dumpJson(scenarioJson({8, "mpi", "host", "median", 20, 5}, {row, unchecked}));
-  for (const char* field : {"\"bytes\":16777216", "\"count\":4194304", "\"op\":\"sum\"", "\"time_us\":100",
-                            "\"baseline_time_us\":170", "\"speedup\":1.7", "\"wrong\":0", "\"scenario\":\"tp_sp\"",
-                            "\"predicted_speedup\":2", "\"planner_fuses\":true", "\"wrong\":null",
-                            "\"predicted_speedup\":null", "\"mode\":\"scenario\"", "\"stat\":\"median\"",
-                            "\"pipelined_time_us\":80", "\"pipeline_chunks\":4", "\"predicted_pipeline_gain\":1.5"}) {
+  for (const char* field :
+       {"\"bytes\":16777216", "\"count\":4194304", "\"op\":\"sum\"", "\"time_us\":100", "\"baseline_time_us\":170",
+        "\"speedup\":1.7", "\"wrong\":0", "\"scenario\":\"tp_sp\"", "\"predicted_speedup\":2", "\"planner_fuses\":true",
+        "\"wrong\":null", "\"predicted_speedup\":null", "\"mode\":\"scenario\"", "\"stat\":\"median\"",
+        "\"pipelined_time_us\":80", "\"pipeline_chunks\":4", "\"predicted_pipeline_gain\":1.5"}) {
     EXPECT_NE(text.find(field), std::string::npos) << field << " in " << text;
   }
   const std::string line = scenarioTableRow(row);

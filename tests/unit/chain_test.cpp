@@ -43,8 +43,9 @@ TEST(Chain, ParsesTheTextForm) {
   EXPECT_EQ(chain.ops[3].dim, 0);
   EXPECT_EQ(chain.ops[3].toDim, 2);
   EXPECT_EQ(chain.ops[6].root, 1);
-  EXPECT_EQ(chain.toString(f.mesh), "allreduce:tp,reducescatter:dp+tp:1,allgather:tp:0,alltoall:dp+tp:0:2,slice:dp:1,"
-                                    "send:pp,broadcast:tp:1");
+  EXPECT_EQ(chain.toString(f.mesh),
+            "allreduce:tp,reducescatter:dp+tp:1,allgather:tp:0,alltoall:dp+tp:0:2,slice:dp:1,"
+            "send:pp,broadcast:tp:1");
 }
 
 TEST(Chain, RejectsMalformedText) {

@@ -31,8 +31,8 @@ std::vector<CalibrationSample> synthesise(const Topology& truth, double noise, s
   const CostModel model(truth);
   Noise rng(seed);
   std::vector<CalibrationSample> samples;
-  for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
-                              StepKind::Broadcast}) {
+  for (const StepKind kind :
+       {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast}) {
     for (const int groupSize : {2, 4, 8}) {
       for (std::uint64_t bytes = 4096; bytes <= (std::uint64_t{64} << 20); bytes *= 8) {
         CalibrationSample sample{kind, groupSize, 8 / groupSize, bytes, 0.0};
@@ -190,10 +190,8 @@ TEST(Calibration, BadSamplesAreRejectedWithAReason) {
   EXPECT_NE(status.message().find("at least 3 samples for the 3 terms"), std::string::npos) << status.message();
 
   status = fitProfile(base, {{StepKind::ManyToMany, 2, 1, 1024, 1e-3}}, fitted);
-  EXPECT_NE(status.message().find("sample 0: primitive must be a collective"), std::string::npos)
-      << status.message();
-  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, 1e-3}, {StepKind::AllGather, 4, 3, 1024, 1e-3}},
-                      fitted);
+  EXPECT_NE(status.message().find("sample 0: primitive must be a collective"), std::string::npos) << status.message();
+  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, 1e-3}, {StepKind::AllGather, 4, 3, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("sample 1: 3 groups of 4 ranks exceed"), std::string::npos) << status.message();
   status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, -1.0}}, fitted);
   EXPECT_NE(status.message().find("measured time must be > 0"), std::string::npos) << status.message();

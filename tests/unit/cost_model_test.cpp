@@ -190,8 +190,8 @@ TEST(CostModel, MultiNodeTrafficUsesTheNicsAndNodeCountIsAParameter) {
 TEST(CostModel, EveryPresetIsMonotoneInBytesAndGroupSize) {
   for (const std::string& name : topologyPresetNames()) {
     const CostModel model(preset(name));
-    for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather,
-                                StepKind::AllToAll, StepKind::Broadcast}) {
+    for (const StepKind kind :
+         {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast}) {
       double previous = 0;
       for (std::uint64_t bytes = 1024; bytes <= (std::uint64_t{1} << 30); bytes *= 4) {
         const double t = price(model, CommStep::collective(kind, {iota(0, 8)}, bytes)).seconds;

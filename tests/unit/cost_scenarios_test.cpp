@@ -70,14 +70,10 @@ std::vector<Scenario> paperScenarios(std::uint64_t s) {
        {collective(K::AllToAll, {kAll}, s)}},
       // sp=4,pp=2: AllGather(sp) in stage 0, send 4S to the peer in stage 1; fused (the
       // paper's many-to-many multicast): each source shard straight to every receiver.
-      {"pp_sp",
-       {collective(K::AllGather, {kEven}, s), pairs(kEven, kOdd, 4 * s)},
-       {multicast(kEven, kOdd, s)}},
+      {"pp_sp", {collective(K::AllGather, {kEven}, s), pairs(kEven, kOdd, 4 * s)}, {multicast(kEven, kOdd, s)}},
       // pp=2,ep=4: send to stage 1, then AllToAll(ep) there; fused: each source sends each
       // quarter straight to the expert rank that needs it.
-      {"pp_ep",
-       {pairs(kLow, kHigh, s), collective(K::AllToAll, {kHigh}, s)},
-       {multicast(kLow, kHigh, s / 4)}},
+      {"pp_ep", {pairs(kLow, kHigh, s), collective(K::AllToAll, {kHigh}, s)}, {multicast(kLow, kHigh, s / 4)}},
   };
 }
 
@@ -122,8 +118,8 @@ TEST(CostScenarios, H20KeepsBaselineWhereFourRankOpsFuseIntoOneEightRankManyToMa
   // And on H20 a fusion that keeps one peer per GPU (send the shards 1:1, gather in stage 1)
   // still wins: the model decides by fan-out, not by a blanket rule.
   const std::uint64_t s = std::uint64_t{64} << 20;
-  const Scenario oneToOne{"pp_sp_1to1", ppSp.baseline,
-                          {pairs(kEven, kOdd, s), collective(StepKind::AllGather, {kOdd}, s)}};
+  const Scenario oneToOne{
+      "pp_sp_1to1", ppSp.baseline, {pairs(kEven, kOdd, s), collective(StepKind::AllGather, {kOdd}, s)}};
   EXPECT_TRUE(decide("nvswitch-h20x8", oneToOne).fuse);
 }
 

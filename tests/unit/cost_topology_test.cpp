@@ -151,8 +151,7 @@ TEST(Topology, ProfileFieldErrorsNameTheField) {
   expectError(edited("\"ranks_per_domain\": 4", "\"ranks_per_domain\": 3"), "ranks_per_domain 3");
   expectError(edited("\"fabric\": \"pcie-domains\"", "\"fabric\": \"token-ring\""), "unknown fabric 'token-ring'");
   expectError(edited("chimera-topology-1", "chimera-topology-9"), "expected 'chimera-topology-1'");
-  expectError(edited("\"bandwidth_bytes_per_s\": 22000000000.0", "\"bandwidth_bytes_per_s\": -1"),
-              "bandwidth > 0");
+  expectError(edited("\"bandwidth_bytes_per_s\": 22000000000.0", "\"bandwidth_bytes_per_s\": -1"), "bandwidth > 0");
   expectError(edited("\"alpha_s\": 1e-05", "\"latency\": 1e-05"), "unknown field 'local_link.latency'");
   expectError("[1, 2]", "must be a JSON object");
 }

@@ -9,10 +9,10 @@
 #include <numeric>
 #include <vector>
 
-#include "common/half.hpp"
-#include "exec/box_blocks.hpp"
 #include "box/box_ops.hpp"
+#include "common/half.hpp"
 #include "common/host_reduce.hpp"
+#include "exec/box_blocks.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -110,8 +110,8 @@ TEST(PlannerLimits, CostsThatPriceNothingAreAnError) {
   Topology small;
   ASSERT_TRUE(topologyFromJson(profile(2), small).isOk());
   ChainPlan plan;
-  Status status = planChain(TensorSpec{{64, 64}, DataType::F32}, p.from, p.chain, std::nullopt,
-                            TopologyCost(small), plan);
+  Status status =
+      planChain(TensorSpec{{64, 64}, DataType::F32}, p.from, p.chain, std::nullopt, TopologyCost(small), plan);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
   EXPECT_TRUE(contains(status, "has 8 ranks but topology")) << status.message();
   // A link so slow that every time is infinite.

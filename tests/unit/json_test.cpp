@@ -103,7 +103,8 @@ TEST(JsonFiles, ModelFileErrorsNameTheFileTheKeyAndTheProblem) {
     EXPECT_NE(status.message().find("model file '" + file.path() + "'"), std::string::npos) << status.message();
     EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
   };
-  expectError("negative.json", head + R"("seq_length": -4})", "field 'seq_length' must be a non-negative integer, got -4");
+  expectError("negative.json", head + R"("seq_length": -4})",
+              "field 'seq_length' must be a non-negative integer, got -4");
   expectError("fraction.json", head + R"("seq_length": 256.5})", "field 'seq_length' must be a non-negative integer");
   expectError("missing.json", R"({"format": "chimera-model-1", "name": "m"})", "missing field 'layers'");
   expectError("dtype.json", head + R"("seq_length": 256, "dtype": 16})", "field 'dtype' must be a string");

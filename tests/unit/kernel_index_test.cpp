@@ -32,7 +32,8 @@ std::vector<std::int64_t> bruteForceOffsets(const TensorBox& box) {
   std::vector<std::int64_t> coord(static_cast<std::size_t>(box.ndims), 0);
   while (true) {
     std::int64_t offset = 0;
-    for (int d = 0; d < box.ndims; ++d) offset = offset * box.dims[d] + box.offset[d] + coord[static_cast<std::size_t>(d)];
+    for (int d = 0; d < box.ndims; ++d)
+      offset = offset * box.dims[d] + box.offset[d] + coord[static_cast<std::size_t>(d)];
     offsets.push_back(offset);
     int d = box.ndims - 1;
     while (d >= 0 && ++coord[static_cast<std::size_t>(d)] == box.extent[d]) coord[static_cast<std::size_t>(d--)] = 0;

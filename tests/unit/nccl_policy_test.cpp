@@ -186,9 +186,9 @@ TEST(NcclBootstrapEnv, LauncherVariablesAreReadAndCheckedWithNames) {
 TEST(DeadlinePoll, SettledStatesReturnAtOnceAndPendingEndsAtTheDeadline) {
   using detail::PollState;
   int polls = 0;
-  EXPECT_EQ(detail::pollUntilSettled([&] { return ++polls < 5 ? PollState::Pending : PollState::Done; },
-                                     milliseconds(10000)),
-            PollState::Done);
+  EXPECT_EQ(
+      detail::pollUntilSettled([&] { return ++polls < 5 ? PollState::Pending : PollState::Done; }, milliseconds(10000)),
+      PollState::Done);
   EXPECT_EQ(polls, 5);
   EXPECT_EQ(detail::pollUntilSettled([] { return PollState::Failed; }, milliseconds(10000)), PollState::Failed);
   // A peer that never answers: the wait ends at the deadline, not before and not long after.
@@ -205,7 +205,7 @@ TEST(DeadlinePoll, SettledStatesReturnAtOnceAndPendingEndsAtTheDeadline) {
   EXPECT_EQ(detail::pollUntilSettled(
                 [&] {
                   return std::chrono::steady_clock::now() - begin >= milliseconds(50) ? PollState::Done
-                                                                                        : PollState::Pending;
+                                                                                      : PollState::Pending;
                 },
                 milliseconds(50)),
             PollState::Done);

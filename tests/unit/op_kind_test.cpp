@@ -23,12 +23,12 @@ std::set<std::string> keywordsIn(OpUse use) {
 }
 
 TEST(OpKinds, EachLayerUsesItsSubset) {
-  EXPECT_EQ(keywordsIn(kOpInChain),
-            (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "send", "slice"}));
+  EXPECT_EQ(keywordsIn(kOpInChain), (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall",
+                                                           "broadcast", "send", "slice"}));
   EXPECT_EQ(keywordsIn(kOpInPlan), (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall",
                                                           "broadcast", "send", "manytomany", "localcopy", "scale"}));
-  EXPECT_EQ(keywordsIn(kOpInProgram), (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall",
-                                                             "broadcast", "manytomany"}));
+  EXPECT_EQ(keywordsIn(kOpInProgram),
+            (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany"}));
   EXPECT_EQ(keywordsIn(kOpOnBackend),
             (std::set<std::string>{"allreduce", "reducescatter", "allgather", "alltoall", "broadcast"}));
 }
@@ -69,8 +69,9 @@ TEST(OpKinds, LayerNamesAndParsersComeFromTheTable) {
   }
   StepKind parsed = StepKind::AllReduce;
   const Status unknown = parseStepKind("slice", parsed);
-  EXPECT_EQ(unknown.message(),
-            "unknown step kind 'slice' (expected allreduce, reducescatter, allgather, alltoall, broadcast or manytomany)");
+  EXPECT_EQ(
+      unknown.message(),
+      "unknown step kind 'slice' (expected allreduce, reducescatter, allgather, alltoall, broadcast or manytomany)");
   EXPECT_EQ(opKindKeywords(kOpInChain), "allreduce, reducescatter, allgather, alltoall, broadcast, send or slice");
 }
 

@@ -58,7 +58,8 @@ sim::LocalTensor expanded(sim::LocalTensor t, int dim, std::int64_t outer, int c
 sim::LocalTensor merged(sim::LocalTensor t, int dim) {
   const auto d = static_cast<std::size_t>(dim);
   t.shape[d] *= t.shape[d + 1] * t.shape[d + 2];
-  t.shape.erase(t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 1, t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 3);
+  t.shape.erase(t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 1,
+                t.shape.begin() + static_cast<std::ptrdiff_t>(d) + 3);
   return t;
 }
 
@@ -115,8 +116,8 @@ TEST(PipelinedPlan, ChunksJoinToTheChainsConsumedDataExactly) {
     ASSERT_GE(dim, 0) << t.chain;
     const sim::RankTensors input = sim::distribute(plan.trace.layouts.front(), spec, 3);
     sim::Traffic traffic;
-    const sim::RankTensors expected = sim::consume(sim::runChain(plan.trace, spec, input, traffic), plan.trace.final(),
-                                                   plan.consumed, spec);
+    const sim::RankTensors expected =
+        sim::consume(sim::runChain(plan.trace, spec, input, traffic), plan.trace.final(), plan.consumed, spec);
     for (const int chunks : {1, 2, 4}) {
       SCOPED_TRACE(fmt::format("{} from {}, dim {}, {} chunks", t.chain, t.from, dim, chunks));
       EXPECT_EQ(runPipelined(plan, spec, dim, chunks, input, cost), expected);
@@ -157,8 +158,8 @@ TEST(PipelinedPlan, TheModelPipelinesLargeHandOffsAndNotTinyOnes) {
   EXPECT_GT(choice.chunks, 1);
   EXPECT_LT(choice.pipelinedSeconds, choice.unpipelinedSeconds);
   double one = 0;
-  ASSERT_TRUE(predictPipeline(spec, plan.trace.layouts.front(), Chain{plan.trace.ops}, plan.consumed, 0, 1, cost, one)
-                  .isOk());
+  ASSERT_TRUE(
+      predictPipeline(spec, plan.trace.layouts.front(), Chain{plan.trace.ops}, plan.consumed, 0, 1, cost, one).isOk());
   EXPECT_NEAR(one, plan.fusedCost.value, 1e-12);
   // 16 KiB: fixed step costs dominate, one chunk.
   const Text tiny{"pp=2,tp=4", 8, "64,64", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R"};

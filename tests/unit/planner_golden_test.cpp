@@ -111,8 +111,8 @@ TEST(PlannerGolden, TpPpBackwardMirrorsTheForwardHandOff) {
 TEST(PlannerGolden, TpEpReducesScattersThenSmallerAllToAll) {
   // L = 16 MiB. Baseline: AllReduce 24 MiB + AllToAll on 4 MiB 3.5 MiB = 27.5 MiB per rank.
   // Fused: ReduceScatter 12 MiB + the same AllToAll 3.5 MiB = 15.5 MiB per rank.
-  const auto p = planOf({"ep=2,tp=4", "8192,1024", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1",
-                         "ep+tp=S1"});
+  const auto p =
+      planOf({"ep=2,tp=4", "8192,1024", "ep=S0,tp=P", "allreduce:tp,slice:tp:0,alltoall:ep+tp:0:1", "ep+tp=S1"});
   EXPECT_EQ(p.baselineBytes.total, 8 * (24 * kMiB + 7 * kMiB / 2));
   EXPECT_EQ(p.fusedBytes.total, 8 * (12 * kMiB + 7 * kMiB / 2));
   EXPECT_EQ(p.fusedBytes.maxPerRank, 12 * kMiB + 7 * kMiB / 2);
@@ -122,8 +122,8 @@ TEST(PlannerGolden, TpEpReducesScattersThenSmallerAllToAll) {
 TEST(PlannerGolden, SpEpBecomesOneAllToAllOverTheUnionGroup) {
   // L = 16 MiB. Baseline: AllGather(sp) 3L + AllToAll(dp+sp) 7/8 L = 62 MiB per rank.
   // Fused: every pair of the 8 ranks exchanges L/8: 7/8 L = 14 MiB per rank.
-  const auto p = planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1",
-                         "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"});
+  const auto p =
+      planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"});
   EXPECT_EQ(p.baselineBytes.maxPerRank, 62 * kMiB);
   EXPECT_EQ(p.baselineBytes.total, 8 * 62 * kMiB);
   EXPECT_EQ(p.fusedBytes.maxPerRank, 14 * kMiB);
@@ -230,7 +230,7 @@ TEST(PlannerRewrite, HierarchicalAllReduceWhenTheCostModelSaysSo) {
   ASSERT_EQ(kinds(p.fused), (std::vector<K>{K::ReduceScatter, K::AllReduce, K::AllGather}));
   EXPECT_EQ(p.fused.steps[0].axes, AxisSet::single(1));  // tp first, on the fast links
   EXPECT_EQ(p.fused.steps[1].axes, AxisSet::single(0));  // dp on a quarter of the data
-  EXPECT_EQ(p.fusedBytes.maxPerRank, 28 * kMiB);          // same bytes as the flat form
+  EXPECT_EQ(p.fusedBytes.maxPerRank, 28 * kMiB);         // same bytes as the flat form
 }
 
 TEST(PlannerRewrite, AllReduceOfReplicatedIsALocalScale) {
@@ -252,8 +252,8 @@ TEST(PlannerRedundancy, UnconsumedBytesOfEachOp) {
   EXPECT_EQ(a.ops[0].unconsumedTotal, a.ops[0].bytesTotal);
   EXPECT_EQ(a.ops[0].bytesTotal, 4 * 12 * kMiB);
   // SP+EP: 3/4 of what the AllGather delivers is sliced away.
-  const auto spEp = planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1",
-                            "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"});
+  const auto spEp =
+      planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"});
   ASSERT_TRUE(analyzeChain(spEp.trace, spEp.consumed, spEp.fused.spec, a).isOk());
   EXPECT_EQ(a.ops[0].unconsumedTotal, 8 * 36 * kMiB);
   EXPECT_EQ(a.ops[2].unconsumedTotal, 0);
@@ -281,9 +281,9 @@ TEST(PlannerRewrite, ExplainNamesTheRewritesEachScenarioEmbodies) {
                     "allreduce:tp then own shard -> reducescatter:tp:0"));
   EXPECT_TRUE(names(planOf({"pp=2,tp=4", "4096,1024", "pp=@0,tp=P", "allreduce:tp,send:pp", nullptr}),
                     "stage hand-off carries 16777216 B instead of 67108864 B"));
-  EXPECT_TRUE(names(planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2",
-                            "dp+sp=S2"}),
-                    "2 communicating ops reshard through one alltoall over dp+sp"));
+  EXPECT_TRUE(names(
+      planOf({"dp=2,sp=4", "256,1024,128", "dp=S0,sp=S1", "allgather:sp:1,slice:sp:0,alltoall:dp+sp:0:2", "dp+sp=S2"}),
+      "2 communicating ops reshard through one alltoall over dp+sp"));
   EXPECT_TRUE(names(planOf({"sp=4", "4096,1024", "sp=S0", "allgather:sp:0,slice:sp:1", nullptr}),
                     "allgather:sp:0 then slice:sp:1 -> alltoall:sp:0:1"));
   EXPECT_TRUE(names(planOf({"tp=4", "4096,1024", "tp=P", "reducescatter:tp:0,allgather:tp:0", nullptr}),

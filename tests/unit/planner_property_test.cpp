@@ -91,9 +91,12 @@ class Generator {
       const int pick = uniform(0, 9);
       Layout next = layout;
       if (pick < 3) continue;
-      if (pick < 6) next = layout.with(axis, Placement::shard(uniform(0, spec.rank() - 1)));
-      else if (pick < 8) next = layout.with(axis, Placement::partial(op));
-      else next = layout.with(axis, Placement::onStage(uniform(0, mesh.axis(axis).size - 1)));
+      if (pick < 6)
+        next = layout.with(axis, Placement::shard(uniform(0, spec.rank() - 1)));
+      else if (pick < 8)
+        next = layout.with(axis, Placement::partial(op));
+      else
+        next = layout.with(axis, Placement::onStage(uniform(0, mesh.axis(axis).size - 1)));
       if (next.validate(spec).isOk()) layout = next;
     }
     return layout;
@@ -418,7 +421,8 @@ TEST(PlannerProperty, PlanningForARankOutsideTheMeshFails) {
   ASSERT_TRUE(Chain::parse("allreduce:tp", mesh, chain).isOk());
   ChainPlan plan;
   for (const int rank : {4, -2}) {
-    const Status status = planChain(TensorSpec{{8, 8}, DataType::F32}, from, chain, std::nullopt, BytesCost(), plan, rank);
+    const Status status =
+        planChain(TensorSpec{{8, 8}, DataType::F32}, from, chain, std::nullopt, BytesCost(), plan, rank);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
     EXPECT_NE(status.message().find(fmt::format("rank {}", rank)), std::string::npos) << status.message();
     EXPECT_NE(status.message().find("0..3"), std::string::npos) << status.message();

@@ -32,7 +32,8 @@ struct Scene {
     const Plan p = plan(from, to);
     sim::Traffic traffic;
     EXPECT_EQ(sim::runPlan(p, sim::distribute(layout(from), spec, 11), traffic), sim::distribute(layout(to), spec, 11))
-        << from << " -> " << to << "\n" << p.toString();
+        << from << " -> " << to << "\n"
+        << p.toString();
     EXPECT_EQ(traffic.perRank, planBytes(p).perRank);
   }
 };
@@ -56,7 +57,7 @@ TEST(PlannerRedistribution, AcrossStagesWithADifferentSplit) {
 
 TEST(PlannerRedistribution, ManyLayoutPairsDeliverExactly) {
   Scene s("dp=2,pp=2,tp=2", 8, {8, 4, 4});
-  const char* layouts[] = {"R",          "pp=@0",        "pp=@1,tp=S1", "dp+tp=S0",     "tp+dp=S0",
+  const char* layouts[] = {"R",           "pp=@0",       "pp=@1,tp=S1",    "dp+tp=S0",         "tp+dp=S0",
                            "dp=S2,tp=S0", "pp=@0,dp=S1", "pp=@1,dp+tp=S2", "dp=S0,pp=@1,tp=S0"};
   for (const char* from : layouts) {
     for (const char* to : layouts) s.expectDelivers(from, to);

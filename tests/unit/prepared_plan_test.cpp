@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
+#include "box/box_ops.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/planning/planner.hpp"
-#include "box/box_ops.hpp"
 #include "common/host_reduce.hpp"
 #include "exec/prepared_plan.hpp"
 #include "exec/prepared_plan_cache.hpp"
@@ -68,8 +68,8 @@ class RecordingBackend final : public Backend {
     std::memmove(dst, src, bytes);
     return on(stream);
   }
-  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype, Stream stream) override {
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed, DataType dtype,
+                 Stream stream) override {
     ++singleCalls;
     streams.push_back(stream);
     return detail::hostPackBox(tensor, shape, box, packed, dtype);
@@ -112,7 +112,7 @@ class RecordingBackend final : public Backend {
 
   std::vector<P2POp> transfers;
   std::vector<std::pair<const void*, void*>> gathers;  // (send, recv) per AllGather
-  std::vector<std::vector<void*>> batches;  // packed pointers per batched call
+  std::vector<std::vector<void*>> batches;             // packed pointers per batched call
   std::vector<std::byte*> allocations;
   int singleCalls = 0;
   int deallocations = 0;
@@ -185,7 +185,8 @@ TEST(PreparedPlanLocalWork, SenderPacksEveryBoxInOneCallAt256ByteStagingOffsets)
     const auto* packed = static_cast<const std::uint16_t*>(t.buffer);
     ASSERT_EQ(t.count, 6u);
     for (int r = 0; r < 2; ++r) {
-      for (int c = 0; c < 3; ++c) EXPECT_EQ(packed[r * 3 + c], input[static_cast<std::size_t>(r * 12 + 3 * t.peer - 12 + c)]);
+      for (int c = 0; c < 3; ++c)
+        EXPECT_EQ(packed[r * 3 + c], input[static_cast<std::size_t>(r * 12 + 3 * t.peer - 12 + c)]);
     }
   }
 }
@@ -255,9 +256,9 @@ TEST(PreparedPlanLocalWork, GatherAfterReceivedShardsRunsInPlaceInTheOutput) {
 TEST(PreparedPlanLocalWork, MergeKeepsSingleBoxesAndSeparatesTensors) {
   const Box box{{0}, {2}};
   std::vector<detail::LocalAction> actions = {
-      detail::packAction({0, 0}, {2, 0}, {8}, box), detail::packAction({0, 0}, {2, 256}, {8}, box),
-      detail::copyAction({0, 0}, {1, 0}, 4), detail::packAction({0, 0}, {2, 512}, {8}, box),
-      detail::packAction({3, 0}, {2, 768}, {8}, box), detail::unpackAction({2, 0}, {1, 0}, {8}, box),
+      detail::packAction({0, 0}, {2, 0}, {8}, box),    detail::packAction({0, 0}, {2, 256}, {8}, box),
+      detail::copyAction({0, 0}, {1, 0}, 4),           detail::packAction({0, 0}, {2, 512}, {8}, box),
+      detail::packAction({3, 0}, {2, 768}, {8}, box),  detail::unpackAction({2, 0}, {1, 0}, {8}, box),
       detail::unpackAction({2, 256}, {1, 0}, {8}, box)};
   detail::mergeBoxActions(actions);
   ASSERT_EQ(actions.size(), 5u);
@@ -386,8 +387,8 @@ TEST(ScratchPool, EveryExecutorOfABackendSharesOnePoolAndEvictedPlansFeedIt) {
   EXPECT_EQ(second.scratchBytes(), first.scratchBytes()) << "one pool per backend";
   ASSERT_TRUE(second.setScratchLimit(256).isOk());
   const Status capped = first.run(a, input.data(), 2 * 2 * 12, nullptr, 0);  // a was evicted by b: prepared again
-  EXPECT_EQ(capped.code(), StatusCode::BackendError) << "the cap set through one executor holds for the other: "
-                                                     << capped.toString();
+  EXPECT_EQ(capped.code(), StatusCode::BackendError)
+      << "the cap set through one executor holds for the other: " << capped.toString();
   EXPECT_EQ(first.setScratchLimit(0).code(), StatusCode::InvalidArgument);
 }
 

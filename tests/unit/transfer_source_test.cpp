@@ -19,9 +19,8 @@ struct Scene {
   std::vector<Layout> layouts;
   Scene() {
     EXPECT_TRUE(Mesh::parse("dp=2,pp=2,tp=2", 8, mesh).isOk());
-    for (const char* text : {"R", "pp=@0", "pp=@1", "pp=@1,tp=S1", "dp+tp=S0", "tp+dp=S0", "dp=S2,tp=S0",
-                             "pp=@0,dp=S1", "pp=@1,dp+tp=S2", "tp=P", "tp=P,dp=S0", "pp=@0,tp=P", "dp=P,tp=P",
-                             "pp=@1,tp=P,dp=S1"}) {
+    for (const char* text : {"R", "pp=@0", "pp=@1", "pp=@1,tp=S1", "dp+tp=S0", "tp+dp=S0", "dp=S2,tp=S0", "pp=@0,dp=S1",
+                             "pp=@1,dp+tp=S2", "tp=P", "tp=P,dp=S0", "pp=@0,tp=P", "dp=P,tp=P", "pp=@1,tp=P,dp=S1"}) {
       Layout layout;
       EXPECT_TRUE(Layout::parse(text, mesh, layout).isOk()) << text;
       layouts.push_back(layout);
@@ -67,7 +66,8 @@ TEST(TransferSource, IsLocalExactlyWhenEveryTransferStaysOnItsRank) {
         EXPECT_FALSE(isLocal) << from.toString() << " -> " << to.toString();
         continue;
       }
-      const bool stays = std::all_of(transfers.begin(), transfers.end(), [](const BoxTransfer& t) { return t.src == t.dst; });
+      const bool stays =
+          std::all_of(transfers.begin(), transfers.end(), [](const BoxTransfer& t) { return t.src == t.dst; });
       EXPECT_EQ(isLocal, stays) << from.toString() << " -> " << to.toString();
       (stays ? local : remote) += 1;
     }

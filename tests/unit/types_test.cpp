@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "chimera/status.hpp"
+#include "chimera/types.hpp"
 #include "common/size_text.hpp"
 #include "core/type_lists.hpp"
-#include "chimera/types.hpp"
 
 namespace chimera {
 namespace {

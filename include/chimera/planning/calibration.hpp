@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "chimera/planning/comm_program.hpp"
-#include "chimera/status.hpp"
 #include "chimera/planning/topology.hpp"
+#include "chimera/status.hpp"
 
 namespace chimera {
 
@@ -26,12 +26,12 @@ struct CalibrationSample {
 
 /// What a fit found.
 struct FitReport {
-  double alphaScale = 1;          ///< factor applied to every link class's alpha
-  double bandwidthScale = 1;      ///< factor applied to every link class's bandwidth
+  double alphaScale = 1;            ///< factor applied to every link class's alpha
+  double bandwidthScale = 1;        ///< factor applied to every link class's bandwidth
   double reduceSecondsPerByte = 0;  ///< fitted reduction cost (the base value when no sample reduces)
-  bool reduceFitted = false;      ///< whether any sample constrained the reduction cost
-  double rmsRelativeError = 0;    ///< over all samples (unweighted), after the fit
-  double maxRelativeError = 0;    ///< largest |predicted - measured| / measured after the fit
+  bool reduceFitted = false;        ///< whether any sample constrained the reduction cost
+  double rmsRelativeError = 0;      ///< over all samples (unweighted), after the fit
+  double maxRelativeError = 0;      ///< largest |predicted - measured| / measured after the fit
   /// Samples whose error exceeds 3 robust standard deviations (1.4826 x the median absolute
   /// error): the fit down-weighted them as outliers.
   int outliers = 0;

@@ -29,9 +29,9 @@ std::string_view stepKindName(StepKind kind);
 /// One point-to-point transfer of a many-to-many step. A transfer from a rank to itself is a
 /// local copy and costs nothing in the model.
 struct Transfer {
-  int src = 0;                ///< sending world rank
-  int dst = 0;                ///< receiving world rank
-  std::uint64_t bytes = 0;    ///< payload size
+  int src = 0;              ///< sending world rank
+  int dst = 0;              ///< receiving world rank
+  std::uint64_t bytes = 0;  ///< payload size
 };
 
 /// One step of a communication program, on world ranks. It is the unit the cost model

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "chimera/planning/comm_program.hpp"
-#include "chimera/status.hpp"
 #include "chimera/planning/topology.hpp"
+#include "chimera/status.hpp"
 
 namespace chimera {
 
@@ -19,7 +19,7 @@ struct StepCost {
   double reduceSeconds = 0;    ///< local reductions (AllReduce, ReduceScatter)
   /// Fixed costs: the step's launch and synchronisation, its extra peers, its local kernels.
   double overheadSeconds = 0;
-  double localSeconds = 0;     ///< pack / unpack / copy passes at the device's memory bandwidth
+  double localSeconds = 0;  ///< pack / unpack / copy passes at the device's memory bandwidth
   /// The resource that limited the bandwidth term ("cpu link domain 0->1", "gpu 3 tx",
   /// "memory bus"); empty when nothing was transferred.
   std::string bottleneck;
@@ -27,9 +27,9 @@ struct StepCost {
 
 /// Which of two programs to run, and why.
 struct FusionDecision {
-  bool fuse = false;            ///< true when the fused program is predicted strictly faster
-  double baselineSeconds = 0;   ///< predicted time of the baseline program
-  double fusedSeconds = 0;      ///< predicted time of the fused program
+  bool fuse = false;           ///< true when the fused program is predicted strictly faster
+  double baselineSeconds = 0;  ///< predicted time of the baseline program
+  double fusedSeconds = 0;     ///< predicted time of the fused program
   /// "fused 0.84 ms vs baseline 1.71 ms on pcie-4080x8: fuse (predicted speedup 2.04x)".
   std::string explanation;
 };

@@ -11,8 +11,8 @@
 #include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
 #include "chimera/planning/planner.hpp"
-#include "chimera/status.hpp"
 #include "chimera/planning/topology_cost.hpp"
+#include "chimera/status.hpp"
 
 namespace chimera {
 

@@ -20,10 +20,10 @@ namespace chimera {
 /// tensor). Both boxes have the same extent; either may be non-contiguous (pack/unpack).
 /// `src == dst` is a local copy.
 struct BoxTransfer {
-  int src = 0;          ///< world rank that sends
-  int dst = 0;          ///< world rank that receives
-  Box srcBox;           ///< box in the source buffer's local coordinates
-  Box dstBox;           ///< box in the destination buffer's local coordinates
+  int src = 0;             ///< world rank that sends
+  int dst = 0;             ///< world rank that receives
+  Box srcBox;              ///< box in the source buffer's local coordinates
+  Box dstBox;              ///< box in the destination buffer's local coordinates
   std::int64_t bytes = 0;  ///< payload size
   bool operator==(const BoxTransfer&) const = default;
 };
@@ -31,11 +31,11 @@ struct BoxTransfer {
 /// What the cost models need of one transfer of a many-to-many step, without its boxes:
 /// who sends to whom, how much, and whether either side makes a pack or unpack pass.
 struct TransferFlow {
-  int src = 0;                   ///< world rank that sends
-  int dst = 0;                   ///< world rank that receives
-  std::int64_t bytes = 0;        ///< payload size
-  bool packed = false;           ///< the source box is not one contiguous run of the source buffer
-  bool unpacked = false;         ///< the destination box is not one contiguous run of the destination buffer
+  int src = 0;             ///< world rank that sends
+  int dst = 0;             ///< world rank that receives
+  std::int64_t bytes = 0;  ///< payload size
+  bool packed = false;     ///< the source box is not one contiguous run of the source buffer
+  bool unpacked = false;   ///< the destination box is not one contiguous run of the destination buffer
   bool operator==(const TransferFlow&) const = default;
 };
 
@@ -71,12 +71,12 @@ struct PlanStep {
   Kind kind = Kind::LocalCopy;
   int input = 0;
   int output = 1;
-  AxisSet axes;                  ///< collectives: the group
-  ReduceOp op = ReduceOp::Sum;   ///< AllReduce/ReduceScatter
-  int dim = 0;                   ///< ReduceScatter/AllGather: the dim; AllToAll: FROM
-  int toDim = 0;                 ///< AllToAll: TO
-  int root = 0;                  ///< Broadcast: group index of the root
-  std::int64_t scale = 1;        ///< Scale: the factor
+  AxisSet axes;                 ///< collectives: the group
+  ReduceOp op = ReduceOp::Sum;  ///< AllReduce/ReduceScatter
+  int dim = 0;                  ///< ReduceScatter/AllGather: the dim; AllToAll: FROM
+  int toDim = 0;                ///< AllToAll: TO
+  int root = 0;                 ///< Broadcast: group index of the root
+  std::int64_t scale = 1;       ///< Scale: the factor
   /// ManyToMany: ordered by destination, then source box; in a rank's plan (Plan::rank)
   /// only the transfers that rank sends or receives.
   std::vector<BoxTransfer> transfers;
@@ -87,7 +87,7 @@ struct PlanStep {
   /// member sends one equal-sized block to every member, itself included), so an executor
   /// may pack the blocks by destination and issue one allToAll instead of grouped sends.
   AxisSet allToAllGroup;
-  std::string origin;            ///< what the step stands for (the chain op, "reduce partials", ...)
+  std::string origin;  ///< what the step stands for (the chain op, "reduce partials", ...)
 };
 
 /// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "send",

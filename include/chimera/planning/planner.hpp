@@ -64,28 +64,27 @@ class BytesCost final : public PlanCost {
 /// any other rank's (see Plan). The choice is made from every rank's flows, so each rank's
 /// plan is its part of the one world plan.
 [[nodiscard]] Status planRedistribution(const TensorSpec& spec, const Layout& from, const Layout& to,
-                                        std::int64_t scale, const PlanCost& cost, Plan& out,
-                                        int* candidates = nullptr, int rank = kWorldPlan);
+                                        std::int64_t scale, const PlanCost& cost, Plan& out, int* candidates = nullptr,
+                                        int rank = kWorldPlan);
 
 /// The chain exactly as written, as a Plan of the same step types (one step per op, then a
 /// LocalCopy to `consumed` when it differs from the chain's final layout).
-[[nodiscard]] Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed,
-                                  Plan& out);
+[[nodiscard]] Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out);
 
 /// Everything the planner decides about one chain.
 struct ChainPlan {
-  ChainTrace trace;        ///< the chain applied to its start layout
-  Layout consumed;         ///< what the consumer reads (the final layout by default)
-  Plan baseline;           ///< the chain as written
-  Plan fused;              ///< the best plan found (even when the decision is baseline)
+  ChainTrace trace;  ///< the chain applied to its start layout
+  Layout consumed;   ///< what the consumer reads (the final layout by default)
+  Plan baseline;     ///< the chain as written
+  Plan fused;        ///< the best plan found (even when the decision is baseline)
   PlanBytes baselineBytes;
   PlanBytes fusedBytes;
   CostPrediction baselineCost;
   CostPrediction fusedCost;
-  bool useFused = false;   ///< the decision
-  int candidates = 0;      ///< candidate programs priced
+  bool useFused = false;              ///< the decision
+  int candidates = 0;                 ///< candidate programs priced
   std::vector<std::string> rewrites;  ///< named rewrites the fused plan embodies
-  std::string explain;     ///< why, in a few sentences
+  std::string explain;                ///< why, in a few sentences
   /// The plan to run.
   const Plan& chosen() const { return useFused ? fused : baseline; }
 };

@@ -53,8 +53,8 @@ struct DeviceParams {
 
 /// Provenance of a calibrated topology (zero samples: a preset, not calibrated).
 struct CalibrationInfo {
-  int samples = 0;                ///< number of measurements the fit used
-  double rmsRelativeError = 0;    ///< root-mean-square of (predicted - measured) / measured over them
+  int samples = 0;              ///< number of measurements the fit used
+  double rmsRelativeError = 0;  ///< root-mean-square of (predicted - measured) / measured over them
 };
 
 /// Most ranks a topology may describe: the cost model keeps per-rank state, so a profile
@@ -65,16 +65,16 @@ inline constexpr int kMaxTopologyRanks = 1 << 20;
 /// Plain data; obtain one from a preset or profile with loadTopology, check it with
 /// validateTopology.
 struct Topology {
-  std::string name;                     ///< preset name or the name stored in a profile
+  std::string name;  ///< preset name or the name stored in a profile
   Fabric fabric = Fabric::SharedMemory;
-  int ranks = 0;                        ///< world ranks it describes (1..kMaxTopologyRanks)
+  int ranks = 0;  ///< world ranks it describes (1..kMaxTopologyRanks)
   /// Ranks per NUMA domain (PcieDomains) or per node (NvSwitchMultiNode); divides `ranks`.
   /// Equal to `ranks` for the other fabrics.
   int ranksPerDomain = 0;
-  LinkParams local;                     ///< per-GPU link / NVSwitch port / memory bus
-  LinkParams cross;                     ///< CPU link between domains, or per-GPU NIC; unused otherwise
-  double peerPenalty = 0;               ///< NVSwitch bandwidth drop per extra concurrent peer (>= 0)
-  double reduceSecondsPerByte = 0;      ///< local reduction cost of one byte on one core / device (>= 0)
+  LinkParams local;                 ///< per-GPU link / NVSwitch port / memory bus
+  LinkParams cross;                 ///< CPU link between domains, or per-GPU NIC; unused otherwise
+  double peerPenalty = 0;           ///< NVSwitch bandwidth drop per extra concurrent peer (>= 0)
+  double reduceSecondsPerByte = 0;  ///< local reduction cost of one byte on one core / device (>= 0)
   /// Cores that all ranks' reductions share (SharedMemory); 0 = every rank reduces on its own device.
   int computeSlots = 0;
   /// Fixed cost of every communication step, paid once per step however many rounds it
@@ -83,8 +83,8 @@ struct Topology {
   /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
   /// connection of a fan-out, on top of the link bandwidth (>= 0).
   double peerSeconds = 0;
-  DeviceParams device;                  ///< local passes and compute
-  CalibrationInfo calibration;          ///< set by fitProfile; saved with the profile
+  DeviceParams device;          ///< local passes and compute
+  CalibrationInfo calibration;  ///< set by fitProfile; saved with the profile
 };
 
 /// Checks the fields of `topology` (ranges above, ranksPerDomain dividing ranks, cross link

@@ -9,8 +9,8 @@
 #include "chimera/planning/cost_model.hpp"
 #include "chimera/planning/plan.hpp"
 #include "chimera/planning/planner.hpp"
-#include "chimera/status.hpp"
 #include "chimera/planning/topology.hpp"
+#include "chimera/status.hpp"
 
 namespace chimera {
 

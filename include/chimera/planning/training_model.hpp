@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "chimera/status.hpp"
 #include "chimera/planning/topology.hpp"
+#include "chimera/status.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera {
@@ -21,16 +21,16 @@ namespace chimera {
 /// `experts` expert MLPs with top-`topK` routing.
 struct ModelConfig {
   std::string name;
-  int layers = 0;        ///< transformer layers (>= 1)
-  int hidden = 0;        ///< model width h (>= 1)
-  int heads = 0;         ///< attention heads (>= 1, divides hidden)
-  int seqLength = 0;     ///< tokens per sequence s (>= 1)
-  int ffnHidden = 0;     ///< MLP width (0: 4 h)
-  int microBatch = 1;    ///< sequences per micro-batch b (>= 1)
+  int layers = 0;                   ///< transformer layers (>= 1)
+  int hidden = 0;                   ///< model width h (>= 1)
+  int heads = 0;                    ///< attention heads (>= 1, divides hidden)
+  int seqLength = 0;                ///< tokens per sequence s (>= 1)
+  int ffnHidden = 0;                ///< MLP width (0: 4 h)
+  int microBatch = 1;               ///< sequences per micro-batch b (>= 1)
   DataType dtype = DataType::BF16;  ///< activations, weights and gradients
-  int experts = 0;       ///< experts per MoE layer (0: dense model)
-  int topK = 1;          ///< experts each token is routed to (<= experts)
-  int moeEvery = 1;      ///< every moeEvery-th layer is an MoE layer (>= 1)
+  int experts = 0;                  ///< experts per MoE layer (0: dense model)
+  int topK = 1;                     ///< experts each token is routed to (<= experts)
+  int moeEvery = 1;                 ///< every moeEvery-th layer is an MoE layer (>= 1)
 };
 
 /// How the model is split over the GPUs: mesh `dp x pp x ep x tp` (row-major, tp
@@ -52,14 +52,14 @@ struct ParallelConfig {
 /// One kind of collective of the iteration (a chain on one tensor), how often it runs and
 /// what the planner made of it.
 struct ModelCollective {
-  std::string where;        ///< "layer 3 attention (forward)", "stage 0 -> 1 hand-off (backward)", ...
-  int layer = -1;           ///< transformer layer, -1 for pipeline hand-offs and data-parallel reduction
-  std::string mesh;         ///< the mesh text
-  std::string from;         ///< start layout
-  std::string chain;        ///< the chain as a framework issues it
-  std::string consume;      ///< what the next computation reads
-  std::string shape;        ///< logical tensor shape
-  int count = 0;            ///< times it runs per iteration (micro-batches)
+  std::string where;               ///< "layer 3 attention (forward)", "stage 0 -> 1 hand-off (backward)", ...
+  int layer = -1;                  ///< transformer layer, -1 for pipeline hand-offs and data-parallel reduction
+  std::string mesh;                ///< the mesh text
+  std::string from;                ///< start layout
+  std::string chain;               ///< the chain as a framework issues it
+  std::string consume;             ///< what the next computation reads
+  std::string shape;               ///< logical tensor shape
+  int count = 0;                   ///< times it runs per iteration (micro-batches)
   std::int64_t baselineBytes = 0;  ///< bytes all ranks send per run, chain as written
   std::int64_t fusedBytes = 0;     ///< bytes all ranks send per run, planner's choice
   double baselineSeconds = 0;      ///< predicted time per run, chain as written
@@ -87,12 +87,12 @@ struct ModelReport {
   std::string topology;
   std::vector<ModelCollective> collectives;
   std::vector<ModelLayer> layers;
-  double computeSeconds = 0;        ///< critical path compute: (m + pp - 1) x the slowest stage's per-micro-batch time
-  double baselineCommSeconds = 0;   ///< communication on the critical path, chains as written
-  double fusedCommSeconds = 0;      ///< the same, as planned
+  double computeSeconds = 0;       ///< critical path compute: (m + pp - 1) x the slowest stage's per-micro-batch time
+  double baselineCommSeconds = 0;  ///< communication on the critical path, chains as written
+  double fusedCommSeconds = 0;     ///< the same, as planned
   double baselineIterationSeconds = 0;
   double fusedIterationSeconds = 0;
-  std::int64_t baselineBytes = 0;   ///< every rank's bytes of the iteration, chains as written
+  std::int64_t baselineBytes = 0;  ///< every rank's bytes of the iteration, chains as written
   std::int64_t fusedBytes = 0;
   /// baselineIterationSeconds / fusedIterationSeconds.
   double endToEndSpeedup() const {
@@ -118,8 +118,7 @@ std::vector<std::string> modelPresetNames();
 /// Checks the model and the split against each other: positive sizes, heads and hidden
 /// and the sequence divisible by tp, layers by pp, experts by ep, sp in {1, tp}, and the
 /// topology covering the ranks. InvalidArgument naming the problem.
-[[nodiscard]] Status validateModel(const ModelConfig& model, const ParallelConfig& parallel,
-                                   const Topology& topology);
+[[nodiscard]] Status validateModel(const ModelConfig& model, const ParallelConfig& parallel, const Topology& topology);
 
 /// Lists every collective of one training iteration (Megatron TP/SP patterns in attention
 /// and MLP, pipeline hand-offs forward and backward, MoE dispatch and combine, the

@@ -28,8 +28,8 @@ Status checkReduceOp(DataType dtype, ReduceOp op) {
   CHIMERA_CHECK_ARG(std::find(std::begin(kAllReduceOps), std::end(kAllReduceOps), op) != std::end(kAllReduceOps),
                     "unknown reduce op value {}", static_cast<int>(op));
   if (!reduceOpSupported(dtype, op))
-    return Status::unsupported(fmt::format("reduce op {} is not supported on dtype {}", reduceOpName(op),
-                                           dataTypeName(dtype)));
+    return Status::unsupported(
+        fmt::format("reduce op {} is not supported on dtype {}", reduceOpName(op), dataTypeName(dtype)));
   return Status::ok();
 }
 
@@ -41,8 +41,8 @@ Status checkBuffer(const void* ptr, std::size_t count, const char* what) {
 Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const Status& local, int rank,
                    std::string_view groupName) {
   if (group.size <= 1) return local;
-  const GroupMin min = groupMin(
-      group, kAgreementTag, fmt::format("argument agreement check of {}", opKindInfo(signature.kind).call));
+  const GroupMin min =
+      groupMin(group, kAgreementTag, fmt::format("argument agreement check of {}", opKindInfo(signature.kind).call));
   return detail::agreeOnCall(signature, local, rank, groupName, min);
 }
 

@@ -27,7 +27,7 @@ namespace chimera::detail {
 /// the group and each field whose values differ (with their min and max), InvalidArgument when
 /// another member reported bad arguments, BackendError when MPI fails, or Timeout when a
 /// member does not join. The same verdict class reaches every member.
-[[nodiscard]] Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const Status& local,
-                                 int rank, std::string_view groupName);
+[[nodiscard]] Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const Status& local, int rank,
+                                 std::string_view groupName);
 
 }  // namespace chimera::detail

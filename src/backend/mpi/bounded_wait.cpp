@@ -85,8 +85,8 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
   Clock::time_point deadline = Clock::now() + budget(group);
   for (;;) {
     int completed = 0;
-    const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, done.data(),
-                                MPI_STATUSES_IGNORE);
+    const int rc =
+        MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, done.data(), MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       abandon(requests, peers);
       return mpiStatus(rc, what);
@@ -117,8 +117,7 @@ Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status,
     const int rc = MPI_Iprobe(peer, tag, group.comm, &found, &status);
     if (rc != MPI_SUCCESS) return mpiStatus(rc, what);
     if (found != 0) return Status::ok();
-    if (Clock::now() >= deadline)
-      return timedOut(group, what, fmt::format("world rank {}", worldRankOf(group, peer)));
+    if (Clock::now() >= deadline) return timedOut(group, what, fmt::format("world rank {}", worldRankOf(group, peer)));
     std::this_thread::yield();
   }
 }

@@ -9,8 +9,8 @@
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
-#include "core/check.hpp"
 #include "common/host_reduce.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -21,8 +21,8 @@ constexpr int kAllGatherTag = 0x4147;      // 'AG'
 
 }  // namespace
 
-Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
-                        const MpiGroup& group, std::size_t maxMessageCount) {
+Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, const MpiGroup& group,
+                        std::size_t maxMessageCount) {
   const int n = group.size;
   const int me = group.index;
   const std::size_t es = dataTypeSize(dtype);
@@ -38,12 +38,12 @@ Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, 
     const int from = (me - s + n) % n;
     for (std::size_t begin = 0; begin < countPerPeer; begin += piece) {
       const int count = static_cast<int>(std::min(piece, countPerPeer - begin));
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(out + from * blockBytes + begin * es, count, type, from,
-                                                  kAllToAllTag, group.comm, &step.add(from)),
-                                        "MPI_Irecv (pairwise all-to-all)"));
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag,
-                                                  group.comm, &step.add(to)),
-                                        "MPI_Isend (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(
+          MPI_Irecv(out + from * blockBytes + begin * es, count, type, from, kAllToAllTag, group.comm, &step.add(from)),
+          "MPI_Irecv (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(
+          MPI_Isend(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag, group.comm, &step.add(to)),
+          "MPI_Isend (pairwise all-to-all)"));
       CHIMERA_RETURN_IF_ERROR(step.waitAll(group, "pairwise AllToAll step"));
     }
   }
@@ -75,10 +75,10 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
       const std::size_t begin = k * segElems;
       const std::size_t size = split.size(to);
       if (begin >= size) continue;
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(in + (split.offset(to) + begin) * es,
-                                                  static_cast<int>(std::min(segElems, size - begin)), type, to,
-                                                  kReduceScatterTag, group.comm, &sends.add(to)),
-                                        "MPI_Isend (direct ReduceScatter)"));
+      CHIMERA_RETURN_IF_ERROR(
+          mpiStatus(MPI_Isend(in + (split.offset(to) + begin) * es, static_cast<int>(std::min(segElems, size - begin)),
+                              type, to, kReduceScatterTag, group.comm, &sends.add(to)),
+                    "MPI_Isend (direct ReduceScatter)"));
     }
   }
   const std::size_t mySize = split.size(me);
@@ -88,9 +88,9 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
     for (int i = 1; i < n; ++i) {
       const int from = (me - i + n) % n;
       MPI_Request receive = MPI_REQUEST_NULL;
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, from, kReduceScatterTag,
-                                                  group.comm, &receive),
-                                        "MPI_Irecv (direct ReduceScatter)"));
+      CHIMERA_RETURN_IF_ERROR(
+          mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, from, kReduceScatterTag, group.comm, &receive),
+                    "MPI_Irecv (direct ReduceScatter)"));
       CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, from, "direct ReduceScatter"));
       if (i == 1) {
         reduceTo(result + begin * es, slot, mine + begin * es, len, dtype, op);
@@ -151,11 +151,11 @@ Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count
   const MPI_Datatype type = mpiDataType(dtype);
   auto* mine = static_cast<std::byte*>(recv) + split.offset(group.index) * es;
   MPI_Request request = MPI_REQUEST_NULL;
-  const int rc = group.index == root ? MPI_Iscatterv(recv, counts.data(), displs.data(), type, MPI_IN_PLACE, 0, type,
-                                                     root, group.comm, &request)
-                                     : MPI_Iscatterv(nullptr, counts.data(), displs.data(), type, mine,
-                                                     counts[static_cast<std::size_t>(group.index)], type, root,
-                                                     group.comm, &request);
+  const int rc =
+      group.index == root
+          ? MPI_Iscatterv(recv, counts.data(), displs.data(), type, MPI_IN_PLACE, 0, type, root, group.comm, &request)
+          : MPI_Iscatterv(nullptr, counts.data(), displs.data(), type, mine,
+                          counts[static_cast<std::size_t>(group.index)], type, root, group.comm, &request);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(rc, "MPI_Iscatterv (broadcast)"));
   CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Iscatterv (broadcast)"));
   return ringAllGather(recv, split, dtype, group, kUnsegmented);

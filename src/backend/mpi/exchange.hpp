@@ -38,9 +38,8 @@ namespace chimera::detail {
 /// AllReduce = direct ReduceScatter (segments of `segmentBytes`) into this rank's block of
 /// `recv`, Avg division of that block, direct AllGather of `recv`. In-place when
 /// send == recv. Collective over `group`.
-[[nodiscard]] Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype,
-                                           ReduceOp op, const MpiGroup& group, ScratchBuffer& scratch,
-                                           std::size_t segmentBytes);
+[[nodiscard]] Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                                           const MpiGroup& group, ScratchBuffer& scratch, std::size_t segmentBytes);
 
 /// Broadcast as MPI_Scatterv of the root's buffer into n blocks followed by a ring
 /// AllGather (bandwidth 2(n-1)/n of the message instead of a tree's log n). `send` is read

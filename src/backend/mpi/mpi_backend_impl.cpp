@@ -13,12 +13,11 @@
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
-#include "core/check.hpp"
-#include "core/checked_math.hpp"
-#include "common/host_reduce.hpp"
-#include "common/log.hpp"
 #include "box/box_ops.hpp"
 #include "common/host_reduce.hpp"
+#include "common/log.hpp"
+#include "core/check.hpp"
+#include "core/checked_math.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -30,12 +29,9 @@ constexpr int kP2PTag = 0x5032;  // 'P2'
 // The library's AllToAll and Broadcast were never slower there, so Auto keeps them.
 std::size_t pointToPointThreshold(OpKind kind) {
   switch (kind) {
-    case OpKind::AllReduce:
-      return std::size_t{1} << 20;
-    case OpKind::ReduceScatter:
-      return std::size_t{256} << 10;
-    case OpKind::AllGather:
-      return std::size_t{1} << 20;
+    case OpKind::AllReduce: return std::size_t{1} << 20;
+    case OpKind::ReduceScatter: return std::size_t{256} << 10;
+    case OpKind::AllGather: return std::size_t{1} << 20;
     default:  // AllToAll, Broadcast
       break;
   }
@@ -96,12 +92,9 @@ Status MpiBackend::fail(std::string_view call, const Status& status) {
 bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const {
   switch (options_.algorithm) {
     case MpiAlgorithm::PointToPoint:
-    case MpiAlgorithm::Ring:
-      return true;
-    case MpiAlgorithm::Library:
-      return false;
-    case MpiAlgorithm::Auto:
-      break;
+    case MpiAlgorithm::Ring: return true;
+    case MpiAlgorithm::Library: return false;
+    case MpiAlgorithm::Auto: break;
   }
   const bool chosen = bytes >= pointToPointThreshold(kind);
   CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {} ranks: {}", opKindInfo(kind).call, bytes, groupSize,
@@ -121,14 +114,15 @@ Status MpiBackend::libraryAllReduce(const void* send, void* recv, std::size_t co
 }
 
 Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                             AxisSet axes) {
+                                 AxisSet axes) {
   Status local = checkDataType(dtype);
   if (local.isOk()) local = checkReduceOp(dtype, op);
   if (local.isOk()) local = checkBytes(count, dtype, 1, "allReduce count");
   if (local.isOk()) local = checkBuffer(send, count, "allReduce send buffer");
   if (local.isOk()) local = checkBuffer(recv, count, "allReduce recv buffer");
   const MpiGroup* group = nullptr;
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(
+      prepare(axes, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
   if (!usePointToPoint(OpKind::AllReduce, bytes, group->size) && fitsOneCall(count))
@@ -155,10 +149,10 @@ Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_
     if (target == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of scratch", bytes));
   }
   MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Ireduce_scatter_block(send, target, static_cast<int>(recvCount),
-                                                              mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm,
-                                                              &request),
-                                    "MPI_Ireduce_scatter_block"));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Ireduce_scatter_block(send, target, static_cast<int>(recvCount), mpiDataType(dtype),
+                                          mpiReduceOp(dtype, op), group.comm, &request),
+                "MPI_Ireduce_scatter_block"));
   CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Ireduce_scatter_block"));
   if (inPlace) std::memcpy(recv, target, bytes);
   if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group.size);
@@ -166,7 +160,7 @@ Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_
 }
 
 Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                                 AxisSet axes) {
+                                     AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
@@ -174,11 +168,11 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
   if (local.isOk()) local = checkBytes(recvCount, dtype, group->size, "reduceScatter recvCount");
   if (local.isOk()) local = checkBuffer(send, recvCount, "reduceScatter send buffer");
   if (local.isOk()) local = checkBuffer(recv, recvCount, "reduceScatter recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(
+      prepare(axes, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local, group));
   if (recvCount == 0) return Status::ok();
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
-  if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) ||
-      !fitsOneCall(recvCount)) {
+  if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) || !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};
     CHIMERA_RETURN_IF_ERROR(
         options_.algorithm == MpiAlgorithm::Ring
@@ -197,7 +191,8 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   if (local.isOk()) local = checkBytes(sendCount, dtype, group->size, "allGather sendCount");
   if (local.isOk()) local = checkBuffer(send, sendCount, "allGather send buffer");
   if (local.isOk()) local = checkBuffer(recv, sendCount, "allGather recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllGather, static_cast<std::int64_t>(sendCount), dtype, ReduceOp::Sum, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(
+      prepare(axes, {OpKind::AllGather, static_cast<std::int64_t>(sendCount), dtype, ReduceOp::Sum, 0}, local, group));
   if (sendCount == 0) return Status::ok();
   const std::size_t es = dataTypeSize(dtype);
   const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
@@ -206,7 +201,8 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   if (usePointToPoint(OpKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};
-    if (options_.algorithm == MpiAlgorithm::Ring) return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
+    if (options_.algorithm == MpiAlgorithm::Ring)
+      return ringAllGather(recv, split, dtype, *group, options_.segmentBytes);
     return directAllGather(recv, split, dtype, *group);
   }
   const MPI_Datatype type = mpiDataType(dtype);
@@ -226,8 +222,8 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
   if (local.isOk()) local = checkBuffer(recv, countPerPeer, "allToAll recv buffer");
   if (local.isOk() && countPerPeer > 0 && send == recv)
     local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
-  CHIMERA_RETURN_IF_ERROR(
-      prepare(axes, {OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype, ReduceOp::Sum, 0}, local, group));
+  CHIMERA_RETURN_IF_ERROR(prepare(
+      axes, {OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype, ReduceOp::Sum, 0}, local, group));
   if (countPerPeer == 0) return Status::ok();
   const std::size_t total = countPerPeer * static_cast<std::size_t>(group->size);
   if (usePointToPoint(OpKind::AllToAll, total * dataTypeSize(dtype), group->size) || !fitsOneCall(total))
@@ -241,18 +237,18 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
 }
 
 Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                             AxisSet axes) {
+                                 AxisSet axes) {
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   Status local = checkDataType(dtype);
   if (local.isOk() && (root < 0 || root >= group->size))
-    local = Status::invalidArgument(
-        fmt::format("broadcast root {} is not a group index of axes {} (size {})", root, mesh_.axesName(axes),
-                    group->size));
+    local = Status::invalidArgument(fmt::format("broadcast root {} is not a group index of axes {} (size {})", root,
+                                                mesh_.axesName(axes), group->size));
   if (local.isOk()) local = checkBytes(count, dtype, 1, "broadcast count");
   if (local.isOk() && group->index == root) local = checkBuffer(send, count, "broadcast send buffer (root)");
   if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
-  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::Broadcast, static_cast<std::int64_t>(count), dtype, ReduceOp::Sum, root}, local, group));
+  CHIMERA_RETURN_IF_ERROR(
+      prepare(axes, {OpKind::Broadcast, static_cast<std::int64_t>(count), dtype, ReduceOp::Sum, root}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t es = dataTypeSize(dtype);
   if (usePointToPoint(OpKind::Broadcast, count * es, group->size) && fitsOneCall(count))
@@ -282,20 +278,24 @@ Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
 
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer, Stream /*stream*/) {
   return guarded([&] { return fmt::format("send of {} {} to rank {}", count, dataTypeName(dtype), peer); },
-                 [&] { return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer}); });
+                 [&] {
+                   return blockingP2P({P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer});
+                 });
 }
 
 Status MpiBackend::recv(void* buf, std::size_t count, DataType dtype, int peer, Stream /*stream*/) {
   return guarded([&] { return fmt::format("recv of {} {} from rank {}", count, dataTypeName(dtype), peer); },
-                 [&] { return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer}); });
+                 [&] {
+                   return blockingP2P({P2POp::Kind::Recv, buf, count, dtype, peer});
+                 });
 }
 
 Status MpiBackend::groupedP2P(std::span<const P2POp> ops, Stream /*stream*/) {
   return guarded([&] { return fmt::format("groupedP2P of {} ops", ops.size()); }, [&] { return groupedP2PCall(ops); });
 }
 
-Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
-                             AxisSet axes, Stream /*stream*/) {
+Status MpiBackend::allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
+                             Stream /*stream*/) {
   return guarded([&] { return fmt::format("allReduce of {} {}", count, dataTypeName(dtype)); },
                  [&] { return allReduceCall(send, recv, count, dtype, op, axes); });
 }
@@ -318,8 +318,8 @@ Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPe
                  [&] { return allToAllCall(send, recv, countPerPeer, dtype, axes); });
 }
 
-Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                             AxisSet axes, Stream /*stream*/) {
+Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
+                             Stream /*stream*/) {
   return guarded([&] { return fmt::format("broadcast of {} {} from root {}", count, dataTypeName(dtype), root); },
                  [&] { return broadcastCall(send, recv, count, dtype, root, axes); });
 }
@@ -336,9 +336,8 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
     auto* at = static_cast<std::byte*>(op.buffer) + offset;
     const MPI_Datatype type = mpiDataType(op.dtype);
     MPI_Request request = MPI_REQUEST_NULL;
-    CHIMERA_RETURN_IF_ERROR(
-        sending ? mpiStatus(MPI_Isend(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Isend")
-                : mpiStatus(MPI_Irecv(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Irecv"));
+    CHIMERA_RETURN_IF_ERROR(sending ? mpiStatus(MPI_Isend(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Isend")
+                                    : mpiStatus(MPI_Irecv(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Irecv"));
     return waitOne(p2pGroup_, request, op.peer, sending ? "send" : "recv");
   });
 }

@@ -20,8 +20,8 @@
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "core/check.hpp"
 #include "common/env.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 
@@ -63,8 +63,8 @@ class MpiBackend final : public Backend {
   // Host calls: each completes before it returns, so the stream is ignored.
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
                    Stream stream) override;
-  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                       AxisSet axes, Stream stream) override;
+  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
+                       Stream stream) override;
   Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
                    Stream stream) override;
   Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
@@ -81,8 +81,8 @@ class MpiBackend final : public Backend {
   Status synchronize(Stream /*stream*/) override { return Status::ok(); }
   Status createGroups(std::span<const AxisSet> groups) override;
   bool hasGroup(AxisSet axes) const override { return mesh_.groupSize(axes) == 1 || groups_.contains(axes); }
-  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype, Stream stream) override;
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed, DataType dtype,
+                 Stream stream) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
                    DataType dtype, Stream stream) override;
   Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,

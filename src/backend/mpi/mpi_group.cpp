@@ -4,10 +4,10 @@
 
 #include <array>
 
-#include "backend/mpi/word_agreement.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "core/check.hpp"
+#include "backend/mpi/word_agreement.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {

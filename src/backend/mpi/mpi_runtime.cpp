@@ -6,13 +6,13 @@
 #include <string_view>
 
 #include "backend/mpi/bounded_wait.hpp"
-#include "common/size_text.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "common/size_text.hpp"
+#include "core/check.hpp"
 
 namespace chimera {
 namespace {
@@ -26,7 +26,8 @@ Status duplicateWorld(MPI_Comm base, int rank, int size, std::int64_t timeoutMs,
   MPI_Request request = MPI_REQUEST_NULL;
   CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(base, &out, &request), "MPI_Comm_idup"));
   const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
-  CHIMERA_RETURN_IF_ERROR(detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
@@ -37,8 +38,8 @@ Status mpiWorld(int& rank, int& size) {
   CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
   if (initialized == 0) {
     int provided = 0;
-    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
-                                              "MPI_Init_thread"));
+    CHIMERA_RETURN_IF_ERROR(
+        detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread"));
     gChimeraInitializedMpi = true;
   }
   CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_rank(MPI_COMM_WORLD, &rank), "MPI_Comm_rank"));

@@ -7,8 +7,8 @@
 #include <array>
 #include <mutex>
 
-#include "core/check.hpp"
 #include "common/host_reduce.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -37,14 +37,10 @@ int createFor(std::array<MPI_Op, 4>& ops) {
 std::size_t baseOpIndex(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      return 0;
-    case ReduceOp::Prod:
-      return 1;
-    case ReduceOp::Min:
-      return 2;
-    case ReduceOp::Max:
-      return 3;
+    case ReduceOp::Avg: return 0;
+    case ReduceOp::Prod: return 1;
+    case ReduceOp::Min: return 2;
+    case ReduceOp::Max: return 3;
   }
   CHIMERA_ASSERT(false && "unknown ReduceOp");
   return 0;
@@ -62,19 +58,13 @@ Status mpiStatus(int rc, std::string_view what) {
 
 MPI_Datatype mpiDataType(DataType dtype) {
   switch (dtype) {
-    case DataType::F32:
-      return MPI_FLOAT;
-    case DataType::F64:
-      return MPI_DOUBLE;
+    case DataType::F32: return MPI_FLOAT;
+    case DataType::F64: return MPI_DOUBLE;
     case DataType::F16:
-    case DataType::BF16:
-      return MPI_UINT16_T;
-    case DataType::I32:
-      return MPI_INT32_T;
-    case DataType::I64:
-      return MPI_INT64_T;
-    case DataType::U8:
-      return MPI_UINT8_T;
+    case DataType::BF16: return MPI_UINT16_T;
+    case DataType::I32: return MPI_INT32_T;
+    case DataType::I64: return MPI_INT64_T;
+    case DataType::U8: return MPI_UINT8_T;
   }
   CHIMERA_ASSERT(false && "unknown DataType");
   return MPI_DATATYPE_NULL;
@@ -84,14 +74,10 @@ MPI_Op mpiReduceOp(DataType dtype, ReduceOp op) {
   if (dtype == DataType::F16) return gUserOps[0][baseOpIndex(op)];
   if (dtype == DataType::BF16) return gUserOps[1][baseOpIndex(op)];
   switch (baseOpIndex(op)) {
-    case 0:
-      return MPI_SUM;
-    case 1:
-      return MPI_PROD;
-    case 2:
-      return MPI_MIN;
-    default:
-      return MPI_MAX;
+    case 0: return MPI_SUM;
+    case 1: return MPI_PROD;
+    case 2: return MPI_MIN;
+    default: return MPI_MAX;
   }
 }
 

@@ -47,9 +47,10 @@ std::string describe(const std::vector<Transfer>& transfers) {
 // Mismatch unless what `from` sends equals what `to` receives (the lists of one direction).
 Status compare(const std::vector<Transfer>& sent, const std::vector<Transfer>& received, int from, int to) {
   if (sent == received) return Status::ok();
-  return Status::mismatch(fmt::format("point-to-point arguments differ: rank {} sends rank {} [{}] but rank {} "
-                                      "receives [{}] from rank {}",
-                                      from, to, describe(sent), to, describe(received), from));
+  return Status::mismatch(
+      fmt::format("point-to-point arguments differ: rank {} sends rank {} [{}] but rank {} "
+                  "receives [{}] from rank {}",
+                  from, to, describe(sent), to, describe(received), from));
 }
 
 // (kind, count, dtype) per op with `peer`.
@@ -106,9 +107,9 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
     MPI_Get_count(&probed, MPI_INT64_T, &words);
     std::vector<std::int64_t> incoming(static_cast<std::size_t>(std::max(words, 0)));
     // The message was probed, so this receive completes at once.
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Recv(incoming.data(), words, MPI_INT64_T, peer, kManifestTag, comm,
-                                               MPI_STATUS_IGNORE),
-                                      "MPI_Recv (point-to-point argument check)"));
+    CHIMERA_RETURN_IF_ERROR(
+        mpiStatus(MPI_Recv(incoming.data(), words, MPI_INT64_T, peer, kManifestTag, comm, MPI_STATUS_IGNORE),
+                  "MPI_Recv (point-to-point argument check)"));
     if (!verdict.isOk()) continue;  // keep receiving so no manifest is left behind
     const PeerView view = parse(incoming);
     verdict = compare(transfersWith(ops, peer, P2POp::Kind::Send), view.receives, self, peer);
@@ -116,8 +117,8 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
   }
   CHIMERA_RETURN_IF_ERROR(requests.waitAll(world, "point-to-point argument check (manifest sends)"));
   if (verdict.isOk()) {
-    verdict = compare(transfersWith(ops, self, P2POp::Kind::Send), transfersWith(ops, self, P2POp::Kind::Recv), self,
-                      self);
+    verdict =
+        compare(transfersWith(ops, self, P2POp::Kind::Send), transfersWith(ops, self, P2POp::Kind::Recv), self, self);
   }
   return verdict;
 }

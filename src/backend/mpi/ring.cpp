@@ -8,8 +8,8 @@
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "core/check.hpp"
 #include "common/host_reduce.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -41,12 +41,12 @@ Status exchange(const void* sendBuf, std::size_t sendCount, void* recvBuf, std::
   const int left = wrap(group.index - 1, group.size);
   const MPI_Datatype type = mpiDataType(dtype);
   RequestSet step;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Irecv(recvBuf, static_cast<int>(recvCount), type, left, kRingTag, group.comm, &step.add(left)),
-      "MPI_Irecv (ring step)"));
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Isend(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, group.comm, &step.add(right)),
-      "MPI_Isend (ring step)"));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Irecv(recvBuf, static_cast<int>(recvCount), type, left, kRingTag, group.comm, &step.add(left)),
+                "MPI_Irecv (ring step)"));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Isend(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, group.comm, &step.add(right)),
+                "MPI_Isend (ring step)"));
   return step.waitAll(group, "ring AllGather step");
 }
 
@@ -110,9 +110,9 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
     for (std::size_t k = 0; k * segElems < recvLen; ++k) {
       const std::size_t len = segmentLength(recvLen, k, segElems);
       MPI_Request receive = MPI_REQUEST_NULL;
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(
-          MPI_Irecv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, &receive),
-          "MPI_Irecv (ring ReduceScatter)"));
+      CHIMERA_RETURN_IF_ERROR(
+          mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, &receive),
+                    "MPI_Irecv (ring ReduceScatter)"));
       CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, left, "ring ReduceScatter"));
       reduceTo(target + k * segElems * es, slot, mine + k * segElems * es, len, dtype, op);
     }
@@ -144,4 +144,3 @@ Status ringAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGroup
 }
 
 }  // namespace chimera::detail
-

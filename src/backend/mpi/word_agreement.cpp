@@ -27,16 +27,16 @@ Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag
   requests.reserve(2 * static_cast<std::size_t>(members));
   for (int peer = 0; peer < members; ++peer) {
     if (peer == group.index) continue;
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(incoming.data() + static_cast<std::size_t>(peer) * n,
-                                                static_cast<int>(n), MPI_LONG_LONG, peer, tag, group.comm,
-                                                &requests.add(peer)),
-                                      "MPI_Irecv (agreement)"));
+    CHIMERA_RETURN_IF_ERROR(
+        mpiStatus(MPI_Irecv(incoming.data() + static_cast<std::size_t>(peer) * n, static_cast<int>(n), MPI_LONG_LONG,
+                            peer, tag, group.comm, &requests.add(peer)),
+                  "MPI_Irecv (agreement)"));
   }
   for (int peer = 0; peer < members; ++peer) {
     if (peer == group.index) continue;
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(mine.data(), static_cast<int>(n), MPI_LONG_LONG, peer, tag,
-                                                group.comm, &requests.add(peer)),
-                                      "MPI_Isend (agreement)"));
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(
+        MPI_Isend(mine.data(), static_cast<int>(n), MPI_LONG_LONG, peer, tag, group.comm, &requests.add(peer)),
+        "MPI_Isend (agreement)"));
   }
   CHIMERA_RETURN_IF_ERROR(requests.waitAll(group, what));
   for (int peer = 0; peer < members; ++peer) {

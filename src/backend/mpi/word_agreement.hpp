@@ -22,8 +22,7 @@ inline constexpr int kDirectAgreementLimit = 16;
 /// Collective over `group`: replaces every word by its minimum over the group. `tag` must be
 /// used by no other message on `group.comm`. Waits are bounded by group.timeoutMs (Timeout
 /// naming `what`, the group and the members that did not join).
-[[nodiscard]] Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int tag,
-                                  std::string_view what);
+[[nodiscard]] Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what);
 
 /// minOverGroup as the GroupMin of an agreement. `group` must outlive the result.
 GroupMin groupMin(const MpiGroup& group, int tag, std::string what);

@@ -49,8 +49,8 @@ Resolved resolve() {
   lookUp(library, "ncclGetLastError", r.api.getLastError);
   if (r.api.features.allToAll) lookUp(library, "ncclAlltoAll", r.api.allToAll);
   if (r.api.commInitRankConfig == nullptr || r.api.commSplit == nullptr || r.api.commFinalize == nullptr) {
-    r.status = Status::unsupported(fmt::format(
-        "NCCL {} lacks ncclCommInitRankConfig, ncclCommSplit or ncclCommFinalize", r.api.features.text));
+    r.status = Status::unsupported(
+        fmt::format("NCCL {} lacks ncclCommInitRankConfig, ncclCommSplit or ncclCommFinalize", r.api.features.text));
   }
   r.api.features.allToAll = r.api.allToAll != nullptr;
   return r;

@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string_view>
 #include <thread>
@@ -17,9 +17,9 @@
 #include "backend/nccl/deadline_poll.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "common/agreement.hpp"
-#include "core/check.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 
 namespace chimera::detail {
@@ -301,8 +301,8 @@ Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recv
   ncclDataType_t type{};
   ncclRedOp_t redOp{};
   const Status local =
-      firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp), checkBuffer(send, recvCount, "send buffer"),
-                  checkBuffer(recv, recvCount, "recv buffer")});
+      firstError({ncclDataType(dtype, type), ncclReduceOp(dtype, op, redOp),
+                  checkBuffer(send, recvCount, "send buffer"), checkBuffer(recv, recvCount, "recv buffer")});
   const CallSignature signature{OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (recvCount == 0) return Status::ok();
@@ -330,9 +330,9 @@ Status NcclBackend::allToAll(const void* send, void* recv, std::size_t countPerP
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
-  const Status local = firstError({ncclDataType(dtype, type), checkBuffer(send, countPerPeer, "send buffer"),
-                                   checkBuffer(recv, countPerPeer, "recv buffer"),
-                                   checkOutOfPlace(send, recv, countPerPeer)});
+  const Status local =
+      firstError({ncclDataType(dtype, type), checkBuffer(send, countPerPeer, "send buffer"),
+                  checkBuffer(recv, countPerPeer, "recv buffer"), checkOutOfPlace(send, recv, countPerPeer)});
   const CallSignature signature{OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (countPerPeer == 0) return Status::ok();
@@ -357,8 +357,7 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
     const std::size_t offset = static_cast<std::size_t>(peer) * blockBytes;
     const ncclResult_t sent = ncclSend(sendBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream));
     const ncclResult_t received =
-        sent == ncclSuccess ? ncclRecv(recvBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream))
-                            : sent;
+        sent == ncclSuccess ? ncclRecv(recvBytes + offset, countPerPeer, type, peer, comm, cudaStreamOf(stream)) : sent;
     if (received != ncclSuccess) status = ncclStatus(received, "ncclSend/ncclRecv of allToAll");
   }
   // The group must be closed even after a failed enqueue.
@@ -370,22 +369,21 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
   return settle(ended, comm, "ncclGroupEnd of allToAll");
 }
 
-Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                              AxisSet axes, Stream stream) {
+Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
+                              Stream stream) {
   ncclComm_t comm = nullptr;
   CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
   ncclDataType_t type{};
   const int members = mesh_.groupSize(axes);
   const bool isRoot = mesh_.groupIndex(rank_, axes) == root;
-  const Status local = firstError(
-      {ncclDataType(dtype, type), checkBuffer(recv, count, "recv buffer"),
-       isRoot ? checkBuffer(send, count, "root's send buffer") : Status::ok(),
-       root >= 0 && root < members
-           ? Status::ok()
-           : Status::invalidArgument(fmt::format("broadcast root {} outside group {} of {} ranks", root,
-                                                 mesh_.axesName(axes), members))});
-  const CallSignature signature{OpKind::Broadcast, static_cast<std::int64_t>(count), dtype,
-                                    ReduceOp::Sum, root};
+  const Status local =
+      firstError({ncclDataType(dtype, type), checkBuffer(recv, count, "recv buffer"),
+                  isRoot ? checkBuffer(send, count, "root's send buffer") : Status::ok(),
+                  root >= 0 && root < members
+                      ? Status::ok()
+                      : Status::invalidArgument(fmt::format("broadcast root {} outside group {} of {} ranks", root,
+                                                            mesh_.axesName(axes), members))});
+  const CallSignature signature{OpKind::Broadcast, static_cast<std::int64_t>(count), dtype, ReduceOp::Sum, root};
   CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
   if (count == 0) return Status::ok();
   return settle(ncclBroadcast(send, recv, count, type, root, comm, cudaStreamOf(stream)), comm, "ncclBroadcast");
@@ -425,10 +423,9 @@ Status NcclBackend::groupedP2P(std::span<const P2POp> ops, Stream stream) {
     ncclDataType_t type{};
     status = ncclDataType(op.dtype, type);
     if (!status.isOk()) break;
-    const ncclResult_t result =
-        op.kind == P2POp::Kind::Send
-            ? ncclSend(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream))
-            : ncclRecv(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream));
+    const ncclResult_t result = op.kind == P2POp::Kind::Send
+                                    ? ncclSend(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream))
+                                    : ncclRecv(op.buffer, op.count, type, op.peer, world_, cudaStreamOf(stream));
     if (result != ncclSuccess) status = ncclStatus(result, op.kind == P2POp::Kind::Send ? "ncclSend" : "ncclRecv");
   }
   // The group must be closed even after a failed enqueue.

@@ -35,8 +35,7 @@ namespace chimera::detail {
 /// options.timeout; past it, or on an asynchronous error, every communicator is aborted.
 class NcclBackend final : public Backend {
  public:
-  NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, const NcclApi& api,
-              NcclBackendOptions options);
+  NcclBackend(const Mesh& mesh, int rank, int device, ncclComm_t world, const NcclApi& api, NcclBackendOptions options);
   ~NcclBackend() override;
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
@@ -49,12 +48,11 @@ class NcclBackend final : public Backend {
   /// The NCCL library found at run time.
   const NcclApi& api() const { return api_; }
 
-
   // Every call is enqueued on the cudaStream_t its caller passes.
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
                    Stream stream) override;
-  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
-                       AxisSet axes, Stream stream) override;
+  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
+                       Stream stream) override;
   Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
                    Stream stream) override;
   Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
@@ -69,8 +67,8 @@ class NcclBackend final : public Backend {
   void deallocate(void* ptr) override;
   Status allocateHost(std::size_t bytes, void** out) override;
   void deallocateHost(void* ptr) override;
-  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed,
-                 DataType dtype, Stream stream) override;
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed, DataType dtype,
+                 Stream stream) override;
   Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
                    DataType dtype, Stream stream) override;
   Status packBoxes(const void* tensor, std::span<const std::int64_t> shape, std::span<const Box> boxes,
@@ -125,7 +123,7 @@ class NcclBackend final : public Backend {
   const NcclApi& api_;
   std::map<std::uint32_t, ncclComm_t> groups_;  // AxisSet bits -> split communicator
   NcclBackendOptions options_;
-  std::string abortReason_;  // non-empty once aborted
+  std::string abortReason_;                  // non-empty once aborted
   std::int64_t* agreementHost_ = nullptr;    // pinned agreement words (created on first check)
   std::int64_t* agreementDevice_ = nullptr;  // device copy of the words
   std::size_t agreementBytes_ = 0;           // size of both

@@ -32,8 +32,8 @@ std::string uniqueIdToHex(const NcclUniqueId& id) {
 }
 
 Status uniqueIdFromHex(std::string_view text, NcclUniqueId& out) {
-  CHIMERA_CHECK_ARG(text.size() == 2 * kNcclUniqueIdBytes, "NCCL unique id has {} hex digits, expected {}",
-                    text.size(), 2 * kNcclUniqueIdBytes);
+  CHIMERA_CHECK_ARG(text.size() == 2 * kNcclUniqueIdBytes, "NCCL unique id has {} hex digits, expected {}", text.size(),
+                    2 * kNcclUniqueIdBytes);
   for (std::size_t i = 0; i < kNcclUniqueIdBytes; ++i) {
     const int high = hexDigit(text[2 * i]);
     const int low = hexDigit(text[2 * i + 1]);
@@ -47,8 +47,8 @@ Status uniqueIdFromHex(std::string_view text, NcclUniqueId& out) {
 Status readNcclBootstrapEnv(NcclBootstrapEnv& out) {
   out = NcclBootstrapEnv{};
   for (const char* name : {"CHIMERA_RANK", "CHIMERA_WORLD_SIZE"}) {
-    CHIMERA_CHECK_ARG(readEnvText(name).has_value(), "{} is not set (start the ranks with chimera-rank-launch or set it)",
-                      name);
+    CHIMERA_CHECK_ARG(readEnvText(name).has_value(),
+                      "{} is not set (start the ranks with chimera-rank-launch or set it)", name);
   }
   CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_RANK", 0, out.rank));
   CHIMERA_RETURN_IF_ERROR(readEnvIndex("CHIMERA_WORLD_SIZE", 0, out.worldSize));

@@ -17,9 +17,9 @@ Status ncclStatus(ncclResult_t result, const char* what);
 
 /// Evaluates an NCCL call and returns its Status from the enclosing function unless it
 /// returned ncclSuccess (or ncclInProgress, which non-blocking communicators report).
-#define CHIMERA_NCCL_RETURN(expr)                                                                   \
-  do {                                                                                              \
-    const ncclResult_t chimera_nccl_result_ = (expr);                                               \
-    if (chimera_nccl_result_ != ncclSuccess && chimera_nccl_result_ != ncclInProgress)              \
-      return ::chimera::detail::ncclStatus(chimera_nccl_result_, #expr);                            \
+#define CHIMERA_NCCL_RETURN(expr)                                                      \
+  do {                                                                                 \
+    const ncclResult_t chimera_nccl_result_ = (expr);                                  \
+    if (chimera_nccl_result_ != ncclSuccess && chimera_nccl_result_ != ncclInProgress) \
+      return ::chimera::detail::ncclStatus(chimera_nccl_result_, #expr);               \
   } while (0)

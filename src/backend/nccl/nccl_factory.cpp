@@ -8,14 +8,14 @@
 #include <string>
 
 #include "backend/nccl/device_choice.hpp"
-#include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_api.hpp"
 #include "backend/nccl/nccl_backend_impl.hpp"
+#include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "backend/nccl/nccl_check.hpp"
 #include "chimera/nccl_backend.hpp"
 #include "common/env.hpp"
-#include "core/check.hpp"
 #include "common/log.hpp"
+#include "core/check.hpp"
 #include "cuda_check.hpp"
 
 #if CHIMERA_HAS_MPI
@@ -214,8 +214,8 @@ Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out) {
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(),
-                    mesh.size(), size);
+  CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
+                    size);
   // Everything a rank can fail on by itself is agreed on before any rank enters NCCL's
   // communicator creation, so one rank's bad environment or old library fails all ranks.
   detail::NcclBackendOptions options;

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "backend/nccl/nccl_backend_impl.hpp"
-#include "core/check.hpp"
-#include "common/log.hpp"
-#include "cuda_check.hpp"
 #include "box/box_ops.hpp"
+#include "common/log.hpp"
+#include "core/check.hpp"
+#include "cuda_check.hpp"
 #include "pack.hpp"
 #include "reduce.hpp"
 
@@ -96,8 +96,7 @@ Status NcclBackend::unpackBoxes(std::span<const void* const> packed, void* tenso
 
 bool NcclBackend::capturing(Stream stream) const {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(cudaStreamOf(stream), &capture) == cudaSuccess &&
-         capture != cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(cudaStreamOf(stream), &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone;
 }
 
 Status NcclBackend::scale(const void* input, void* output, std::size_t count, DataType dtype, double factor,

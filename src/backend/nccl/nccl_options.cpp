@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/check.hpp"
 #include "common/env.hpp"
+#include "core/check.hpp"
 
 namespace chimera::detail {
 

@@ -23,9 +23,9 @@ struct NcclBackendOptions {
   bool checkArgs = false;
 };
 
-/// Reads CHIMERA_TIMEOUT_MS (timeoutMsFromEnv, shared with the MPI backend), CHIMERA_NCCL_ALLTOALL (native | grouped) and CHIMERA_CHECK_ARGS
-/// (0/1/on/off/true/false; default on in debug builds) into `out`. InvalidArgument quoting
-/// the text when one is malformed.
+/// Reads CHIMERA_TIMEOUT_MS (timeoutMsFromEnv, shared with the MPI backend), CHIMERA_NCCL_ALLTOALL (native | grouped)
+/// and CHIMERA_CHECK_ARGS (0/1/on/off/true/false; default on in debug builds) into `out`. InvalidArgument quoting the
+/// text when one is malformed.
 [[nodiscard]] Status ncclBackendOptionsFromEnv(NcclBackendOptions& out);
 
 }  // namespace chimera::detail

@@ -16,9 +16,10 @@ Status ncclFeaturesFor(int code, NcclFeatures& out) {
   out.code = code;
   out.text = ncclVersionText(code);
   if (code < kMinimumNcclVersion) {
-    return Status::unsupported(fmt::format("the NCCL library loaded at run time is {}; chimera needs NCCL >= {} "
-                                           "(point LD_LIBRARY_PATH at a newer libnccl.so.2)",
-                                           out.text, ncclVersionText(kMinimumNcclVersion)));
+    return Status::unsupported(
+        fmt::format("the NCCL library loaded at run time is {}; chimera needs NCCL >= {} "
+                    "(point LD_LIBRARY_PATH at a newer libnccl.so.2)",
+                    out.text, ncclVersionText(kMinimumNcclVersion)));
   }
   out.allToAll = code >= ncclVersionCode(2, 28, 0);
   out.groupedAbort = code >= ncclVersionCode(2, 22, 0);

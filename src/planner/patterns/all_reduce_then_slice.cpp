@@ -23,8 +23,8 @@ std::optional<std::string> allReduceThenSlice(const PatternContext& context) {
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != ChainOp::Kind::AllReduce) continue;
     const AxisSet reduced = ops[i].axes;
-    const bool sliced = i + 1 < ops.size() && ops[i + 1].kind == ChainOp::Kind::Slice &&
-                        (ops[i + 1].axes & reduced) == ops[i + 1].axes;
+    const bool sliced =
+        i + 1 < ops.size() && ops[i + 1].kind == ChainOp::Kind::Slice && (ops[i + 1].axes & reduced) == ops[i + 1].axes;
     const bool consumedSharded = i + 1 == ops.size();
     if (!sliced && !consumedSharded) continue;
     for (const auto& step : context.fused.steps) {

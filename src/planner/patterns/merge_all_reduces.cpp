@@ -35,8 +35,8 @@ std::vector<Program> hierarchicalAllReduces(const Layout& from, AxisSet axes, co
       Layout sharded = from.withShards(outer, dim);
       if (!sharded.validate(spec).isOk()) continue;
       const Layout shardReduced = sharded.withReplicated(inner);
-      const std::string why = fmt::format("hierarchical reduction over {} then {}", mesh.axesName(outer),
-                                          mesh.axesName(inner));
+      const std::string why =
+          fmt::format("hierarchical reduction over {} then {}", mesh.axesName(outer), mesh.axesName(inner));
       Program program(3);
       program[0].step.kind = PlanStep::Kind::ReduceScatter;
       program[0].step.axes = outer;

@@ -17,9 +17,9 @@ bool planHasKind(const Plan& plan, PlanStep::Kind kind) {
 
 std::vector<std::string> namedRewrites(const PatternContext& context) {
   std::vector<std::string> names;
-  for (auto recognise : {allReduceThenSlice, allGatherThenOwnSlice, allGatherThenSliceToAllToAll,
-                         reduceScatterThenAllGather, mergeAllReduces, allReduceOfReplicated, pipelineHandOff,
-                         unionAllToAll}) {
+  for (auto recognise :
+       {allReduceThenSlice, allGatherThenOwnSlice, allGatherThenSliceToAllToAll, reduceScatterThenAllGather,
+        mergeAllReduces, allReduceOfReplicated, pipelineHandOff, unionAllToAll}) {
     if (auto name = recognise(context)) names.push_back(std::move(*name));
   }
   return names;

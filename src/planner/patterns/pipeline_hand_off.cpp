@@ -24,7 +24,8 @@ namespace chimera::detail {
 namespace {
 
 bool crossesStages(const Layout& in, const Layout& out) {
-  return in.axesOfKind(Placement::Kind::Stage) != out.axesOfKind(Placement::Kind::Stage) || !(in.holders() == out.holders());
+  return in.axesOfKind(Placement::Kind::Stage) != out.axesOfKind(Placement::Kind::Stage) ||
+         !(in.holders() == out.holders());
 }
 
 }  // namespace

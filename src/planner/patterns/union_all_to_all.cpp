@@ -26,9 +26,8 @@ namespace chimera::detail {
 
 std::optional<std::string> unionAllToAll(const PatternContext& context) {
   const auto& ops = context.trace.ops;
-  const auto communicating = std::count_if(ops.begin(), ops.end(), [](const ChainOp& op) {
-    return op.kind != ChainOp::Kind::Slice;
-  });
+  const auto communicating =
+      std::count_if(ops.begin(), ops.end(), [](const ChainOp& op) { return op.kind != ChainOp::Kind::Slice; });
   if (communicating < 2) return std::nullopt;
   const PlanStep* allToAll = nullptr;
   for (const auto& step : context.fused.steps) {
@@ -44,10 +43,8 @@ std::optional<std::string> unionAllToAll(const PatternContext& context) {
       case PlanStep::Kind::ReduceScatter:
       case PlanStep::Kind::AllReduce:
       case PlanStep::Kind::LocalCopy:
-      case PlanStep::Kind::Scale:
-        break;
-      default:
-        return std::nullopt;
+      case PlanStep::Kind::Scale: break;
+      default: return std::nullopt;
     }
   }
   if (allToAll == nullptr) return std::nullopt;

@@ -17,14 +17,10 @@ using detail::splitmix64;
 std::int64_t reduce(ReduceOp op, std::int64_t a, std::int64_t b) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      return a + b;
-    case ReduceOp::Prod:
-      return a * b;
-    case ReduceOp::Min:
-      return std::min(a, b);
-    case ReduceOp::Max:
-      return std::max(a, b);
+    case ReduceOp::Avg: return a + b;
+    case ReduceOp::Prod: return a * b;
+    case ReduceOp::Min: return std::min(a, b);
+    case ReduceOp::Max: return std::max(a, b);
   }
   return a;
 }
@@ -154,22 +150,14 @@ RankTensors broadcast(const Context& c, const RankTensors& in, AxisSet axes, int
 
 RankTensors runOp(const Context& c, const ChainOp& op, ReduceOp reduceOp, const RankTensors& in) {
   switch (op.kind) {
-    case ChainOp::Kind::AllReduce:
-      return allReduce(c, in, op.axes, reduceOp);
-    case ChainOp::Kind::ReduceScatter:
-      return reduceScatter(c, in, op.axes, reduceOp, op.dim);
-    case ChainOp::Kind::AllGather:
-      return allGather(c, in, op.axes, op.dim);
-    case ChainOp::Kind::AllToAll:
-      return allToAll(c, in, op.axes, op.dim, op.toDim);
-    case ChainOp::Kind::Slice:
-      return slice(c, in, op.axes, op.dim);
-    case ChainOp::Kind::Send:
-      return send(c, in, op.axes, op.stageStep);
-    case ChainOp::Kind::Broadcast:
-      return broadcast(c, in, op.axes, op.root);
-    default:
-      break;
+    case ChainOp::Kind::AllReduce: return allReduce(c, in, op.axes, reduceOp);
+    case ChainOp::Kind::ReduceScatter: return reduceScatter(c, in, op.axes, reduceOp, op.dim);
+    case ChainOp::Kind::AllGather: return allGather(c, in, op.axes, op.dim);
+    case ChainOp::Kind::AllToAll: return allToAll(c, in, op.axes, op.dim, op.toDim);
+    case ChainOp::Kind::Slice: return slice(c, in, op.axes, op.dim);
+    case ChainOp::Kind::Send: return send(c, in, op.axes, op.stageStep);
+    case ChainOp::Kind::Broadcast: return broadcast(c, in, op.axes, op.root);
+    default: break;
   }
   throw std::logic_error(std::string(opKindName(op.kind)) + " is not a chain op");
 }
@@ -233,7 +221,8 @@ RankTensors distribute(const Layout& layout, const TensorSpec& spec, std::uint64
     const auto coords = mesh.coordinates(r);
     std::uint64_t partialKey = 0;
     for (int axis = 0; axis < mesh.numAxes(); ++axis) {
-      if (layout.placement(axis).isPartial()) partialKey = partialKey * 131 + static_cast<std::uint64_t>(coords[static_cast<std::size_t>(axis)]) + 1;
+      if (layout.placement(axis).isPartial())
+        partialKey = partialKey * 131 + static_cast<std::uint64_t>(coords[static_cast<std::size_t>(axis)]) + 1;
     }
     const Box box = simBox(layout, spec, r);
     LocalTensor t = LocalTensor::filled(box.extent, 0);
@@ -249,7 +238,8 @@ RankTensors distribute(const Layout& layout, const TensorSpec& spec, std::uint64
         logical += (box.offset[du] + local) * stride;
         stride *= spec.shape[du];
       }
-      const std::uint64_t h = splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(logical) ^ splitmix64(partialKey)));
+      const std::uint64_t h =
+          splitmix64(seed ^ splitmix64(static_cast<std::uint64_t>(logical) ^ splitmix64(partialKey)));
       t.data[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(h % (1u << 21)) - (1 << 20);
     }
     out[static_cast<std::size_t>(r)] = std::move(t);
@@ -277,7 +267,8 @@ RankTensors runManyToMany(const Plan& plan, const PlanStep& step, const RankTens
   const PlanBuffer& outBuffer = plan.buffers[static_cast<std::size_t>(step.output)];
   RankTensors out(in.size());
   for (int r = 0; r < c.mesh.size(); ++r) {
-    if (simHolds(outBuffer.layout, r)) out[static_cast<std::size_t>(r)] = LocalTensor::filled(outBuffer.localShape, kUnwritten);
+    if (simHolds(outBuffer.layout, r))
+      out[static_cast<std::size_t>(r)] = LocalTensor::filled(outBuffer.localShape, kUnwritten);
   }
   for (const auto& t : step.transfers) {
     const LocalTensor piece = extract(at(in, t.src), t.srcBox);
@@ -293,24 +284,17 @@ RankTensors runStep(const Plan& plan, const PlanStep& step, const RankTensors& i
   const Layout& inLayout = plan.buffers[static_cast<std::size_t>(step.input)].layout;
   const Layout& outLayout = plan.buffers[static_cast<std::size_t>(step.output)].layout;
   switch (step.kind) {
-    case PlanStep::Kind::AllReduce:
-      return allReduce(c, in, step.axes, step.op);
-    case PlanStep::Kind::ReduceScatter:
-      return reduceScatter(c, in, step.axes, step.op, step.dim);
-    case PlanStep::Kind::AllGather:
-      return allGather(c, in, step.axes, step.dim);
-    case PlanStep::Kind::AllToAll:
-      return allToAll(c, in, step.axes, step.dim, step.toDim);
-    case PlanStep::Kind::Broadcast:
-      return broadcast(c, in, step.axes, step.root);
+    case PlanStep::Kind::AllReduce: return allReduce(c, in, step.axes, step.op);
+    case PlanStep::Kind::ReduceScatter: return reduceScatter(c, in, step.axes, step.op, step.dim);
+    case PlanStep::Kind::AllGather: return allGather(c, in, step.axes, step.dim);
+    case PlanStep::Kind::AllToAll: return allToAll(c, in, step.axes, step.dim, step.toDim);
+    case PlanStep::Kind::Broadcast: return broadcast(c, in, step.axes, step.root);
     case PlanStep::Kind::Send: {
       const int axis = std::countr_zero(step.axes.bits());
       return send(c, in, step.axes, outLayout.placement(axis).stage - inLayout.placement(axis).stage);
     }
-    case PlanStep::Kind::ManyToMany:
-      return runManyToMany(plan, step, in, c);
-    case PlanStep::Kind::LocalCopy:
-      return copyBoxes(inLayout, outLayout, plan.spec, in);
+    case PlanStep::Kind::ManyToMany: return runManyToMany(plan, step, in, c);
+    case PlanStep::Kind::LocalCopy: return copyBoxes(inLayout, outLayout, plan.spec, in);
     case PlanStep::Kind::Scale: {
       RankTensors out = in;
       for (auto& t : out) {
@@ -320,8 +304,7 @@ RankTensors runStep(const Plan& plan, const PlanStep& step, const RankTensors& i
       }
       return out;
     }
-    default:
-      break;
+    default: break;
   }
   throw std::logic_error(std::string(opKindName(step.kind)) + " is not a plan step");
 }
@@ -341,7 +324,8 @@ RankTensors runPlan(const Plan& plan, const RankTensors& input, Traffic& traffic
     for (int r = 0; r < mesh.size(); ++r) {
       const auto& t = out[static_cast<std::size_t>(r)];
       const std::string where = "step " + std::to_string(s + 1) + " rank " + std::to_string(r);
-      if (t.has_value() != simHolds(buffer.layout, r)) throw std::logic_error(where + ": buffer presence differs from its layout");
+      if (t.has_value() != simHolds(buffer.layout, r))
+        throw std::logic_error(where + ": buffer presence differs from its layout");
       if (!t) continue;
       if (t->shape != buffer.localShape) throw std::logic_error(where + ": wrong local shape");
       if (std::find(t->data.begin(), t->data.end(), kUnwritten) != t->data.end()) {

@@ -28,7 +28,8 @@ Status MeshRuntime::create(std::vector<MeshAxis> axes, bool fusion, bool perRank
   if (perRank) {
     // Every non-empty set of axes: a handful of groups on the meshes layers use (at most 2^4-1).
     std::vector<AxisSet> groups;
-    for (std::uint32_t bits = 1; bits < (1u << runtime->mesh().numAxes()); ++bits) groups.push_back(AxisSet::fromBits(bits));
+    for (std::uint32_t bits = 1; bits < (1u << runtime->mesh().numAxes()); ++bits)
+      groups.push_back(AxisSet::fromBits(bits));
     CHIMERA_RETURN_IF_ERROR(runtime->backend_->createGroups(groups));
   }
   CHIMERA_RETURN_IF_ERROR(Session::create(*runtime->backend_, options, runtime->session_));
@@ -70,8 +71,8 @@ Status MeshRuntime::planBytes(const TensorSpec& spec, std::string_view from, std
   return Status::ok();
 }
 
-Status MeshRuntime::redistribute(const TensorSpec& spec, std::string_view from, std::string_view to,
-                                 const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes) {
+Status MeshRuntime::redistribute(const TensorSpec& spec, std::string_view from, std::string_view to, const void* input,
+                                 std::size_t inputBytes, void* output, std::size_t outputBytes) {
   Layout source;
   Layout target;
   CHIMERA_RETURN_IF_ERROR(layout(from, source));

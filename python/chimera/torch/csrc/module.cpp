@@ -6,11 +6,11 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
-#include <utility>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chimera/mpi_backend.hpp"
@@ -37,7 +37,8 @@ std::string mpiMismatch(int worldSize, int torchRank, bool isWorld) {
     return "torch.distributed has " + std::to_string(worldSize) + " ranks but the MPI world has " +
            std::to_string(mpiSize) +
            ". The chimera backend runs CPU tensors over MPI and needs every rank started by an MPI launcher "
-           "(mpirun -np " + std::to_string(worldSize) +
+           "(mpirun -np " +
+           std::to_string(worldSize) +
            " ...); under torchrun each process is a one-rank MPI world, which chimera cannot join (use backend "
            "\"gloo\" for CPU tensors there, or launch with mpirun)";
   if (isWorld && mpiRank != torchRank)
@@ -56,7 +57,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
               " global ranks for a group of ", size);
   TORCH_CHECK(rank >= 0 && rank < size, "chimera process group: group rank ", rank, " of ", size);
   std::string hostError = mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
-  const int tag = static_cast<int>(std::hash<std::string>{}(groupId) & 0x3fffffff);
+  const int tag = static_cast<int>(std::hash<std::string>{}(groupId)&0x3fffffff);
   ChimeraProcessGroup::HostFactory makeHost = [globalRanks, tag, timeoutMs](std::unique_ptr<Backend>& out) {
     return createGroupBackend(globalRanks, tag, timeoutMs, out);
   };
@@ -167,8 +168,8 @@ void bindMeshRuntime(py::module_& m) {
              at::Tensor output = at::empty(local, input.options());
              {
                py::gil_scoped_release release;
-               raise("redistribute", r.redistribute(spec, from, to, input.data_ptr(), bytesOf(input),
-                                                     output.data_ptr(), bytesOf(output)));
+               raise("redistribute", r.redistribute(spec, from, to, input.data_ptr(), bytesOf(input), output.data_ptr(),
+                                                    bytesOf(output)));
              }
              return output;
            })
@@ -179,7 +180,7 @@ void bindMeshRuntime(py::module_& m) {
              if (t.defined() && t.numel() > 0) buffer = bufferOf("Session.tensor", t);
              TensorHandle h;
              raise("Session.tensor", r.session().tensor(buffer.first, buffer.second, specOf(shape, t.scalar_type()),
-                                                         layoutOf(r, layout), h));
+                                                        layoutOf(r, layout), h));
              return handleTuple(h);
            })
       .def("all_reduce",
@@ -209,8 +210,8 @@ void bindMeshRuntime(py::module_& m) {
               const at::Tensor& out) {
              auto buffer = bufferOf("Session.all_to_all", out);
              TensorHandle h;
-             raise("Session.all_to_all", r.session().allToAll(handleOf(in), axesOf(r, axes), fromDim, toDim,
-                                                              buffer.first, buffer.second, h));
+             raise("Session.all_to_all",
+                   r.session().allToAll(handleOf(in), axesOf(r, axes), fromDim, toDim, buffer.first, buffer.second, h));
              return handleTuple(h);
            })
       .def(
@@ -271,8 +272,8 @@ void bindMeshRuntime(py::module_& m) {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "chimera's torch.distributed backend (import chimera.torch to register it)";
   py::module_::import("torch.distributed");
-  m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"),
-        py::arg("global_ranks"), py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms") = 0,
+  m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"), py::arg("global_ranks"),
+        py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms") = 0,
         "Creates the c10d backend of one process group (collective over its members).");
   m.def(
       "mpi_world",
@@ -288,5 +289,6 @@ PYBIND11_MODULE(_C, m) {
         "Whether MPI runs with MPI_THREAD_MULTIPLE (asynchronous CPU ops then run on a thread per group).");
   m.def("cuda_supported", &chimera::torch_ext::ChimeraProcessGroup::cudaSupported,
         "Whether this build runs CUDA tensors (on chimera's NCCL backend).");
-  m.def("finalize_mpi", &chimera::torch_ext::finalizeExtensionMpi, "Finalises MPI if chimera initialised it (at interpreter exit).");
+  m.def("finalize_mpi", &chimera::torch_ext::finalizeExtensionMpi,
+        "Finalises MPI if chimera initialised it (at interpreter exit).");
 }

@@ -29,8 +29,8 @@ Status mpiWorldOf(int& rank, int& size) {
     // Asynchronous ops run on a thread per process group while other groups (and chimera's
     // Session) use MPI on the caller's thread.
     int provided = 0;
-    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
-                                              "MPI_Init_thread"));
+    CHIMERA_RETURN_IF_ERROR(
+        detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
     gExtensionInitializedMpi = true;
   }
   return mpiWorld(rank, size);
@@ -104,8 +104,8 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).
-  const Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"),
-                                               options, out);
+  const Status status =
+      createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
   MPI_Comm_free(&comm);
   return status;
 }

@@ -20,10 +20,10 @@
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace chimera::torch_ext {
@@ -42,7 +42,9 @@ const AxisSet kGroup = AxisSet::single(0);
 class ChimeraWork final : public c10d::Work {
  public:
   ChimeraWork(int rank, OpType type, std::vector<at::Tensor> outputs, bool queuedForCoalescing)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)), queuedForCoalescing_(queuedForCoalescing),
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        queuedForCoalescing_(queuedForCoalescing),
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
   bool isSuccess() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -50,7 +52,8 @@ class ChimeraWork final : public c10d::Work {
   }
   bool wait(std::chrono::milliseconds timeout) override {
     std::unique_lock<std::mutex> lock(mutex_);
-    TORCH_CHECK(completed_ || !queuedForCoalescing_, "chimera: this send/recv is queued until endCoalescing runs "
+    TORCH_CHECK(completed_ || !queuedForCoalescing_,
+                "chimera: this send/recv is queued until endCoalescing runs "
                 "it; wait on the Work that endCoalescing (batch_isend_irecv) returns");
     if (timeout == ::kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
@@ -176,7 +179,7 @@ class Staged {
 struct ChimeraProcessGroup::Queued {
   chimera::Backend* backend = nullptr;
   chimera::Stream stream = nullptr;  // the stream select() chose for it
-  at::Tensor tensor;       // kept alive until the grouped call
+  at::Tensor tensor;                 // kept alive until the grouped call
   std::optional<Staged> staged;
   P2POp op;
   c10::intrusive_ptr<ChimeraWork> work;
@@ -241,7 +244,9 @@ class ChimeraProcessGroup::OpThread {
 
 ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
                                          c10::intrusive_ptr<c10d::Store> store, bool asyncCpu)
-    : c10d::Backend(rank, size), makeHost_(std::move(makeHost)), hostError_(std::move(hostError)),
+    : c10d::Backend(rank, size),
+      makeHost_(std::move(makeHost)),
+      hostError_(std::move(hostError)),
       store_(std::move(store)) {
   // Started here rather than on the first asynchronous op, so no two threads ever race to make it.
   if (asyncCpu) opThread_ = std::make_unique<OpThread>();
@@ -290,8 +295,8 @@ void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
   TORCH_CHECK(t.device().is_cuda(), "chimera ", op, ": tensor on ", t.device().str(), " (CPU and CUDA are supported)");
   const int device = t.device().index();
   if (device_ == nullptr) createDeviceBackend(device);
-  TORCH_CHECK(device == deviceIndex_, "chimera ", op, ": tensor on cuda:", device, " but this process group runs on cuda:",
-              deviceIndex_, " (one device per rank)");
+  TORCH_CHECK(device == deviceIndex_, "chimera ", op, ": tensor on cuda:", device,
+              " but this process group runs on cuda:", deviceIndex_, " (one device per rank)");
   stream_ = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
   backend_ = device_.get();
 #else
@@ -348,8 +353,8 @@ WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c
   const ReduceType type = reduceTypeOf("allreduce", tensors[0].scalar_type());
   const ReduceOp op = reduceOpOf("allreduce", opts.reduceOp, !at::isFloatingType(tensors[0].scalar_type()));
   Staged t(tensors[0], type.staged, true);
-  check("allreduce", backend_->allReduce(t.data(), t.data(), static_cast<std::size_t>(t.buffer().numel()),
-                                         type.dtype, op, kGroup, stream_));
+  check("allreduce", backend_->allReduce(t.data(), t.data(), static_cast<std::size_t>(t.buffer().numel()), type.dtype,
+                                         op, kGroup, stream_));
   t.commit();
   return completed(rank_, OpType::ALLREDUCE, tensors);
 }
@@ -411,7 +416,8 @@ WorkPtr ChimeraProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& inp
 
 WorkPtr ChimeraProcessGroup::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                        const c10d::AllgatherOptions& opts) {
-  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLGATHER, outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
+  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLGATHER,
+                           outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
                            [this, outputs, inputs, opts]() mutable { allgather(outputs, inputs, opts); }))
     return work;
   requireOne("all_gather", inputs);
@@ -453,8 +459,9 @@ WorkPtr ChimeraProcessGroup::allgather_coalesced(std::vector<std::vector<at::Ten
 WorkPtr ChimeraProcessGroup::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllgatherOptions& opts) {
-  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
-                           [this, outputs, inputs, opts]() mutable { all_gather_single_coalesced(outputs, inputs, opts); }))
+  if (WorkPtr work =
+          defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
+                [this, outputs, inputs, opts]() mutable { all_gather_single_coalesced(outputs, inputs, opts); }))
     return work;
   TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_into_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
@@ -484,9 +491,9 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_single(at::Tensor& output, at::Tenso
   const ReduceOp op = reduceOpOf("reduce_scatter_tensor", opts.reduceOp, !at::isFloatingType(input.scalar_type()));
   Staged in(input, type.staged, true);
   Staged out(output, type.staged, false);
-  check("reduce_scatter_tensor", backend_->reduceScatter(in.data(), out.data(),
-                                                         static_cast<std::size_t>(output.numel()), type.dtype, op,
-                                                         kGroup, stream_));
+  check("reduce_scatter_tensor",
+        backend_->reduceScatter(in.data(), out.data(), static_cast<std::size_t>(output.numel()), type.dtype, op, kGroup,
+                                stream_));
   out.commit();
   return completed(rank_, OpType::_REDUCE_SCATTER_BASE, {output});
 }
@@ -519,8 +526,9 @@ WorkPtr ChimeraProcessGroup::reduce_scatter(std::vector<at::Tensor>& outputs,
 WorkPtr ChimeraProcessGroup::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
                                                              std::vector<at::Tensor>& inputs,
                                                              const c10d::ReduceScatterOptions& opts) {
-  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
-                           [this, outputs, inputs, opts]() mutable { reduce_scatter_single_coalesced(outputs, inputs, opts); }))
+  if (WorkPtr work =
+          defer(opts.asyncOp, first(inputs), OpType::COALESCED, outputs,
+                [this, outputs, inputs, opts]() mutable { reduce_scatter_single_coalesced(outputs, inputs, opts); }))
     return work;
   TORCH_CHECK(outputs.size() == inputs.size(), "chimera reduce_scatter_tensor_coalesced: ", outputs.size(),
               " outputs for ", inputs.size(), " inputs");
@@ -536,8 +544,9 @@ WorkPtr ChimeraProcessGroup::reduce_scatter_tensor_coalesced(std::vector<at::Ten
 
 WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::GatherOptions& opts) {
-  if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::GATHER, outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
-                           [this, outputs, inputs, opts]() mutable { gather(outputs, inputs, opts); }))
+  if (WorkPtr work =
+          defer(opts.asyncOp, first(inputs), OpType::GATHER, outputs.empty() ? std::vector<at::Tensor>{} : outputs[0],
+                [this, outputs, inputs, opts]() mutable { gather(outputs, inputs, opts); }))
     return work;
   requireOne("gather", inputs);
   select(inputs[0], "gather");
@@ -549,8 +558,8 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
   std::vector<P2POp> ops;
   std::vector<Staged> staged;
   if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "chimera gather: the root expects ",
-                size_, " output tensors");
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
+                "chimera gather: the root expects ", size_, " output tensors");
     staged.reserve(static_cast<std::size_t>(size_));
     for (int i = 0; i < size_; ++i) {
       at::Tensor& out = outputs[0][static_cast<std::size_t>(i)];
@@ -613,7 +622,9 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
                                                std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
                                                const c10d::AllToAllOptions& opts) {
   if (WorkPtr work = defer(opts.asyncOp, input, OpType::ALLTOALL_BASE, {output},
-                           [this, output, input, outputSplits, inputSplits, opts]() mutable { all_to_all_single(output, input, outputSplits, inputSplits, opts); }))
+                           [this, output, input, outputSplits, inputSplits, opts]() mutable {
+                             all_to_all_single(output, input, outputSplits, inputSplits, opts);
+                           }))
     return work;
   requireHost("all_to_all_single", input);
   requireHost("all_to_all_single", output);
@@ -625,13 +636,12 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
   auto* src = static_cast<const std::uint8_t*>(in.data());
   auto* dst = static_cast<std::uint8_t*>(out.data());
   if (inputSplits.empty() && outputSplits.empty()) {
-    TORCH_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0, "chimera all_to_all_single: ",
-                input.numel(), " input and ", output.numel(), " output elements cannot split evenly over ", size_,
-                " ranks");
+    TORCH_CHECK(input.numel() == output.numel() && input.numel() % size_ == 0,
+                "chimera all_to_all_single: ", input.numel(), " input and ", output.numel(),
+                " output elements cannot split evenly over ", size_, " ranks");
     if (input.numel() > 0)
-      check("all_to_all_single",
-            backend_->allToAll(src, dst, bytesOf(in.buffer()) / static_cast<std::size_t>(size_), DataType::U8,
-                               kGroup, stream_));
+      check("all_to_all_single", backend_->allToAll(src, dst, bytesOf(in.buffer()) / static_cast<std::size_t>(size_),
+                                                    DataType::U8, kGroup, stream_));
   } else {
     // Uneven splits along dim 0: one grouped exchange of each peer's rows.
     auto rowBytes = [](const at::Tensor& t) -> std::size_t {
@@ -665,10 +675,12 @@ WorkPtr ChimeraProcessGroup::all_to_all_single(at::Tensor& output, at::Tensor& i
       if (peer == rank_) {
         TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all_single: this rank sends itself ", sendBytes,
                     " bytes but expects ", recvBytes);
-        if (sendBytes > 0) check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes, stream_));
+        if (sendBytes > 0)
+          check("all_to_all_single", backend_->copy(dst + recvOffset, src + sendOffset, sendBytes, stream_));
       } else {
-        if (sendBytes > 0) ops.push_back({P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes,
-                                          DataType::U8, peer});
+        if (sendBytes > 0)
+          ops.push_back(
+              {P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes, DataType::U8, peer});
         if (recvBytes > 0) ops.push_back({P2POp::Kind::Recv, dst + recvOffset, recvBytes, DataType::U8, peer});
       }
       sendOffset += sendBytes;
@@ -706,7 +718,8 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
     if (peer == rank_) {
       TORCH_CHECK(bytesOf(sources.back()) == bytesOf(outputs[p]), "chimera all_to_all: this rank's input and output ",
                   "tensors for itself differ in size");
-      check("all_to_all", backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p]), stream_));
+      check("all_to_all",
+            backend_->copy(targets.back().data(), sources.back().data_ptr(), bytesOf(outputs[p]), stream_));
       continue;
     }
     if (bytesOf(sources.back()) > 0)
@@ -732,8 +745,8 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
     q.stream = stream_;
     q.tensor = tensors[0];
     q.staged.emplace(tensors[0], isSend);
-    q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()),
-            DataType::U8, peer};
+    q.op = {isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, q.staged->data(), bytesOf(q.staged->buffer()), DataType::U8,
+            peer};
     q.work = c10::make_intrusive<ChimeraWork>(rank_, isSend ? OpType::SEND : OpType::RECV, tensors, true);
     auto work = q.work;
     queued_.push_back(std::move(q));
@@ -758,14 +771,16 @@ WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank,
 WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& opts) {
   const bool onDevice = !hostError_.empty() && device_ != nullptr;
   if (!onDevice) {
-    if (WorkPtr work = defer(opts.asyncOp, at::Tensor(), OpType::BARRIER, {}, [this, opts]() mutable { barrier(opts); }))
+    if (WorkPtr work =
+            defer(opts.asyncOp, at::Tensor(), OpType::BARRIER, {}, [this, opts]() mutable { barrier(opts); }))
       return work;
   }
   if (onDevice) {
     // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
     at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
     select(token, "barrier");
-    check("barrier", backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
+    check("barrier",
+          backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
     check("barrier", backend_->synchronize(stream_));
     return completed(rank_, OpType::BARRIER, {});
   }
