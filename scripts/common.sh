@@ -5,7 +5,7 @@
 
 CHIMERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CHIMERA_BUILD="${CHIMERA_BUILD:-$CHIMERA_ROOT/build}"
-CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev nlohmann-json3-dev python3 ccache)
+CHIMERA_PACKAGES=(cmake g++ make openmpi-bin libopenmpi-dev libgtest-dev libspdlog-dev libfmt-dev nlohmann-json3-dev python3 ccache clang-format)
 
 chimera_log() { printf '==> %s\n' "$*"; }
 

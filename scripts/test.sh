@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what is missing, builds into build/, proves an installed copy can be consumed with
-# find_package(chimera), installs the Python package into a venv under build/ (pip install .),
+# Installs what is missing, checks the C/C++/CUDA formatting (scripts/format.sh), builds into
+# build/, proves an installed copy can be consumed with find_package(chimera) (running a Session
+# on 4 MPI ranks), installs the Python package into a venv under build/ (pip install .),
 # then runs every test tier through ctest (unit, mpi, faults, python, gpu; gpu tests report
 # SKIPPED without a device), then the sanitizer and fuzz stages. CHIMERA_PYTHON=0 skips the
 # Python stage; CHIMERA_SKIP_SANITIZE=1 / CHIMERA_SKIP_FUZZ=1 leave the others out.
@@ -10,6 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 
 chimera_install_deps
+# Formatting first: it takes seconds and names every file that differs from .clang-format.
+"$CHIMERA_ROOT/scripts/format.sh" --check
 python_tests=()
 if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
   chimera_python_env
