@@ -47,12 +47,14 @@ class Mesh {
  public:
   /// Most axes a mesh may have.
   static constexpr int kMaxAxes = 16;
+  /// Most ranks a mesh may have (2^24: far beyond any job, and a mesh holds 4 bytes per rank).
+  static constexpr long long kMaxRanks = 1LL << 24;
 
   Mesh() = default;
 
   /// Builds a mesh from axes; its size is the product of theirs. InvalidArgument when a name
   /// is empty, duplicated or not an identifier ([A-Za-z_][A-Za-z0-9_]*), a size is < 1,
-  /// there are no axes or more than kMaxAxes, or the product exceeds 2^30.
+  /// there are no axes or more than kMaxAxes, or the product exceeds kMaxRanks.
   [[nodiscard]] static Status create(std::vector<MeshAxis> axes, Mesh& out);
   /// As `create`, and InvalidArgument when the product of the sizes differs from worldSize.
   [[nodiscard]] static Status create(std::vector<MeshAxis> axes, int worldSize, Mesh& out);

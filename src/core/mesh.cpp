@@ -27,12 +27,12 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-}  // namespace
-
-Status Mesh::create(std::vector<MeshAxis> axes, Mesh& out) {
+// Validates `axes` as Mesh::create documents and sets `ranks` to the product of their sizes,
+// before anything is allocated for them.
+Status checkAxes(const std::vector<MeshAxis>& axes, long long& ranks) {
   CHIMERA_CHECK_ARG(!axes.empty(), "mesh has no axes");
-  CHIMERA_CHECK_ARG(static_cast<int>(axes.size()) <= kMaxAxes, "mesh has {} axes; at most {} are supported",
-                    axes.size(), kMaxAxes);
+  CHIMERA_CHECK_ARG(static_cast<int>(axes.size()) <= Mesh::kMaxAxes, "mesh has {} axes; at most {} are supported",
+                    axes.size(), Mesh::kMaxAxes);
   long long product = 1;
   for (std::size_t i = 0; i < axes.size(); ++i) {
     const auto& axis = axes[i];
@@ -44,45 +44,15 @@ Status Mesh::create(std::vector<MeshAxis> axes, Mesh& out) {
       CHIMERA_CHECK_ARG(axes[j].name != axis.name, "mesh axis name '{}' appears twice", axis.name);
     }
     product *= axis.size;
-    CHIMERA_CHECK_ARG(product <= (1LL << 30), "mesh is too large");
+    CHIMERA_CHECK_ARG(product <= Mesh::kMaxRanks, "mesh is too large: more than {} ranks", Mesh::kMaxRanks);
   }
-  Mesh mesh;
-  mesh.axes_ = std::move(axes);
-  mesh.size_ = static_cast<int>(product);
-  mesh.strides_.assign(mesh.axes_.size(), 1);
-  for (int i = mesh.numAxes() - 2; i >= 0; --i) {
-    mesh.strides_[static_cast<std::size_t>(i)] =
-        mesh.strides_[static_cast<std::size_t>(i) + 1] * mesh.axes_[static_cast<std::size_t>(i) + 1].size;
-  }
-  mesh.worldRanks_.resize(static_cast<std::size_t>(mesh.size_));
-  std::iota(mesh.worldRanks_.begin(), mesh.worldRanks_.end(), 0);
-  out = std::move(mesh);
+  ranks = product;
   return Status::ok();
 }
 
-Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
-  Mesh mesh;
-  CHIMERA_RETURN_IF_ERROR(create(std::move(axes), mesh));
-  CHIMERA_RETURN_IF_ERROR(mesh.checkWorldSize(worldSize));
-  out = std::move(mesh);
-  return Status::ok();
-}
-
-Status Mesh::checkWorldSize(int worldSize) const {
-  CHIMERA_CHECK_ARG(size_ == worldSize, "mesh {} has {} ranks but the world has {}", toString(), size_, worldSize);
-  return Status::ok();
-}
-
-Status Mesh::parse(std::string_view text, int worldSize, Mesh& out) {
-  Mesh mesh;
-  CHIMERA_RETURN_IF_ERROR(parse(text, mesh));
-  CHIMERA_RETURN_IF_ERROR(mesh.checkWorldSize(worldSize));
-  out = std::move(mesh);
-  return Status::ok();
-}
-
-Status Mesh::parse(std::string_view text, Mesh& out) {
-  std::vector<MeshAxis> axes;
+// Splits "pp=2,tp=4" into axes; malformed text is InvalidArgument quoting the offending part.
+Status parseAxisList(std::string_view text, std::vector<MeshAxis>& axes) {
+  axes.clear();
   std::string_view rest = text;
   CHIMERA_CHECK_ARG(!trim(text).empty(), "empty mesh description (expected e.g. \"pp=2,tp=4\")");
   while (true) {
@@ -101,6 +71,57 @@ Status Mesh::parse(std::string_view text, Mesh& out) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
+  return Status::ok();
+}
+
+// "pp=2,tp=4", as Mesh::toString prints a mesh of these axes.
+std::string axesText(const std::vector<MeshAxis>& axes) {
+  std::string text;
+  for (const auto& axis : axes) text += fmt::format("{}{}={}", text.empty() ? "" : ",", axis.name, axis.size);
+  return text;
+}
+
+}  // namespace
+
+Status Mesh::create(std::vector<MeshAxis> axes, Mesh& out) {
+  long long ranks = 0;
+  CHIMERA_RETURN_IF_ERROR(checkAxes(axes, ranks));
+  Mesh mesh;
+  mesh.axes_ = std::move(axes);
+  mesh.size_ = static_cast<int>(ranks);
+  mesh.strides_.assign(mesh.axes_.size(), 1);
+  for (int i = mesh.numAxes() - 2; i >= 0; --i) {
+    mesh.strides_[static_cast<std::size_t>(i)] =
+        mesh.strides_[static_cast<std::size_t>(i) + 1] * mesh.axes_[static_cast<std::size_t>(i) + 1].size;
+  }
+  mesh.worldRanks_.resize(static_cast<std::size_t>(mesh.size_));
+  std::iota(mesh.worldRanks_.begin(), mesh.worldRanks_.end(), 0);
+  out = std::move(mesh);
+  return Status::ok();
+}
+
+Status Mesh::create(std::vector<MeshAxis> axes, int worldSize, Mesh& out) {
+  // The world check comes before create allocates anything for the mesh.
+  long long ranks = 0;
+  CHIMERA_RETURN_IF_ERROR(checkAxes(axes, ranks));
+  CHIMERA_CHECK_ARG(ranks == worldSize, "mesh {} has {} ranks but the world has {}", axesText(axes), ranks, worldSize);
+  return create(std::move(axes), out);
+}
+
+Status Mesh::checkWorldSize(int worldSize) const {
+  CHIMERA_CHECK_ARG(size_ == worldSize, "mesh {} has {} ranks but the world has {}", toString(), size_, worldSize);
+  return Status::ok();
+}
+
+Status Mesh::parse(std::string_view text, int worldSize, Mesh& out) {
+  std::vector<MeshAxis> axes;
+  CHIMERA_RETURN_IF_ERROR(parseAxisList(text, axes));
+  return create(std::move(axes), worldSize, out);
+}
+
+Status Mesh::parse(std::string_view text, Mesh& out) {
+  std::vector<MeshAxis> axes;
+  CHIMERA_RETURN_IF_ERROR(parseAxisList(text, axes));
   return create(std::move(axes), out);
 }
 

@@ -12,6 +12,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const std::size_t bar = text.find('|');
   const std::string_view meshText = text.substr(0, bar);
+  // Without a world size: an accepted mesh is within the rank bound and round-trips.
+  if (chimera::Mesh free; chimera::Mesh::parse(meshText, free).isOk()) {
+    CHIMERA_ASSERT(free.size() >= 1 && free.size() <= chimera::Mesh::kMaxRanks);
+    chimera::Mesh again;
+    CHIMERA_ASSERT(chimera::Mesh::parse(free.toString(), free.size(), again).isOk() && again == free);
+  }
   for (const int world : {1, 2, 8, 64, 1 << 20}) {
     chimera::Mesh mesh;
     if (!chimera::Mesh::parse(meshText, world, mesh).isOk()) continue;

@@ -87,5 +87,24 @@ TEST(Mesh, ValidationNamesTheProblem) {
   EXPECT_FALSE(ok.parseAxes("tp+", axes).isOk());
 }
 
+TEST(Mesh, ParsesWithoutAWorldSizeAndBoundsTheRankCount) {
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("dp=2,pp=2,tp=4", mesh).isOk());
+  EXPECT_EQ(mesh.size(), 16);
+  EXPECT_TRUE(mesh.checkWorldSize(16).isOk());
+  EXPECT_NE(mesh.checkWorldSize(8).message().find("16 ranks but the world has 8"), std::string::npos);
+  // Beyond kMaxRanks: refused before anything is allocated for the ranks, with or without a
+  // world size (a fuzzed "a=771777777" once made the world-size check allocate 3 GB first).
+  const std::string huge = "a=" + std::to_string(Mesh::kMaxRanks + 1);
+  Status status = Mesh::parse(huge, mesh);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("too large"), std::string::npos) << status.message();
+  status = Mesh::parse("a=771777777,d=1", 4, mesh);
+  EXPECT_NE(status.message().find("too large"), std::string::npos) << status.message();
+  status = Mesh::parse("a=4096,d=4", 4, mesh);
+  EXPECT_NE(status.message().find("mesh a=4096,d=4 has 16384 ranks but the world has 4"), std::string::npos)
+      << status.message();
+}
+
 }  // namespace
 }  // namespace chimera
