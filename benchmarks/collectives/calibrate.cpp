@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "bench_context.hpp"
@@ -25,12 +26,12 @@
 namespace chimera::bench {
 namespace {
 
-constexpr std::uint64_t kDefaultMinBytes = std::uint64_t{1} << 20;
+constexpr std::uint64_t kDefaultMinBytes = std::uint64_t{64} << 10;
 constexpr std::uint64_t kDefaultMaxBytes = std::uint64_t{16} << 20;
 constexpr DataType kDtype = DataType::F32;
-// Passes over the whole sample list; a sample's time is the median of its passes. On a
-// host shared with other work the load drifts over minutes: interleaved passes let every
-// sample see the same mix of quiet and busy periods, so the fit compares like with like.
+// Passes over the whole sample list; a sample's time is the median of its rounds in all
+// passes. On a host shared with other work the load drifts over minutes: passes spread every
+// sample over the quiet and the busy periods.
 constexpr int kPasses = 3;
 
 void print(int rank, const std::string& text) {
@@ -54,8 +55,9 @@ Status groupBackend(const std::string& kind, int worldSize, int groupSize, Group
   return createBenchBackend(kind, mesh, out.backend);
 }
 
-/// One call of the sample's collective with L = bytesPerRank (float elements).
-Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes, void* send, void* recv) {
+/// One call of the sample's primitive with L = bytesPerRank (float elements) on world rank
+/// `rank`; for ManyToMany the first half of each group sends to the second.
+Status runSample(const CalibrationSample& sample, int rank, Backend& backend, AxisSet axes, void* send, void* recv) {
   const std::size_t elements = sample.bytesPerRank / dataTypeSize(kDtype);
   const auto g = static_cast<std::size_t>(sample.groupSize);
   switch (sample.primitive) {
@@ -64,10 +66,15 @@ Status runSample(const CalibrationSample& sample, Backend& backend, AxisSet axes
     case StepKind::AllGather: return backend.allGather(send, recv, elements, kDtype, axes);
     case StepKind::AllToAll: return backend.allToAll(send, recv, elements / g, kDtype, axes);
     case StepKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
+    case StepKind::ManyToMany: {
+      const int half = sample.groupSize / 2;
+      return rank % sample.groupSize < half ? backend.send(send, elements, kDtype, rank + half)
+                                            : backend.recv(recv, elements, kDtype, rank - half);
+    }
     default: break;
   }
   return Status::invalidArgument(
-      fmt::format("calibration samples are collectives, not {}", opKindName(sample.primitive)));
+      fmt::format("calibration samples are collectives or manytomany, not {}", opKindName(sample.primitive)));
 }
 
 /// Median over -n iterations (after -w warm-up) of the slowest rank's time of `operation`.
@@ -87,20 +94,50 @@ Status medianSeconds(const Options& options, Backend& backend, const std::functi
   return Status::ok();
 }
 
-/// The time of one sample (medianSeconds of its collective), in `seconds`.
-Status measureSample(const Options& options, GroupBackend& group, const CalibrationSample& sample, double& seconds) {
+/// Times the samples `point` (one group size and size, every primitive) interleaved: each
+/// timed round runs every primitive once after a barrier, so the drifting load of a shared
+/// host hits all of them alike and their ratios, which decide plans, stay stable. Appends
+/// every round's time (the slowest rank's) to each sample's list in `times`.
+Status measurePoint(const Options& options, int rank, GroupBackend& group,
+                    const std::vector<CalibrationSample>& samples, const std::vector<std::size_t>& point,
+                    std::vector<std::vector<double>>& times) {
   Backend& backend = *group.backend;
-  const std::size_t recvBytes = sample.primitive == StepKind::AllGather
-                                    ? sample.bytesPerRank * static_cast<std::size_t>(sample.groupSize)
-                                    : sample.bytesPerRank;
+  const CalibrationSample& first = samples[point.front()];
   BackendBuffer send(backend);
-  BackendBuffer recv(backend);
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(send.allocate(sample.bytesPerRank)));
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(recv.allocate(recvBytes)));
-  const std::vector<unsigned char> zeros(sample.bytesPerRank, 0);
+  BackendBuffer recv(backend);  // large enough for an AllGather's result
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(send.allocate(first.bytesPerRank)));
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(recv.allocate(first.bytesPerRank * static_cast<std::size_t>(first.groupSize))));
+  const std::vector<unsigned char> zeros(first.bytesPerRank, 0);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(copyToBackend(backend, send.data(), zeros.data(), zeros.size())));
-  return medianSeconds(
-      options, backend, [&] { return runSample(sample, backend, group.members, send.data(), recv.data()); }, seconds);
+  const auto run = [&](std::size_t i) {
+    return runSample(samples[i], rank, backend, group.members, send.data(), recv.data());
+  };
+  for (int w = 0; w < options.warmupIters; ++w) {
+    for (const std::size_t i : point) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(run(i)));
+  }
+  std::vector<double> rounds(static_cast<std::size_t>(options.iters) * point.size());
+  for (std::size_t r = 0; r < rounds.size(); ++r) {
+    const std::size_t i = point[r % point.size()];
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier")));
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeOnBackend(
+        backend, [&] { return run(i); }, rounds[r])));
+  }
+  MPI_Allreduce(MPI_IN_PLACE, rounds.data(), static_cast<int>(rounds.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (std::size_t r = 0; r < rounds.size(); ++r) times[point[r % point.size()]].push_back(rounds[r]);
+  return Status::ok();
+}
+
+/// The samples grouped into points of one group size and size, in order of first appearance.
+std::vector<std::vector<std::size_t>> pointsOf(const std::vector<CalibrationSample>& samples) {
+  std::map<std::pair<int, std::uint64_t>, std::size_t> index;
+  std::vector<std::vector<std::size_t>> points;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const auto key = std::make_pair(samples[i].groupSize, samples[i].bytesPerRank);
+    const auto [it, added] = index.emplace(key, points.size());
+    if (added) points.emplace_back();
+    points[it->second].push_back(i);
+  }
+  return points;
 }
 
 /// Seconds of one local pass as the executor makes them around a plan step, with every
@@ -192,21 +229,21 @@ Status runCalibration(const Options& options) {
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
-  print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; median "
-                          "of {} interleaved passes, each the median of {} iterations after {} warm-up, slowest "
-                          "rank\n",
-                          samples.size(), worldSize, kind, base.name, kPasses, options.iters, options.warmupIters));
+  print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; every "
+                          "primitive of a group size and size timed in turn, {} rounds after {} warm-up, in {} "
+                          "passes; median of the rounds, slowest rank\n",
+                          samples.size(), worldSize, kind, base.name, options.iters, options.warmupIters, kPasses));
   std::map<int, GroupBackend> backends;
-  std::vector<std::vector<double>> passes(samples.size());
+  std::vector<std::vector<double>> times(samples.size());
   std::vector<double> localPasses;
   std::size_t localBytes = 0;
+  const std::vector<std::vector<std::size_t>> points = pointsOf(samples);
   for (int pass = 0; pass < kPasses; ++pass) {
-    for (std::size_t i = 0; i < samples.size(); ++i) {
-      GroupBackend& group = backends[samples[i].groupSize];
-      if (!group.backend) CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, samples[i].groupSize, group));
-      double seconds = 0;
-      CHIMERA_RETURN_IF_ERROR(measureSample(options, group, samples[i], seconds));
-      passes[i].push_back(seconds);
+    for (const std::vector<std::size_t>& point : points) {
+      const int groupSize = samples[point.front()].groupSize;
+      GroupBackend& group = backends[groupSize];
+      if (!group.backend) CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, groupSize, group));
+      CHIMERA_RETURN_IF_ERROR(measurePoint(options, rank, group, samples, point, times));
     }
     double seconds = 0;
     CHIMERA_RETURN_IF_ERROR(measureLocalPass(options, *backends.begin()->second.backend,
@@ -214,7 +251,7 @@ Status runCalibration(const Options& options) {
                                              seconds));
     localPasses.push_back(seconds);
   }
-  for (std::size_t i = 0; i < samples.size(); ++i) samples[i].seconds = median(passes[i]);
+  for (std::size_t i = 0; i < samples.size(); ++i) samples[i].seconds = median(times[i]);
   Topology fitted;
   FitReport report;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitProfile(base, samples, fitted, &report)));
@@ -224,14 +261,22 @@ Status runCalibration(const Options& options) {
   const double localSeconds = median(localPasses);
   fitted.device.memoryBytesPerSecond = 2.0 * static_cast<double>(localBytes) / localSeconds;
   const CostModel model(fitted);
-  print(rank, fmt::format("#{:>13}  {:>6}  {:>10}  {:>12}  {:>12}  {:>7}\n", "collective", "groups", "bytes",
+  print(rank, fmt::format("#{:>13}  {:>6}  {:>10}  {:>12}  {:>12}  {:>7}\n", "primitive", "groups", "bytes",
                           "measured(us)", "fitted(us)", "err(%)"));
   for (const CalibrationSample& sample : samples) print(rank, sampleLine(sample, model));
-  print(rank, fmt::format("# fit: alpha x{:.3f}, bandwidth x{:.3f}, reduce {:.3g} s/B{}; rms error {:.1f} %, worst "
-                          "{:.1f} %\n",
-                          report.alphaScale, report.bandwidthScale, report.reduceSecondsPerByte,
-                          report.reduceFitted ? "" : " (not fitted)", report.rmsRelativeError * 100.0,
-                          report.maxRelativeError * 100.0));
+  print(rank,
+        fmt::format("# fit: alpha x{:.3f}, bandwidth x{:.3f}, step {:.1f} us, reduce {:.3g} s/B{}; rms error "
+                    "{:.1f} %, worst {:.1f} %\n",
+                    report.alphaScale, report.bandwidthScale, report.stepSeconds * 1e6, report.reduceSecondsPerByte,
+                    report.reduceFitted     ? ""
+                    : report.reduceAbsorbed ? " (in the reducing primitives' factors)"
+                                            : " (not fitted)",
+                    report.rmsRelativeError * 100.0, report.maxRelativeError * 100.0));
+  std::string factors;
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    factors += fmt::format(" {} {:.3f}", opKindName(kTransferKinds[i]), report.transferFactors.values[i]);
+  }
+  print(rank, fmt::format("# transfer factors (time against the model's algorithm):{}\n", factors));
   print(rank, fmt::format("# local passes: a pack of {} B on every rank at once took {:.1f} us: memory "
                           "bandwidth {:.3g} GB/s per rank\n",
                           localBytes, localSeconds * 1e6, fitted.device.memoryBytesPerSecond / 1e9));

@@ -187,7 +187,7 @@ Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
       --backend mpi|nccl   nccl: device buffers, CUDA-event timing (nccl if built with CUDA and a GPU is present)
       --chunks N|auto      chunks of the pipelined fused plan timed next to the fused one (auto: the cost model's)
 Calibration:
-      --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 1M -e 16M)
+      --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 64K -e 16M)
   -h, --help               this text
 Exit status: 0 ok, 1 some element was wrong (ours, out-of-place or in-place, or the baseline's), 2 bad usage or a failed call.
 )";

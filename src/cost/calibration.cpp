@@ -17,14 +17,32 @@ namespace chimera {
 
 namespace {
 
-constexpr int kTerms = 3;  // latency, transfer, reduction
+// Columns of the fit: the latency, the reduction, the fixed cost per step, and one transfer
+// column per primitive.
 constexpr int kLatency = 0;
-constexpr int kTransfer = 1;
-constexpr int kReduce = 2;
-constexpr std::array<const char*, kTerms> kTermNames = {"latency", "bandwidth", "reduction"};
+constexpr int kReduce = 1;
+constexpr int kStep = 2;
+constexpr int kFirstTransfer = 3;
+constexpr unsigned kOptional = (1u << kLatency) | (1u << kReduce) | (1u << kStep);
+constexpr int kTerms = kFirstTransfer + static_cast<int>(kTransferKinds.size());
 
 using Row = std::array<double, kTerms>;
 using Coefficients = std::array<double, kTerms>;
+
+int transferColumn(StepKind kind) {
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    if (kTransferKinds[i] == kind) return kFirstTransfer + static_cast<int>(i);
+  }
+  CHIMERA_ASSERT(false);  // checkSample admits only these kinds
+  return kFirstTransfer;
+}
+
+std::string termName(int column) {
+  if (column == kLatency) return "latency";
+  if (column == kReduce) return "reduction";
+  if (column == kStep) return "step";
+  return fmt::format("{} bandwidth", opKindName(kTransferKinds[static_cast<std::size_t>(column - kFirstTransfer)]));
+}
 
 struct Design {
   std::vector<Row> rows;               // terms of each sample divided by its measured time
@@ -33,11 +51,20 @@ struct Design {
 };
 
 // predicted / measured - 1 for one sample.
-double relativeError(const Row& r, const Coefficients& c) { return r[0] * c[0] + r[1] * c[1] + r[2] * c[2] - 1.0; }
+double relativeError(const Row& r, const Coefficients& c) {
+  double predicted = 0;
+  for (int j = 0; j < kTerms; ++j) predicted += r[j] * c[j];
+  return predicted - 1.0;
+}
 
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
-  CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany, "sample {}: primitive must be a collective, got {}", index,
+  CHIMERA_CHECK_ARG(std::find(kTransferKinds.begin(), kTransferKinds.end(), s.primitive) != kTransferKinds.end(),
+                    "sample {}: primitive must be a collective or manytomany, got {}", index,
                     stepKindName(s.primitive));
+  CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany || s.groupSize % 2 == 0,
+                    "sample {}: a manytomany sample pairs the halves of each group, so its group size must be even, "
+                    "got {}",
+                    index, s.groupSize);
   CHIMERA_CHECK_ARG(s.groupSize >= 2 && s.numGroups >= 1,
                     "sample {}: needs group size >= 2 and >= 1 group, got {} x {}", index, s.numGroups, s.groupSize);
   CHIMERA_CHECK_ARG(static_cast<long long>(s.groupSize) * s.numGroups <= ranks,
@@ -55,13 +82,18 @@ Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& s
     CHIMERA_RETURN_IF_ERROR(checkSample(samples[i], i, base.ranks));
     detail::StepTerms terms;
     CHIMERA_RETURN_IF_ERROR(detail::stepTerms(base, sampleStep(samples[i]), terms));
-    const Row row = {terms.latencySeconds, terms.transferSeconds, terms.reducedBytes};
-    // The fixed per-step costs are the base's, not fitted: the terms explain the rest.
-    const double fitted = samples[i].seconds - terms.overheadSeconds - terms.localSeconds;
+    Row row{};
+    row[kLatency] = terms.latencySeconds;
+    row[kReduce] = terms.reducedBytes;
+    row[kStep] = terms.steps;
+    row[transferColumn(samples[i].primitive)] = terms.transferSeconds;
+    // The step cost is fitted; the other fixed costs (per peer, per local pass) are the base's.
+    const double fixed = terms.overheadSeconds - terms.steps * base.stepSeconds + terms.localSeconds;
+    const double fitted = samples[i].seconds - fixed;
     CHIMERA_CHECK_ARG(fitted > 0.05 * samples[i].seconds,
-                      "sample {}: measured {} s is at or below the base's fixed step cost {} s; calibrate "
-                      "larger sizes or lower the base's step_s / peer_s",
-                      i, samples[i].seconds, terms.overheadSeconds + terms.localSeconds);
+                      "sample {}: measured {} s is at or below the base's fixed per-peer and local-pass cost {} s; "
+                      "calibrate larger sizes or lower the base's peer_s",
+                      i, samples[i].seconds, fixed);
     Row weighted{};
     for (int j = 0; j < kTerms; ++j) {
       weighted[j] = row[j] / fitted;
@@ -126,30 +158,54 @@ double weightedResidual(const Design& design, const Coefficients& c) {
   return sum;
 }
 
-// Non-negative least squares over at most three columns: the best non-negative solution
-// among all column subsets that keep the bandwidth term.
-Status solveNonNegative(const Design& design, Coefficients& out) {
-  unsigned full = 0;
+unsigned presentMask(const Design& design) {
+  unsigned mask = 0;
   for (int j = 0; j < kTerms; ++j) {
-    if (design.present[j]) full |= 1u << j;
+    if (design.present[j]) mask |= 1u << j;
   }
+  return mask;
+}
+
+// Checks that the samples determine every column they have. A reduction grows with the same
+// bytes as the transfer of its own primitive, so once each primitive has its own transfer
+// weight the reduction column is usually one of their combinations: it is then dropped
+// (`absorbed`) and the reducing primitives' weights carry its cost.
+Status chooseColumns(Design& design, bool& absorbed) {
+  absorbed = false;
   Coefficients unconstrained{};
-  if (!solveSubset(design, full, unconstrained)) {
-    std::string terms;
-    for (int j = 0; j < kTerms; ++j) {
-      if (design.present[j]) terms += std::string(terms.empty() ? "" : ", ") + kTermNames[j];
-    }
-    return Status::invalidArgument(
-        fmt::format("calibration samples do not determine the {} terms separately: measure several message sizes "
-                    "(and, for the reduction cost, both reducing and non-reducing collectives)",
-                    terms));
+  const unsigned full = presentMask(design);
+  if (solveSubset(design, full, unconstrained)) return Status::ok();
+  if (design.present[kReduce] && solveSubset(design, full & ~(1u << kReduce), unconstrained)) {
+    design.present[kReduce] = false;
+    for (Row& row : design.rows) row[kReduce] = 0;
+    absorbed = true;
+    return Status::ok();
   }
+  std::string terms;
+  for (int j = 0; j < kTerms; ++j) {
+    if (design.present[j]) terms += (terms.empty() ? "" : ", ") + termName(j);
+  }
+  return Status::invalidArgument(
+      fmt::format("calibration samples do not determine the {} terms separately: measure several message sizes "
+                  "of each primitive",
+                  terms));
+}
+
+// Non-negative least squares: every transfer column the samples have, with or without the
+// latency and reduction columns; the best solution whose coefficients are all >= 0 and
+// whose transfer weights are > 0.
+Status solveNonNegative(const Design& design, Coefficients& out) {
+  const unsigned full = presentMask(design);
+  const unsigned transfers = full & ~kOptional;
   double best = std::numeric_limits<double>::infinity();
-  for (unsigned mask = 1; mask <= full; ++mask) {
-    if ((mask & ~full) != 0 || (mask & (1u << kTransfer)) == 0) continue;
+  const unsigned optional = full & kOptional;
+  for (unsigned extra = 0; extra <= optional; ++extra) {
+    if ((extra & ~optional) != 0) continue;
     Coefficients c{};
-    if (!solveSubset(design, mask, c)) continue;
-    if (c[0] < 0 || c[1] <= 0 || c[2] < 0) continue;
+    if (!solveSubset(design, transfers | extra, c)) continue;
+    bool feasible = c[kLatency] >= 0 && c[kReduce] >= 0 && c[kStep] >= 0;
+    for (int j = kFirstTransfer; j < kTerms; ++j) feasible = feasible && (!design.present[j] || c[j] > 0);
+    if (!feasible) continue;
     const double r = weightedResidual(design, c);
     if (r < best) {
       best = r;
@@ -192,6 +248,17 @@ Status solveRobust(Design& design, Coefficients& out) {
 }  // namespace
 
 CommStep sampleStep(const CalibrationSample& sample) {
+  if (sample.primitive == StepKind::ManyToMany) {
+    std::vector<Transfer> transfers;
+    const int half = sample.groupSize / 2;
+    for (int g = 0; g < sample.numGroups; ++g) {
+      for (int i = 0; i < half; ++i) {
+        const int rank = g * sample.groupSize + i;
+        transfers.push_back({rank, rank + half, sample.bytesPerRank});
+      }
+    }
+    return CommStep::manyToMany(std::move(transfers));
+  }
   std::vector<std::vector<int>> groups(static_cast<std::size_t>(sample.numGroups));
   for (int g = 0; g < sample.numGroups; ++g) {
     for (int i = 0; i < sample.groupSize; ++i) groups[static_cast<std::size_t>(g)].push_back(g * sample.groupSize + i);
@@ -205,8 +272,7 @@ Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t ma
   CHIMERA_CHECK_ARG(minBytes > 0 && minBytes <= maxBytes, "calibration sizes need 0 < min <= max, got {} and {}",
                     minBytes, maxBytes);
   std::vector<CalibrationSample> points;
-  for (const StepKind kind :
-       {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast}) {
+  for (const StepKind kind : kTransferKinds) {
     for (int groupSize = 2; groupSize <= worldSize; groupSize *= 2) {
       if (worldSize % groupSize != 0) continue;
       const auto unit = static_cast<std::uint64_t>(16 * groupSize);
@@ -223,7 +289,7 @@ Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t ma
 Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& samples, Topology& out,
                   FitReport* report) {
   CHIMERA_RETURN_IF_ERROR(validateTopology(base));
-  CHIMERA_CHECK_ARG(!samples.empty(), "calibration needs at least {} samples of several sizes, got none", kTerms);
+  CHIMERA_CHECK_ARG(!samples.empty(), "calibration needs samples of several sizes, got none");
   Design design;
   CHIMERA_RETURN_IF_ERROR(buildDesign(base, samples, design));
   int unknowns = 0;
@@ -231,22 +297,43 @@ Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& sa
   CHIMERA_CHECK_ARG(samples.size() >= static_cast<std::size_t>(unknowns),
                     "calibration needs at least {} samples for the {} terms they involve, got {}", unknowns, unknowns,
                     samples.size());
+  bool reduceAbsorbed = false;
+  CHIMERA_RETURN_IF_ERROR(chooseColumns(design, reduceAbsorbed));
   Coefficients c{};
   CHIMERA_RETURN_IF_ERROR(solveRobust(design, c));
 
+  // The links' bandwidth takes the geometric mean of the primitives' transfer weights; each
+  // measured primitive's factor keeps its weight relative to that mean.
+  double logSum = 0;
+  int measured = 0;
+  for (int j = kFirstTransfer; j < kTerms; ++j) {
+    if (!design.present[j]) continue;
+    logSum += std::log(c[j]);
+    ++measured;
+  }
+  const double transferWeight = std::exp(logSum / measured);
   Topology fitted = base;
   const double alphaScale = design.present[kLatency] ? c[kLatency] : 1.0;
   fitted.local.alphaSeconds *= alphaScale;
   fitted.cross.alphaSeconds *= alphaScale;
-  fitted.local.bytesPerSecond /= c[kTransfer];
-  fitted.cross.bytesPerSecond /= c[kTransfer];
+  fitted.local.bytesPerSecond /= transferWeight;
+  fitted.cross.bytesPerSecond /= transferWeight;
+  for (int j = kFirstTransfer; j < kTerms; ++j) {
+    if (design.present[j])
+      fitted.transferFactors.values[static_cast<std::size_t>(j - kFirstTransfer)] *= c[j] / transferWeight;
+  }
   if (design.present[kReduce]) fitted.reduceSecondsPerByte = c[kReduce];
+  if (reduceAbsorbed) fitted.reduceSecondsPerByte = 0;
+  if (design.present[kStep]) fitted.stepSeconds = c[kStep];
 
   FitReport fit;
   fit.alphaScale = alphaScale;
-  fit.bandwidthScale = 1.0 / c[kTransfer];
+  fit.bandwidthScale = 1.0 / transferWeight;
+  fit.transferFactors = fitted.transferFactors;
   fit.reduceSecondsPerByte = fitted.reduceSecondsPerByte;
   fit.reduceFitted = design.present[kReduce];
+  fit.reduceAbsorbed = reduceAbsorbed;
+  fit.stepSeconds = fitted.stepSeconds;
   // Errors over every sample, unweighted: the report hides no outlier.
   const double scale = robustScale(design, c);
   double sumSquares = 0;

@@ -70,6 +70,7 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
     case StepKind::Broadcast: addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1); break;
     default: CHIMERA_ASSERT(false);  // ManyToMany is priced apart; validateStep refuses the rest
   }
+  terms.transferSeconds *= topology.transferFactors.of(step.kind);
   return terms;
 }
 
@@ -101,7 +102,10 @@ int collectivePeers(const CommStep& step) {
 
 // The fixed and local terms of `step` (see StepTerms).
 void addOverheads(const Topology& topology, const CommStep& step, int peers, StepTerms& terms) {
-  if (peers > 0) terms.overheadSeconds += topology.stepSeconds + topology.peerSeconds * (peers - 1);
+  if (peers > 0) {
+    terms.steps = 1;
+    terms.overheadSeconds += topology.stepSeconds + topology.peerSeconds * (peers - 1);
+  }
   terms.overheadSeconds += topology.device.launchSeconds * step.localLaunches;
   if (topology.device.memoryBytesPerSecond > 0) {
     terms.localSeconds = 2.0 * static_cast<double>(step.localBytes) / topology.device.memoryBytesPerSecond;
@@ -125,6 +129,7 @@ Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out)
   for (const Transfer& t : step.transfers) flows.push_back({t.src, t.dst, static_cast<double>(t.bytes)});
   StepTerms terms;
   addRounds(terms, priceRound(topology, flows), 1, 1);
+  terms.transferSeconds *= topology.transferFactors.of(StepKind::ManyToMany);
   addOverheads(topology, step, manyToManyPeers(topology, step.transfers), terms);
   out = terms;
   return Status::ok();

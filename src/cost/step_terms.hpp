@@ -14,13 +14,14 @@ namespace chimera::detail {
 /// The terms of one step's predicted time.
 struct StepTerms {
   double latencySeconds = 0;   ///< sum of the rounds' alphas
-  double transferSeconds = 0;  ///< sum of the rounds' busiest-resource times
+  double transferSeconds = 0;  ///< sum of the rounds' busiest-resource times, times the primitive's transfer factor
   /// Bytes reduced one after another on the critical path, already multiplied by the
   /// core-sharing factor; times topology.reduceSecondsPerByte gives the reduce term.
   double reducedBytes = 0;
-  /// Fixed costs (not fitted by calibration): stepSeconds when the step moves bytes,
-  /// peerSeconds per peer of the busiest rank beyond the first, launchSeconds per local kernel.
+  /// Fixed costs: stepSeconds when the step moves bytes, peerSeconds per peer of the
+  /// busiest rank beyond the first, launchSeconds per local kernel.
   double overheadSeconds = 0;
+  int steps = 0;            ///< 1 when the step moves bytes (its overhead includes stepSeconds), else 0
   double localSeconds = 0;  ///< 2 x localBytes / device memory bandwidth (0 when unmodelled)
   std::string bottleneck;   ///< the resource limiting the largest round ("" if none)
 };

@@ -159,6 +159,13 @@ Status parseFabric(std::string_view text, Fabric& out) {
       fmt::format("unknown fabric '{}' (expected shared-memory, pcie-domains, nvswitch or nvswitch-multinode)", text));
 }
 
+double TransferFactors::of(OpKind kind) const {
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    if (kTransferKinds[i] == kind) return values[i];
+  }
+  return 1.0;
+}
+
 Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(!t.name.empty(), "topology name is empty");
   CHIMERA_CHECK_ARG(t.ranks >= 1 && t.ranks <= kMaxTopologyRanks, "topology '{}': ranks must be in 1..{}, got {}",
@@ -188,6 +195,11 @@ Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(finiteNonNegative(t.device.memoryBytesPerSecond) && finiteNonNegative(t.device.launchSeconds) &&
                         finiteNonNegative(t.device.peakFlopsPerSecond),
                     "topology '{}': device memory bandwidth, launch time and peak FLOP/s must be >= 0", t.name);
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    CHIMERA_CHECK_ARG(finitePositive(t.transferFactors.values[i]),
+                      "topology '{}': transfer factor of {} must be > 0, got {}", t.name, opKindName(kTransferKinds[i]),
+                      t.transferFactors.values[i]);
+  }
   CHIMERA_CHECK_ARG(t.calibration.samples >= 0 && finiteNonNegative(t.calibration.rmsRelativeError),
                     "topology '{}': calibration samples and error must be >= 0", t.name);
   return Status::ok();

@@ -86,6 +86,19 @@ class FieldReader {
     return reader.number("peak_flops_per_s", false, out.peakFlopsPerSecond);
   }
 
+  // Optional; a missing primitive keeps its factor of 1.
+  Status transferFactors(std::string_view key, TransferFactors& out) const {
+    const Json* value = detail::findMember(object_, key);
+    if (value == nullptr) return Status::ok();
+    const FieldReader reader(*value, prefix() + std::string(key));
+    CHIMERA_RETURN_IF_ERROR(
+        reader.checkKnown({"allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany"}));
+    for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+      CHIMERA_RETURN_IF_ERROR(reader.number(opKindName(kTransferKinds[i]), false, out.values[i]));
+    }
+    return Status::ok();
+  }
+
   Status calibration(std::string_view key, CalibrationInfo& out) const {
     const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return Status::ok();
@@ -124,6 +137,11 @@ std::string topologyToJson(const Topology& t) {
                             {"device", Json::object({{"memory_bytes_per_s", t.device.memoryBytesPerSecond},
                                                      {"launch_s", t.device.launchSeconds},
                                                      {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
+  Json factors = Json::object();
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    factors[std::string(opKindName(kTransferKinds[i]))] = t.transferFactors.values[i];
+  }
+  json["transfer_factors"] = std::move(factors);
   if (t.calibration.samples > 0) {
     json["calibration"] =
         Json::object({{"samples", t.calibration.samples}, {"rms_relative_error", t.calibration.rmsRelativeError}});
@@ -137,7 +155,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   const FieldReader reader(json, "");
   CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link",
                                              "cross_link", "peer_penalty", "reduce_s_per_byte", "compute_slots",
-                                             "step_s", "peer_s", "device", "calibration"}));
+                                             "step_s", "peer_s", "transfer_factors", "device", "calibration"}));
   std::string format;
   CHIMERA_RETURN_IF_ERROR(reader.string("format", true, format));
   CHIMERA_CHECK_ARG(format == kFormat, "field 'format' is '{}', expected '{}'", format, kFormat);
@@ -155,6 +173,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(reader.integer("compute_slots", false, t.computeSlots));
   CHIMERA_RETURN_IF_ERROR(reader.number("step_s", false, t.stepSeconds));
   CHIMERA_RETURN_IF_ERROR(reader.number("peer_s", false, t.peerSeconds));
+  CHIMERA_RETURN_IF_ERROR(reader.transferFactors("transfer_factors", t.transferFactors));
   CHIMERA_RETURN_IF_ERROR(reader.device("device", t.device));
   CHIMERA_RETURN_IF_ERROR(reader.calibration("calibration", t.calibration));
   CHIMERA_RETURN_IF_ERROR(validateTopology(t));

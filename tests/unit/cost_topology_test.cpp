@@ -24,6 +24,12 @@ void expectSame(const Topology& a, const Topology& b) {
   EXPECT_EQ(a.peerPenalty, b.peerPenalty);
   EXPECT_EQ(a.reduceSecondsPerByte, b.reduceSecondsPerByte);
   EXPECT_EQ(a.computeSlots, b.computeSlots);
+  EXPECT_EQ(a.stepSeconds, b.stepSeconds);
+  EXPECT_EQ(a.peerSeconds, b.peerSeconds);
+  EXPECT_EQ(a.transferFactors.values, b.transferFactors.values);
+  EXPECT_EQ(a.device.memoryBytesPerSecond, b.device.memoryBytesPerSecond);
+  EXPECT_EQ(a.device.launchSeconds, b.device.launchSeconds);
+  EXPECT_EQ(a.device.peakFlopsPerSecond, b.device.peakFlopsPerSecond);
   EXPECT_EQ(a.calibration.samples, b.calibration.samples);
   EXPECT_EQ(a.calibration.rmsRelativeError, b.calibration.rmsRelativeError);
 }
@@ -72,6 +78,7 @@ TEST(Topology, ProfileJsonRoundTripsEveryPresetExactly) {
     Topology original;
     ASSERT_TRUE(loadTopology(name, original).isOk());
     original.calibration = {17, 0.0123456789};
+    original.transferFactors.values = {0.8125, 1.1, 0.9, 1.0 / 3.0, 2.5, 0.7};
     const std::string json = topologyToJson(original);
     EXPECT_NE(json.find("\"format\": \"chimera-topology-1\""), std::string::npos) << json;
     Topology loaded;
@@ -104,6 +111,22 @@ TEST(Topology, MinimalHandWrittenProfileUsesDefaults) {
   EXPECT_EQ(t.peerPenalty, 0.0);
   EXPECT_EQ(t.computeSlots, 0);
   EXPECT_EQ(t.calibration.samples, 0);
+  for (const double factor : t.transferFactors.values) EXPECT_EQ(factor, 1.0);
+}
+
+TEST(Topology, TransferFactorsScaleTheirPrimitiveOnly) {
+  Topology t;
+  ASSERT_TRUE(loadTopology("pcie-4080x8", t).isOk());
+  for (const double factor : t.transferFactors.values) EXPECT_EQ(factor, 1.0);  // presets: as modelled
+  t.transferFactors.values[1] = 1.5;                                            // reducescatter
+  EXPECT_EQ(t.transferFactors.of(OpKind::ReduceScatter), 1.5);
+  EXPECT_EQ(t.transferFactors.of(OpKind::AllReduce), 1.0);
+  EXPECT_EQ(t.transferFactors.of(OpKind::Send), 1.0);  // not a step kind a program has
+  t.transferFactors.values[5] = 0.0;
+  const Status status = validateTopology(t);
+  EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status.message().find("transfer factor of manytomany must be > 0, got 0"), std::string::npos)
+      << status.message();
 }
 
 TEST(Topology, UnknownNamesListThePresets) {
@@ -153,6 +176,8 @@ TEST(Topology, ProfileFieldErrorsNameTheField) {
   expectError(edited("chimera-topology-1", "chimera-topology-9"), "expected 'chimera-topology-1'");
   expectError(edited("\"bandwidth_bytes_per_s\": 22000000000.0", "\"bandwidth_bytes_per_s\": -1"), "bandwidth > 0");
   expectError(edited("\"alpha_s\": 1e-05", "\"latency\": 1e-05"), "unknown field 'local_link.latency'");
+  expectError(edited("\"allgather\": 1.0", "\"allgather\": -2.0"), "transfer factor of allgather must be > 0");
+  expectError(edited("\"allgather\": 1.0", "\"gather\": 1.0"), "unknown field 'transfer_factors.gather'");
   expectError("[1, 2]", "must be a JSON object");
 }
 

@@ -3,11 +3,13 @@
 // multinode-ib:N) and calibrated profile files the cost model prices plans on.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "chimera/op_kind.hpp"
 #include "chimera/status.hpp"
 
 namespace chimera {
@@ -51,6 +53,22 @@ struct DeviceParams {
   double peakFlopsPerSecond = 0;    ///< dense 16-bit tensor-core peak of one device (>= 0)
 };
 
+/// The primitives whose transfer time a profile can scale, in TransferFactors order: the
+/// five collectives and the many-to-many of point-to-point transfers.
+inline constexpr std::array<OpKind, 6> kTransferKinds = {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather,
+                                                         OpKind::AllToAll,  OpKind::Broadcast,     OpKind::ManyToMany};
+
+/// How a transport's own algorithm for each primitive compares with the model's (ring for
+/// AllReduce, ReduceScatter and AllGather, a chain for Broadcast, direct transfers for
+/// AllToAll and many-to-many): the primitive's transfer time is multiplied by its factor.
+/// 1 = as modelled (every preset); calibration fits them, e.g. an MPI library whose
+/// AllReduce moves fewer bytes through shared memory than a ring gets a factor below 1.
+struct TransferFactors {
+  std::array<double, kTransferKinds.size()> values{1, 1, 1, 1, 1, 1};  ///< in kTransferKinds order (> 0)
+  /// The factor of `kind`; 1 for kinds that move no bytes between ranks.
+  [[nodiscard]] double of(OpKind kind) const;
+};
+
 /// Provenance of a calibrated topology (zero samples: a preset, not calibrated).
 struct CalibrationInfo {
   int samples = 0;              ///< number of measurements the fit used
@@ -83,8 +101,9 @@ struct Topology {
   /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
   /// connection of a fan-out, on top of the link bandwidth (>= 0).
   double peerSeconds = 0;
-  DeviceParams device;          ///< local passes and compute
-  CalibrationInfo calibration;  ///< set by fitProfile; saved with the profile
+  TransferFactors transferFactors;  ///< per-primitive algorithm efficiency (calibrated; 1 in the presets)
+  DeviceParams device;              ///< local passes and compute
+  CalibrationInfo calibration;      ///< set by fitProfile; saved with the profile
 };
 
 /// Checks the fields of `topology` (ranges above, ranksPerDomain dividing ranks, cross link
