@@ -64,16 +64,30 @@ std::int64_t pipelineBlocks(const ChainPlan& plan, int dim) {
   return blocks;
 }
 
+std::int64_t pipelineCopyBytes(const ChainPlan& plan, const TensorSpec& spec, int dim) {
+  const std::int64_t blocks = pipelineBlocks(plan, dim);
+  std::int64_t bytes = 0;
+  for (const Layout* layout : {&plan.trace.layouts.front(), &plan.consumed}) {
+    // Every layout's split count divides `blocks` (their least common multiple) and the extent.
+    const std::vector<std::int64_t> local = layout->localShape(spec);
+    if (!chunkView(local, dim, blocks, splitCount(*layout, dim), 1, 0).contiguous) bytes += layout->localBytes(spec);
+  }
+  return bytes;
+}
+
 int pipelineDim(const ChainPlan& plan) {
   const TensorSpec& spec = plan.fused.spec;
   int best = -1;
-  std::int64_t fewest = 0;
+  std::int64_t leastCopied = 0;
+  std::int64_t fewestBlocks = 0;
   for (int dim = 0; dim < spec.rank(); ++dim) {
     const std::int64_t blocks = pipelineBlocks(plan, dim);
     if (spec.shape[static_cast<std::size_t>(dim)] / blocks < 2) continue;
-    if (best < 0 || blocks < fewest) {
+    const std::int64_t copied = pipelineCopyBytes(plan, spec, dim);
+    if (best < 0 || copied < leastCopied || (copied == leastCopied && blocks < fewestBlocks)) {
       best = dim;
-      fewest = blocks;
+      leastCopied = copied;
+      fewestBlocks = blocks;
     }
   }
   return best;
@@ -108,8 +122,18 @@ Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& 
   // Chunk c+1's step i-1 runs while chunk c's step i does, on other ranks and links. On
   // one shared memory bus (the host fabric) every step uses the same resource and the
   // same cores, so nothing overlaps: the chunks run one after another.
-  const bool overlaps = cost.model().topology().fabric != Fabric::SharedMemory;
+  const Topology& topology = cost.model().topology();
+  const bool overlaps = topology.fabric != Fabric::SharedMemory;
   seconds = overlaps ? sum + (chunks - 1) * slowest : chunks * sum;
+  // Chunks that are not contiguous runs of a rank's tensor are packed before and unpacked
+  // after their plan: one pass over those bytes in all, a launch per chunk and side.
+  if (chunks > 1) {
+    const std::int64_t copied = pipelineCopyBytes(plan, spec, dim);
+    if (copied > 0 && topology.device.memoryBytesPerSecond > 0) {
+      seconds += 2.0 * static_cast<double>(copied) / topology.device.memoryBytesPerSecond;
+    }
+    if (copied > 0) seconds += 2.0 * chunks * topology.device.launchSeconds;
+  }
   return Status::ok();
 }
 

@@ -127,13 +127,26 @@ TEST(PipelinedPlan, ChunksJoinToTheChainsConsumedDataExactly) {
   EXPECT_EQ(checked, 27);
 }
 
-TEST(PipelinedPlan, PipelineDimIsOneNoLayoutOfTheChainSplits) {
+TEST(PipelinedPlan, PipelineDimIsTheOneWhoseChunksCopyTheFewestBytes) {
   const BytesCost cost;
   TensorSpec spec;
-  // tp_pp: nothing is split in the chain's layouts (the fused plan's shards do not count).
-  EXPECT_EQ(pipelineDim(planText(kScenarios[1], cost, spec)), 0);
-  // pp_sp starts split on dim 0.
-  EXPECT_EQ(pipelineDim(planText(kScenarios[2], cost, spec)), 1);
+  // tp_pp: nothing is split in the chain's layouts (the fused plan's shards do not count),
+  // so on dim 0 every chunk is a contiguous run of both ends: nothing is copied.
+  const ChainPlan tpPp = planText(kScenarios[1], cost, spec);
+  EXPECT_EQ(pipelineDim(tpPp), 0);
+  EXPECT_EQ(pipelineCopyBytes(tpPp, spec, 0), 0);
+  EXPECT_EQ(pipelineCopyBytes(tpPp, spec, 1), 2 * 64 * 256 * 4);  // column chunks: both ends
+  // pp_sp starts split on dim 0 in 4 blocks: a stage-0 rank's chunk is a run of its shard,
+  // only the gathered 64x256 result is unpacked. Along dim 1 both ends would be.
+  const ChainPlan ppSp = planText(kScenarios[2], cost, spec);
+  EXPECT_EQ(pipelineDim(ppSp), 0);
+  EXPECT_EQ(pipelineBlocks(ppSp, 0), 4);
+  EXPECT_EQ(pipelineCopyBytes(ppSp, spec, 0), 64 * 256 * 4);
+  EXPECT_EQ(pipelineCopyBytes(ppSp, spec, 1), 16 * 256 * 4 + 64 * 256 * 4);
+  // tp_sp: the result splits dim 0 in 8; a result chunk is a run, the input's are not.
+  const ChainPlan tpSp = planText(kScenarios[0], cost, spec);
+  EXPECT_EQ(pipelineDim(tpSp), 0);
+  EXPECT_EQ(pipelineCopyBytes(tpSp, spec, 0), 64 * 256 * 4);
   // pp_ep on a 2-D tensor: both dims are split (in 4) somewhere; dim 0 in 4 blocks.
   const Text ppEp{"pp=2,ep=4", 8, "64,64", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1"};
   const ChainPlan ep = planText(ppEp, cost, spec);

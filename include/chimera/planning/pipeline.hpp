@@ -32,9 +32,15 @@ struct PipelineChoice {
 /// (shape[dim] / n): results stay exact.
 std::int64_t pipelineBlocks(const ChainPlan& plan, int dim);
 
-/// The dim to chunk along: the one with the fewest pipelineBlocks (1: chunks are whole
-/// slices of every rank's tensor), the outermost on ties, among dims of extent >= 2; -1 for
-/// a tensor without one.
+/// Bytes of one rank's tensors that chunking along `dim` packs and unpacks (PipelinedChain):
+/// the local tensor of the chain's start layout unless its chunks are contiguous runs, plus
+/// that of the consumed layout likewise; `spec` is the whole tensor.
+std::int64_t pipelineCopyBytes(const ChainPlan& plan, const TensorSpec& spec, int dim);
+
+/// The dim to chunk along, among dims of extent >= 2 pipelineBlocks: the one whose chunks
+/// pack and unpack the fewest bytes (pipelineCopyBytes; 0 when every rank's chunks are
+/// contiguous runs), then the one with the fewest blocks, then the outermost; -1 for a
+/// tensor without one.
 int pipelineDim(const ChainPlan& plan);
 
 /// `spec` with shape[dim] divided by `chunks`. InvalidArgument when it does not divide.
@@ -43,7 +49,9 @@ int pipelineDim(const ChainPlan& plan);
 /// Predicted time of running the fused plan of `spec`'s chunk tensor `chunks` times as a
 /// pipeline: with s_i the predicted time of step i of the chunk's plan, chunk c runs step i
 /// while chunk c+1 runs step i-1, so time = sum_i s_i + (chunks - 1) x max_i s_i. On a
-/// shared-memory fabric (one bus, shared cores) nothing overlaps: chunks x sum_i s_i.
+/// shared-memory fabric (one bus, shared cores) nothing overlaps: chunks x sum_i s_i. With
+/// more than one chunk, the chunks' packs and unpacks (pipelineCopyBytes) add one pass over
+/// those bytes at the device's memory bandwidth and two launches per chunk.
 [[nodiscard]] Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& chain,
                                      const Layout& consumed, int dim, int chunks, const TopologyCost& cost,
                                      double& seconds);
