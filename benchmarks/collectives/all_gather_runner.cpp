@@ -18,7 +18,7 @@ class AllGatherRunner final : public CollectiveRunner {
     int count = 0;
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.recvCount, count));
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.paramCount, count));
-    const MPI_Datatype type = mpiDatatype(row.dtype);
+    const MPI_Datatype type = mpiDataType(row.dtype);
     return mpiStatus(MPI_Allgather(send, count, type, recv, count, type, context_.comm), "MPI_Allgather");
   }
 

@@ -19,9 +19,9 @@ class AllReduceRunner final : public CollectiveRunner {
     int count = 0;
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.paramCount, count));
     MPI_Op op = MPI_OP_NULL;
-    CHIMERA_RETURN_IF_ERROR(context_.mpiOps->get(row.dtype, *row.op, op));
+    CHIMERA_RETURN_IF_ERROR(baselineReduceOp(row.dtype, *row.op, op));
     CHIMERA_RETURN_IF_ERROR(
-        mpiStatus(MPI_Allreduce(send, recv, count, mpiDatatype(row.dtype), op, context_.comm), "MPI_Allreduce"));
+        mpiStatus(MPI_Allreduce(send, recv, count, mpiDataType(row.dtype), op, context_.comm), "MPI_Allreduce"));
     if (*row.op == ReduceOp::Avg) finishAverage(recv, row.shape.paramCount, row.dtype, context_.groupSize());
     return Status::ok();
   }

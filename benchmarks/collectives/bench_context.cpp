@@ -57,7 +57,6 @@ Status BenchContext::create(const Options& options, std::unique_ptr<BenchContext
   group.axes = axes;
   group.groupRanks = context->mesh_.groupRanks(rank, axes);
   group.groupIndex = context->mesh_.groupIndex(rank, axes);
-  group.mpiOps = &context->mpiOps_;
   group.root = options.root;
   const int code = MPI_Comm_split(MPI_COMM_WORLD, context->mesh_.groupColor(rank, axes), group.groupIndex, &group.comm);
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(mpiStatus(code, "MPI_Comm_split")));

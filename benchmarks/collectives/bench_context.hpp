@@ -47,7 +47,6 @@ class BenchContext {
   Mesh mesh_;
   std::string axisName_;
   std::unique_ptr<Backend> backend_;
-  MpiOpTable mpiOps_;
   GroupContext group_;
 };
 

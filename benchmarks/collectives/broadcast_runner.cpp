@@ -20,7 +20,7 @@ class BroadcastRunner final : public CollectiveRunner {
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.paramCount, count));
     // MPI_Bcast only reads the root's buffer, so handing it the const send buffer is safe.
     void* buffer = isRoot() ? const_cast<void*>(send) : recv;
-    return mpiStatus(MPI_Bcast(buffer, count, mpiDatatype(row.dtype), context_.root, context_.comm), "MPI_Bcast");
+    return mpiStatus(MPI_Bcast(buffer, count, mpiDataType(row.dtype), context_.root, context_.comm), "MPI_Bcast");
   }
 
   double expected(const InputPattern& inputs, const RowCase& /*row*/, std::size_t index) const override {

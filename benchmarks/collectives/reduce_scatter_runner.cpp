@@ -20,9 +20,9 @@ class ReduceScatterRunner final : public CollectiveRunner {
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.sendCount, count));  // the whole send must fit too
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.paramCount, count));
     MPI_Op op = MPI_OP_NULL;
-    CHIMERA_RETURN_IF_ERROR(context_.mpiOps->get(row.dtype, *row.op, op));
+    CHIMERA_RETURN_IF_ERROR(baselineReduceOp(row.dtype, *row.op, op));
     CHIMERA_RETURN_IF_ERROR(
-        mpiStatus(MPI_Reduce_scatter_block(send, recv, count, mpiDatatype(row.dtype), op, context_.comm),
+        mpiStatus(MPI_Reduce_scatter_block(send, recv, count, mpiDataType(row.dtype), op, context_.comm),
                   "MPI_Reduce_scatter_block"));
     if (*row.op == ReduceOp::Avg) finishAverage(recv, row.shape.paramCount, row.dtype, context_.groupSize());
     return Status::ok();

@@ -2,8 +2,6 @@
 // Implements the per-collective runners' shared parts: ours vs the MPI baseline, checked.
 #include "runner.hpp"
 
-#include <fmt/format.h>
-
 namespace chimera::bench {
 
 std::unique_ptr<CollectiveRunner> createRunner(Collective collective, const GroupContext& context) {
@@ -16,15 +14,6 @@ std::unique_ptr<CollectiveRunner> createRunner(Collective collective, const Grou
     default: break;  // Send: the send/recv ring (parseCollective accepts nothing else)
   }
   return makeSendRecvRunner(context);
-}
-
-Status mpiStatus(int code, const char* call) {
-  if (code == MPI_SUCCESS) return Status::ok();
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return Status::backendError(
-      fmt::format("{} failed: {}", call, std::string_view(text, static_cast<std::size_t>(length))));
 }
 
 }  // namespace chimera::bench

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/mpi/mpi_util.hpp"
 #include "chimera/backend.hpp"
 #include "collective.hpp"
 #include "input_pattern.hpp"
@@ -30,8 +31,6 @@ struct GroupContext {
   int groupIndex = 0;
   /// The same group as an MPI communicator (rank = group index), for the baseline.
   MPI_Comm comm = MPI_COMM_NULL;
-  /// Reduction ops for the baseline.
-  MpiOpTable* mpiOps = nullptr;
   /// Broadcast root, as a group index.
   int root = 0;
 
@@ -80,7 +79,9 @@ std::unique_ptr<CollectiveRunner> makeAllToAllRunner(const GroupContext& context
 std::unique_ptr<CollectiveRunner> makeBroadcastRunner(const GroupContext& context);
 std::unique_ptr<CollectiveRunner> makeSendRecvRunner(const GroupContext& context);
 
-/// BackendError naming `call` and MPI's error string unless `code` is MPI_SUCCESS.
-[[nodiscard]] Status mpiStatus(int code, const char* call);
+/// The backend's MPI plumbing, for the baseline: mpiStatus (BackendError naming the call and
+/// MPI's error string unless the code is MPI_SUCCESS) and mpiDataType (MPI's type for a DataType).
+using detail::mpiDataType;
+using detail::mpiStatus;
 
 }  // namespace chimera::bench

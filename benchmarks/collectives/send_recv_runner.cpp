@@ -24,7 +24,7 @@ class SendRecvRunner final : public CollectiveRunner {
   Status runBaseline(const RowCase& row, const void* send, void* recv) override {
     int count = 0;
     CHIMERA_RETURN_IF_ERROR(mpiCount(row.shape.paramCount, count));
-    const MPI_Datatype type = mpiDatatype(row.dtype);
+    const MPI_Datatype type = mpiDataType(row.dtype);
     return mpiStatus(MPI_Sendrecv(send, count, type, sendPeer(), kTag, recv, count, type, recvPeer(), kTag,
                                   context_.comm, MPI_STATUS_IGNORE),
                      "MPI_Sendrecv");
