@@ -61,6 +61,17 @@ Status CostModel::decide(const CommProgram& baseline, const CommProgram& fused, 
   return Status::ok();
 }
 
+double localPassSeconds(const Topology& topology, double bytes, int passingRanks) {
+  if (topology.device.memoryBytesPerSecond <= 0 || bytes <= 0) return 0;
+  double speedup = 1;
+  if (topology.computeSlots > 0) {
+    const int passing = passingRanks > 0 ? std::min(passingRanks, topology.ranks) : topology.ranks;
+    const double slots = topology.computeSlots;
+    speedup = std::max(1.0, topology.ranks / slots) / std::max(1.0, passing / slots);
+  }
+  return 2.0 * bytes / (topology.device.memoryBytesPerSecond * speedup);
+}
+
 std::string formatSeconds(double seconds) {
   const double magnitude = std::fabs(seconds);
   if (magnitude >= 1.0) return fmt::format("{:.3g} s", seconds);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "chimera/planning/cost_model.hpp"
 #include "core/check.hpp"
 #include "cost/fabric.hpp"
 
@@ -107,9 +108,7 @@ void addOverheads(const Topology& topology, const CommStep& step, int peers, Ste
     terms.overheadSeconds += topology.stepSeconds + topology.peerSeconds * (peers - 1);
   }
   terms.overheadSeconds += topology.device.launchSeconds * step.localLaunches;
-  if (topology.device.memoryBytesPerSecond > 0) {
-    terms.localSeconds = 2.0 * static_cast<double>(step.localBytes) / topology.device.memoryBytesPerSecond;
-  }
+  terms.localSeconds = localPassSeconds(topology, static_cast<double>(step.localBytes), step.localRanks);
 }
 
 }  // namespace
@@ -119,6 +118,8 @@ Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out)
   CHIMERA_RETURN_IF_ERROR(validateStep(step, topology.ranks));
   CHIMERA_CHECK_ARG(step.localLaunches >= 0, "step {}: local launches must be >= 0, got {}", step.toString(),
                     step.localLaunches);
+  CHIMERA_CHECK_ARG(step.localRanks >= 0 && step.localRanks <= topology.ranks,
+                    "step {}: local ranks must be in 0..{}, got {}", step.toString(), topology.ranks, step.localRanks);
   if (step.kind != StepKind::ManyToMany) {
     out = collectiveTerms(topology, step);
     addOverheads(topology, step, collectivePeers(step), out);

@@ -22,7 +22,7 @@ struct StepTerms {
   /// busiest rank beyond the first, launchSeconds per local kernel.
   double overheadSeconds = 0;
   int steps = 0;            ///< 1 when the step moves bytes (its overhead includes stepSeconds), else 0
-  double localSeconds = 0;  ///< 2 x localBytes / device memory bandwidth (0 when unmodelled)
+  double localSeconds = 0;  ///< localPassSeconds of the step's local bytes (0 when unmodelled)
   std::string bottleneck;   ///< the resource limiting the largest round ("" if none)
 };
 

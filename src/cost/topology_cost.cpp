@@ -63,9 +63,11 @@ void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
   const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
   const auto inBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
   const auto outBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, output.localBytes));
+  // The collectives' and local steps' passes run on every holder at once.
   const auto pass = [&](std::uint64_t bytes) {
     out.localBytes += bytes;
     out.localLaunches += 1;
+    out.localRanks = static_cast<int>(output.layout.holders().size());
   };
   switch (step.kind) {
     case PlanStep::Kind::ReduceScatter:
@@ -101,6 +103,8 @@ void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
       const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
       out.localBytes += bytes[busiest];
       out.localLaunches += std::popcount(kinds[busiest]);
+      out.localRanks =
+          static_cast<int>(std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b > 0; }));
       break;
     }
     case PlanStep::Kind::LocalCopy:

@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <utility>
 
+#include "chimera/planning/cost_model.hpp"
 #include "core/check.hpp"
 
 namespace chimera {
@@ -64,14 +66,34 @@ std::int64_t pipelineBlocks(const ChainPlan& plan, int dim) {
   return blocks;
 }
 
-std::int64_t pipelineCopyBytes(const ChainPlan& plan, const TensorSpec& spec, int dim) {
+namespace {
+
+// What chunking along `dim` copies at one end of the chain (its start or consumed layout):
+// each holder's whole local tensor, unless its chunks are contiguous runs (0 bytes).
+struct ChunkEnd {
+  std::int64_t copiedBytes = 0;
+  int ranks = 0;  // the holders, who copy at once
+};
+
+std::array<ChunkEnd, 2> chunkEnds(const ChainPlan& plan, const TensorSpec& spec, int dim) {
   const std::int64_t blocks = pipelineBlocks(plan, dim);
-  std::int64_t bytes = 0;
-  for (const Layout* layout : {&plan.trace.layouts.front(), &plan.consumed}) {
+  std::array<ChunkEnd, 2> ends;
+  const std::array<const Layout*, 2> layouts = {&plan.trace.layouts.front(), &plan.consumed};
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const Layout& layout = *layouts[i];
     // Every layout's split count divides `blocks` (their least common multiple) and the extent.
-    const std::vector<std::int64_t> local = layout->localShape(spec);
-    if (!chunkView(local, dim, blocks, splitCount(*layout, dim), 1, 0).contiguous) bytes += layout->localBytes(spec);
+    const std::vector<std::int64_t> local = layout.localShape(spec);
+    if (chunkView(local, dim, blocks, splitCount(layout, dim), 1, 0).contiguous) continue;
+    ends[i] = {layout.localBytes(spec), static_cast<int>(layout.holders().size())};
   }
+  return ends;
+}
+
+}  // namespace
+
+std::int64_t pipelineCopyBytes(const ChainPlan& plan, const TensorSpec& spec, int dim) {
+  std::int64_t bytes = 0;
+  for (const ChunkEnd& end : chunkEnds(plan, spec, dim)) bytes += end.copiedBytes;
   return bytes;
 }
 
@@ -125,14 +147,15 @@ Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& 
   const Topology& topology = cost.model().topology();
   const bool overlaps = topology.fabric != Fabric::SharedMemory;
   seconds = overlaps ? sum + (chunks - 1) * slowest : chunks * sum;
-  // Chunks that are not contiguous runs of a rank's tensor are packed before and unpacked
-  // after their plan: one pass over those bytes in all, a launch per chunk and side.
+  // Chunks that are not contiguous runs of a rank's tensor are packed before (start) or
+  // unpacked after (consumed) their plan, by that end's holders: one pass over those bytes
+  // in all, a launch per chunk.
   if (chunks > 1) {
-    const std::int64_t copied = pipelineCopyBytes(plan, spec, dim);
-    if (copied > 0 && topology.device.memoryBytesPerSecond > 0) {
-      seconds += 2.0 * static_cast<double>(copied) / topology.device.memoryBytesPerSecond;
+    for (const ChunkEnd& end : chunkEnds(plan, spec, dim)) {
+      if (end.copiedBytes == 0) continue;
+      seconds += localPassSeconds(topology, static_cast<double>(end.copiedBytes), end.ranks);
+      seconds += chunks * topology.device.launchSeconds;
     }
-    if (copied > 0) seconds += 2.0 * chunks * topology.device.launchSeconds;
   }
   return Status::ok();
 }

@@ -142,6 +142,32 @@ TEST(CostModel, StepLaunchPeersAndLocalPassesAreAddedPerStep) {
   EXPECT_EQ(price(model, CommStep::collective(StepKind::AllReduce, {{0}, {1}}, 1000)).seconds, 0);
 }
 
+TEST(CostModel, LocalPassesOfFewerRanksRunFasterWhenRanksShareCores) {
+  Topology host = roundHost(8);
+  host.computeSlots = 2;
+  host.device.memoryBytesPerSecond = 1e9;                    // per rank, measured with all 8 passing at once
+  EXPECT_NEAR(localPassSeconds(host, 1e6, 0), 2e-3, 1e-15);  // 0 = every rank
+  EXPECT_NEAR(localPassSeconds(host, 1e6, 8), 2e-3, 1e-15);
+  EXPECT_NEAR(localPassSeconds(host, 1e6, 4), 1e-3, 1e-15);    // half the ranks: twice the cores each
+  EXPECT_NEAR(localPassSeconds(host, 1e6, 1), 0.5e-3, 1e-15);  // no faster than a core of its own
+  EXPECT_NEAR(localPassSeconds(host, 1e6, 2), 0.5e-3, 1e-15);
+  // Devices of their own (computeSlots 0): the count does not matter; unmodelled: free.
+  Topology gpus = host;
+  gpus.computeSlots = 0;
+  EXPECT_NEAR(localPassSeconds(gpus, 1e6, 4), 2e-3, 1e-15);
+  gpus.device.memoryBytesPerSecond = 0;
+  EXPECT_EQ(localPassSeconds(gpus, 1e6, 4), 0);
+  // A step carries the count; a count beyond the topology is refused.
+  CommStep copy = CommStep::manyToMany({});
+  copy.localBytes = 1000000;
+  copy.localRanks = 4;
+  EXPECT_NEAR(price(CostModel(host), copy).localSeconds, 1e-3, 1e-15);
+  copy.localRanks = 9;
+  StepCost cost;
+  const Status status = CostModel(host).predictStep(copy, cost);
+  EXPECT_NE(status.message().find("local ranks must be in 0..8, got 9"), std::string::npos) << status.message();
+}
+
 // The closed form of an AllToAll round (per-domain member counts) must price exactly what
 // its n^2 flows do, on every fabric, for groups that span domains unevenly.
 TEST(CostModel, AllToAllClosedFormEqualsItsFlows) {

@@ -76,6 +76,7 @@ TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
   ASSERT_EQ(program.size(), 1u);
   EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
   EXPECT_EQ(program[0].localLaunches, 1);
+  EXPECT_EQ(program[0].localRanks, 4);  // every member unpacks at once
   ASSERT_TRUE(planProgram(planOn(rows, cost).baseline, program).isOk());
   EXPECT_EQ(program[0].localBytes, 0u);
   // A slice is a local copy of the kept part; a sum over replicas a scale of the output.
@@ -91,6 +92,15 @@ TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
   ASSERT_EQ(program.size(), 1u) << scaled.fused.toString();
   EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
   EXPECT_EQ(program[0].localLaunches, 1);
+  // A many-to-many counts the ranks that pack or unpack. pp_sp with column shards: every
+  // stage-0 rank sends its whole shard (one run) to every stage-1 rank, and only the 4
+  // stage-1 ranks unpack the 4 column blocks of the whole tensor.
+  const ChainCase handOff = chainCase("sp=4,pp=2", 8, "pp=@0,sp=S1", "allgather:sp:1,send:pp", "pp=@1,sp=R");
+  ASSERT_TRUE(planProgram(planOn(handOff, cost).fused, program).isOk());
+  ASSERT_EQ(program.size(), 1u);
+  EXPECT_EQ(program[0].kind, StepKind::ManyToMany);
+  EXPECT_EQ(program[0].localRanks, 4);
+  EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
 }
 
 TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {

@@ -55,6 +55,10 @@ struct CommStep {
   std::uint64_t localBytes = 0;
   /// Local kernels the busiest rank launches around the step (pack, unpack, copy, scale).
   int localLaunches = 0;
+  /// Ranks that make local passes around the step at once; 0 = every rank of the topology.
+  /// On a host whose ranks share cores, fewer ranks passing at once each run faster
+  /// (localPassSeconds).
+  int localRanks = 0;
 
   /// A collective `kind` (not ManyToMany) over `groups` with `bytesPerRank` = L.
   static CommStep collective(StepKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank);

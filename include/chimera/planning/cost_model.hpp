@@ -64,6 +64,14 @@ class CostModel {
   Topology topology_;
 };
 
+/// Seconds of local passes (pack, unpack, copy, scale; each reads and writes) over `bytes`
+/// on one rank while `passingRanks` ranks make theirs at once (0 = every rank of the
+/// topology): 2 x bytes / the device's memory bandwidth, 0 when that is not modelled. On a
+/// host whose ranks share `computeSlots` cores the bandwidth is the one measured with every
+/// rank passing at once, so fewer ranks passing run faster by the share of the cores they
+/// get: x max(1, passingRanks / slots) / max(1, ranks / slots).
+double localPassSeconds(const Topology& topology, double bytes, int passingRanks);
+
 /// "12.3 us", "0.841 ms", "1.5 s": three significant digits; ms from 0.1 ms, s from 1 s.
 std::string formatSeconds(double seconds);
 

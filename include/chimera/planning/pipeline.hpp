@@ -51,7 +51,7 @@ int pipelineDim(const ChainPlan& plan);
 /// while chunk c+1 runs step i-1, so time = sum_i s_i + (chunks - 1) x max_i s_i. On a
 /// shared-memory fabric (one bus, shared cores) nothing overlaps: chunks x sum_i s_i. With
 /// more than one chunk, the chunks' packs and unpacks (pipelineCopyBytes) add one pass over
-/// those bytes at the device's memory bandwidth and two launches per chunk.
+/// those bytes by the holders of that end (localPassSeconds) and a launch per chunk and end.
 [[nodiscard]] Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& chain,
                                      const Layout& consumed, int dim, int chunks, const TopologyCost& cost,
                                      double& seconds);
