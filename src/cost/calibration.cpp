@@ -30,11 +30,9 @@ using Row = std::array<double, kTerms>;
 using Coefficients = std::array<double, kTerms>;
 
 int transferColumn(StepKind kind) {
-  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
-    if (kTransferKinds[i] == kind) return kFirstTransfer + static_cast<int>(i);
-  }
-  CHIMERA_ASSERT(false);  // checkSample admits only these kinds
-  return kFirstTransfer;
+  const int index = transferKindIndex(kind);
+  CHIMERA_ASSERT(index >= 0);  // checkSample admits only these kinds
+  return kFirstTransfer + index;
 }
 
 std::string termName(int column) {
@@ -58,7 +56,7 @@ double relativeError(const Row& r, const Coefficients& c) {
 }
 
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
-  CHIMERA_CHECK_ARG(std::find(kTransferKinds.begin(), kTransferKinds.end(), s.primitive) != kTransferKinds.end(),
+  CHIMERA_CHECK_ARG(transferKindIndex(s.primitive) >= 0,
                     "sample {}: primitive must be a collective or manytomany, got {}", index,
                     stepKindName(s.primitive));
   CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany || s.groupSize % 2 == 0,

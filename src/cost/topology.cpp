@@ -160,10 +160,8 @@ Status parseFabric(std::string_view text, Fabric& out) {
 }
 
 double TransferFactors::of(OpKind kind) const {
-  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
-    if (kTransferKinds[i] == kind) return values[i];
-  }
-  return 1.0;
+  const int index = transferKindIndex(kind);
+  return index < 0 ? 1.0 : values[static_cast<std::size_t>(index)];
 }
 
 Status validateTopology(const Topology& t) {

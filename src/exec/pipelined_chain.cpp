@@ -58,15 +58,12 @@ ChunkView chunkView(const std::vector<std::int64_t>& local, int dim, std::int64_
   return view;
 }
 
-}  // namespace
-
-std::int64_t pipelineBlocks(const ChainPlan& plan, int dim) {
-  std::int64_t blocks = 1;
-  for (const Layout* layout : chainLayouts(plan)) blocks = std::lcm(blocks, splitCount(*layout, dim));
-  return blocks;
+// Whether every chunk of a holder of `layout` is one contiguous run of its local tensor, when
+// `dim` is cut into chunks of the chain's `blocks` blocks (every layout's split count divides
+// them and the extent).
+bool chunksContiguous(const Layout& layout, const TensorSpec& spec, int dim, std::int64_t blocks) {
+  return chunkView(layout.localShape(spec), dim, blocks, splitCount(layout, dim), 1, 0).contiguous;
 }
-
-namespace {
 
 // What chunking along `dim` copies at one end of the chain (its start or consumed layout):
 // each holder's whole local tensor, unless its chunks are contiguous runs (0 bytes).
@@ -81,15 +78,19 @@ std::array<ChunkEnd, 2> chunkEnds(const ChainPlan& plan, const TensorSpec& spec,
   const std::array<const Layout*, 2> layouts = {&plan.trace.layouts.front(), &plan.consumed};
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     const Layout& layout = *layouts[i];
-    // Every layout's split count divides `blocks` (their least common multiple) and the extent.
-    const std::vector<std::int64_t> local = layout.localShape(spec);
-    if (chunkView(local, dim, blocks, splitCount(layout, dim), 1, 0).contiguous) continue;
+    if (chunksContiguous(layout, spec, dim, blocks)) continue;
     ends[i] = {layout.localBytes(spec), static_cast<int>(layout.holders().size())};
   }
   return ends;
 }
 
 }  // namespace
+
+std::int64_t pipelineBlocks(const ChainPlan& plan, int dim) {
+  std::int64_t blocks = 1;
+  for (const Layout* layout : chainLayouts(plan)) blocks = std::lcm(blocks, splitCount(*layout, dim));
+  return blocks;
+}
 
 std::int64_t pipelineCopyBytes(const ChainPlan& plan, const TensorSpec& spec, int dim) {
   std::int64_t bytes = 0;
@@ -211,16 +212,14 @@ Status PipelinedChain::prepare() {
     const Layout& from = request_.from;
     const Layout& to = plan->consumed;
     if (from.holds(rank)) {
-      inContiguous_ =
-          chunkView(from.localShape(request_.spec), dim_, blocks_, splitCount(from, dim_), chunks_, 0).contiguous;
+      inContiguous_ = chunksContiguous(from, request_.spec, dim_, blocks_);
       if (!inContiguous_) {
         CHIMERA_RETURN_IF_ERROR(
             backend_.allocate(static_cast<std::size_t>(from.localBytes(chunkRequest_.spec)), &scratchIn_));
       }
     }
     if (to.holds(rank)) {
-      outContiguous_ =
-          chunkView(to.localShape(request_.spec), dim_, blocks_, splitCount(to, dim_), chunks_, 0).contiguous;
+      outContiguous_ = chunksContiguous(to, request_.spec, dim_, blocks_);
       if (!outContiguous_) {
         CHIMERA_RETURN_IF_ERROR(
             backend_.allocate(static_cast<std::size_t>(to.localBytes(chunkRequest_.spec)), &scratchOut_));

@@ -65,9 +65,10 @@ struct FitReport {
 CommStep sampleStep(const CalibrationSample& sample);
 
 /// What to measure for a fit on `worldSize` ranks (seconds left 0 for the caller to fill
-/// in): every collective and ManyToMany (kTransferKinds), for every group size g = 2, 4, 8, ... dividing worldSize run
-/// as worldSize / g concurrent groups, at sizes minBytes, 4 minBytes, 16 minBytes, ... up to maxBytes, each rounded
-/// down to a multiple of 16 g bytes (so ReduceScatter and AllToAll blocks are whole elements of any dtype).
+/// in): every collective and ManyToMany (kTransferKinds), for every group size g = 2, 4,
+/// 8, ... dividing worldSize run as worldSize / g concurrent groups, at sizes minBytes,
+/// 4 minBytes, 16 minBytes, ... up to maxBytes, each rounded down to a multiple of 16 g
+/// bytes (so ReduceScatter and AllToAll blocks are whole elements of any dtype).
 /// InvalidArgument when worldSize < 2, minBytes is 0 or minBytes > maxBytes.
 [[nodiscard]] Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t maxBytes,
                                        std::vector<CalibrationSample>& out);

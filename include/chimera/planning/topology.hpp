@@ -58,6 +58,14 @@ struct DeviceParams {
 inline constexpr std::array<OpKind, 6> kTransferKinds = {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather,
                                                          OpKind::AllToAll,  OpKind::Broadcast,     OpKind::ManyToMany};
 
+/// The index of `kind` in kTransferKinds, -1 for a kind that moves no bytes between ranks.
+constexpr int transferKindIndex(OpKind kind) {
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
+    if (kTransferKinds[i] == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 /// How a transport's own algorithm for each primitive compares with the model's (ring for
 /// AllReduce, ReduceScatter and AllGather, a chain for Broadcast, direct transfers for
 /// AllToAll and many-to-many): the primitive's transfer time is multiplied by its factor.
