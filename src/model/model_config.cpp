@@ -66,8 +66,9 @@ Status modelFromJson(std::string_view text, ModelConfig& out) {
   detail::Json json;
   CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
   CHIMERA_CHECK_ARG(json.is_object(), "a model file is one JSON object");
-  static constexpr std::string_view kKnown[] = {"format",     "name",        "layers", "hidden",  "heads", "seq_length",
-                                                "ffn_hidden", "micro_batch", "dtype",  "experts", "top_k", "moe_every"};
+  static constexpr std::string_view kKnown[] = {"format",     "name",       "layers",      "hidden",    "heads",
+                                                "seq_length", "ffn_hidden", "micro_batch", "dtype",     "experts",
+                                                "top_k",      "moe_every",  "imbalance",   "dispatcher"};
   for (auto it = json.begin(); it != json.end(); ++it) {
     bool known = false;
     for (const std::string_view k : kKnown) known = known || it.key() == k;
@@ -89,6 +90,15 @@ Status modelFromJson(std::string_view text, ModelConfig& out) {
   CHIMERA_RETURN_IF_ERROR(intField(json, "experts", false, m.experts));
   CHIMERA_RETURN_IF_ERROR(intField(json, "top_k", false, m.topK));
   CHIMERA_RETURN_IF_ERROR(intField(json, "moe_every", false, m.moeEvery));
+  if (const detail::Json* imbalance = detail::findMember(json, "imbalance"); imbalance != nullptr) {
+    CHIMERA_CHECK_ARG(imbalance->is_number(), "field 'imbalance' must be a number (max / mean load), got {}",
+                      detail::dumpJson(*imbalance));
+    m.imbalance = imbalance->get<double>();
+  }
+  if (const detail::Json* dispatcher = detail::findMember(json, "dispatcher"); dispatcher != nullptr) {
+    CHIMERA_CHECK_ARG(dispatcher->is_string(), "field 'dispatcher' must be a string");
+    CHIMERA_RETURN_IF_ERROR(parseMoeDispatcher(dispatcher->get<std::string>(), m.dispatcher));
+  }
   if (const detail::Json* dtype = detail::findMember(json, "dtype"); dtype != nullptr) {
     CHIMERA_CHECK_ARG(dtype->is_string(), "field 'dtype' must be a string");
     CHIMERA_RETURN_IF_ERROR(parseDataType(dtype->get<std::string>(), m.dtype));
@@ -98,6 +108,21 @@ Status modelFromJson(std::string_view text, ModelConfig& out) {
 }
 
 }  // namespace
+
+std::string_view moeDispatcherName(MoeDispatcher dispatcher) {
+  return dispatcher == MoeDispatcher::AllGather ? "allgather" : "alltoall";
+}
+
+Status parseMoeDispatcher(std::string_view text, MoeDispatcher& out) {
+  for (const MoeDispatcher d : {MoeDispatcher::AllToAll, MoeDispatcher::AllGather}) {
+    if (text == moeDispatcherName(d)) {
+      out = d;
+      return Status::ok();
+    }
+  }
+  return Status(StatusCode::InvalidArgument,
+                fmt::format("MoE dispatcher '{}' is not one of alltoall, allgather", text));
+}
 
 std::vector<std::string> modelPresetNames() { return {"gpt2-medium", "gpt-moe"}; }
 
@@ -171,6 +196,8 @@ Status validateModel(const ModelConfig& m, const ParallelConfig& p, const Topolo
   CHIMERA_CHECK_ARG(p.ep == 1 || m.experts > 0, "ep={} needs a model with experts", p.ep);
   CHIMERA_CHECK_ARG(m.experts == 0 || m.experts % (p.ep * p.tp) == 0,
                     "{} experts must divide by ep x tp = {} (each rank holds whole experts)", m.experts, p.ep * p.tp);
+  CHIMERA_CHECK_ARG(m.experts == 0 || (m.imbalance >= 1 && m.imbalance <= p.ep * p.tp),
+                    "imbalance {} (max / mean load) must lie in [1, ep x tp = {}]", m.imbalance, p.ep * p.tp);
   CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
   CHIMERA_CHECK_ARG(p.ranks() <= topology.ranks,
                     "the split needs {} GPUs (dp {} x pp {} x ep {} x tp {}) but topology '{}' has {}", p.ranks(), p.dp,

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
@@ -14,6 +15,7 @@
 #include "chimera/planning/topology_cost.hpp"
 #include "chimera/planning/training_model.hpp"
 #include "core/check.hpp"
+#include "model/moe_exchange.hpp"
 
 namespace chimera {
 namespace {
@@ -36,6 +38,10 @@ struct ChainSpec {
   AxisSet isolated;  // axes whose coordinates hold unrelated data: plans may not mix them
   int count = 0;     // runs per iteration
   bool perMicroBatch = true;
+  // An MoE dispatch or combine is priced as programs (the model's dispatcher vs chimera's
+  // routed exchange), not planned as a chain on one tensor.
+  enum class Routed { None, Dispatch, Combine } routed = Routed::None;
+  bool countExchange = false;  // the forward dispatch agrees on per-expert counts first
 };
 
 // Whether `plan` keeps every step and transfer inside one coordinate of each isolated axis.
@@ -122,18 +128,40 @@ class IterationBuilder {
     if (inputGrad < specs_.size()) backwardInputGrad_[layer] = inputGrad;
   }
 
-  // MoE dispatch and combine (AllToAll over ep+tp of the top-k token copies), and, without
-  // SP, the AllGather that rebuilds replicated activations for the next layer.
+  // MoE dispatch and combine over the expert group ep+tp (the model's dispatcher vs the
+  // routed exchange), and, without SP, the AllGather that rebuilds replicated activations
+  // for the next layer. Backward: the gradients go the other way with the same volumes, and
+  // reuse the forward dispatch's counts.
   std::size_t addExperts(int layer, int k, bool sp, bool forward) {
     const std::string st = fmt::format("pp=@{}", k);
     const std::string dir = forward ? "forward" : "backward";
     std::size_t last = specs_.size();
-    const std::vector<std::int64_t> routed = {static_cast<std::int64_t>(p_.ep) * tokens_ * m_.topK, m_.hidden};
     if (p_.ep * p_.tp > 1) {
-      specs_.push_back({fmt::format("layer {} moe dispatch ({})", layer, dir), layer, k, st + ",ep+tp=S0",
-                        "alltoall:ep+tp:0:1", st + ",ep+tp=S1", routed, AxisSet::single(kDp), p_.microbatches, true});
-      specs_.push_back({fmt::format("layer {} moe combine ({})", layer, dir), layer, k, st + ",ep+tp=S1",
-                        "alltoall:ep+tp:1:0", st + ",ep+tp=S0", routed, AxisSet::single(kDp), p_.microbatches, true});
+      const std::vector<std::int64_t> tokens = {static_cast<std::int64_t>(p_.ep) * tokens_, m_.hidden};
+      const std::string owners = st + ",ep+tp=S0";
+      const std::string experts = st + ",experts on ep+tp";
+      const bool gather = m_.dispatcher == MoeDispatcher::AllGather;
+      ChainSpec dispatch{fmt::format("layer {} moe dispatch ({})", layer, dir),
+                         layer,
+                         k,
+                         owners,
+                         gather ? "allgather:ep+tp:0" : "alltoallv:ep+tp (a row per token and expert)",
+                         experts,
+                         tokens,
+                         AxisSet::single(kDp),
+                         p_.microbatches,
+                         true};
+      dispatch.routed = ChainSpec::Routed::Dispatch;
+      dispatch.countExchange = forward;
+      ChainSpec combine = dispatch;
+      combine.where = fmt::format("layer {} moe combine ({})", layer, dir);
+      combine.from = experts;
+      combine.chain = gather ? "reducescatter:ep+tp:0" : "alltoallv:ep+tp (a row per token and expert, back)";
+      combine.consume = owners;
+      combine.routed = ChainSpec::Routed::Combine;
+      combine.countExchange = false;
+      specs_.push_back(std::move(dispatch));
+      specs_.push_back(std::move(combine));
       last = specs_.size() - 1;
     }
     if (!sp && p_.tp > 1) {
@@ -244,7 +272,8 @@ class IterationBuilder {
     t += 2 * m_.microBatch * headsHere * gemmSeconds(t_, e, s, dh, s);  // scores, then values
     t += gemmSeconds(t_, e, a, h / p_.tp, h);                           // output projection
     if (isMoe(layer)) {
-      const double routed = a * m_.topK / p_.tp;  // token copies each rank's experts see
+      // Token copies the most loaded rank's experts see: it bounds the layer's time.
+      const double routed = a * m_.topK / p_.tp * m_.imbalance;
       const double experts = static_cast<double>(m_.experts) / (p_.ep * p_.tp);
       t += experts * (gemmSeconds(t_, e, routed / experts, h, ffn_) + gemmSeconds(t_, e, routed / experts, ffn_, h));
     } else {
@@ -259,11 +288,12 @@ class IterationBuilder {
     CHIMERA_RETURN_IF_ERROR(Mesh::parse(mesh_, p_.ranks(), mesh));
     std::map<std::string, ModelCollective> cache;
     for (const ChainSpec& spec : specs_) {
-      const std::string key = spec.from + "|" + spec.chain + "|" + spec.consume + "|" + shapeText(spec.shape);
+      const std::string key =
+          fmt::format("{}|{}|{}|{}|{}", spec.from, spec.chain, spec.consume, shapeText(spec.shape), spec.countExchange);
       auto found = cache.find(key);
       if (found == cache.end()) {
         ModelCollective c;
-        const Status status = planOne(mesh, spec, c);
+        const Status status = spec.routed == ChainSpec::Routed::None ? planOne(mesh, spec, c) : priceRouted(spec, c);
         if (!status.isOk()) {
           return Status(status.code(), fmt::format("{} ({} from {} consumed as {}): {}", spec.where, spec.chain,
                                                    spec.from, spec.consume, status.message()));
@@ -305,6 +335,70 @@ class IterationBuilder {
     out.fusedSeconds = out.fused ? plan.fusedCost.value : plan.baselineCost.value;
     out.plan = chosen.toString();
     return Status::ok();
+  }
+
+  // The routed exchange of `spec` in every expert group of its stage.
+  detail::MoeExchange moeExchange(const ChainSpec& spec) const {
+    detail::MoeExchange x;
+    const int n = p_.ep * p_.tp;
+    for (int d = 0; d < p_.dp; ++d) {
+      const int base = (d * p_.pp + spec.stage) * n;
+      std::vector<int> group;
+      for (int r = 0; r < n; ++r) group.push_back(base + r);
+      x.groups.push_back(std::move(group));
+    }
+    x.tokens = tokens_ / p_.tp;
+    x.rowBytes = static_cast<std::int64_t>(m_.hidden) * static_cast<std::int64_t>(dataTypeSize(m_.dtype));
+    x.experts = m_.experts;
+    x.topK = m_.topK;
+    x.imbalance = m_.imbalance;
+    x.combine = spec.routed == ChainSpec::Routed::Combine;
+    x.countExchange = spec.countExchange;
+    return x;
+  }
+
+  // An MoE dispatch or combine: the model's dispatcher as baseline, chimera's routed
+  // exchange when the cost model predicts it faster.
+  Status priceRouted(const ChainSpec& spec, ModelCollective& out) const {
+    const detail::MoeExchange x = moeExchange(spec);
+    const CommProgram baseline = detail::moeDispatcherProgram(x, m_.dispatcher);
+    const CommProgram routed = detail::moeRoutedProgram(x);
+    CHIMERA_RETURN_IF_ERROR(cost_.model().predict(baseline, out.baselineSeconds));
+    double routedSeconds = 0;
+    CHIMERA_RETURN_IF_ERROR(cost_.model().predict(routed, routedSeconds));
+    out.mesh = mesh_;
+    out.from = spec.from;
+    out.chain = spec.chain;
+    out.consume = spec.consume;
+    out.shape = shapeText(spec.shape);
+    out.baselineBytes = detail::programBytes(baseline);
+    out.fused = routedSeconds < out.baselineSeconds;
+    out.fusedBytes = out.fused ? detail::programBytes(routed) : out.baselineBytes;
+    out.fusedSeconds = out.fused ? routedSeconds : out.baselineSeconds;
+    std::string plan;
+    for (const CommStep& step : out.fused ? routed : baseline) plan += step.toString() + "\n";
+    out.plan = plan;
+    return Status::ok();
+  }
+
+  // The routing of the MoE layers and one rank's bytes per dispatch under each dispatcher.
+  MoeRouting routing() const {
+    MoeRouting r;
+    if (m_.experts == 0) return r;
+    const int n = p_.ep * p_.tp;
+    r.experts = m_.experts;
+    r.topK = m_.topK;
+    r.ranks = n;
+    r.distinctRanks = expectedDestinationRanks(m_.experts, n, m_.topK);
+    r.imbalance = m_.imbalance;
+    r.tokensPerRank = tokens_ / p_.tp;
+    const double row = static_cast<double>(m_.hidden) * static_cast<double>(dataTypeSize(m_.dtype));
+    const double t = static_cast<double>(r.tokensPerRank);
+    const double f = static_cast<double>(n - 1) / n;
+    r.perExpertBytes = std::llround(t * m_.topK * f * row);
+    r.allGatherBytes = std::llround(t * (n - 1) * row);
+    r.routedBytes = std::llround(t * r.distinctRanks * f * row);
+    return r;
   }
 
   void summarise(ModelReport& report) const {
@@ -394,6 +488,7 @@ Status analyzeModel(const ModelConfig& model, const ParallelConfig& parallel, co
   report.topology = topology.name;
   CHIMERA_RETURN_IF_ERROR(builder.plan(report));
   builder.summarise(report);
+  report.moe = builder.routing();
   out = std::move(report);
   return Status::ok();
 }

@@ -2,7 +2,8 @@
 // chimera-model: whole-model analysis of one training iteration (no communication).
 //
 //   chimera-model --model gpt2-medium --parallel "tp=4,sp=4,pp=2,microbatches=8"
-//                 --topology pcie-4080x8 [--json] [--collectives]
+//                 --topology pcie-4080x8 [--topk K] [--imbalance X] [--dispatcher alltoall|allgather]
+//                 [--json] [--collectives]
 //
 // Lists every collective of the iteration, plans each chain on the topology and prints per
 // layer and in total the baseline vs fused bytes and communication time, the roofline
@@ -10,6 +11,7 @@
 // on stderr, exit status 2.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <string>
 #include <string_view>
 
@@ -23,16 +25,37 @@ namespace chimera {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: chimera-model --model NAME|FILE --parallel CONFIG --topology NAME|FILE [--json] [--collectives]\n"
+    "usage: chimera-model --model NAME|FILE --parallel CONFIG --topology NAME|FILE [--topk K] [--imbalance X]\n"
+    "                     [--dispatcher alltoall|allgather] [--json] [--collectives]\n"
     "  --model gpt2-medium       built in: gpt2-medium, gpt-moe; or a chimera-model-1 JSON file\n"
     "  --parallel \"tp=4,sp=4,pp=2,microbatches=8\"  dp, tp, sp (1 or tp), pp, ep, microbatches (default 1)\n"
     "  --topology pcie-4080x8    a preset (pcie-4080x8, nvswitch-h20x8, dgx-h100x8, multinode-ib:N) or a\n"
     "                            profile JSON with device memory bandwidth and peak FLOP/s\n"
+    "  --topk K                  MoE layers route each token to K experts (overrides the model's top_k)\n"
+    "  --imbalance X             max / mean rows an expert rank receives, 1 (balanced) to ep x tp\n"
+    "  --dispatcher alltoall     the baseline MoE dispatcher: alltoall (a row per token and expert)\n"
+    "                            or allgather (AllGather tokens, ReduceScatter back)\n"
     "  --json                    one JSON document (every collective, every layer, the totals)\n"
     "  --collectives             also list every collective kind with its plan (text mode)\n";
 
 std::string ms(double seconds) { return fmt::format("{:.3f}", seconds * 1e3); }
 std::string mib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1048576.0); }
+
+std::string moeText(const ModelReport& r) {
+  const MoeRouting& moe = r.moe;
+  if (moe.experts == 0) return "";
+  const auto per = [&](std::int64_t bytes) {
+    return fmt::format("{} MiB ({:.2f} rows per token)", mib(bytes),
+                       static_cast<double>(bytes) /
+                           (static_cast<double>(moe.tokensPerRank) * r.model.hidden * dataTypeSize(r.model.dtype)));
+  };
+  return fmt::format(
+      "moe routing: {} experts top-{} over {} ranks (ep x tp), {} tokens per rank, D = {:.2f} distinct destination "
+      "ranks per token, imbalance {:.2f} (baseline dispatcher: {})\n"
+      "  bytes one rank sends per dispatch: a row per (token, expert) {}, allgather {}, routed (once per rank) {}\n\n",
+      moe.experts, moe.topK, moe.ranks, moe.tokensPerRank, moe.distinctRanks, moe.imbalance,
+      moeDispatcherName(r.model.dispatcher), per(moe.perExpertBytes), per(moe.allGatherBytes), per(moe.routedBytes));
+}
 
 std::string textReport(const ModelReport& r, bool collectives) {
   const ParallelConfig& p = r.parallel;
@@ -44,6 +67,7 @@ std::string textReport(const ModelReport& r, bool collectives) {
           : "");
   text += fmt::format("parallel dp={} tp={} sp={} pp={} ep={}, {} micro-batches (1F1B), {} GPUs on {}\n\n", p.dp, p.tp,
                       p.sp, p.pp, p.ep, p.microbatches, p.ranks(), r.topology);
+  text += moeText(r);
   text += "per layer over the iteration (all micro-batches, forward and backward; times per GPU):\n";
   text += fmt::format("  {:>5} {:>5} {:>4} {:>12} {:>14} {:>14} {:>12} {:>12}\n", "layer", "stage", "moe", "compute ms",
                       "baseline ms", "fused ms", "base MiB", "fused MiB");
@@ -106,6 +130,18 @@ detail::Json jsonReport(const ModelReport& r) {
                                    {"fused_bytes", l.fusedBytes}}));
   }
   const ParallelConfig& p = r.parallel;
+  const MoeRouting& moe = r.moe;
+  const Json routing = moe.experts == 0 ? Json(nullptr)
+                                        : Json::object({{"experts", moe.experts},
+                                                        {"top_k", moe.topK},
+                                                        {"ranks", moe.ranks},
+                                                        {"distinct_ranks", moe.distinctRanks},
+                                                        {"imbalance", moe.imbalance},
+                                                        {"dispatcher", moeDispatcherName(r.model.dispatcher)},
+                                                        {"tokens_per_rank", moe.tokensPerRank},
+                                                        {"per_expert_bytes", moe.perExpertBytes},
+                                                        {"allgather_bytes", moe.allGatherBytes},
+                                                        {"routed_bytes", moe.routedBytes}});
   return Json::object(
       {{"format", "chimera-model-report-1"},
        {"model", r.model.name},
@@ -113,6 +149,7 @@ detail::Json jsonReport(const ModelReport& r) {
         Json::object(
             {{"dp", p.dp}, {"tp", p.tp}, {"sp", p.sp}, {"pp", p.pp}, {"ep", p.ep}, {"microbatches", p.microbatches}})},
        {"topology", r.topology},
+       {"moe", routing},
        {"compute_s", r.computeSeconds},
        {"baseline_comm_s", r.baselineCommSeconds},
        {"fused_comm_s", r.fusedCommSeconds},
@@ -126,9 +163,36 @@ detail::Json jsonReport(const ModelReport& r) {
        {"collectives", std::move(collectives)}});
 }
 
+// --topk, --imbalance and --dispatcher override the model's MoE fields.
+Status moeOverrides(const detail::ToolOptions& options, ModelConfig& model) {
+  if (options.has("topk")) {
+    const std::string& text = options.value("topk");
+    int k = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+    CHIMERA_CHECK_ARG(ec == std::errc() && ptr == text.data() + text.size() && k >= 1,
+                      "--topk '{}': expected a positive integer", text);
+    model.topK = k;
+  }
+  if (options.has("imbalance")) {
+    const std::string& text = options.value("imbalance");
+    double x = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+    CHIMERA_CHECK_ARG(ec == std::errc() && ptr == text.data() + text.size(),
+                      "--imbalance '{}': expected a number (max / mean load)", text);
+    model.imbalance = x;
+  }
+  if (options.has("dispatcher"))
+    CHIMERA_RETURN_IF_ERROR(parseMoeDispatcher(options.value("dispatcher"), model.dispatcher));
+  CHIMERA_CHECK_ARG(
+      model.experts > 0 || !(options.has("topk") || options.has("imbalance") || options.has("dispatcher")),
+      "--topk, --imbalance and --dispatcher need a model with experts ('{}' is dense)", model.name);
+  return Status::ok();
+}
+
 Status run(const detail::ToolOptions& options, std::string& output) {
   ModelConfig model;
   CHIMERA_RETURN_IF_ERROR(loadModelConfig(options.value("model"), model));
+  CHIMERA_RETURN_IF_ERROR(moeOverrides(options, model));
   ParallelConfig parallel;
   CHIMERA_RETURN_IF_ERROR(parseParallelConfig(options.value("parallel"), parallel));
   Topology topology;
@@ -144,8 +208,9 @@ Status run(const detail::ToolOptions& options, std::string& output) {
 }  // namespace chimera
 
 int main(int argc, char** argv) {
-  static constexpr std::string_view kKeys[] = {"model", "parallel", "topology"};
+  static constexpr std::string_view kKeys[] = {"model", "parallel", "topology", "topk", "imbalance", "dispatcher"};
+  static constexpr std::string_view kRequired[] = {"model", "parallel", "topology"};
   static constexpr std::string_view kSwitches[] = {"json", "collectives"};
   return chimera::detail::toolMain(argc, argv,
-                                   {"chimera-model", chimera::kUsage, kKeys, kKeys, kSwitches, chimera::run});
+                                   {"chimera-model", chimera::kUsage, kKeys, kRequired, kSwitches, chimera::run});
 }

@@ -4,6 +4,8 @@
 // the iteration arithmetic (compute + communication, fused never slower than baseline).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -140,23 +142,148 @@ TEST(TrainingModel, IterationAddsComputeAndCommunicationOnTheCriticalPath) {
   EXPECT_NEAR(more.computeSeconds / r.computeSeconds, 9.0 / 5.0, 1e-9);
 }
 
-TEST(TrainingModel, MoeLayersDispatchAndCombineOverTheExpertGroup) {
+// C(n, k) in exact integers (small arguments).
+double binomial(int n, int k) {
+  std::uint64_t c = 1;
+  for (int i = 1; i <= k; ++i) c = c * static_cast<std::uint64_t>(n - k + i) / static_cast<std::uint64_t>(i);
+  return static_cast<double>(c);
+}
+
+TEST(TrainingModel, ExpectedDestinationRanksOfTopKRouting) {
+  // D = R (1 - C(E - E/R, K) / C(E, K)), the binomials counted here in integers.
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 8), 8 * (1 - binomial(56, 8) / binomial(64, 8)));
+  EXPECT_NEAR(expectedDestinationRanks(64, 8, 8), 5.43, 0.005);
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 2), 8.0 * 476 / 2016);  // 8 (1 - 1540/2016)
+  EXPECT_NEAR(expectedDestinationRanks(64, 8, 2), 1.89, 0.005);
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 8, 2), 2.0);  // one expert per rank: K ranks
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 1), 1.0);
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 1, 2), 1.0);
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 8, 8), 8.0);    // every expert: every rank
+  EXPECT_DOUBLE_EQ(expectedDestinationRanks(16, 4, 13), 4.0);  // more than 3 blocks' worth: all ranks
+  EXPECT_EQ(expectedDestinationRanks(8, 3, 2), 0.0);           // experts do not split over the ranks
+  EXPECT_EQ(expectedDestinationRanks(8, 4, 9), 0.0);
+}
+
+ModelConfig tinyMoe(int experts, int topK) {
   ModelConfig m = tiny(2);
-  m.experts = 4;
-  m.topK = 2;
+  m.experts = experts;
+  m.topK = topK;
   m.moeEvery = 2;  // layer 1 is MoE
-  const ModelReport r = analyse(m, "tp=2,ep=2,microbatches=1", "dgx-h100x8");
-  int dispatch = 0;
+  return m;
+}
+
+// A layer big enough that bandwidth, not latency, sets the exchange times: 8192 tokens.
+ModelConfig largeMoe(int experts, int topK) {
+  ModelConfig m = tinyMoe(experts, topK);
+  m.seqLength = 1024;
+  m.microBatch = 8;
+  return m;
+}
+
+const ModelCollective& find(const ModelReport& r, const std::string& where) {
   for (const ModelCollective& c : r.collectives) {
-    if (c.chain != "alltoall:ep+tp:0:1") continue;
-    ++dispatch;
-    EXPECT_EQ(c.layer, 1);
-    // Top-2 copies of every token of both expert ranks: 2 x tokens x 2 x hidden, bf16.
-    EXPECT_EQ(c.shape, "1024x256");
+    if (c.where == where) return c;
   }
-  EXPECT_EQ(dispatch, 2);  // forward and backward
+  ADD_FAILURE() << "no collective '" << where << "'";
+  return r.collectives.front();
+}
+
+TEST(TrainingModel, MoeDispatchSendsEachTokenOncePerDestinationRank) {
+  // ep=4: n = 4 ranks, T = 128 x 2 = 256 tokens each, rows of 256 bf16 = 512 bytes, 8
+  // experts top-2: D = 4 (1 - C(6,2)/C(8,2)) = 13/7.
+  const ModelReport r = analyse(tinyMoe(8, 2), "ep=4,microbatches=1", "dgx-h100x8");
+  const double n = 4, t = 256, row = 512, d = 4.0 * 13 / 28;
+  EXPECT_DOUBLE_EQ(r.moe.distinctRanks, d);
+  EXPECT_EQ(r.moe.ranks, 4);
+  EXPECT_EQ(r.moe.tokensPerRank, 256);
+  EXPECT_EQ(r.moe.perExpertBytes, 256 * 2 * 3 / 4 * 512);
+  EXPECT_EQ(r.moe.allGatherBytes, 3 * 256 * 512);
+  EXPECT_EQ(r.moe.routedBytes, std::llround(t * d * 0.75 * row));
+  const std::int64_t counts = 3 * 4 * 8;  // the forward dispatch's count exchange: 4 E bytes per rank
+  const ModelCollective& dispatch = find(r, "layer 1 moe dispatch (forward)");
+  // All 4 ranks: K f rows per token as issued, D f rows per token routed (rounded per transfer).
+  EXPECT_EQ(dispatch.baselineBytes, static_cast<std::int64_t>(n * t * 2 * 0.75 * row) + counts);
+  EXPECT_TRUE(dispatch.fused);
+  EXPECT_NEAR(static_cast<double>(dispatch.fusedBytes), n * t * d * 0.75 * row + counts, 12);
+  EXPECT_LT(dispatch.fusedSeconds, dispatch.baselineSeconds);
+  // Combine and the backward exchanges: the same rows back, no count exchange.
+  for (const char* where :
+       {"layer 1 moe combine (forward)", "layer 1 moe dispatch (backward)", "layer 1 moe combine (backward)"}) {
+    const ModelCollective& c = find(r, where);
+    EXPECT_EQ(c.baselineBytes, static_cast<std::int64_t>(n * t * 2 * 0.75 * row)) << where;
+    EXPECT_NEAR(static_cast<double>(c.fusedBytes), n * t * d * 0.75 * row, 12) << where;
+  }
   EXPECT_TRUE(r.layers[1].moe);
   EXPECT_FALSE(r.layers[0].moe);
+  // Top-1: D = K = 1, nothing to save; the routed exchange is never priced above the baseline.
+  const ModelReport top1 = analyse(tinyMoe(8, 1), "ep=4,microbatches=1", "dgx-h100x8");
+  const ModelCollective& one = find(top1, "layer 1 moe dispatch (forward)");
+  EXPECT_FALSE(one.fused);
+  EXPECT_EQ(one.fusedBytes, one.baselineBytes);
+}
+
+TEST(TrainingModel, MoeAllGatherDispatcherSendsEveryTokenToEveryRank) {
+  ModelConfig m = largeMoe(8, 2);
+  m.dispatcher = MoeDispatcher::AllGather;
+  // tp=2, ep=2 folded: n = 4 ranks, T = 8192 / 2 tokens each. (On NVSwitch at this size the
+  // forward dispatch's count exchange, a latency the AllGather does not pay, evens it out.)
+  const ModelReport r = analyse(m, "tp=2,sp=2,ep=2,microbatches=1", "pcie-4080x8");
+  const std::int64_t t = 4096, row = 512;
+  const ModelCollective& dispatch = find(r, "layer 1 moe dispatch (forward)");
+  EXPECT_EQ(dispatch.chain, "allgather:ep+tp:0");
+  EXPECT_EQ(dispatch.baselineBytes, 4 * 3 * t * (row + 2 * 12));  // tokens + ids and weights
+  const ModelCollective& combine = find(r, "layer 1 moe combine (forward)");
+  EXPECT_EQ(combine.chain, "reducescatter:ep+tp:0");
+  EXPECT_EQ(combine.baselineBytes, 3 * 4 * t * row);
+  EXPECT_TRUE(dispatch.fused);
+  EXPECT_TRUE(combine.fused);
+  // D f = 13/7 x 3/4 rows per token routed vs n - 1 = 3 gathered.
+  EXPECT_NEAR(static_cast<double>(combine.fusedBytes), 4.0 * t * (13.0 / 7) * 0.75 * row, 12);
+}
+
+TEST(TrainingModel, MoeImbalanceBoundsTheExchangeAndTheExpertsByTheMostLoadedRank) {
+  ModelConfig m = largeMoe(8, 2);
+  const ModelReport balanced = analyse(m, "ep=4,microbatches=1", "pcie-4080x8");
+  m.imbalance = 3;
+  const ModelReport skewed = analyse(m, "ep=4,microbatches=1", "pcie-4080x8");
+  EXPECT_EQ(skewed.moe.imbalance, 3);
+  const ModelCollective& a = find(balanced, "layer 1 moe dispatch (forward)");
+  const ModelCollective& b = find(skewed, "layer 1 moe dispatch (forward)");
+  // The same bytes in all (rounding per transfer aside), more of them into one rank.
+  EXPECT_NEAR(static_cast<double>(b.baselineBytes), static_cast<double>(a.baselineBytes), 12);
+  EXPECT_NEAR(static_cast<double>(b.fusedBytes), static_cast<double>(a.fusedBytes), 12);
+  EXPECT_GT(b.baselineSeconds, 1.5 * a.baselineSeconds);
+  EXPECT_GT(b.fusedSeconds, 1.5 * a.fusedSeconds);
+  EXPECT_GT(skewed.layers[1].computeSeconds, balanced.layers[1].computeSeconds);
+  EXPECT_EQ(skewed.layers[0].computeSeconds, balanced.layers[0].computeSeconds);
+  // At most every row into one rank: imbalance <= n.
+  m.imbalance = 4.5;
+  ParallelConfig p;
+  ASSERT_TRUE(parseParallelConfig("ep=4", p).isOk());
+  const Status status = validateModel(m, p, preset("dgx-h100x8"));
+  EXPECT_NE(status.message().find("imbalance 4.5"), std::string::npos) << status.message();
+}
+
+TEST(TrainingModel, MoeFieldsOfTheModelFile) {
+  const std::string path = ::testing::TempDir() + "chimera_model_moe_test.json";
+  {
+    std::ofstream file(path);
+    file << R"({"format": "chimera-model-1", "name": "m", "layers": 2, "hidden": 256, "heads": 4,
+               "seq_length": 128, "experts": 64, "top_k": 8, "imbalance": 2.5, "dispatcher": "allgather"})";
+  }
+  ModelConfig m;
+  ASSERT_TRUE(loadModelConfig(path, m).isOk());
+  EXPECT_EQ(m.topK, 8);
+  EXPECT_EQ(m.imbalance, 2.5);
+  EXPECT_EQ(m.dispatcher, MoeDispatcher::AllGather);
+  {
+    std::ofstream file(path);
+    file << R"({"format": "chimera-model-1", "name": "m", "layers": 2, "hidden": 256, "heads": 4,
+               "seq_length": 128, "experts": 8, "dispatcher": "deepep"})";
+  }
+  const Status status = loadModelConfig(path, m);
+  EXPECT_NE(status.message().find("'deepep' is not one of alltoall, allgather"), std::string::npos) << status.message();
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -16,6 +16,22 @@
 
 namespace chimera {
 
+/// How a framework moves MoE tokens to their experts without chimera: the baseline the
+/// routed exchange is compared with.
+enum class MoeDispatcher {
+  /// One row per (token, expert) in an uneven all-to-all over the expert group, after a
+  /// count exchange (Megatron-core's alltoall dispatcher, torchtitan): K f rows per token.
+  AllToAll,
+  /// AllGather of every token over the expert group, each rank keeps its experts' rows;
+  /// combine is a ReduceScatter (Megatron-core's allgather dispatcher): n - 1 rows per token.
+  AllGather,
+};
+
+/// "alltoall" / "allgather".
+std::string_view moeDispatcherName(MoeDispatcher dispatcher);
+/// Parses a name as printed by moeDispatcherName. InvalidArgument naming the text otherwise.
+[[nodiscard]] Status parseMoeDispatcher(std::string_view text, MoeDispatcher& out);
+
 /// A GPT-style decoder-only transformer. Dense unless `experts` > 0: then every
 /// `moeEvery`-th layer (1-based: layers moeEvery, 2*moeEvery, ...) replaces its MLP by
 /// `experts` expert MLPs with top-`topK` routing.
@@ -31,6 +47,32 @@ struct ModelConfig {
   int experts = 0;                  ///< experts per MoE layer (0: dense model)
   int topK = 1;                     ///< experts each token is routed to (<= experts)
   int moeEvery = 1;                 ///< every moeEvery-th layer is an MoE layer (>= 1)
+  /// Load imbalance of the routing: the most loaded rank of an expert group receives
+  /// `imbalance` x the mean rows (1 = balanced, at most the group's rank count). The
+  /// exchanges and the expert compute are bound by that rank.
+  double imbalance = 1.0;
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;  ///< the baseline dispatcher
+};
+
+/// Expected number of distinct ranks a token's top-`topK` experts live on, when `experts`
+/// experts sit in contiguous blocks of experts / `ranks` over `ranks` ranks and a token
+/// picks `topK` distinct experts uniformly at random: D = ranks (1 - C(experts - experts /
+/// ranks, topK) / C(experts, topK)). E.g. 5.43 at (64, 8, 8), 1.89 at (64, 8, 2), 2 at (8, 8,
+/// 2). Requires 1 <= topK <= experts and experts divisible by ranks (0 otherwise).
+double expectedDestinationRanks(int experts, int ranks, int topK);
+
+/// The routing of the model's MoE layers and what one rank sends per dispatch under each
+/// dispatcher (means over the ranks; combine sends the same back).
+struct MoeRouting {
+  int experts = 0;                  ///< experts per MoE layer
+  int topK = 0;                     ///< experts per token
+  int ranks = 0;                    ///< n: ranks of one expert group (ep x tp), experts in blocks of experts / n
+  double distinctRanks = 0;         ///< D: expectedDestinationRanks(experts, n, topK)
+  double imbalance = 1;             ///< max / mean rows a rank receives
+  std::int64_t tokensPerRank = 0;   ///< T: tokens each rank owns at the dispatch (its sequence shard)
+  std::int64_t perExpertBytes = 0;  ///< one row per (token, expert): T K (n-1)/n rows
+  std::int64_t allGatherBytes = 0;  ///< AllGather dispatcher: (n-1) T rows
+  std::int64_t routedBytes = 0;     ///< chimera's routed exchange, once per destination rank: T D (n-1)/n rows
 };
 
 /// How the model is split over the GPUs: mesh `dp x pp x ep x tp` (row-major, tp
@@ -87,6 +129,7 @@ struct ModelReport {
   std::string topology;
   std::vector<ModelCollective> collectives;
   std::vector<ModelLayer> layers;
+  MoeRouting moe;                  ///< the MoE layers' routing (experts 0: a dense model)
   double computeSeconds = 0;       ///< critical path compute: (m + pp - 1) x the slowest stage's per-micro-batch time
   double baselineCommSeconds = 0;  ///< communication on the critical path, chains as written
   double fusedCommSeconds = 0;     ///< the same, as planned
@@ -108,7 +151,7 @@ std::vector<std::string> modelPresetNames();
 
 /// A built-in model by name, else a JSON file (format "chimera-model-1": fields name,
 /// layers, hidden, heads, seq_length, and optional ffn_hidden, micro_batch, dtype, experts,
-/// top_k, moe_every; unknown fields are rejected). InvalidArgument naming the field or the
+/// top_k, moe_every, imbalance, dispatcher; unknown fields are rejected). InvalidArgument naming the field or the
 /// file otherwise.
 [[nodiscard]] Status loadModelConfig(std::string_view nameOrPath, ModelConfig& out);
 
@@ -116,15 +159,17 @@ std::vector<std::string> modelPresetNames();
 [[nodiscard]] Status parseParallelConfig(std::string_view text, ParallelConfig& out);
 
 /// Checks the model and the split against each other: positive sizes, heads and hidden
-/// and the sequence divisible by tp, layers by pp, experts by ep, sp in {1, tp}, and the
-/// topology covering the ranks. InvalidArgument naming the problem.
+/// and the sequence divisible by tp, layers by pp, experts by ep x tp, sp in {1, tp}, the
+/// imbalance in [1, ep x tp], and the topology covering the ranks. InvalidArgument naming
+/// the problem.
 [[nodiscard]] Status validateModel(const ModelConfig& model, const ParallelConfig& parallel, const Topology& topology);
 
 /// Lists every collective of one training iteration (Megatron TP/SP patterns in attention
 /// and MLP, pipeline hand-offs forward and backward, MoE dispatch and combine, the
-/// data-parallel gradient reduction), plans each chain on `topology` and adds compute from
-/// the device's roofline (the topology must give the device's peak FLOP/s and memory
-/// bandwidth). Model: no overlap of communication with compute; 1F1B critical path.
+/// data-parallel gradient reduction), plans each chain on `topology` (an MoE dispatch or
+/// combine: the model's dispatcher vs chimera's routed exchange, both priced as programs on
+/// the topology) and adds compute from the device's roofline (the topology must give the device's peak FLOP/s and
+/// memory bandwidth). Model: no overlap of communication with compute; 1F1B critical path.
 [[nodiscard]] Status analyzeModel(const ModelConfig& model, const ParallelConfig& parallel, const Topology& topology,
                                   ModelReport& out);
 

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// MoE dispatch and combine as programs for the cost model: a framework's dispatcher vs
+// chimera's routed exchange (docs/model.md, "MoE routing").
+#include "model/moe_exchange.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace chimera {
+
+double expectedDestinationRanks(int experts, int ranks, int topK) {
+  if (ranks < 1 || topK < 1 || topK > experts || experts % ranks != 0) return 0;
+  // C(E - E/R, K) / C(E, K) = prod_{i<K} (E - E/R - i) / (E - i): the chance that none of a
+  // token's K experts is on a given rank.
+  const int others = experts - experts / ranks;
+  double none = 1;
+  for (int i = 0; i < topK; ++i) none *= std::max(0, others - i) / static_cast<double>(experts - i);
+  return ranks * (1 - none);
+}
+
+namespace detail {
+namespace {
+
+// Expert ids + weights each token carries in the AllGather dispatcher: int64 and f32.
+constexpr std::int64_t kRoutingBytesPerExpert = 8 + 4;
+// Per-expert counts are 4-byte integers.
+constexpr std::int64_t kCountBytes = 4;
+
+// Share of the mean rows that rank `index` of a group receives: the first rank `imbalance`,
+// the others evenly what is left (the shares sum to n).
+double loadShare(int index, int n, double imbalance) {
+  if (n <= 1) return 1.0;
+  return index == 0 ? imbalance : (n - imbalance) / (n - 1);
+}
+
+// Every rank of every group sends `rowsPerRank` x share(dst) rows to each other rank dst
+// (reversed for a combine), with the pack and unpack passes of the busiest rank.
+CommStep routedStep(const MoeExchange& x, double rowsPerRank) {
+  std::vector<Transfer> transfers;
+  std::map<int, std::uint64_t> passed;  // bytes each rank packs and unpacks
+  for (const std::vector<int>& group : x.groups) {
+    const int n = static_cast<int>(group.size());
+    for (int s = 0; s < n; ++s) {
+      for (int d = 0; d < n; ++d) {
+        if (s == d) continue;
+        const double rows = rowsPerRank * loadShare(d, n, x.imbalance);
+        const auto bytes = static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(x.rowBytes)));
+        const int from = x.combine ? group[static_cast<std::size_t>(d)] : group[static_cast<std::size_t>(s)];
+        const int to = x.combine ? group[static_cast<std::size_t>(s)] : group[static_cast<std::size_t>(d)];
+        transfers.push_back({from, to, bytes});
+        passed[from] += bytes;
+        passed[to] += bytes;
+      }
+    }
+  }
+  CommStep step = CommStep::manyToMany(std::move(transfers));
+  for (const auto& [rank, bytes] : passed) step.localBytes = std::max(step.localBytes, bytes);
+  step.localLaunches = 2;
+  return step;
+}
+
+void addCountExchange(const MoeExchange& x, CommProgram& program) {
+  if (!x.countExchange || x.groups.empty() || x.groups.front().size() < 2) return;
+  program.push_back(
+      CommStep::collective(StepKind::AllToAll, x.groups, static_cast<std::uint64_t>(kCountBytes * x.experts)));
+}
+
+}  // namespace
+
+CommProgram moeDispatcherProgram(const MoeExchange& x, MoeDispatcher dispatcher) {
+  CommProgram program;
+  if (x.groups.empty() || x.groups.front().size() < 2) return program;
+  const auto n = static_cast<std::int64_t>(x.groups.front().size());
+  if (dispatcher == MoeDispatcher::AllToAll) {
+    addCountExchange(x, program);
+    program.push_back(routedStep(x, static_cast<double>(x.tokens) * x.topK / static_cast<double>(n)));
+    return program;
+  }
+  // The rows of its own experts the most loaded rank picks from (or puts back into) the
+  // gathered tokens: imbalance x T K rows.
+  const auto kept =
+      static_cast<std::uint64_t>(std::llround(x.imbalance * static_cast<double>(x.tokens * x.topK * x.rowBytes)));
+  CommStep step =
+      x.combine
+          ? CommStep::collective(StepKind::ReduceScatter, x.groups,
+                                 static_cast<std::uint64_t>(n * x.tokens * x.rowBytes))
+          : CommStep::collective(StepKind::AllGather, x.groups,
+                                 static_cast<std::uint64_t>(x.tokens * (x.rowBytes + kRoutingBytesPerExpert * x.topK)));
+  step.localBytes = kept;
+  step.localLaunches = 1;
+  program.push_back(std::move(step));
+  return program;
+}
+
+CommProgram moeRoutedProgram(const MoeExchange& x) {
+  CommProgram program;
+  if (x.groups.empty() || x.groups.front().size() < 2) return program;
+  const int n = static_cast<int>(x.groups.front().size());
+  const double distinct = expectedDestinationRanks(x.experts, n, x.topK);
+  addCountExchange(x, program);
+  program.push_back(routedStep(x, static_cast<double>(x.tokens) * distinct / n));
+  return program;
+}
+
+std::int64_t programBytes(const CommProgram& program) {
+  std::int64_t total = 0;
+  for (const CommStep& step : program) {
+    if (step.kind == StepKind::ManyToMany) {
+      for (const Transfer& t : step.transfers) total += t.src != t.dst ? static_cast<std::int64_t>(t.bytes) : 0;
+      continue;
+    }
+    for (const std::vector<int>& group : step.groups) {
+      const auto n = static_cast<std::int64_t>(group.size());
+      const auto l = static_cast<std::int64_t>(step.bytesPerRank);
+      switch (step.kind) {
+        case StepKind::AllGather: total += n * (n - 1) * l; break;
+        case StepKind::AllReduce: total += 2 * (n - 1) * l; break;
+        case StepKind::Broadcast: total += (n - 1) * l; break;
+        default:  // ReduceScatter, AllToAll: every rank sends (n-1)/n of its L
+          total += (n - 1) * l;
+          break;
+      }
+    }
+  }
+  return total;
+}
+
+}  // namespace detail
+}  // namespace chimera
