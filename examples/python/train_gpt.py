@@ -24,6 +24,15 @@ its own rows: fused, a ReduceScatter and a many-to-many of the shards; the gradi
 as ``allgather:tp`` + ``send:pp:prev``. The gloo reference runs the same schedule with
 reduce_scatter, send/recv and all_gather.
 
+``--moe-experts E --topk K`` (no pp axis) makes every block's MLP a mixture of experts: a
+learned router (replicated) picks each token's top-K of E experts, spread E / ranks per rank over
+the whole world, and the tokens (this rank's rows) go there and back through
+``chimera.torch.moe`` (fusion on: each token once per destination rank; off: one row per
+(token, expert)) or, with ``--comm torch``, through ``all_to_all_single`` with splits on gloo as
+torchtitan issues it; each rank's experts' gradients stay local::
+
+    mpirun -np 8 python examples/python/train_gpt.py --mesh dp=2,tp=4 --moe-experts 16 --topk 2 --compare
+
 ``--comm chimera`` (default) records every collective on a chimera Session with fusion per
 ``--fusion on|off``; ``--comm torch`` issues the same collectives with torch.distributed (gloo)
 as the reference. ``--compare`` trains fusion off, fusion on and gloo from the same start, interleaved
@@ -46,6 +55,7 @@ import torch.nn.functional as F
 
 import chimera.torch as ct
 from chimera.torch.layers import ColumnParallelLinear, ParallelContext, RowParallelLinear
+from chimera.torch.moe_baselines import PerExpertDispatcher
 
 
 def check_shapes(args, axes) -> None:
@@ -60,6 +70,12 @@ def check_shapes(args, axes) -> None:
         raise SystemExit("--heads must divide by tp and --hidden by --heads")
     if args.layers % pp:
         raise SystemExit(f"--layers {args.layers} must divide by pp={pp}")
+    if args.moe_experts:
+        if pp > 1:
+            raise SystemExit("--moe-experts: MoE layers are not supported with pipeline stages in this example")
+        if args.moe_experts % (dp * tp) or not 1 <= args.topk <= args.moe_experts:
+            raise SystemExit(f"--moe-experts {args.moe_experts} must divide by dp x tp = {dp * tp} ranks and "
+                             f"1 <= --topk {args.topk} <= it")
 
 
 def parse_mesh(text: str) -> dict[str, int]:
@@ -94,13 +110,48 @@ def full_parameters(args) -> dict[str, torch.Tensor]:
         # QKV output features ordered [head, (q|k|v), head_dim] so a tp shard holds whole heads.
         p[f"{i}.qkv_w"], p[f"{i}.qkv_b"] = normal(3 * h, h, scale=h ** -0.5), torch.zeros(3 * h)
         p[f"{i}.proj_w"], p[f"{i}.proj_b"] = normal(h, h, scale=(2 * args.layers * h) ** -0.5), torch.zeros(h)
-        p[f"{i}.fc1_w"], p[f"{i}.fc1_b"] = normal(4 * h, h, scale=h ** -0.5), torch.zeros(4 * h)
-        p[f"{i}.fc2_w"], p[f"{i}.fc2_b"] = normal(h, 4 * h, scale=(8 * args.layers * h) ** -0.5), torch.zeros(h)
+        if args.moe_experts:
+            e = args.moe_experts
+            p[f"{i}.router_w"] = normal(e, h, scale=h ** -0.5)
+            p[f"{i}.experts_w1"] = normal(e, 2 * h, h, scale=h ** -0.5)
+            p[f"{i}.experts_w2"] = normal(e, h, 2 * h, scale=(4 * args.layers * h) ** -0.5)
+        else:
+            p[f"{i}.fc1_w"], p[f"{i}.fc1_b"] = normal(4 * h, h, scale=h ** -0.5), torch.zeros(4 * h)
+            p[f"{i}.fc2_w"], p[f"{i}.fc2_b"] = normal(h, 4 * h, scale=(8 * args.layers * h) ** -0.5), torch.zeros(h)
     return p
 
 
+class MoE(torch.nn.Module):
+    """Top-k mixture of experts on this rank's token rows: a learned router (replicated), then
+    the tokens routed to the experts of the expert group (the whole world, E / ranks experts on
+    each rank, each an MLP h -> 2h -> h), combined with the router's top-k probabilities.
+    ``dispatcher``: chimera.torch.moe (fusion on or off) or the per-(token, expert) all-to-all
+    on gloo, as torchtitan issues it (chimera.torch.moe_baselines.PerExpertDispatcher)."""
+
+    def __init__(self, args, p, i, dispatcher):
+        super().__init__()
+        e, rank, ranks = args.moe_experts, dist.get_rank(), dist.get_world_size()
+        self.topk, self.dispatcher = args.topk, dispatcher
+        self.local = e // ranks
+        mine = slice(rank * self.local, (rank + 1) * self.local)
+        self.router = torch.nn.Parameter(p[f"{i}.router_w"].clone())
+        self.w1 = torch.nn.Parameter(p[f"{i}.experts_w1"][mine].clone())
+        self.w2 = torch.nn.Parameter(p[f"{i}.experts_w2"][mine].clone())
+
+    def forward(self, x_rows):
+        probs = torch.softmax(x_rows @ self.router.t(), dim=-1)
+        weights, idx = probs.topk(self.topk, dim=-1)
+        recv_x, _, _, per_expert, handle = self.dispatcher.dispatch(x_rows, idx, weights)
+        outs, first = [], 0
+        for j, count in enumerate(per_expert.tolist()):
+            rows = recv_x[first:first + count]
+            outs.append(F.gelu(rows @ self.w1[j].t()) @ self.w2[j].t())
+            first += count
+        return self.dispatcher.combine(torch.cat(outs) if outs else recv_x[:0], handle)
+
+
 class Block(torch.nn.Module):
-    def __init__(self, pctx, args, p, i):
+    def __init__(self, pctx, args, p, i, dispatcher=None):
         super().__init__()
         h = args.hidden
         self.pctx, self.args = pctx, args
@@ -111,8 +162,10 @@ class Block(torch.nn.Module):
             self.ln2.weight.copy_(p[f"{i}.ln2_w"]), self.ln2.bias.copy_(p[f"{i}.ln2_b"])
         self.qkv = ColumnParallelLinear(pctx, h, 3 * h, p[f"{i}.qkv_w"], p[f"{i}.qkv_b"])
         self.proj = RowParallelLinear(pctx, h, h, p[f"{i}.proj_w"], p[f"{i}.proj_b"])
-        self.fc1 = ColumnParallelLinear(pctx, h, 4 * h, p[f"{i}.fc1_w"], p[f"{i}.fc1_b"])
-        self.fc2 = RowParallelLinear(pctx, 4 * h, h, p[f"{i}.fc2_w"], p[f"{i}.fc2_b"])
+        self.moe = MoE(args, p, i, dispatcher) if args.moe_experts else None
+        if self.moe is None:
+            self.fc1 = ColumnParallelLinear(pctx, h, 4 * h, p[f"{i}.fc1_w"], p[f"{i}.fc1_b"])
+            self.fc2 = RowParallelLinear(pctx, 4 * h, h, p[f"{i}.fc2_w"], p[f"{i}.fc2_b"])
 
     def attention(self, x_rows):
         a = self.args
@@ -126,6 +179,8 @@ class Block(torch.nn.Module):
 
     def forward(self, x_rows):
         x_rows = x_rows + self.attention(self.ln1(x_rows))
+        if self.moe is not None:
+            return x_rows + self.moe(self.ln2(x_rows))
         return x_rows + self.fc2(F.gelu(self.fc1(self.ln2(x_rows))))
 
     def forward_partial(self, x_rows):
@@ -142,17 +197,22 @@ class Block(torch.nn.Module):
 
     def replicated(self):
         """Parameters every tp rank holds whole (their gradients are sums over tp)."""
-        return [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias, self.fc2.bias]
+        mlp = [self.moe.router] if self.moe is not None else [self.fc2.bias]
+        return [*self.ln1.parameters(), *self.ln2.parameters(), self.proj.bias, *mlp]
+
+    def experts(self):
+        """Parameters only this rank holds (its experts): no gradient reduction."""
+        return [self.moe.w1, self.moe.w2] if self.moe is not None else []
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, pctx, args):
+    def __init__(self, pctx, args, dispatcher=None):
         super().__init__()
         p = full_parameters(args)
         self.pctx, self.args = pctx, args
         self.embed = torch.nn.Parameter(p["embed"].clone())
         self.pos = torch.nn.Parameter(p["pos"].clone())
-        self.blocks = torch.nn.ModuleList(Block(pctx, args, p, i) for i in range(args.layers))
+        self.blocks = torch.nn.ModuleList(Block(pctx, args, p, i, dispatcher) for i in range(args.layers))
         self.lnf = torch.nn.LayerNorm(args.hidden)
         with torch.no_grad():
             self.lnf.weight.copy_(p["lnf_w"]), self.lnf.bias.copy_(p["lnf_b"])
@@ -169,6 +229,9 @@ class GPT(torch.nn.Module):
         for block in self.blocks:
             params += block.replicated()
         return params
+
+    def experts(self):
+        return [p for block in self.blocks for p in block.experts()]
 
 
 class Stage(torch.nn.Module):
@@ -222,6 +285,41 @@ def batch(args, step):
     return torch.where(noise, torch.randint(0, args.vocab, t.shape, generator=g), t)
 
 
+# What --compare trains: (name, comm, fusion).
+SETTINGS = [("fusion_off", "chimera", False), ("fusion_on", "chimera", True), ("gloo", "torch", True)]
+
+
+class ChimeraMoE:
+    """chimera.torch.moe over the world: the planner's program (fusion on: each token once per
+    destination rank) or ``per_expert`` (fusion off: one row per (token, expert), as issued)."""
+
+    def __init__(self, num_experts: int, fusion: bool):
+        from chimera.torch import moe
+
+        self.moe, self.num_experts = moe, num_experts
+        self.program = "planned" if fusion else "per_expert"
+        self.bytes_sent = 0
+
+    def dispatch(self, x, idx, w):
+        out = self.moe.dispatch(x, idx, w, self.num_experts, program=self.program)
+        self.bytes_sent += out[4].stats["bytes_sent"]
+        return out
+
+    def combine(self, expert_out, handle):
+        y = self.moe.combine(expert_out, handle)
+        self.bytes_sent += handle.combine_stats["bytes_sent"]
+        return y
+
+
+def moe_dispatcher(args, comm, fusion):
+    """The MoE layers' exchange: chimera.torch.moe, or for ``comm="torch"`` the per-(token,
+    expert) all_to_all_single with splits on the default (gloo) group, as torchtitan issues it.
+    Backward exchanges are not counted in ``bytes_sent``."""
+    if comm == "torch":
+        return PerExpertDispatcher(args.moe_experts)
+    return ChimeraMoE(args.moe_experts, fusion)
+
+
 class Trainer:
     """One model, optimizer and communication setting, stepped one step at a time (so that
     --compare can interleave the settings step by step and share the machine's load alike)."""
@@ -229,15 +327,18 @@ class Trainer:
     def __init__(self, args, axes, comm, fusion):
         self.args, self.comm, self.fusion = args, comm, fusion
         self.pipeline = "pp" in axes
+        self.moe = None
         self.pctx = ParallelContext(axes, fusion=fusion, comm=comm, per_rank=self.pipeline)
         pctx = self.pctx
         if self.pipeline:
             self.model = Stage(pctx, args, pctx.coord("pp"), pctx.size("pp"))
         else:
-            self.model = GPT(pctx, args)
+            self.moe = moe_dispatcher(args, comm, fusion) if args.moe_experts else None
+            self.model = GPT(pctx, args, self.moe)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.0)
-        replicated = {id(p) for p in self.model.replicated()}
-        self.sharded = [p for p in self.model.parameters() if id(p) not in replicated]
+        own = {id(p) for p in self.model.replicated()}
+        own |= {id(p) for p in self.model.experts()} if not self.pipeline else set()
+        self.sharded = [p for p in self.model.parameters() if id(p) not in own]
         dp, tp = pctx.size("dp"), pctx.size("tp")
         self.microbatches = args.microbatches if self.pipeline else 1
         # Sequences per microbatch on one dp rank; its rows, and this rank's share over tp.
@@ -301,6 +402,7 @@ class Trainer:
         inputs, targets = tokens[:, :-1].reshape(-1), tokens[:, 1:].reshape(-1)
         positions = torch.arange(args.seq).repeat(args.batch)
         before = dict(pctx.stats())
+        moe_before = self.moe.bytes_sent if self.moe is not None else 0
         pctx.comm_seconds = 0.0
         dist.barrier()
         start = time.perf_counter()
@@ -319,9 +421,14 @@ class Trainer:
         after = pctx.stats()
         if after:
             row.update(self._bytes(before, after))
+        if self.moe is not None:
+            sent = torch.tensor([self.moe.bytes_sent - moe_before], dtype=torch.int64)
+            dist.all_reduce(sent)
+            row["moe_bytes_sent"] = int(sent.item())  # forward dispatch + combine, all ranks
         self.steps.append(row)
         if dist.get_rank() == 0:
             sent = f"  bytes recorded {row['bytes_as_recorded']:>10} sent {row['bytes_sent']:>10}" if after else ""
+            sent += f"  moe forward bytes {row['moe_bytes_sent']:>10}" if self.moe is not None else ""
             print(f"[{self.name:<10}] step {step:3d}  loss {row['loss']:.6f}  step {row['step_ms']:8.1f} ms  "
                   f"comm {row['comm_ms']:8.1f} ms{sent}", flush=True)
         return row
@@ -361,6 +468,9 @@ def main():
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=2, help="sequences per step (divisible by dp x microbatches)")
     parser.add_argument("--microbatches", type=int, default=2, help="microbatches per step with a pp axis (GPipe)")
+    parser.add_argument("--moe-experts", type=int, default=0,
+                        help="E > 0: every block's MLP is a top-k MoE over E experts spread over all ranks")
+    parser.add_argument("--topk", type=int, default=2, help="experts per token (with --moe-experts)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--comm", choices=["chimera", "torch"], default="chimera")
@@ -373,8 +483,7 @@ def main():
     axes = parse_mesh(args.mesh)
     check_shapes(args, axes)
     ct.init_process_group("gloo")
-    settings = [("chimera", False), ("chimera", True), ("torch", True)] if args.compare else \
-        [(args.comm, args.fusion == "on")]
+    settings = [(comm, fusion) for _, comm, fusion in SETTINGS] if args.compare else [(args.comm, args.fusion == "on")]
     trainers = [Trainer(args, axes, comm, fusion) for comm, fusion in settings]
     for step in range(args.steps):
         for trainer in trainers:  # interleaved: each setting sees the machine's load alike
