@@ -3,23 +3,13 @@
 // chimera's routed exchange (docs/model.md, "MoE routing").
 #include "model/moe_exchange.hpp"
 
+#include "chimera/planning/routed_plan.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-namespace chimera {
-
-double expectedDestinationRanks(int experts, int ranks, int topK) {
-  if (ranks < 1 || topK < 1 || topK > experts || experts % ranks != 0) return 0;
-  // C(E - E/R, K) / C(E, K) = prod_{i<K} (E - E/R - i) / (E - i): the chance that none of a
-  // token's K experts is on a given rank.
-  const int others = experts - experts / ranks;
-  double none = 1;
-  for (int i = 0; i < topK; ++i) none *= std::max(0, others - i) / static_cast<double>(experts - i);
-  return ranks * (1 - none);
-}
-
-namespace detail {
+namespace chimera::detail {
 namespace {
 
 // Expert ids + weights each token carries in the AllGather dispatcher: int64 and f32.
@@ -97,7 +87,7 @@ CommProgram moeRoutedProgram(const MoeExchange& x) {
   CommProgram program;
   if (x.groups.empty() || x.groups.front().size() < 2) return program;
   const int n = static_cast<int>(x.groups.front().size());
-  const double distinct = expectedDestinationRanks(x.experts, n, x.topK);
+  const double distinct = expectedDistinctRanks(x.experts, n, x.topK);
   addCountExchange(x, program);
   program.push_back(routedStep(x, static_cast<double>(x.tokens) * distinct / n));
   return program;
@@ -126,5 +116,4 @@ std::int64_t programBytes(const CommProgram& program) {
   return total;
 }
 
-}  // namespace detail
-}  // namespace chimera
+}  // namespace chimera::detail

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chimera/planning/planner.hpp"
+#include "chimera/planning/routed_plan.hpp"
 #include "chimera/planning/topology_cost.hpp"
 #include "chimera/planning/training_model.hpp"
 #include "core/check.hpp"
@@ -389,7 +390,7 @@ class IterationBuilder {
     r.experts = m_.experts;
     r.topK = m_.topK;
     r.ranks = n;
-    r.distinctRanks = expectedDestinationRanks(m_.experts, n, m_.topK);
+    r.distinctRanks = expectedDistinctRanks(m_.experts, n, m_.topK);
     r.imbalance = m_.imbalance;
     r.tokensPerRank = tokens_ / p_.tp;
     const double row = static_cast<double>(m_.hidden) * static_cast<double>(dataTypeSize(m_.dtype));

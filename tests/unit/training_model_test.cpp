@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "chimera/planning/routed_plan.hpp"
 #include "chimera/planning/training_model.hpp"
 
 namespace chimera {
@@ -151,17 +152,17 @@ double binomial(int n, int k) {
 
 TEST(TrainingModel, ExpectedDestinationRanksOfTopKRouting) {
   // D = R (1 - C(E - E/R, K) / C(E, K)), the binomials counted here in integers.
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 8), 8 * (1 - binomial(56, 8) / binomial(64, 8)));
-  EXPECT_NEAR(expectedDestinationRanks(64, 8, 8), 5.43, 0.005);
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 2), 8.0 * 476 / 2016);  // 8 (1 - 1540/2016)
-  EXPECT_NEAR(expectedDestinationRanks(64, 8, 2), 1.89, 0.005);
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 8, 2), 2.0);  // one expert per rank: K ranks
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(64, 8, 1), 1.0);
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 1, 2), 1.0);
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(8, 8, 8), 8.0);    // every expert: every rank
-  EXPECT_DOUBLE_EQ(expectedDestinationRanks(16, 4, 13), 4.0);  // more than 3 blocks' worth: all ranks
-  EXPECT_EQ(expectedDestinationRanks(8, 3, 2), 0.0);           // experts do not split over the ranks
-  EXPECT_EQ(expectedDestinationRanks(8, 4, 9), 0.0);
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(64, 8, 8), 8 * (1 - binomial(56, 8) / binomial(64, 8)));
+  EXPECT_NEAR(expectedDistinctRanks(64, 8, 8), 5.43, 0.005);
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(64, 8, 2), 8.0 * 476 / 2016);  // 8 (1 - 1540/2016)
+  EXPECT_NEAR(expectedDistinctRanks(64, 8, 2), 1.89, 0.005);
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(8, 8, 2), 2.0);  // one expert per rank: K ranks
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(64, 8, 1), 1.0);
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(8, 1, 2), 1.0);
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(8, 8, 8), 8.0);    // every expert: every rank
+  EXPECT_DOUBLE_EQ(expectedDistinctRanks(16, 4, 13), 4.0);  // more than 3 blocks' worth: all ranks
+  EXPECT_EQ(expectedDistinctRanks(8, 3, 2), 0.0);           // experts do not split over the ranks
+  EXPECT_EQ(expectedDistinctRanks(8, 4, 9), 0.0);
 }
 
 ModelConfig tinyMoe(int experts, int topK) {

@@ -54,20 +54,13 @@ struct ModelConfig {
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;  ///< the baseline dispatcher
 };
 
-/// Expected number of distinct ranks a token's top-`topK` experts live on, when `experts`
-/// experts sit in contiguous blocks of experts / `ranks` over `ranks` ranks and a token
-/// picks `topK` distinct experts uniformly at random: D = ranks (1 - C(experts - experts /
-/// ranks, topK) / C(experts, topK)). E.g. 5.43 at (64, 8, 8), 1.89 at (64, 8, 2), 2 at (8, 8,
-/// 2). Requires 1 <= topK <= experts and experts divisible by ranks (0 otherwise).
-double expectedDestinationRanks(int experts, int ranks, int topK);
-
 /// The routing of the model's MoE layers and what one rank sends per dispatch under each
 /// dispatcher (means over the ranks; combine sends the same back).
 struct MoeRouting {
   int experts = 0;                  ///< experts per MoE layer
   int topK = 0;                     ///< experts per token
   int ranks = 0;                    ///< n: ranks of one expert group (ep x tp), experts in blocks of experts / n
-  double distinctRanks = 0;         ///< D: expectedDestinationRanks(experts, n, topK)
+  double distinctRanks = 0;         ///< D: expectedDistinctRanks(experts, n, topK) (routed_plan.hpp)
   double imbalance = 1;             ///< max / mean rows a rank receives
   std::int64_t tokensPerRank = 0;   ///< T: tokens each rank owns at the dispatch (its sequence shard)
   std::int64_t perExpertBytes = 0;  ///< one row per (token, expert): T K (n-1)/n rows

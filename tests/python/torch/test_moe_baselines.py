@@ -1,16 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # Routed MoE dispatch and combine, bit for bit: the baselines of chimera.torch.moe_baselines
 # (per-(token, expert) all-to-all, AllGather dispatcher, torchtitan's TP chain, on gloo) against
-# what every rank computes locally from all ranks' seeded inputs (moe_expected.py): the rows
-# received per local expert, the combine output and the gradients of x and of the routing
-# weights. Groups of the whole world and of pairs, several E and K, tokens per rank from 0 up
-# (with ranks that receive nothing from some peers). The data are exactly summable
+# what every rank computes locally from all ranks' seeded inputs (moe_expected.py), and
+# chimera.torch.moe (every program, and the tp=S0 / tp=R token layouts) against the baselines:
+# the rows received per local expert, the combine output and the gradients of x and of the
+# routing weights. Groups of the whole world and of pairs, several E and K, tokens per rank
+# from 0 up (with ranks that receive nothing from some peers). The data are exactly summable
 # (moe_routings), so every summation order gives the same bits.
 import pytest
 import torch
 import torch.distributed as dist
 
-from chimera.torch import moe_routings
+from chimera.torch import moe, moe_routings
 from chimera.torch.moe_baselines import AllGatherDispatcher, PerExpertDispatcher, TPChainDispatcher
 from conftest import agree
 from moe_expected import combined, received
@@ -120,3 +121,69 @@ def test_zipf_routing_is_skewed():
         expert, _ = moe_routings.load_imbalance(idx, e, 8)
         assert expert >= 3, f"zipf e{e} k{k}: max/mean expert load {expert:.2f}"
         assert all(len(set(row.tolist())) == k for row in idx[0]), "experts of a token must be distinct"
+
+
+class Chimera:
+    """chimera.torch.moe with the dispatcher interface of the baselines."""
+
+    def __init__(self, num_experts, **where):
+        self.num_experts, self.where = num_experts, where
+
+    def dispatch(self, x, idx, w):
+        return moe.dispatch(x, idx, w, self.num_experts, **self.where)
+
+    def combine(self, expert_out, handle):
+        return moe.combine(expert_out, handle)
+
+
+@pytest.mark.parametrize("program", ["fused", "per_expert", "planned"])
+@pytest.mark.parametrize("size", ["world", "pairs"])
+@pytest.mark.parametrize("case", CASES, ids=[f"e{e}k{k}-{r}" for e, k, r in CASES])
+def test_chimera_matches_the_per_expert_baseline(world, program, size, case):
+    rank, n, gloo = world
+    e, k, kind = case
+    group_size = n if size == "world" else 2
+    if n % group_size or e % group_size:
+        pytest.skip(f"{e} experts or {n} ranks do not split into groups of {group_size}")
+    group, ranks = _groups(n, group_size, gloo)
+    me = ranks.index(rank)
+    data = inputs(ranks, me, e, k, kind, 31 + e + k)
+    want = run(PerExpertDispatcher(e, group), *data)
+    got = run(Chimera(e, group=None if size == "world" else group, program=program), *data)
+    ok = all(same(a, b) for a, b in zip(got[0], want[0])) and all(same(a, b) for a, b in zip(got[1:], want[1:]))
+    agree(bool(ok), gloo, f"chimera {program} {size} e{e} k{k} {kind}: recv {[same(a, b) for a, b in zip(got[0], want[0])]}"
+          f" y/dx/dw {[same(a, b) for a, b in zip(got[1:], want[1:])]}")
+
+
+@pytest.mark.parametrize("case", [(8, 2, "uniform"), (8, 1, "one_expert"), (16, 4, "zipf")],
+                         ids=["e8k2-uniform", "e8k1-one_expert", "e16k4-zipf"])
+def test_chimera_sequence_shards_match_the_tp_chain(world, case):
+    """tp=2 x ep=n/2 folded (mesh ep=n/2,tp=2, group ep+tp), tokens the tp=S0 shards: the same
+    output and gradients as torchtitan's AllGather, dispatch, combine, ReduceScatter."""
+    rank, n, gloo = world
+    e, k, kind = case
+    if n % 2 or e % n:
+        pytest.skip(f"needs an even world whose size divides {e}")
+    tp_group, _ = _groups(n, 2, gloo)
+    data = inputs(list(range(n)), rank, e, k, kind, 9 + e + k, tokens=6)
+    want = run(TPChainDispatcher(e, gloo, tp_group), *data)
+    got = run(Chimera(e, mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=S0", program="planned"), *data)
+    ok = all(same(a, b) for a, b in zip(got[1:], want[1:]))
+    agree(bool(ok), gloo, f"chimera tp=S0 e{e} k{k} {kind}: y/dx/dw {[same(a, b) for a, b in zip(got[1:], want[1:])]}")
+
+
+@pytest.mark.parametrize("program", ["fused", "per_expert"])
+def test_chimera_replicated_tokens_combine_to_every_replica(world, program):
+    """tp=R: both ranks of a TP pair hold the same tokens and routing (each replica dispatches
+    a disjoint part when fused); every replica gets the whole combine output."""
+    rank, n, gloo = world
+    e, k = 8, 2
+    if n % 2 or e % n:
+        pytest.skip(f"needs an even world whose size divides {e}")
+    pair = list(range(rank - rank % 2, rank - rank % 2 + 2))
+    x, idx, w, grad_y = inputs(pair, 0, e, k, "uniform", 41, tokens=7)  # the pair's first rank's data on both
+    y = Chimera(e, mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=R", program=program)
+    recv_x, recv_expert, _, _, handle = y.dispatch(x, idx, w)
+    got = y.combine(moe_routings.expert_fn(recv_x, recv_expert), handle)
+    want, _, _ = combined(x, idx, w, grad_y)
+    agree(same(got.detach(), want), gloo, f"chimera tp=R {program}: y differs")
