@@ -220,7 +220,7 @@ def bench_row(args, mesh, comms, e, k, kind):
            "expert_load_max_over_mean": (counts.max() / counts.mean()).item(),
            "rank_load_max_over_mean": (per_rank.max() / per_rank.mean()).item(),
            "distinct_ranks_per_token": sum_over_ranks(pairs) / max(1, n * t),
-           "routed_payload_bytes": sum_over_ranks(off_rank) * h * x.element_size(),
+           "routed_payload_bytes": 2 * sum_over_ranks(off_rank) * h * x.element_size(),  # dispatch + combine
            "exact": bool(flag.item()) and not args.no_check}
     for name in ("chimera", "per_expert", "allgather", "tp_chain"):
         if name in dispatchers:
