@@ -78,6 +78,12 @@ struct SessionStats {
   /// in per-rank mode, where it has none of its own). A repeated window adds none unless
   /// `checkEveryWindow` is on.
   std::uint64_t agreements = 0;
+  /// Local copies this rank made running the windows: the packs, unpacks and copies of the
+  /// plans that ran, and the Session's own staging of a consumed part whose place in the
+  /// output buffer is not one contiguous stretch (or that the plan could overwrite before
+  /// reading). A window run as recorded makes none. `localCopyBytes` counts their bytes.
+  std::uint64_t localCopies = 0;
+  std::uint64_t localCopyBytes = 0;
 };
 
 /// Records collectives on tensors as a framework issues them and runs them when a result is

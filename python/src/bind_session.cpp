@@ -186,6 +186,8 @@ class PySession : public Resource {
     out["fused_chains"] = s.fusedChains;
     out["bytes_as_recorded"] = s.bytesAsRecorded;
     out["bytes_sent"] = s.bytesSent;
+    out["local_copies"] = s.localCopies;
+    out["local_copy_bytes"] = s.localCopyBytes;
     return out;
   }
 

@@ -262,6 +262,8 @@ void bindMeshRuntime(py::module_& m) {
         d["bytes_sent"] = s.bytesSent;
         d["rank_bytes_as_recorded"] = s.rankBytesAsRecorded;
         d["rank_bytes_sent"] = s.rankBytesSent;
+        d["local_copies"] = s.localCopies;
+        d["local_copy_bytes"] = s.localCopyBytes;
         return d;
       });
 }
