@@ -63,6 +63,7 @@ detail::NcclBackendOptions implementationOptions(const NcclBackendOptions& optio
   out.timeout = std::chrono::milliseconds(options.timeoutMs);
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return out;
 }
 
@@ -74,6 +75,7 @@ Status NcclBackendOptions::fromEnvironment(NcclBackendOptions& out) {
   out.timeoutMs = static_cast<std::uint64_t>(options.timeout.count());
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return Status::ok();
 }
 
