@@ -16,7 +16,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 #if CHIMERA_HAS_MPI
 #include <mpi.h>
