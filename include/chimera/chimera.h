@@ -51,6 +51,13 @@ typedef enum {
 /** Reduction operators (mirror chimera::ReduceOp). */
 typedef enum { chimeraSum = 0, chimeraProd = 1, chimeraMin = 2, chimeraMax = 3, chimeraAvg = 4 } chimeraRedOp_t;
 
+/** The direction of a pipeline hand-off along an axis (the chain ops "send:AX" and
+ * "send:AX:backward"). */
+typedef enum {
+  chimeraForward = 0, /**< from stage k to stage k+1 (the forward pass) */
+  chimeraBackward = 1 /**< from stage k to stage k-1 (the backward pass) */
+} chimeraDirection_t;
+
 /** A communicator: a backend bound to a mesh. */
 typedef struct chimeraComm* chimeraComm_t;
 /** A recording session on a communicator. */
@@ -146,9 +153,9 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
 /** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */
 chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
                                      chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out);
-/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "send:pp:prev",
+/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "send:pp:backward",
  * "alltoall:ep:0:1", "reducescatter:tp:0", "allgather:sp:1", "slice:tp:0", "broadcast:dp:0"),
- * "send:pp:prev" being the backward hand-off to the previous stage. Out-of-place
+ * "send:pp:backward" being the backward hand-off to the previous stage. Out-of-place
  * calls write `output` (`outputBytes` long; NULL/0 on a rank that receives nothing); in-place
  * calls (allreduce, broadcast) ignore it. */
 chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
@@ -191,10 +198,11 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
                                           chimeraSession_t* session);
 /** Per-rank sessions: this rank's receiving side of a hand-off along `axis` ("pp"): the
  * tensor of `shape` arrives placed as `layout` (this rank's stage) into `buffer`;
- * `fromNext` 0 receives a "send:AX" of the previous stage, 1 a "send:AX:prev" of the next. */
+ * `direction` chimeraForward receives a "send:AX" of the previous stage, chimeraBackward a
+ * "send:AX:backward" of the next. */
 chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
-                                   const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
-                                   chimeraTensor_t* out);
+                                   const char* layout, const char* axis, chimeraDirection_t direction, void* buffer,
+                                   size_t bytes, chimeraTensor_t* out);
 /** Sets the stream the session's work is ordered on from its next flush (NULL: the legacy
  * default stream). */
 chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);

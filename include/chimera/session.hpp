@@ -30,7 +30,7 @@ struct SessionOptions {
   bool fusion = true;
   /// Per-rank recording (the mode a training framework uses): each rank records only the
   /// calls it takes part in, on tensors it holds, and its own side of each pipeline hand-off
-  /// (`send`/`sendBack` on the sending stage, `recv`/`recvBack` on the receiving one). A new
+  /// (`send`/`sendBackward` on the sending stage, `recv`/`recvBackward` on the receiving one). A new
   /// window is agreed within the groups its tensors live on and with the hand-off peers,
   /// never over the world; every group a plan uses must exist (`Backend::createGroups`).
   /// False: SPMD recording, every rank records every call (see the class comment).
@@ -52,7 +52,7 @@ struct SessionOptions {
   std::size_t preparedPlanLimit = Executor::kDefaultPreparedPlanLimit;
 
   /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
-  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLANS=N` sets
+  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLAN_LIMIT=N` sets
   /// `preparedPlanLimit`. InvalidArgument naming the variable when a value is malformed.
   [[nodiscard]] static Status fromEnvironment(SessionOptions& out);
 };
@@ -85,8 +85,8 @@ struct SessionStats {
 ///
 /// Two recording modes. Per rank (`SessionOptions::perRank`, what a training framework's
 /// schedule does): each rank records only the calls it takes part in, on the tensors it holds,
-/// and its own side of each pipeline hand-off (`send`/`sendBack` where the tensor leaves,
-/// `recv`/`recvBack` where it arrives); a hand-off still runs fused across the stage boundary.
+/// and its own side of each pipeline hand-off (`send`/`sendBackward` where the tensor leaves,
+/// `recv`/`recvBackward` where it arrives); a hand-off still runs fused across the stage boundary.
 /// SPMD (the default), as in the chain vocabulary: every rank of the mesh records the same
 /// calls in the same order, describing the same logical tensors; a rank passes its own local
 /// buffers, and nullptr with 0 bytes for a tensor it does not hold (e.g. the other pipeline
@@ -160,10 +160,10 @@ class Session {
   /// Per rank: only the sender makes it (nullptr/0 as `recvBuffer`); the receiver calls `recv`.
   /// The returned handle is then not held by this rank.
   [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out);
-  /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
+  /// The backward pass's hand-off (the `send:AX:backward` chain op): as `send`, from stage k to
   /// stage k-1.
-  [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
-                                TensorHandle& out);
+  [[nodiscard]] Status sendBackward(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
+                                    TensorHandle& out);
   /// Per-rank recording: this rank's receiving side of `send` along `axis` from the previous
   /// stage. The tensor of `spec` arrives placed as `layout` (a stage placement on `axis`, this
   /// rank's stage; the layout the sender's calls give it), this rank's part into `buffer`.
@@ -173,9 +173,9 @@ class Session {
   /// or the buffer is smaller than the local tensor.
   [[nodiscard]] Status recv(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
                             TensorHandle& out);
-  /// Per-rank recording: the receiving side of `sendBack` (from the next stage).
-  [[nodiscard]] Status recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
-                                std::size_t bytes, TensorHandle& out);
+  /// Per-rank recording: the receiving side of `sendBackward` (from the next stage).
+  [[nodiscard]] Status recvBackward(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
+                                    std::size_t bytes, TensorHandle& out);
   /// Records `op` given as a chain op (e.g. parsed from "alltoall:ep:0:1"): the same as the
   /// call of its kind above. In-place kinds (allreduce, broadcast) ignore `output`.
   [[nodiscard]] Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,

@@ -113,7 +113,7 @@ TEST_F(CApi, PlainCollectivesAndRedistribution) {
 // through a C session; `consume` declares what the receivers read.
 struct HandOff {
   const char* from;     ///< "pp=@0,tp=P" or "pp=@1,tp=P"
-  const char* handOff;  ///< "send:pp" or "send:pp:prev"
+  const char* handOff;  ///< "send:pp" or "send:pp:backward"
   std::function<chimeraResult_t(chimeraSession_t, chimeraTensor_t)> consume;
 };
 
@@ -169,7 +169,7 @@ TEST_F(CApi, SessionBackwardSendWithByteRange) {
   const bool stage1 = rank_ >= 4;
   const std::size_t rows = 4 * 8 * 4;  // 4 rows of 8 floats: one tp shard of 16 rows
   const std::size_t offset = stage1 ? 0 : static_cast<std::size_t>(rank_ % 4) * rows;
-  const HandOff h{"pp=@1,tp=P", "send:pp:prev", [&](chimeraSession_t s, chimeraTensor_t t) {
+  const HandOff h{"pp=@1,tp=P", "send:pp:backward", [&](chimeraSession_t s, chimeraTensor_t t) {
                     return chimeraSessionConsumeRange(s, t, offset, stage1 ? 0 : rows);
                   }};
   std::vector<float> unfused, fused;
@@ -215,7 +215,7 @@ TEST_F(CApi, PerRankHandOffFromC) {
         if (result == chimeraSuccess) result = chimeraSessionFlush(session);
       } else {
         std::fill(buffer.begin(), buffer.end(), -1.0f);
-        result = chimeraSessionRecv(session, "16,8", chimeraFloat32, "pp=@1,tp=R", "pp", 0, buffer.data(),
+        result = chimeraSessionRecv(session, "16,8", chimeraFloat32, "pp=@1,tp=R", "pp", chimeraForward, buffer.data(),
                                     buffer.size() * 4, &received);
         if (result == chimeraSuccess) result = chimeraSessionConsume(session, received, "pp=@1,tp=R");
       }

@@ -34,7 +34,7 @@ class ParallelContext:
     ``per_rank=True`` records per rank (``SessionOptions::perRank``), what a pipeline schedule
     needs: on a mesh with a ``pp`` axis each stage records only its own calls, its tensors placed
     on its stage (``pp=@k``), and the stage hand-offs are :meth:`stage_send` / :meth:`stage_recv`
-    and their backward :meth:`stage_send_back` / :meth:`stage_recv_back`. The default (SPMD) has
+    and their backward :meth:`stage_send_backward` / :meth:`stage_recv_backward`. The default (SPMD) has
     every rank record every call, as :meth:`pipeline_send` does."""
 
     def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera", per_rank: bool = False):
@@ -217,10 +217,10 @@ class ParallelContext:
         t = self.coord("tp")
         return recv[t * rows:(t + 1) * rows].clone()
 
-    def pipeline_send_back(self, grad_rows, stage: int, shape, dtype=torch.float32):
+    def pipeline_send_backward(self, grad_rows, stage: int, shape, dtype=torch.float32):
         """The backward of :meth:`pipeline_send`: stage+1's ranks pass the gradient of their rows,
         stage `stage` receives the full gradient of its partial input ([rows, f], every tp rank
-        alike). Recorded as allgather:tp + send:pp:prev with stage reading it whole; call on every
+        alike). Recorded as allgather:tp + send:pp:backward with stage reading it whole; call on every
         rank; returns the gradient on stage's ranks, None elsewhere."""
         tp = self.size("tp")
         full = [shape[0] * self.size("dp")] + list(shape[1:])
@@ -234,7 +234,7 @@ class ParallelContext:
         h = self.runtime.tensor(buf, full, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
         if tp > 1:
             h = self.runtime.all_gather(h, "tp", 0, gathered if gathered is not None else torch.empty(0, dtype=dtype))
-        h = self.runtime.send(h, "pp", recv, backward=True)
+        h = self.runtime.send_backward(h, "pp", recv)
         self.runtime.declare_read(h, self._stage_rows(stage))
         self.runtime.flush()
         self.comm_seconds += _now() - start
@@ -306,11 +306,11 @@ class ParallelContext:
         self.comm_seconds += _now() - start
         return out
 
-    def stage_send_back(self, grad_rows: torch.Tensor) -> None:
+    def stage_send_backward(self, grad_rows: torch.Tensor) -> None:
         """Backward hand-off, sending side: the gradient of the rows :meth:`stage_recv` returned
         goes back to the previous stage, which needs it whole over tp. Recorded as allgather:tp
-        + send:pp:prev. `torch` comm: a send of the rows (the receiver gathers over tp)."""
-        self._require_stage("stage_send_back", last_ok=True, first_ok=False)
+        + send:pp:backward. `torch` comm: a send of the rows (the receiver gathers over tp)."""
+        self._require_stage("stage_send_backward", last_ok=True, first_ok=False)
         grad_rows = grad_rows.detach().contiguous()
         tp = self.size("tp")
         shape = [grad_rows.shape[0] * tp] + list(grad_rows.shape[1:])
@@ -324,14 +324,14 @@ class ParallelContext:
             gathered = torch.empty(shape, dtype=grad_rows.dtype)  # written at the flush: alive until then
             if tp > 1:
                 h = self.runtime.all_gather(h, "tp", 0, gathered)
-            self.runtime.send(h, "pp", None, backward=True)
+            self.runtime.send_backward(h, "pp", None)
             self.runtime.flush()
         self.comm_seconds += _now() - start
 
-    def stage_recv_back(self, shape, dtype=torch.float32) -> torch.Tensor:
+    def stage_recv_backward(self, shape, dtype=torch.float32) -> torch.Tensor:
         """Backward hand-off, receiving side: the gradient of the `partial` this stage sent with
         :meth:`stage_send` ([rows, f] = `shape`, the same on every tp rank)."""
-        self._require_stage("stage_recv_back", last_ok=False, first_ok=True)
+        self._require_stage("stage_recv_backward", last_ok=False, first_ok=True)
         tp = self.size("tp")
         start = _now()
         if self.runtime is None:
@@ -345,7 +345,7 @@ class ParallelContext:
                 dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
         else:
             out = torch.empty(tuple(shape), dtype=dtype)
-            h = self.runtime.recv(out, self._dp_rows_shape(shape), self._rows_layout(), "pp", backward=True)
+            h = self.runtime.recv_backward(out, self._dp_rows_shape(shape), self._rows_layout(), "pp")
             self.runtime.declare_read(h, self._rows_layout())
             self.runtime.flush()
         self.comm_seconds += _now() - start

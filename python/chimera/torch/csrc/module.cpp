@@ -133,6 +133,35 @@ std::pair<void*, std::size_t> bufferOf(const char* what, const std::optional<at:
   return {t->data_ptr(), bytesOf(*t)};
 }
 
+// The hand-off calls, forward (`send`/`recv`) or backward (`send_backward`/`recv_backward`).
+auto sendOf(bool backward) {
+  return
+      [backward](MeshRuntime& r, const py::tuple& in, const std::string& axis, const std::optional<at::Tensor>& recv) {
+        const char* what = backward ? "Session.send_backward" : "Session.send";
+        auto buffer = bufferOf(what, recv);
+        TensorHandle h;
+        const AxisSet axes = axesOf(r, axis);
+        raise(what, backward ? r.session().sendBackward(handleOf(in), axes, buffer.first, buffer.second, h)
+                             : r.session().send(handleOf(in), axes, buffer.first, buffer.second, h));
+        return handleTuple(h);
+      };
+}
+
+auto recvOf(bool backward) {
+  return [backward](MeshRuntime& r, const at::Tensor& out, const std::vector<std::int64_t>& shape,
+                    const std::string& layout, const std::string& axis) {
+    const char* what = backward ? "Session.recv_backward" : "Session.recv";
+    auto buffer = bufferOf(what, out);
+    const TensorSpec spec = specOf(shape, out.scalar_type());
+    TensorHandle h;
+    const AxisSet axes = axesOf(r, axis);
+    const Layout placed = layoutOf(r, layout);
+    raise(what, backward ? r.session().recvBackward(spec, placed, axes, buffer.first, buffer.second, h)
+                         : r.session().recv(spec, placed, axes, buffer.first, buffer.second, h));
+    return handleTuple(h);
+  };
+}
+
 void bindMeshRuntime(py::module_& m) {
   py::class_<MeshRuntime>(m, "MeshRuntime",
                           "chimera's backend, executor and Session over the world laid out as a device mesh.")
@@ -214,33 +243,14 @@ void bindMeshRuntime(py::module_& m) {
                    r.session().allToAll(handleOf(in), axesOf(r, axes), fromDim, toDim, buffer.first, buffer.second, h));
              return handleTuple(h);
            })
-      .def(
-          "send",
-          [](MeshRuntime& r, const py::tuple& in, const std::string& axis, const std::optional<at::Tensor>& recv,
-             bool backward) {
-            auto buffer = bufferOf("Session.send", recv);
-            TensorHandle h;
-            const AxisSet axes = axesOf(r, axis);
-            raise("Session.send", backward ? r.session().sendBack(handleOf(in), axes, buffer.first, buffer.second, h)
-                                           : r.session().send(handleOf(in), axes, buffer.first, buffer.second, h));
-            return handleTuple(h);
-          },
-          py::arg("handle"), py::arg("axis"), py::arg("recv"), py::arg("backward") = false)
-      .def(
-          "recv",
-          [](MeshRuntime& r, const at::Tensor& out, const std::vector<std::int64_t>& shape, const std::string& layout,
-             const std::string& axis, bool backward) {
-            auto buffer = bufferOf("Session.recv", out);
-            const TensorSpec spec = specOf(shape, out.scalar_type());
-            TensorHandle h;
-            const AxisSet axes = axesOf(r, axis);
-            raise("Session.recv",
-                  backward ? r.session().recvBack(spec, layoutOf(r, layout), axes, buffer.first, buffer.second, h)
-                           : r.session().recv(spec, layoutOf(r, layout), axes, buffer.first, buffer.second, h));
-            return handleTuple(h);
-          },
-          py::arg("out"), py::arg("shape"), py::arg("layout"), py::arg("axis"), py::arg("backward") = false,
-          "Per-rank recording: this rank's receiving side of a hand-off along `axis` (backward: of a send_back).")
+      .def("send", sendOf(false), py::arg("handle"), py::arg("axis"), py::arg("recv"),
+           "Pipeline hand-off along `axis` to the next stage (the `send:AX` chain op).")
+      .def("send_backward", sendOf(true), py::arg("handle"), py::arg("axis"), py::arg("recv"),
+           "The backward hand-off along `axis`, to the previous stage (the `send:AX:backward` chain op).")
+      .def("recv", recvOf(false), py::arg("out"), py::arg("shape"), py::arg("layout"), py::arg("axis"),
+           "Per-rank recording: this rank's receiving side of a `send` along `axis`.")
+      .def("recv_backward", recvOf(true), py::arg("out"), py::arg("shape"), py::arg("layout"), py::arg("axis"),
+           "Per-rank recording: this rank's receiving side of a `send_backward` along `axis`.")
       .def("declare_read",
            [](MeshRuntime& r, const py::tuple& t, const std::string& layout) {
              raise("Session.declare_read", r.session().declareRead(handleOf(t), layoutOf(r, layout)));
