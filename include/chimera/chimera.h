@@ -71,8 +71,25 @@ typedef struct {
 typedef struct {
   char internal[128];
 } chimeraUniqueId;
-/** Session counters (see chimera::SessionStats). */
+/* Versioned structs. A struct the caller passes in or fills carries, first, its size as the
+ * caller compiled it, a magic number and its layout version, as NCCL's ncclConfig_t does:
+ * declare it with its initializer (e.g. `chimeraSessionConfig_t c =
+ * CHIMERA_SESSION_CONFIG_INITIALIZER;`), never by listing fields. A library built from a newer
+ * header reads and writes only the fields of the caller's version; a struct without the magic
+ * (not initialised with its initializer), of a version the library does not know, or smaller
+ * than its version's layout is chimeraInvalidArgument with a message naming the struct. */
+/** Marks a struct initialised with its initializer. */
+#define CHIMERA_STRUCT_MAGIC 0x63686d72u
+/** The layout version of chimeraSessionStats_t this header declares. */
+#define CHIMERA_SESSION_STATS_VERSION 1
+/** The layout version of chimeraSessionConfig_t this header declares. */
+#define CHIMERA_SESSION_CONFIG_VERSION 1
+
+/** Session counters (see chimera::SessionStats), filled by chimeraSessionGetStats. */
 typedef struct {
+  size_t size;          /**< sizeof(chimeraSessionStats_t) (set by the initializer) */
+  unsigned int magic;   /**< CHIMERA_STRUCT_MAGIC (set by the initializer) */
+  unsigned int version; /**< CHIMERA_SESSION_STATS_VERSION (set by the initializer) */
   uint64_t recordedCalls;
   uint64_t windows;
   uint64_t windowCacheHits;
@@ -84,14 +101,25 @@ typedef struct {
   uint64_t rankBytesSent;       /**< this rank's share of bytesSent */
   uint64_t agreements;          /**< agreement collectives and hand-off exchanges run */
 } chimeraSessionStats_t;
-/** How a session records (see chimera::SessionOptions). */
+/** A chimeraSessionStats_t ready to be filled: its header set, every counter 0. */
+#define CHIMERA_SESSION_STATS_INITIALIZER \
+  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/** How a session records (see chimera::SessionOptions), read by chimeraSessionBeginConfig. */
 typedef struct {
-  int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION */
-  int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs) */
-  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK */
-  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL: the communicator's
-                             stream when the session begins (chimeraCommSetStream) */
+  size_t size;          /**< sizeof(chimeraSessionConfig_t) (set by the initializer) */
+  unsigned int magic;   /**< CHIMERA_STRUCT_MAGIC (set by the initializer) */
+  unsigned int version; /**< CHIMERA_SESSION_CONFIG_VERSION (set by the initializer) */
+  int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION (the default) */
+  int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs); default 0 */
+  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK (the default)
+                         */
+  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL (the default): the
+                             communicator's stream when the session begins (chimeraCommSetStream) */
 } chimeraSessionConfig_t;
+/** A chimeraSessionConfig_t with its header set and every field at its default. */
+#define CHIMERA_SESSION_CONFIG_INITIALIZER \
+  { sizeof(chimeraSessionConfig_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_CONFIG_VERSION, -1, 0, -1, NULL }
 
 /** A static description of `result` ("invalid argument", ...). */
 const char* chimeraGetErrorString(chimeraResult_t result);
@@ -173,7 +201,8 @@ chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimera
                                                size_t bytes);
 /** Plans (or looks up) and runs the recorded window. */
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session);
-/** Counters since the session began. */
+/** Counters since the session began, into `stats` (initialised with
+ * CHIMERA_SESSION_STATS_INITIALIZER; see "Versioned structs"). */
 chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats);
 /** Ends a session (unflushed calls are dropped). NULL is a no-op; a session that is not live
  * (ended already, or never begun) is chimeraInvalidArgument. */
@@ -193,7 +222,8 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups);
 chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream);
 /** Waits until every call issued on the communicator's stream (chimeraCommSetStream) completed. */
 chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm);
-/** Begins a session configured by `config` (NULL: as chimeraSessionBegin(comm, -1, ...)). */
+/** Begins a session configured by `config` (initialised with CHIMERA_SESSION_CONFIG_INITIALIZER,
+ * then changed; see "Versioned structs"). NULL: as chimeraSessionBegin(comm, -1, ...). */
 chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
                                           chimeraSession_t* session);
 /** Per-rank sessions: this rank's receiving side of a hand-off along `axis` ("pp"): the

@@ -8,6 +8,7 @@
 
 #include "capi/capi_handles.hpp"
 #include "capi/capi_registry.hpp"
+#include "capi/versioned_struct.hpp"
 #include "core/check.hpp"
 
 namespace {
@@ -71,6 +72,8 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (config != nullptr) {
+      CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(
+          *config, CHIMERA_SESSION_CONFIG_VERSION, "chimeraSessionConfig_t", "CHIMERA_SESSION_CONFIG_INITIALIZER"));
       CHIMERA_CHECK_ARG(config->fusion >= -1 && config->fusion <= 1, "fusion {} (expected 1, 0 or -1)", config->fusion);
       CHIMERA_CHECK_ARG(config->perRank == 0 || config->perRank == 1, "perRank {} (expected 0 or 1)", config->perRank);
       CHIMERA_CHECK_ARG(config->checkEveryWindow >= -1 && config->checkEveryWindow <= 1,

@@ -2,6 +2,7 @@
 // C API: sessions (begin, describe tensors, record chain-op text, consume, flush).
 #include "capi/capi_handles.hpp"
 #include "capi/capi_registry.hpp"
+#include "capi/versioned_struct.hpp"
 #include "chimera/chain.hpp"
 #include "core/check.hpp"
 
@@ -127,9 +128,12 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
   return guardedCall("chimeraSessionGetStats", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(
+        *stats, CHIMERA_SESSION_STATS_VERSION, "chimeraSessionStats_t", "CHIMERA_SESSION_STATS_INITIALIZER"));
     const chimera::SessionStats s = session->session->stats();
-    *stats = {s.recordedCalls,   s.windows,   s.windowCacheHits,     s.chainsRun,     s.fusedChains,
-              s.bytesAsRecorded, s.bytesSent, s.rankBytesAsRecorded, s.rankBytesSent, s.agreements};
+    *stats = {stats->size,           stats->magic,    stats->version, s.recordedCalls,   s.windows,
+              s.windowCacheHits,     s.chainsRun,     s.fusedChains,  s.bytesAsRecorded, s.bytesSent,
+              s.rankBytesAsRecorded, s.rankBytesSent, s.agreements};
     return Status::ok();
   });
 }
