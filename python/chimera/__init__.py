@@ -73,7 +73,8 @@ __all__ = [
 def _from_placements(mesh: Any, placements: Sequence[Any]) -> Layout:
     """The Layout with one placement per mesh axis (chimera's, DTensor's, or text), in mesh order.
 
-    Several axes sharding one dim nest in mesh order (earlier axis outer), as DTensor's do."""
+    Several axes sharding one dim nest in mesh order (earlier axis outer), as DTensor's do
+    (chimera.placements is the converter)."""
     mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
     text = _placements.layout_text(mesh.axis_names, placements)
     return Layout(text, mesh) if text else Layout.replicated(mesh)
@@ -95,16 +96,8 @@ def _to_placements(self: Layout) -> list:
 
 
 def _to_dtensor_placements(self: Layout) -> list:
-    """The same as DTensor placement objects (imports torch); Stage has none: ValueError."""
-    from torch.distributed.tensor import Partial as DPartial, Replicate as DReplicate, Shard as DShard
-
-    out = []
-    for p in _to_placements(self):
-        if isinstance(p, Stage):
-            raise ValueError(f"layout {self}: @{p.index} (a pipeline stage) has no DTensor placement")
-        out.append(DReplicate() if isinstance(p, Replicate) else DShard(p.dim) if isinstance(p, Shard)
-                   else DPartial(p.reduce_op))
-    return out
+    """The same as DTensor placement objects (imports torch); Stage has none: InvalidArgument."""
+    return _placements.to_dtensor(_to_placements(self))
 
 
 Layout.from_placements = staticmethod(_from_placements)

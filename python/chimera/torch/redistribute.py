@@ -18,17 +18,20 @@ import logging
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
+
+import chimera
+from chimera import placements as _placements
 
 from . import _extension
 
 log = logging.getLogger("chimera.torch")
 
-_PARTIAL_TEXT = {"sum": "P", "avg": "P(avg)", "max": "P(max)", "min": "P(min)", "product": "P(prod)"}
 _RUNTIMES: dict = {}
 _PLANNABLE: dict = {}
 
 
-class Unplannable(ValueError):
+class Unplannable(chimera.Unsupported):
     """A transition (or tensor) chimera does not plan; callers fall back to DTensor."""
 
 
@@ -54,46 +57,35 @@ def runtime_for(mesh, fusion: bool = True):
 
 def layout_text(mesh, placements, shard_order=None) -> str:
     """chimera's layout text for DTensor placements on `mesh` ("dp=P,tp=S0"; a tensor dim split
-    by several mesh dims as "a+b=S0", outer first, in DTensor's shard order). Raises
-    Unplannable for placements chimera has no counterpart of."""
-    names = mesh_axis_names(mesh)
-    parts = []
-    split: dict[int, list[int]] = {}
-    for axis, p in enumerate(placements):
-        if isinstance(p, Replicate):
-            continue
-        if type(p) is Shard:
-            split.setdefault(p.dim, []).append(axis)
-        elif isinstance(p, Partial):
-            op = getattr(p, "reduce_op", "sum")
-            if op not in _PARTIAL_TEXT:
-                raise Unplannable(f"Partial({op})")
-            parts.append(f"{names[axis]}={_PARTIAL_TEXT[op]}")
-        else:
-            raise Unplannable(f"placement {p!r}")
-    if shard_order:
-        for entry in shard_order:
-            dims = list(entry.mesh_dims)
-            if sorted(dims) != sorted(split.get(entry.tensor_dim, [])):
-                raise Unplannable(f"shard order {shard_order} does not match placements {placements}")
-            split[entry.tensor_dim] = dims
-    for dim, axes in sorted(split.items()):
-        parts.append("+".join(names[a] for a in axes) + f"=S{dim}")
-    return ",".join(parts) if parts else f"{names[0]}=R"
+    by several mesh dims as "a+b=S0", outer first, in DTensor's shard order: ``shard_order``
+    entries, or the order ``_StridedShard`` placements encode). The conversion itself is
+    chimera.placements'. Raises Unplannable for placements chimera has no counterpart of."""
+    if any(type(p).__name__ == "_StridedShard" for p in placements):
+        if shard_order:
+            raise Unplannable(f"_StridedShard placements {placements} with a shard order {shard_order}")
+        try:
+            placements, shard_order = DTensorSpec._normalize_placements_into_shard_order(  # noqa: SLF001
+                tuple(placements), mesh)
+        except ValueError as error:
+            raise Unplannable(str(error)) from None
+    order = {entry.tensor_dim: list(entry.mesh_dims) for entry in shard_order or ()}
+    try:
+        text = _placements.layout_text(mesh_axis_names(mesh), placements, order)
+    except (chimera.InvalidArgument, chimera.Unsupported) as error:
+        raise Unplannable(str(error)) from None
+    return text or f"{mesh_axis_names(mesh)[0]}=R"
 
 
 def _source_order(dtensor):
     spec = dtensor._spec  # noqa: SLF001 (the shard order lives only there)
-    if getattr(spec, "use_strided_shard_as_shard_order", False):
-        raise Unplannable("_StridedShard placements")
-    return getattr(spec, "shard_order", None)
+    return None if getattr(spec, "use_strided_shard_as_shard_order", False) else getattr(spec, "shard_order", None)
 
 
 def plan(dtensor, placements):
     """(runtime, source layout text, target layout text, normalised placements) for a
     transition, or Unplannable. Pure: no communication besides creating the runtime once."""
     mesh = dtensor.device_mesh
-    placements = tuple(p if not isinstance(p, Shard) else Shard(p.dim % dtensor.ndim) for p in placements)
+    placements = tuple(Shard(p.dim % dtensor.ndim) if type(p) is Shard else p for p in placements)
     if len(placements) != mesh.ndim:
         raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
     if dtensor.device_mesh.device_type != "cpu":
