@@ -105,8 +105,11 @@ typedef struct {
   uint64_t localCopyBytes; /**< their bytes */
 } chimeraSessionStats_t;
 /** A chimeraSessionStats_t ready to be filled: its header set, every counter 0. */
-#define CHIMERA_SESSION_STATS_INITIALIZER \
-  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define CHIMERA_SESSION_STATS_INITIALIZER                                                                             \
+  {                                                                                                                   \
+    sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+        0, 0                                                                                                          \
+  }
 
 /** How a session records (see chimera::SessionOptions), read by chimeraSessionBeginConfig. */
 typedef struct {

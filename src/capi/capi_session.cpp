@@ -148,9 +148,9 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
   return guardedCall("chimeraSessionGetStats", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(*stats, CHIMERA_SESSION_STATS_VERSION,
-                                                                  "chimeraSessionStats_t",
-                                                                  "CHIMERA_SESSION_STATS_INITIALIZER", kStatsLayoutBytes));
+    CHIMERA_RETURN_IF_ERROR(
+        chimera::detail::checkVersionedStruct(*stats, CHIMERA_SESSION_STATS_VERSION, "chimeraSessionStats_t",
+                                              "CHIMERA_SESSION_STATS_INITIALIZER", kStatsLayoutBytes));
     const chimera::SessionStats s = session->session->stats();
     // Only the counters of the caller's version: a caller built against an older header has
     // no room for the later ones.

@@ -27,8 +27,9 @@ template <typename CStruct>
                     "the chimera.h of the library you run, and declare it with {}",
                     name, value.version, knownVersion, initializer);
   const std::size_t bytes = layoutBytes != nullptr ? layoutBytes[value.version - 1] : sizeof(CStruct);
-  CHIMERA_CHECK_ARG(value.size >= bytes, "{} has size {} bytes, smaller than the {} bytes of version {}: declare it with {}",
-                    name, value.size, bytes, value.version, initializer);
+  CHIMERA_CHECK_ARG(value.size >= bytes,
+                    "{} has size {} bytes, smaller than the {} bytes of version {}: declare it with {}", name,
+                    value.size, bytes, value.version, initializer);
   return Status::ok();
 }
 
