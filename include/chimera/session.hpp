@@ -3,9 +3,11 @@
 // and plans the recorded window only when a result is needed.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
@@ -79,6 +81,30 @@ struct SessionStats {
   /// `checkEveryWindow` is on.
   std::uint64_t agreements = 0;
 };
+
+/// One counter of SessionStats: its snake_case name (the Python dict key) and its member.
+struct SessionStatsField {
+  std::string_view name;
+  std::uint64_t SessionStats::*member;
+};
+
+/// Every counter of SessionStats, in declaration order: the one list the bindings convert
+/// from (Python's `Session.stats()`, the C API's chimeraSessionStats_t), so a counter added to
+/// SessionStats reaches them all (the static_assert below fails until it is listed here).
+inline constexpr std::array<SessionStatsField, 10> kSessionStatsFields{{
+    {"recorded_calls", &SessionStats::recordedCalls},
+    {"windows", &SessionStats::windows},
+    {"window_cache_hits", &SessionStats::windowCacheHits},
+    {"chains_run", &SessionStats::chainsRun},
+    {"fused_chains", &SessionStats::fusedChains},
+    {"bytes_as_recorded", &SessionStats::bytesAsRecorded},
+    {"bytes_sent", &SessionStats::bytesSent},
+    {"rank_bytes_as_recorded", &SessionStats::rankBytesAsRecorded},
+    {"rank_bytes_sent", &SessionStats::rankBytesSent},
+    {"agreements", &SessionStats::agreements},
+}};
+static_assert(sizeof(SessionStats) == kSessionStatsFields.size() * sizeof(std::uint64_t),
+              "every SessionStats counter is listed in kSessionStatsFields");
 
 /// Records collectives on tensors as a framework issues them and runs them when a result is
 /// needed: `flush`, `wait`, or `consume` (which also declares what the next computation reads).

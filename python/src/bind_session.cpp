@@ -179,13 +179,8 @@ class PySession : public Resource {
   nb::dict stats() {
     const SessionStats s = get("Session.stats").stats();
     nb::dict out;
-    out["recorded_calls"] = s.recordedCalls;
-    out["windows"] = s.windows;
-    out["window_cache_hits"] = s.windowCacheHits;
-    out["chains_run"] = s.chainsRun;
-    out["fused_chains"] = s.fusedChains;
-    out["bytes_as_recorded"] = s.bytesAsRecorded;
-    out["bytes_sent"] = s.bytesSent;
+    for (const SessionStatsField& field : kSessionStatsFields)
+      out[nb::str(field.name.data(), field.name.size())] = s.*field.member;
     return out;
   }
 

@@ -274,7 +274,7 @@ def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
     target = chimera.Layout(f"pp=@{dst},tp=R", mesh)
     senders = [r for r in range(mesh.size) if mesh.coordinates(r)[0] == src]
     expected = torch.full((8 * tp, 16), float(sum(senders))) + len(senders) * torch.arange(16.0)
-    received = {}
+    received, counters = {}, {}
     for fusion in (False, True):
         session = chimera.Session(backend, fusion=fusion, per_rank=True)
         for step in range(2):
@@ -288,10 +288,14 @@ def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
                 h = (session.recv_backward if back else session.recv)(out, target, "pp", spec=spec)
                 session.consume(h, target)
                 received[(fusion, step)] = out
-        stats = session.stats()
+        counters[fusion] = session.stats()
         session.close()
-        if fusion:
-            assert stats["fused_chains"] >= 1, stats
+    assert counters[True]["fused_chains"] >= 1, counters
+    for stats in counters.values():
+        # Per-rank recording counts this rank's bytes and agreements (its first window is agreed).
+        assert stats["agreements"] >= 1, stats
+        if stage == src:
+            assert stats["rank_bytes_sent"] > 0 and stats["rank_bytes_as_recorded"] > 0, stats
     if stage == dst:
         for key, out in received.items():
             assert torch.equal(out, expected), key
