@@ -81,7 +81,7 @@ typedef struct {
 /** Marks a struct initialised with its initializer. */
 #define CHIMERA_STRUCT_MAGIC 0x63686d72u
 /** The layout version of chimeraSessionStats_t this header declares. */
-#define CHIMERA_SESSION_STATS_VERSION 1
+#define CHIMERA_SESSION_STATS_VERSION 2
 /** The layout version of chimeraSessionConfig_t this header declares. */
 #define CHIMERA_SESSION_CONFIG_VERSION 1
 
@@ -100,10 +100,13 @@ typedef struct {
   uint64_t rankBytesAsRecorded; /**< this rank's share of bytesAsRecorded (per-rank sessions fill only these) */
   uint64_t rankBytesSent;       /**< this rank's share of bytesSent */
   uint64_t agreements;          /**< agreement collectives and hand-off exchanges run */
+  /* Version 2: */
+  uint64_t localCopies;    /**< local copies made (packs, unpacks, copies, the session's staging) */
+  uint64_t localCopyBytes; /**< their bytes */
 } chimeraSessionStats_t;
 /** A chimeraSessionStats_t ready to be filled: its header set, every counter 0. */
 #define CHIMERA_SESSION_STATS_INITIALIZER \
-  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /** How a session records (see chimera::SessionOptions), read by chimeraSessionBeginConfig. */
 typedef struct {
