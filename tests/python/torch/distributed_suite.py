@@ -11,8 +11,8 @@ level reset), so one failure cannot cascade; the suite's file barriers are repla
 on that store. A rank records each test as passed, failed (with the error) or skipped (with the
 reason; the suite's ``sys.exit`` skip codes count as skips); rank 0 merges the ranks (failed on
 any rank: failed; else skipped on any: skipped) and writes the JSON. With ``--compare``, the
-run fails unless every test that passed there passes here, except the tests in
-``NAME_BRANCHES`` (they branch on the backend's name, not on what it does).
+run fails unless every test that passed there passes here, except those the suite skips here
+because of the backend's name (``NAME_GATES``: it runs them for gloo, nccl or mpi only).
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ import time
 import traceback
 import unittest
 
-# Tests that gloo passes and a third-party backend cannot, because they test gloo itself or
-# check the backend's name: the reason for each.
-NAME_BRANCHES = {
-    "test_ddp_comm_hook_logging": "expects the comm hook name that DDP logs for gloo or nccl",
-}
+# A test that this backend skips for one of these reasons branches on the backend's name (the
+# suite runs it for gloo, nccl or mpi only), not on what the backend does.
+NAME_GATES = re.compile(r"requires backend \w+ to be one of|only supported on mpi, nccl and gloo|"
+                        r"\b(GLOO|Gloo|gloo|NCCL|Nccl|nccl|MPI|UCC)\b")
 
 
 def _launch() -> tuple[int, int, str, int]:
@@ -204,9 +203,11 @@ def main() -> int:
         return 0
     with open(args.compare) as f:
         reference = json.load(f)
-    missing = [name for name, m in reference["tests"].items()
-               if m["status"] == "passed" and merged.get(name, {}).get("status") != "passed"
-               and name not in NAME_BRANCHES]
+    passed_there = [name for name, m in reference["tests"].items() if m["status"] == "passed"]
+    gated = [name for name in passed_there if merged[name]["status"] == "skipped"
+             and NAME_GATES.search(merged[name]["detail"])]
+    missing = [name for name in passed_there if merged[name]["status"] != "passed" and name not in gated]
+    print(f"{len(gated)} of them are skipped here by the suite because of the backend's name: " + ", ".join(gated))
     print(f"{args.backend} vs {reference['backend']}: {len(missing)} of the tests "
           f"{reference['backend']} passes do not pass here" + (": " + ", ".join(missing) if missing else ""))
     return 1 if missing else 0

@@ -47,13 +47,13 @@ def test_recv_from_any_source(world):
             sources.append(dist.recv(t))  # no src: any source, returns the sender
             ok = ok and t.tolist() == [float(sources[-1])] * 2
         ok = ok and sorted(sources) == list(range(1, n))
-        work = dist.irecv(torch.empty(2))  # the Work of an any-source irecv names the sender too
+        work = dist.irecv(torch.empty(2), tag=5)  # the Work of an any-source irecv names the sender
         work.wait()
         ok = ok and work._source_rank() == 1  # noqa: SLF001
     else:
         dist.send(torch.full((2,), float(rank)), 0)
         if rank == 1:
-            dist.send(torch.ones(2), 0)
+            dist.send(torch.ones(2), 0, tag=5)
     agree(ok, gloo, "recv from any source")
 
 

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -85,8 +85,7 @@ class GlooHostBackend final : public chimera::Backend {
       wrap(recv, recvCount, dtype).copy_(all.narrow(0, rank() * count, count));
     });
   }
-  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
-                   Stream) override {
+  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes, Stream) override {
     if (Status s = checkGroup(axes, "allGather"); !s.isOk()) return s;
     if (sendCount == 0) return Status::ok();
     return guarded("allGather", [&] {
@@ -149,11 +148,11 @@ class GlooHostBackend final : public chimera::Backend {
 
   Status allocate(std::size_t bytes, void** out) override {
     if (out == nullptr || bytes == 0) return Status::invalidArgument("allocate: null output or 0 bytes");
-    *out = ::operator new(bytes, std::align_val_t{64}, std::nothrow);
+    *out = ::operator new (bytes, std::align_val_t{64}, std::nothrow);
     return *out != nullptr ? Status::ok() : Status::backendError("allocate: out of host memory");
   }
   void deallocate(void* ptr) override {
-    if (ptr != nullptr) ::operator delete(ptr, std::align_val_t{64});
+    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{64});
   }
   Status copy(void* dst, const void* src, std::size_t bytes, Stream) override {
     if (bytes == 0) return Status::ok();
@@ -182,9 +181,11 @@ class GlooHostBackend final : public chimera::Backend {
       at::Tensor scaled = in.to(at::kDouble).mul_(factor);
       if (!at::isFloatingType(in.scalar_type())) {
         // Integers: truncated toward zero, saturated, as the host backends do.
-        const at::Scalar low = in.scalar_type() == at::kByte ? 0 : (in.scalar_type() == at::kInt ? INT32_MIN : INT64_MIN);
-        const at::Scalar high =
-            in.scalar_type() == at::kByte ? 255 : (in.scalar_type() == at::kInt ? INT32_MAX : static_cast<double>(INT64_MAX));
+        const at::Scalar low =
+            in.scalar_type() == at::kByte ? 0 : (in.scalar_type() == at::kInt ? INT32_MIN : INT64_MIN);
+        const at::Scalar high = in.scalar_type() == at::kByte
+                                    ? 255
+                                    : (in.scalar_type() == at::kInt ? INT32_MAX : static_cast<double>(INT64_MAX));
         scaled = scaled.trunc_().clamp_(low, high);
       }
       wrap(output, count, dtype).copy_(scaled);

@@ -61,7 +61,8 @@ Status MpiTransfer::test(bool& done) {
   if (!impl_->done) {
     int flag = 0;
     MPI_Status status;
-    CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Test(&impl_->request, &flag, &status), impl_->isSend ? "MPI_Isend" : "MPI_Irecv"));
+    CHIMERA_RETURN_IF_ERROR(
+        mpiError(MPI_Test(&impl_->request, &flag, &status), impl_->isSend ? "MPI_Isend" : "MPI_Irecv"));
     if (flag != 0) {
       impl_->done = true;
       if (!impl_->isSend) {
@@ -143,8 +144,8 @@ namespace {
 Status post(MPI_Comm comm, bool isSend, void* buffer, std::size_t bytes, int peer, int tag, int size, int tagLimit,
             std::int64_t timeoutMs, std::unique_ptr<MpiTransfer>& out) {
   const char* what = isSend ? "send" : "recv";
-  CHIMERA_CHECK_ARG((peer >= 0 || (!isSend && peer == -1)) && peer < size, "{}: peer {} is not a rank of this group of {}",
-                    what, peer, size);
+  CHIMERA_CHECK_ARG((peer >= 0 || (!isSend && peer == -1)) && peer < size,
+                    "{}: peer {} is not a rank of this group of {}", what, peer, size);
   CHIMERA_CHECK_ARG(tag >= 0 && tag <= tagLimit, "{}: tag {} outside [0, {}]", what, tag, tagLimit);
   CHIMERA_CHECK_ARG(bytes <= static_cast<std::size_t>(INT_MAX), "{}: {} bytes exceed one MPI message", what, bytes);
   auto impl = std::make_unique<MpiTransfer::Impl>();
@@ -155,8 +156,7 @@ Status post(MPI_Comm comm, bool isSend, void* buffer, std::size_t bytes, int pee
   impl->timeoutMs = timeoutMs;
   const int count = static_cast<int>(bytes);
   if (isSend) {
-    CHIMERA_RETURN_IF_ERROR(
-        mpiError(MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &impl->request), "MPI_Isend"));
+    CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &impl->request), "MPI_Isend"));
   } else {
     CHIMERA_RETURN_IF_ERROR(mpiError(
         MPI_Irecv(buffer, count, MPI_BYTE, peer < 0 ? MPI_ANY_SOURCE : peer, tag, comm, &impl->request), "MPI_Irecv"));

@@ -110,9 +110,10 @@ class MpiHostPointToPoint final : public HostPointToPoint {
 
  private:
   c10::intrusive_ptr<c10d::Work> post(const at::Tensor& tensor, int peer, int tag, bool isSend) {
-    const int wireTag = tag == reservedTag() ? tag : ((tag % channel_->userTagLimit()) + channel_->userTagLimit()) %
-                                                        channel_->userTagLimit();
-    at::Tensor buffer = tensor.is_contiguous() ? tensor : (isSend ? tensor.contiguous() : at::empty_like(tensor).contiguous());
+    // c10d tags are non-negative (the process group checks); the reserved one is the largest.
+    const int wireTag = tag == reservedTag() ? tag : tag % channel_->userTagLimit();
+    at::Tensor buffer =
+        tensor.is_contiguous() ? tensor : (isSend ? tensor.contiguous() : at::empty_like(tensor).contiguous());
     std::unique_ptr<MpiTransfer> transfer;
     const std::size_t bytes = static_cast<std::size_t>(buffer.numel()) * buffer.element_size();
     const Status status = isSend ? channel_->send(buffer.data_ptr(), bytes, peer, wireTag, transfer)
