@@ -55,6 +55,7 @@ from ._chimera import (  # noqa: E402
     has_mpi,
     nccl_unique_id,
     plan,
+    plan_redistribution,
     world,
 )
 from .placements import Partial, Replicate, Shard, Stage  # noqa: E402
@@ -66,14 +67,15 @@ __all__ = [
     "Backend", "BackendError", "Error", "Executor", "Internal", "InvalidArgument", "Layout", "Mesh", "Mismatch",
     "Partial", "Replicate", "Session", "SessionWindow", "Shard", "Stage", "TensorHandle", "TensorSpec", "Timeout",
     "Unsupported", "dtype_name", "has_cuda", "has_mpi", "init", "mpi_backend", "nccl_backend", "nccl_library",
-    "nccl_unique_id", "plan", "world",
+    "nccl_unique_id", "plan", "plan_redistribution", "world",
 ]
 
 
 def _from_placements(mesh: Any, placements: Sequence[Any]) -> Layout:
     """The Layout with one placement per mesh axis (chimera's, DTensor's, or text), in mesh order.
 
-    Several axes sharding one dim nest in mesh order (earlier axis outer), as DTensor's do."""
+    Several axes sharding one dim nest in mesh order (earlier axis outer), as DTensor's do
+    (chimera.placements is the converter)."""
     mesh = mesh if isinstance(mesh, Mesh) else Mesh(mesh)
     text = _placements.layout_text(mesh.axis_names, placements)
     return Layout(text, mesh) if text else Layout.replicated(mesh)
@@ -95,16 +97,8 @@ def _to_placements(self: Layout) -> list:
 
 
 def _to_dtensor_placements(self: Layout) -> list:
-    """The same as DTensor placement objects (imports torch); Stage has none: ValueError."""
-    from torch.distributed.tensor import Partial as DPartial, Replicate as DReplicate, Shard as DShard
-
-    out = []
-    for p in _to_placements(self):
-        if isinstance(p, Stage):
-            raise ValueError(f"layout {self}: @{p.index} (a pipeline stage) has no DTensor placement")
-        out.append(DReplicate() if isinstance(p, Replicate) else DShard(p.dim) if isinstance(p, Shard)
-                   else DPartial(p.reduce_op))
-    return out
+    """The same as DTensor placement objects (imports torch); Stage has none: InvalidArgument."""
+    return _placements.to_dtensor(_to_placements(self))
 
 
 Layout.from_placements = staticmethod(_from_placements)

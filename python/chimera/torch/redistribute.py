@@ -18,17 +18,18 @@ import logging
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
-from . import _extension
+import chimera
+from chimera import placements as _placements
 
 log = logging.getLogger("chimera.torch")
 
-_PARTIAL_TEXT = {"sum": "P", "avg": "P(avg)", "max": "P(max)", "min": "P(min)", "product": "P(prod)"}
 _RUNTIMES: dict = {}
 _PLANNABLE: dict = {}
 
 
-class Unplannable(ValueError):
+class Unplannable(chimera.Unsupported):
     """A transition (or tensor) chimera does not plan; callers fall back to DTensor."""
 
 
@@ -38,62 +39,72 @@ def mesh_axis_names(mesh) -> list[str]:
     return list(names) if names else [f"d{i}" for i in range(mesh.ndim)]
 
 
-def runtime_for(mesh, fusion: bool = True):
-    """The chimera MeshRuntime (backend, executor, Session) laid out as `mesh`; created once,
-    collectively over the world. Unplannable when the mesh does not cover the world in order."""
+class MeshRuntime:
+    """chimera's Executor on an MPI backend laid out as one DeviceMesh: Python over the package
+    `chimera`, the DTensor's local tensors crossing by DLPack."""
+
+    def __init__(self, mesh_text: str):
+        self.mesh = chimera.Mesh(mesh_text)
+        self.executor = chimera.Executor(chimera.mpi_backend(self.mesh))
+
+    def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
+        """(bytes over all ranks, of the busiest rank, plan text) of source -> target; nothing runs.
+        chimera.InvalidArgument / chimera.Unsupported when chimera does not plan it."""
+        plan = chimera.plan_redistribution(self.mesh, list(shape), dtype, source, target)
+        return plan["bytes"], plan["max_rank_bytes"], plan["plan"]
+
+    def redistribute(self, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
+        """This rank's part of the tensor of logical `shape` moved from `source` to `target`
+        (collective over the world): a new tensor, the local tensor of `target`."""
+        spec = chimera.TensorSpec(list(shape), local.dtype)
+        out = torch.empty(chimera.Layout(target, self.mesh).local_shape(spec), dtype=local.dtype)
+        return self.executor.redistribute(local, source, target, out, spec=spec)
+
+
+def runtime_for(mesh) -> MeshRuntime:
+    """The MeshRuntime laid out as `mesh`; created once, collectively over the world.
+    Unplannable when the mesh does not cover the world in order."""
     world = dist.get_world_size()
     ranks = mesh.mesh.flatten().tolist()
     if ranks != list(range(world)):
         raise Unplannable(f"mesh ranks {ranks} are not the world 0..{world - 1} in row-major order")
-    axes = tuple(zip(mesh_axis_names(mesh), [int(s) for s in mesh.mesh.shape]))
-    key = (axes, fusion)
-    if key not in _RUNTIMES:
-        _RUNTIMES[key] = _extension.load().MeshRuntime(list(axes), fusion)
-    return _RUNTIMES[key]
+    text = ",".join(f"{name}={int(size)}" for name, size in zip(mesh_axis_names(mesh), mesh.mesh.shape))
+    if text not in _RUNTIMES:
+        _RUNTIMES[text] = MeshRuntime(text)
+    return _RUNTIMES[text]
 
 
 def layout_text(mesh, placements, shard_order=None) -> str:
     """chimera's layout text for DTensor placements on `mesh` ("dp=P,tp=S0"; a tensor dim split
-    by several mesh dims as "a+b=S0", outer first, in DTensor's shard order). Raises
-    Unplannable for placements chimera has no counterpart of."""
-    names = mesh_axis_names(mesh)
-    parts = []
-    split: dict[int, list[int]] = {}
-    for axis, p in enumerate(placements):
-        if isinstance(p, Replicate):
-            continue
-        if type(p) is Shard:
-            split.setdefault(p.dim, []).append(axis)
-        elif isinstance(p, Partial):
-            op = getattr(p, "reduce_op", "sum")
-            if op not in _PARTIAL_TEXT:
-                raise Unplannable(f"Partial({op})")
-            parts.append(f"{names[axis]}={_PARTIAL_TEXT[op]}")
-        else:
-            raise Unplannable(f"placement {p!r}")
-    if shard_order:
-        for entry in shard_order:
-            dims = list(entry.mesh_dims)
-            if sorted(dims) != sorted(split.get(entry.tensor_dim, [])):
-                raise Unplannable(f"shard order {shard_order} does not match placements {placements}")
-            split[entry.tensor_dim] = dims
-    for dim, axes in sorted(split.items()):
-        parts.append("+".join(names[a] for a in axes) + f"=S{dim}")
-    return ",".join(parts) if parts else f"{names[0]}=R"
+    by several mesh dims as "a+b=S0", outer first, in DTensor's shard order: ``shard_order``
+    entries, or the order ``_StridedShard`` placements encode). The conversion itself is
+    chimera.placements'. Raises Unplannable for placements chimera has no counterpart of."""
+    if any(type(p).__name__ == "_StridedShard" for p in placements):
+        if shard_order:
+            raise Unplannable(f"_StridedShard placements {placements} with a shard order {shard_order}")
+        try:
+            placements, shard_order = DTensorSpec._normalize_placements_into_shard_order(  # noqa: SLF001
+                tuple(placements), mesh)
+        except ValueError as error:
+            raise Unplannable(str(error)) from None
+    order = {entry.tensor_dim: list(entry.mesh_dims) for entry in shard_order or ()}
+    try:
+        text = _placements.layout_text(mesh_axis_names(mesh), placements, order)
+    except (chimera.InvalidArgument, chimera.Unsupported) as error:
+        raise Unplannable(str(error)) from None
+    return text or f"{mesh_axis_names(mesh)[0]}=R"
 
 
 def _source_order(dtensor):
     spec = dtensor._spec  # noqa: SLF001 (the shard order lives only there)
-    if getattr(spec, "use_strided_shard_as_shard_order", False):
-        raise Unplannable("_StridedShard placements")
-    return getattr(spec, "shard_order", None)
+    return None if getattr(spec, "use_strided_shard_as_shard_order", False) else getattr(spec, "shard_order", None)
 
 
 def plan(dtensor, placements):
     """(runtime, source layout text, target layout text, normalised placements) for a
     transition, or Unplannable. Pure: no communication besides creating the runtime once."""
     mesh = dtensor.device_mesh
-    placements = tuple(p if not isinstance(p, Shard) else Shard(p.dim % dtensor.ndim) for p in placements)
+    placements = tuple(Shard(p.dim % dtensor.ndim) if type(p) is Shard else p for p in placements)
     if len(placements) != mesh.ndim:
         raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
     if dtensor.device_mesh.device_type != "cpu":
@@ -106,9 +117,9 @@ def plan(dtensor, placements):
     key = (id(runtime), tuple(dtensor.shape), dtensor.dtype, source, target)
     if key not in _PLANNABLE:
         try:
-            runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target)
+            runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
             _PLANNABLE[key] = None
-        except ValueError as error:
+        except (chimera.InvalidArgument, chimera.Unsupported) as error:
             _PLANNABLE[key] = str(error)
     if _PLANNABLE[key] is not None:
         raise Unplannable(_PLANNABLE[key])
@@ -133,8 +144,8 @@ def redistribute(dtensor, placements, *, _dtensor_redistribute=None):
 
 
 def _run(dtensor, placements, runtime, source, target):
-    local = dtensor._local_tensor.contiguous()  # noqa: SLF001 (to_local() would record autograd)
-    out = runtime.redistribute(local, list(dtensor.shape), source, target)
+    local = dtensor._local_tensor.detach().contiguous()  # noqa: SLF001 (to_local() would record autograd)
+    out = runtime.redistribute(local, dtensor.shape, source, target)
     return DTensor.from_local(out, dtensor.device_mesh, placements, run_check=False, shape=dtensor.shape,
                               stride=dtensor.stride())
 
@@ -166,7 +177,7 @@ def bytes_of(dtensor, placements) -> tuple[int, int, str]:
     """(bytes over all ranks, bytes of the busiest rank, plan text) chimera's plan sends for this
     transition. Raises Unplannable when chimera does not plan it."""
     runtime, source, target, _ = plan(dtensor, placements)
-    return tuple(runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target))
+    return runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
 
 
 _ORIGINAL_REDISTRIBUTE = DTensor.redistribute
