@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by test.sh: the Python stage's virtual environment under build/ (torch, numpy, pytest,
-# mpi4py and the build requirements from pip, through a wheelhouse kept between runs) and
+# mpi4py, expecttest (torch.testing needs it for the DistributedTest suite) and the build
+# requirements from pip, through a wheelhouse kept between runs) and
 # the package installed into it with `pip install` from the repository root.
 
 CHIMERA_VENV="${CHIMERA_VENV:-$CHIMERA_BUILD/venv}"
 # Wheels kept between runs and clones (CHIMERA_WHEELHOUSE overrides).
 CHIMERA_WHEELHOUSE="${CHIMERA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/chimera/wheels}"
-CHIMERA_PYTHON_REQUIREMENTS=(numpy pytest mpi4py torch "scikit-build-core>=0.10" "nanobind>=2.0")
+CHIMERA_PYTHON_REQUIREMENTS=(numpy pytest mpi4py torch expecttest "scikit-build-core>=0.10" "nanobind>=2.0")
 
 # Creates the venv when missing and installs what it lacks (quiet; nothing to do on a rerun).
 chimera_python_env() {
