@@ -8,8 +8,8 @@
 //   forward:  the row-parallel output is partial over tp     -> allReduce(tp), send(pp) to k+1;
 //             stage k+1 receives it, reads it whole:            recv(pp), declareRead(tp=R)
 //             a sequence-parallel AllReduce, read as row shards: allReduce(tp), consume(tp=S0)
-//   backward: the input gradient is partial over tp          -> allReduce(tp), sendBack(pp) to k-1;
-//             stage k-1 receives it, reads it whole:            recvBack(pp), declareRead(tp=R)
+//   backward: the input gradient is partial over tp          -> allReduce(tp), sendBackward(pp) to k-1;
+//             stage k-1 receives it, reads it whole:            recvBackward(pp), declareRead(tp=R)
 // In steady state a stage sends its forward output and receives a gradient in one window
 // (send_forward_recv_backward), and its neighbour sends that gradient and receives the next
 // activation in one (send_backward_recv_forward).
@@ -130,14 +130,14 @@ class Stage {
     TensorHandle t, summed, sent;
     check(session_.tensor(buffer.data(), buffer.size() * 4, s_.spec, s_.partial, t), "tensor");
     check(session_.allReduce(t, s_.tp, summed), "allReduce");
-    check(
-        step > 0 ? session_.send(summed, s_.pp, nullptr, 0, sent) : session_.sendBack(summed, s_.pp, nullptr, 0, sent),
-        "send");
+    check(step > 0 ? session_.send(summed, s_.pp, nullptr, 0, sent)
+                   : session_.sendBackward(summed, s_.pp, nullptr, 0, sent),
+          "send");
   }
   void recordReceive(std::vector<float>& buffer, int step) {
     TensorHandle received;
     check(step > 0 ? session_.recv(s_.spec, s_.whole, s_.pp, buffer.data(), buffer.size() * 4, received)
-                   : session_.recvBack(s_.spec, s_.whole, s_.pp, buffer.data(), buffer.size() * 4, received),
+                   : session_.recvBackward(s_.spec, s_.whole, s_.pp, buffer.data(), buffer.size() * 4, received),
           "recv");
     check(session_.declareRead(received, s_.whole), "declareRead");
     pending_.push_back(&buffer);

@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include "backend/null/null_backend.hpp"
 #include "chimera/chain.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/planning/planner.hpp"
 #include "chimera/session.hpp"
 #include "common/cli.hpp"
-#include "doubles/null_backend.hpp"
 
 namespace chimera {
 namespace {

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
@@ -21,6 +22,11 @@ namespace chimera {
 
 /// Finalises MPI if chimera initialised it; otherwise does nothing.
 void finalizeMpi();
+
+/// The Status of an MPI return code, for code that makes MPI calls of its own beside chimera's
+/// (a framework's process group): Ok for MPI_SUCCESS (0), else BackendError
+/// "<what>: <MPI_Error_string> (MPI error <rc>)".
+[[nodiscard]] Status mpiStatus(int rc, std::string_view what);
 
 /// Which implementation the MPI backend's collectives run.
 enum class MpiAlgorithm : std::uint8_t {

@@ -55,6 +55,7 @@ from ._chimera import (  # noqa: E402
     has_mpi,
     nccl_unique_id,
     plan,
+    plan_redistribution,
     world,
 )
 from .placements import Partial, Replicate, Shard, Stage  # noqa: E402
@@ -66,7 +67,7 @@ __all__ = [
     "Backend", "BackendError", "Error", "Executor", "Internal", "InvalidArgument", "Layout", "Mesh", "Mismatch",
     "Partial", "Replicate", "Session", "SessionWindow", "Shard", "Stage", "TensorHandle", "TensorSpec", "Timeout",
     "Unsupported", "dtype_name", "has_cuda", "has_mpi", "init", "mpi_backend", "nccl_backend", "nccl_library",
-    "nccl_unique_id", "plan", "world",
+    "nccl_unique_id", "plan", "plan_redistribution", "world",
 ]
 
 

@@ -25,8 +25,8 @@ std::vector<SessionCase> fusedCases() {
       {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", flat},
       {"tp_sp_2d", "dp=2,tp=4", "tp=P", "allreduce:tp", "tp=S1", flat},
       {"tp_pp_4", "pp=4,tp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", cube},
-      {"tp_pp_backward", "pp=2,tp=4", "pp=@1,tp=P", "allreduce:tp,send:pp:prev", "pp=@0,tp=R", flat},
-      {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:prev", "pp=@1,sp=R", cube},
+      {"tp_pp_backward", "pp=2,tp=4", "pp=@1,tp=P", "allreduce:tp,send:pp:backward", "pp=@0,tp=R", flat},
+      {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:backward", "pp=@1,sp=R", cube},
       {"rs_ag", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat, false},
       {"ar_ar", "dp=2,tp=4", "dp=P,tp=P", "allreduce:tp,allreduce:dp", "dp=R,tp=S0", flat, false},
       {"ar_bcast", "dp=2,tp=4", "tp=P", "allreduce:tp,broadcast:dp:1", "tp=S0", flat, false},
@@ -266,18 +266,18 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   SessionOptions options;
   ::setenv("CHIMERA_FUSION", "0", 1);
   ::setenv("CHIMERA_SESSION_CHECK", "1", 1);
-  ::setenv("CHIMERA_PREPARED_PLANS", "12", 1);
+  ::setenv("CHIMERA_PREPARED_PLAN_LIMIT", "12", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_FALSE(options.fusion);
   EXPECT_TRUE(options.checkEveryWindow);
   EXPECT_EQ(options.preparedPlanLimit, 12u);
   for (const char* bad : {"0", "-3", "12x", "many"}) {
-    ::setenv("CHIMERA_PREPARED_PLANS", bad, 1);
+    ::setenv("CHIMERA_PREPARED_PLAN_LIMIT", bad, 1);
     const Status status = SessionOptions::fromEnvironment(options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad;
-    EXPECT_NE(status.message().find("CHIMERA_PREPARED_PLANS"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("CHIMERA_PREPARED_PLAN_LIMIT"), std::string::npos) << status.message();
   }
-  ::unsetenv("CHIMERA_PREPARED_PLANS");
+  ::unsetenv("CHIMERA_PREPARED_PLAN_LIMIT");
   ::setenv("CHIMERA_FUSION", "yes", 1);
   const Status bad = SessionOptions::fromEnvironment(options);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);

@@ -10,6 +10,8 @@ import os
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as dist
 
+import chimera
+
 from . import _extension
 
 BACKEND_NAME = "chimera"
@@ -26,12 +28,19 @@ def _create_backend(dist_opts, _backend_options):
     )
 
 
+def _finalize(extension) -> None:
+    # At exit, before `import chimera`'s own handler (atexit runs newest first): chimera's native
+    # objects are freed while MPI is still up, then MPI is finalised by whoever initialised it.
+    chimera._chimera._shutdown()
+    extension.finalize_mpi()
+
+
 def register() -> None:
     """Registers the backend with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:  # noqa: SLF001 (no public query exists)
         return
     extension = _extension.load()
-    atexit.register(extension.finalize_mpi)
+    atexit.register(_finalize, extension)
     devices = ["cpu", "cuda"] if extension.cuda_supported() else ["cpu"]
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=devices)
 
@@ -40,7 +49,8 @@ def mpi_environment(port: int | None = None) -> dict[str, str]:
     """Sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from an MPI launch.
 
     Values already set are kept. The rendezvous port defaults to one derived from the MPI job
-    (so concurrent jobs on one host do not collide). Raises RuntimeError outside an MPI launch.
+    (so concurrent jobs on one host do not collide). Raises chimera.BackendError (a RuntimeError)
+    when MPI cannot be initialised.
     """
     rank, size = _extension.load().mpi_world()
     job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_orte_ess_jobid") or "chimera"

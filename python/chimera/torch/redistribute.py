@@ -23,8 +23,6 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 import chimera
 from chimera import placements as _placements
 
-from . import _extension
-
 log = logging.getLogger("chimera.torch")
 
 _RUNTIMES: dict = {}
@@ -41,18 +39,39 @@ def mesh_axis_names(mesh) -> list[str]:
     return list(names) if names else [f"d{i}" for i in range(mesh.ndim)]
 
 
-def runtime_for(mesh, fusion: bool = True):
-    """The chimera MeshRuntime (backend, executor, Session) laid out as `mesh`; created once,
-    collectively over the world. Unplannable when the mesh does not cover the world in order."""
+class MeshRuntime:
+    """chimera's Executor on an MPI backend laid out as one DeviceMesh: Python over the package
+    `chimera`, the DTensor's local tensors crossing by DLPack."""
+
+    def __init__(self, mesh_text: str):
+        self.mesh = chimera.Mesh(mesh_text)
+        self.executor = chimera.Executor(chimera.mpi_backend(self.mesh))
+
+    def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
+        """(bytes over all ranks, of the busiest rank, plan text) of source -> target; nothing runs.
+        chimera.InvalidArgument / chimera.Unsupported when chimera does not plan it."""
+        plan = chimera.plan_redistribution(self.mesh, list(shape), dtype, source, target)
+        return plan["bytes"], plan["max_rank_bytes"], plan["plan"]
+
+    def redistribute(self, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
+        """This rank's part of the tensor of logical `shape` moved from `source` to `target`
+        (collective over the world): a new tensor, the local tensor of `target`."""
+        spec = chimera.TensorSpec(list(shape), local.dtype)
+        out = torch.empty(chimera.Layout(target, self.mesh).local_shape(spec), dtype=local.dtype)
+        return self.executor.redistribute(local, source, target, out, spec=spec)
+
+
+def runtime_for(mesh) -> MeshRuntime:
+    """The MeshRuntime laid out as `mesh`; created once, collectively over the world.
+    Unplannable when the mesh does not cover the world in order."""
     world = dist.get_world_size()
     ranks = mesh.mesh.flatten().tolist()
     if ranks != list(range(world)):
         raise Unplannable(f"mesh ranks {ranks} are not the world 0..{world - 1} in row-major order")
-    axes = tuple(zip(mesh_axis_names(mesh), [int(s) for s in mesh.mesh.shape]))
-    key = (axes, fusion)
-    if key not in _RUNTIMES:
-        _RUNTIMES[key] = _extension.load().MeshRuntime(list(axes), fusion)
-    return _RUNTIMES[key]
+    text = ",".join(f"{name}={int(size)}" for name, size in zip(mesh_axis_names(mesh), mesh.mesh.shape))
+    if text not in _RUNTIMES:
+        _RUNTIMES[text] = MeshRuntime(text)
+    return _RUNTIMES[text]
 
 
 def layout_text(mesh, placements, shard_order=None) -> str:
@@ -98,9 +117,9 @@ def plan(dtensor, placements):
     key = (id(runtime), tuple(dtensor.shape), dtensor.dtype, source, target)
     if key not in _PLANNABLE:
         try:
-            runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target)
+            runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
             _PLANNABLE[key] = None
-        except ValueError as error:
+        except (chimera.InvalidArgument, chimera.Unsupported) as error:
             _PLANNABLE[key] = str(error)
     if _PLANNABLE[key] is not None:
         raise Unplannable(_PLANNABLE[key])
@@ -125,8 +144,8 @@ def redistribute(dtensor, placements, *, _dtensor_redistribute=None):
 
 
 def _run(dtensor, placements, runtime, source, target):
-    local = dtensor._local_tensor.contiguous()  # noqa: SLF001 (to_local() would record autograd)
-    out = runtime.redistribute(local, list(dtensor.shape), source, target)
+    local = dtensor._local_tensor.detach().contiguous()  # noqa: SLF001 (to_local() would record autograd)
+    out = runtime.redistribute(local, dtensor.shape, source, target)
     return DTensor.from_local(out, dtensor.device_mesh, placements, run_check=False, shape=dtensor.shape,
                               stride=dtensor.stride())
 
@@ -158,7 +177,7 @@ def bytes_of(dtensor, placements) -> tuple[int, int, str]:
     """(bytes over all ranks, bytes of the busiest rank, plan text) chimera's plan sends for this
     transition. Raises Unplannable when chimera does not plan it."""
     runtime, source, target, _ = plan(dtensor, placements)
-    return tuple(runtime.plan_bytes(list(dtensor.shape), dtensor.dtype, source, target))
+    return runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
 
 
 _ORIGINAL_REDISTRIBUTE = DTensor.redistribute

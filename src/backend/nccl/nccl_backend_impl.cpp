@@ -20,7 +20,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace chimera::detail {
 namespace {

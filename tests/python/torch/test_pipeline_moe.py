@@ -25,7 +25,7 @@ def test_pipeline_handoff_forward_and_backward(world, fusion):
     rows = slice(t * ROWS // 2, (t + 1) * ROWS // 2)
     ok = got is None if stage == 0 else torch.equal(got, total[rows])
     grad_full = torch.arange(ROWS * F, dtype=torch.float64).reshape(ROWS, F) * 0.5
-    back = pctx.pipeline_send_back(grad_full[rows].clone() if stage == 1 else None, 0, (ROWS, F), torch.float64)
+    back = pctx.pipeline_send_backward(grad_full[rows].clone() if stage == 1 else None, 0, (ROWS, F), torch.float64)
     ok = ok and (back is None if stage == 1 else torch.equal(back, grad_full))
     s = pctx.stats()
     ok = ok and (s["bytes_sent"] < s["bytes_as_recorded"] if fusion else s["bytes_sent"] == s["bytes_as_recorded"])
