@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "chimera/backend.hpp"
@@ -109,5 +110,16 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 /// InvalidArgument when `comm` is null or MPI_COMM_NULL, or sizes differ.
 [[nodiscard]] Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBackendOptions& options,
                                             std::unique_ptr<Backend>& out);
+
+/// Creates the MPI backend over some ranks of MPI_COMM_WORLD laid out as `mesh`: the rank of mesh
+/// coordinate index i (row-major) is world rank `worldRanks[i]`, in any order (a framework's
+/// sub-mesh, or a mesh that is not the world in row-major order). Collective over those ranks
+/// only; the others do not call it. The ranks first meet with point-to-point messages bounded
+/// by `options.timeoutMs` (Timeout naming the world ranks that did not arrive), then make their
+/// communicator (MPI_Comm_create_group), of which the backend works on duplicates. Initialises
+/// MPI as `mpiWorld` when nobody has. InvalidArgument when `worldRanks` and the mesh differ in
+/// size, a rank is out of range or repeated, or the caller is not one of them.
+[[nodiscard]] Status createMpiBackendOnRanks(std::span<const int> worldRanks, const Mesh& mesh,
+                                             const MpiBackendOptions& options, std::unique_ptr<Backend>& out);
 
 }  // namespace chimera
