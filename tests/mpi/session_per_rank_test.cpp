@@ -168,7 +168,7 @@ std::vector<HandOffCase> handOffCases() {
       // Nothing to fuse (groups of one): the calls run as recorded, without a local copy.
       {"as_issued_tp_of_one", "pp=8,tp=1", "pp=@4,tp=P", "allreduce:tp,send:pp", "", "pp=@5,tp=R", flat, false, true},
       // A group of one read as rows: the plan that skips the AllReduce over one rank wins.
-      {"tp_of_one_rows_backward", "tp=1,pp=8", "pp=@3,tp=P", "allreduce:tp,send:pp:prev", "", "pp=@2,tp=S0", cube,
+      {"tp_of_one_rows_backward", "tp=1,pp=8", "pp=@3,tp=P", "allreduce:tp,send:pp:backward", "", "pp=@2,tp=S0", cube,
        false},
       {"as_issued_with_dp", "pp=4,dp=2,tp=1", "dp=S0,pp=@2,tp=P", "allreduce:tp,send:pp", "", "dp=S0,pp=@3,tp=R", flat,
        false, true},

@@ -84,7 +84,7 @@ std::vector<SessionCase> copyFreeCases() {
       {"rows_of_an_all_reduce_dp_tp", "dp=2,tp=4", "dp=S1,tp=P", "allreduce:tp", "dp=S1,tp=S0", cube},
       {"group_of_one_rows", "dp=8,tp=1", "tp=P", "allreduce:tp", "tp=S0", flat, false},
       {"group_of_one_hand_off", "pp=8,tp=1", "pp=@2,tp=P", "allreduce:tp,send:pp", "pp=@3,tp=R", flat, false},
-      {"group_of_one_hand_off_back", "tp=1,pp=8", "pp=@6,tp=P", "allreduce:tp,send:pp:prev", "pp=@5,tp=S0", cube,
+      {"group_of_one_hand_off_back", "tp=1,pp=8", "pp=@6,tp=P", "allreduce:tp,send:pp:backward", "pp=@5,tp=S0", cube,
        false},
       {"plain_send", "pp=4,dp=2", "dp=S0,pp=@1", "send:pp", "dp=S0,pp=@2", flat, false},
       {"reduce_scatter_then_gather", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat},
