@@ -52,12 +52,15 @@ int main(int argc, char** argv) {
   float* fused = calloc(count, sizeof(float));
   chimeraSession_t off, on;
   CHECK(chimeraSessionBegin(comm, 0, &off));
-  CHECK(chimeraSessionBegin(comm, 1, &on));
+  /* The same with a configuration: versioned structs start from their initializer. */
+  chimeraSessionConfig_t config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.fusion = 1;
+  CHECK(chimeraSessionBeginConfig(comm, &config, &on));
   step(off, rank, rows, input, unfused);
   step(on, rank, rows, input, fused);
   int same = memcmp(unfused, fused, count * sizeof(float)) == 0 && value == 28.0f;
   CHECK(chimeraAllReduce(&same, &same, 1, chimeraInt32, chimeraMin, "pp+tp", comm));
-  chimeraSessionStats_t a, b;
+  chimeraSessionStats_t a = CHIMERA_SESSION_STATS_INITIALIZER, b = CHIMERA_SESSION_STATS_INITIALIZER;
   CHECK(chimeraSessionGetStats(off, &a));
   CHECK(chimeraSessionGetStats(on, &b));
   if (rank == 0) {

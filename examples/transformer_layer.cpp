@@ -13,16 +13,16 @@
 //   forward, stage 1: it receives the activation and reads it whole:
 //                                                      recv(pp), declareRead(pp=@1,tp=R)
 //   backward, stage 1:
-//     input gradient of a column-parallel layer     -> allReduce(tp), then sendBack(pp) to stage 0;
+//     input gradient of a column-parallel layer     -> allReduce(tp), then sendBackward(pp) to stage 0;
 //     sequence-parallel activations for recompute   -> allGather(tp) (read in full: no declaration)
 //   backward, stage 0: it receives the gradient; its sequence-parallel region reads its rows,
-//     which the framework knows as a byte range of the buffer: recvBack(pp), consume(offset, bytes)
+//     which the framework knows as a byte range of the buffer: recvBackward(pp), consume(offset, bytes)
 //
 // What chimera does with it: with CHIMERA_FUSION=0 (or fusion off) it runs exactly those calls.
 // With fusion on it sees, at the flush, that the first AllReduce is read as a row shard only
 // (a ReduceScatter delivers it: TP+SP), that the AllReduce + send is read replicated on stage 1
 // (reduce-scatter, send the shards, gather on stage 1: TP+PP), that the backward AllReduce +
-// sendBack is read as the row shard each stage-0 rank's byte range covers (reduce-scatter on
+// sendBackward is read as the row shard each stage-0 rank's byte range covers (reduce-scatter on
 // stage 1, send each shard to the one rank that reads it: TP+PP+SP), and that the AllGather has
 // no declaration, so it runs as written. Results are compared element by element.
 //
@@ -95,9 +95,9 @@ Read layerStep(Session& session, const Setup& s, Buffers& b, int seed) {
     check(session.send(mlpSum, s.pp, nullptr, 0, mlpNext), "send");
     check(session.flush(), "forward flush");
     // Backward: the gradient from stage 1; this rank reads its rows of it.
-    check(session.recvBack(s.spec, s.layout("pp=@0,tp=R"), s.pp, s.data(b.gradientOnStage0),
-                           b.gradientOnStage0.size() * 4, gradientBack),
-          "recvBack");
+    check(session.recvBackward(s.spec, s.layout("pp=@0,tp=R"), s.pp, s.data(b.gradientOnStage0),
+                               b.gradientOnStage0.size() * 4, gradientBack),
+          "recvBackward");
     check(session.consume(gradientBack, s.rowsOffset(0), s.rowsBytes(0)), "backward consume");
   } else {
     TensorHandle mlpNext, gradient, gradientSum, gradientBack, activations, gathered;
@@ -108,7 +108,7 @@ Read layerStep(Session& session, const Setup& s, Buffers& b, int seed) {
     // Backward.
     check(session.tensor(s.data(b.gradient), b.gradient.size() * 4, s.spec, s.layout("pp=@1,tp=P"), gradient), "t");
     check(session.allReduce(gradient, s.tp, gradientSum), "gradient allReduce");
-    check(session.sendBack(gradientSum, s.pp, nullptr, 0, gradientBack), "sendBack");
+    check(session.sendBackward(gradientSum, s.pp, nullptr, 0, gradientBack), "sendBackward");
     check(session.tensor(s.data(b.activations), b.activations.size() * 4, s.spec, s.layout("pp=@1,tp=S0"), activations),
           "t");
     check(session.allGather(activations, s.tp, 0, s.data(b.gathered), b.gathered.size() * 4, gathered), "allGather");
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("tp", s.tp), "tp");
   check(s.mesh.parseAxes("pp", s.pp), "pp");
   std::unique_ptr<chimera::Backend> backend;
-  check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  check(example::createBackend(s.mesh, backend), "backend");
   // What a framework does at initialisation: create its process groups, once.
   const chimera::AxisSet groups[] = {s.tp, s.pp};
   check(backend->createGroups(groups), "createGroups");

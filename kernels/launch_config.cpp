@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Implements grid sizing for the CUDA kernels from the current device's SM count.
-#include "launch_config.hpp"
+#include "kernels/launch_config.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 
 #include "core/check.hpp"
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -7,12 +7,12 @@
 #include <cstdint>
 
 #include "box/box_pack.hpp"
-#include "copy_split.cuh"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
-#include "dispatch.cuh"
-#include "launch_config.hpp"
-#include "pack.hpp"
+#include "kernels/copy_split.cuh"
+#include "kernels/cuda_check.hpp"
+#include "kernels/dispatch.cuh"
+#include "kernels/launch_config.hpp"
+#include "kernels/pack.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -10,10 +10,10 @@
 #include <type_traits>
 
 #include "core/check.hpp"
-#include "cuda_check.hpp"
-#include "dispatch.cuh"
-#include "launch_config.hpp"
-#include "reduce.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/dispatch.cuh"
+#include "kernels/launch_config.hpp"
+#include "kernels/reduce.hpp"
 
 namespace chimera::detail {
 namespace {

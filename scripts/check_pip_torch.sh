@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Checks that a standalone `pip install --no-build-isolation .` (not the CMake build test.sh
 # reuses) builds the torch extension chimera.torch._C, and that the installed copy registers the
-# "chimera" backend and all-reduces on 2 ranks under mpirun. Not part of test.sh: it compiles
-# libchimera once more (static, CPU only; 38 minutes the first time on the 2-core machine shared
+# "chimera" backend and all-reduces on 2 ranks under mpirun, with one libchimera (the package's)
+# serving chimera._chimera and _C. Not part of test.sh: it compiles libchimera once more (CPU only; 38 minutes the first time on the 2-core machine shared
 # with other builds, incremental after: the build is kept in $CHIMERA_BUILD/pip-standalone).
 #
 # TORCH_PYTHON (default: build/venv/bin/python, test.sh's venv) is a Python with torch,
@@ -39,7 +39,7 @@ ls "$installed"/torch/_C*.so >/dev/null || { echo "no chimera/torch/_C*.so in $i
 chimera_log "2-rank all_reduce on the installed chimera.torch ($installed)"
 mpirun -np 2 $(chimera_mpirun_flags) "$venv/bin/python" -c '
 import os, torch, torch.distributed as dist
-import chimera.torch as ct
+import chimera, chimera.torch as ct
 assert "CHIMERA_TORCH_EXTENSION" not in os.environ
 assert ct._extension.load().__file__.startswith(os.path.dirname(ct.__file__)), ct._extension.load().__file__
 ct.init_process_group()
@@ -47,6 +47,8 @@ assert dist.get_backend() == "chimera", dist.get_backend()
 t = torch.arange(4, dtype=torch.float32) + dist.get_rank()
 dist.all_reduce(t)
 assert torch.equal(t, torch.arange(4, dtype=torch.float32) * 2 + 1), t
+maps = {line.split()[-1] for line in open("/proc/self/maps") if "libchimera" in line}
+assert len(maps) == 1 and next(iter(maps)).startswith(os.path.dirname(chimera.__file__)), maps
 print(f"rank {dist.get_rank()}: all_reduce on the installed chimera.torch ok: {t.tolist()}")
 dist.destroy_process_group()
 '

@@ -29,7 +29,7 @@
 #include "chimera/types.hpp"
 #include "common/cli.hpp"
 #include "common/size_text.hpp"
-#include "pack.hpp"
+#include "kernels/pack.hpp"
 
 namespace chimera {
 namespace {

@@ -21,7 +21,7 @@ Session records per rank (each stage only its own calls). A stage hands its last
 output to the next one still partial over tp (the last row-parallel matmul's sum and the
 residual not yet added), recorded as ``allreduce:tp`` + ``send:pp`` with the next stage reading
 its own rows: fused, a ReduceScatter and a many-to-many of the shards; the gradient goes back
-as ``allgather:tp`` + ``send:pp:prev``. The gloo reference runs the same schedule with
+as ``allgather:tp`` + ``send:pp:backward``. The gloo reference runs the same schedule with
 reduce_scatter, send/recv and all_gather.
 
 ``--moe-experts E --topk K`` (no pp axis) makes every block's MLP a mixture of experts: a
@@ -391,9 +391,9 @@ class Trainer:
             if model.last:
                 out.backward()
             else:
-                out.backward(pctx.stage_recv_back(handed))
+                out.backward(pctx.stage_recv_backward(handed))
             if not model.first:
-                pctx.stage_send_back(x_in.grad)
+                pctx.stage_send_backward(x_in.grad)
         return loss
 
     def step(self, step):

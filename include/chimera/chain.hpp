@@ -24,8 +24,8 @@ struct ChainOp {
   /// - `allgather:AX:DIM`: S(DIM) (innermost splits) on AX -> R
   /// - `alltoall:AX:FROM:TO`: S(FROM) on AX -> S(TO)
   /// - `broadcast:AX:ROOT`: @ROOT (or R) on AX -> R
-  /// - `send:AX`: @k on the single axis AX -> @k+1 (pipeline hand-off); `send:AX:prev`: @k ->
-  ///   @k-1 (the backward pass)
+  /// - `send:AX` (or `send:AX:forward`): @k on the single axis AX -> @k+1 (the forward
+  ///   pipeline hand-off); `send:AX:backward`: @k -> @k-1 (the backward hand-off)
   /// - `slice:AX:DIM`: R on AX -> S(DIM), each rank keeps its own shard (local)
   using Kind = OpKind;
   Kind kind = Kind::AllReduce;
@@ -33,7 +33,7 @@ struct ChainOp {
   int dim = 0;        ///< ReduceScatter/AllGather/Slice: the dim; AllToAll: FROM
   int toDim = 0;      ///< AllToAll: TO
   int root = 0;       ///< Broadcast: group index of the root
-  int stageStep = 1;  ///< Send: +1 to the next stage (`send:AX`), -1 to the previous (`send:AX:prev`)
+  int stageStep = 1;  ///< Send: +1 forward to the next stage (`send:AX`), -1 backward (`send:AX:backward`)
 
   /// The text form ("alltoall:ep+tp:0:1") on `mesh`.
   std::string toString(const Mesh& mesh) const;

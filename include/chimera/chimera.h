@@ -51,6 +51,13 @@ typedef enum {
 /** Reduction operators (mirror chimera::ReduceOp). */
 typedef enum { chimeraSum = 0, chimeraProd = 1, chimeraMin = 2, chimeraMax = 3, chimeraAvg = 4 } chimeraRedOp_t;
 
+/** The direction of a pipeline hand-off along an axis (the chain ops "send:AX" and
+ * "send:AX:backward"). */
+typedef enum {
+  chimeraForward = 0, /**< from stage k to stage k+1 (the forward pass) */
+  chimeraBackward = 1 /**< from stage k to stage k-1 (the backward pass) */
+} chimeraDirection_t;
+
 /** A communicator: a backend bound to a mesh. */
 typedef struct chimeraComm* chimeraComm_t;
 /** A recording session on a communicator. */
@@ -64,8 +71,25 @@ typedef struct {
 typedef struct {
   char internal[128];
 } chimeraUniqueId;
-/** Session counters (see chimera::SessionStats). */
+/* Versioned structs. A struct the caller passes in or fills carries, first, its size as the
+ * caller compiled it, a magic number and its layout version, as NCCL's ncclConfig_t does:
+ * declare it with its initializer (e.g. `chimeraSessionConfig_t c =
+ * CHIMERA_SESSION_CONFIG_INITIALIZER;`), never by listing fields. A library built from a newer
+ * header reads and writes only the fields of the caller's version; a struct without the magic
+ * (not initialised with its initializer), of a version the library does not know, or smaller
+ * than its version's layout is chimeraInvalidArgument with a message naming the struct. */
+/** Marks a struct initialised with its initializer. */
+#define CHIMERA_STRUCT_MAGIC 0x63686d72u
+/** The layout version of chimeraSessionStats_t this header declares. */
+#define CHIMERA_SESSION_STATS_VERSION 2
+/** The layout version of chimeraSessionConfig_t this header declares. */
+#define CHIMERA_SESSION_CONFIG_VERSION 1
+
+/** Session counters (see chimera::SessionStats), filled by chimeraSessionGetStats. */
 typedef struct {
+  size_t size;          /**< sizeof(chimeraSessionStats_t) (set by the initializer) */
+  unsigned int magic;   /**< CHIMERA_STRUCT_MAGIC (set by the initializer) */
+  unsigned int version; /**< CHIMERA_SESSION_STATS_VERSION (set by the initializer) */
   uint64_t recordedCalls;
   uint64_t windows;
   uint64_t windowCacheHits;
@@ -76,15 +100,32 @@ typedef struct {
   uint64_t rankBytesAsRecorded; /**< this rank's share of bytesAsRecorded (per-rank sessions fill only these) */
   uint64_t rankBytesSent;       /**< this rank's share of bytesSent */
   uint64_t agreements;          /**< agreement collectives and hand-off exchanges run */
+  /* Version 2: */
+  uint64_t localCopies;    /**< local copies made (packs, unpacks, copies, the session's staging) */
+  uint64_t localCopyBytes; /**< their bytes */
 } chimeraSessionStats_t;
-/** How a session records (see chimera::SessionOptions). */
+/** A chimeraSessionStats_t ready to be filled: its header set, every counter 0. */
+#define CHIMERA_SESSION_STATS_INITIALIZER                                                                             \
+  {                                                                                                                   \
+    sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+        0, 0                                                                                                          \
+  }
+
+/** How a session records (see chimera::SessionOptions), read by chimeraSessionBeginConfig. */
 typedef struct {
-  int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION */
-  int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs) */
-  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK */
-  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL: the communicator's
-                             stream when the session begins (chimeraCommSetStream) */
+  size_t size;          /**< sizeof(chimeraSessionConfig_t) (set by the initializer) */
+  unsigned int magic;   /**< CHIMERA_STRUCT_MAGIC (set by the initializer) */
+  unsigned int version; /**< CHIMERA_SESSION_CONFIG_VERSION (set by the initializer) */
+  int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION (the default) */
+  int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs); default 0 */
+  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK (the default)
+                         */
+  void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL (the default): the
+                             communicator's stream when the session begins (chimeraCommSetStream) */
 } chimeraSessionConfig_t;
+/** A chimeraSessionConfig_t with its header set and every field at its default. */
+#define CHIMERA_SESSION_CONFIG_INITIALIZER \
+  { sizeof(chimeraSessionConfig_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_CONFIG_VERSION, -1, 0, -1, NULL }
 
 /** A static description of `result` ("invalid argument", ...). */
 const char* chimeraGetErrorString(chimeraResult_t result);
@@ -146,9 +187,9 @@ chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSessi
 /** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */
 chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
                                      chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out);
-/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "send:pp:prev",
+/** Records one call given as chain-op text ("allreduce:tp", "send:pp", "send:pp:backward",
  * "alltoall:ep:0:1", "reducescatter:tp:0", "allgather:sp:1", "slice:tp:0", "broadcast:dp:0"),
- * "send:pp:prev" being the backward hand-off to the previous stage. Out-of-place
+ * "send:pp:backward" being the backward hand-off to the previous stage. Out-of-place
  * calls write `output` (`outputBytes` long; NULL/0 on a rank that receives nothing); in-place
  * calls (allreduce, broadcast) ignore it. */
 chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, chimeraTensor_t input, void* output,
@@ -166,7 +207,8 @@ chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimera
                                                size_t bytes);
 /** Plans (or looks up) and runs the recorded window. */
 chimeraResult_t chimeraSessionFlush(chimeraSession_t session);
-/** Counters since the session began. */
+/** Counters since the session began, into `stats` (initialised with
+ * CHIMERA_SESSION_STATS_INITIALIZER; see "Versioned structs"). */
 chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats);
 /** Ends a session (unflushed calls are dropped). NULL is a no-op; a session that is not live
  * (ended already, or never begun) is chimeraInvalidArgument. */
@@ -186,18 +228,70 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups);
 chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream);
 /** Waits until every call issued on the communicator's stream (chimeraCommSetStream) completed. */
 chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm);
-/** Begins a session configured by `config` (NULL: as chimeraSessionBegin(comm, -1, ...)). */
+/** Begins a session configured by `config` (initialised with CHIMERA_SESSION_CONFIG_INITIALIZER,
+ * then changed; see "Versioned structs"). NULL: as chimeraSessionBegin(comm, -1, ...). */
 chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
                                           chimeraSession_t* session);
 /** Per-rank sessions: this rank's receiving side of a hand-off along `axis` ("pp"): the
  * tensor of `shape` arrives placed as `layout` (this rank's stage) into `buffer`;
- * `fromNext` 0 receives a "send:AX" of the previous stage, 1 a "send:AX:prev" of the next. */
+ * `direction` chimeraForward receives a "send:AX" of the previous stage, chimeraBackward a
+ * "send:AX:backward" of the next. */
 chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
-                                   const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
-                                   chimeraTensor_t* out);
+                                   const char* layout, const char* axis, chimeraDirection_t direction, void* buffer,
+                                   size_t bytes, chimeraTensor_t* out);
 /** Sets the stream the session's work is ordered on from its next flush (NULL: the legacy
  * default stream). */
 chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);
+
+/* ---- Routed exchange of MoE layers (see chimera::RoutedExchange, docs/moe.md) ---- */
+
+/** A routed exchange (top-k dispatch and combine) over a group of a communicator. */
+typedef struct chimeraRoutedExchange* chimeraRoutedExchange_t;
+/** The state of one routed dispatch, which combine and both backwards reuse. */
+typedef struct chimeraRoutedHandle* chimeraRoutedHandle_t;
+/** Options of a routed exchange (see chimera::RoutedExchangeOptions); zero-initialise, then set. */
+typedef struct {
+  int64_t numExperts;           /**< E, placed in contiguous blocks of E/R over the group */
+  int topK;                     /**< K */
+  int64_t hidden;               /**< H, elements per token row */
+  chimeraDataType_t datatype;   /**< of the rows: chimeraFloat32 or chimeraFloat64 */
+  chimeraDataType_t weightType; /**< of the weights: chimeraFloat32 or chimeraFloat64 */
+  const char* group;            /**< dispatch axes ("ep", "ep+tp"); NULL: every axis */
+  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P"; NULL: "" */
+  int64_t capacity;             /**< tokens per (source, destination rank); 0: dropless */
+  int dropOverflow;             /**< capacity mode: 1 drop and count, 0 fail */
+  int program;                  /**< 0 planned, 1 fused, 2 per (token, expert) */
+  size_t scratchLimitBytes;     /**< 0: CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB */
+} chimeraRoutedOptions_t;
+/** Creates a routed exchange on `comm` (no communication). chimeraUnsupported on NCCL. */
+chimeraResult_t chimeraRoutedExchangeCreate(chimeraComm_t comm, const chimeraRoutedOptions_t* options,
+                                            chimeraRoutedExchange_t* out);
+/** Frees a routed exchange (after its dispatches). NULL is a no-op. */
+chimeraResult_t chimeraRoutedExchangeDestroy(chimeraRoutedExchange_t exchange);
+/** Dispatches `tokens` rows of `x` by `topkIdx`/`topkWeights` ([tokens, K]); collective over the group.
+ * `*rows` receives the number of rows this rank received. */
+chimeraResult_t chimeraRoutedDispatch(chimeraRoutedExchange_t exchange, const void* x, const int64_t* topkIdx,
+                                      const void* topkWeights, int64_t tokens, chimeraRoutedHandle_t* out,
+                                      int64_t* rows);
+/** Writes the received rows ([rows, H]), their global expert ids and weights (any may be NULL);
+ * `tokensPerExpert` (E/R entries, may be NULL) the rows per local expert. Local. */
+chimeraResult_t chimeraRoutedReceive(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch, void* recvX,
+                                     int64_t* recvExpert, void* recvWeight, int64_t* tokensPerExpert);
+/** y [tokens, H] = sum over k of w * expertOut row; rowWeights [rows] (NULL: 1). Collective. */
+chimeraResult_t chimeraRoutedCombine(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                     const void* expertOut, const void* rowWeights, void* y);
+/** Backward of combine: gradExpertOut [rows, H], gradRowWeights [rows] (NULL to skip). Collective. */
+chimeraResult_t chimeraRoutedCombineBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                             const void* gradY, const void* expertOut, const void* rowWeights,
+                                             void* gradExpertOut, void* gradRowWeights);
+/** Backward of dispatch: gradX [tokens, H], gradWeights [tokens, K] (NULL to skip). Collective. */
+chimeraResult_t chimeraRoutedDispatchBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                              const void* gradRecvX, const void* gradRowWeights, void* gradX,
+                                              void* gradWeights);
+/** Bytes the dispatch sent from this rank (payload, headers, counts, padding, reductions). */
+chimeraResult_t chimeraRoutedHandleBytes(chimeraRoutedHandle_t dispatch, uint64_t* bytes);
+/** Frees a dispatch's state. NULL is a no-op. */
+chimeraResult_t chimeraRoutedHandleDestroy(chimeraRoutedHandle_t dispatch);
 
 #ifdef __cplusplus
 }

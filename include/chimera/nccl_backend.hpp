@@ -14,9 +14,10 @@
 #include "chimera/status.hpp"
 
 // The NCCL backend exists when chimera was built with CUDA (CHIMERA_HAS_CUDA is defined).
-// Its buffers are device memory; `Backend::stream()` is a cudaStream_t. Operations are
-// enqueued on that stream and return without waiting; `synchronize()` waits, polls NCCL for
-// asynchronous errors, and aborts the communicators when the stream makes no progress for
+// Its buffers are device memory, and the `Stream` every call takes is a cudaStream_t (nullptr
+// the legacy default stream): the backend keeps no stream of its own. Operations are enqueued
+// on the caller's stream and return without waiting; `synchronize(stream)` waits, polls NCCL
+// for asynchronous errors, and aborts the communicators when the stream makes no progress for
 // CHIMERA_TIMEOUT_MS milliseconds (default 600000), returning Timeout. Communicators are
 // non-blocking: creation, splits, enqueues and teardown are bounded by the same timeout.
 // Sub-communicators per axis group come from ncclCommSplit of the world communicator, made
@@ -47,6 +48,10 @@ struct NcclBackendOptions {
   /// a hang, at one small allreduce and a wait per call (CHIMERA_CHECK_ARGS=0|1;
   /// `fromEnvironment` defaults it to on in chimera's debug builds).
   bool checkArgs = false;
+  /// After a Timeout (the communicators are aborted), end the whole job as the MPI backend's
+  /// option of the same name does: log, then MPI_Abort when MPI is initialised, else exit
+  /// with kJobAbortExitCode (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off).
+  bool abortOnTimeout = false;
 
   /// The defaults overridden by the environment variables above. InvalidArgument naming the
   /// variable when one is malformed.
@@ -79,12 +84,14 @@ struct NcclBackendOptions {
                                              const NcclBackendOptions& options, std::unique_ptr<Backend>& out);
 
 /// Creates the NCCL backend over MPI_COMM_WORLD, one GPU per rank: the device is the rank's
-/// index among the ranks on its node (MPI_Comm_split_type shared), rank 0 creates the unique
-/// id and broadcasts it. Collective over MPI_COMM_WORLD; MPI must be initialised (e.g. by
-/// `mpiWorld()`). Every rank gets the same verdict: InvalidArgument when MPI is not
-/// initialised, mesh.size() differs from the world size, or a node has more ranks than
-/// GPUs; BackendError when CUDA, NCCL or MPI fail; Unsupported when chimera was built
-/// without MPI (use the unique-id overload then).
+/// index among the ranks on its node (those with its MPI processor name), rank 0 creates the
+/// unique id and broadcasts it. Collective over MPI_COMM_WORLD; MPI must be initialised (e.g.
+/// by `mpiWorld()`). Every MPI wait of the bootstrap is non-blocking and bounded by
+/// CHIMERA_TIMEOUT_MS, as the MPI backend's are. Every rank gets the same verdict:
+/// InvalidArgument when MPI is not initialised, mesh.size() differs from the world size, or a
+/// node has more ranks than GPUs; BackendError when CUDA, NCCL or MPI fail; Timeout naming the
+/// step on the ranks that waited when a rank does not arrive within the timeout; Unsupported
+/// when chimera was built without MPI (use the unique-id overload then).
 [[nodiscard]] Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out);
 
 /// Creates the NCCL backend for a rank started by a launcher without MPI (such as

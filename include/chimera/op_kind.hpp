@@ -5,6 +5,7 @@
 // takes its names, flags and subsets from here.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -68,6 +69,24 @@ constexpr const OpKindInfo& opKindInfo(OpKind kind) { return kOpKinds[static_cas
 constexpr std::string_view opKindName(OpKind kind) { return opKindInfo(kind).keyword; }
 /// Whether `kind` appears where `use` says.
 constexpr bool opKindUsedIn(OpKind kind, OpUse use) { return (opKindInfo(kind).uses & use) != 0; }
+
+/// The number of kinds used in `use`.
+constexpr std::size_t opKindCountIn(OpUse use) {
+  std::size_t count = 0;
+  for (const OpKindInfo& info : kOpKinds) count += (info.uses & use) != 0 ? 1 : 0;
+  return count;
+}
+
+/// The kinds used in `Use`, in table order (e.g. `opKindsIn<kOpInProgram>()`).
+template <OpUse Use>
+constexpr std::array<OpKind, opKindCountIn(Use)> opKindsIn() {
+  std::array<OpKind, opKindCountIn(Use)> kinds{};
+  std::size_t i = 0;
+  for (const OpKindInfo& info : kOpKinds) {
+    if ((info.uses & Use) != 0) kinds[i++] = info.kind;
+  }
+  return kinds;
+}
 
 /// The kind used in `use` whose keyword is `text`; false (and `out` untouched) when none is.
 bool findOpKind(std::string_view text, OpUse use, OpKind& out);

@@ -71,13 +71,13 @@ struct RoutedExchangeOptions {
 
 /// Bytes and counts of one exchange on this rank (payload and headers to other ranks only).
 struct RoutedStats {
-  std::uint64_t payloadBytes = 0;  ///< token rows sent to other ranks
-  std::uint64_t headerBytes = 0;   ///< routing headers (local expert ids, weights) and block words
-  std::uint64_t countBytes = 0;    ///< the count exchange (dispatch only)
-  std::uint64_t paddingBytes = 0;  ///< empty capacity slots sent (capacity mode)
-  std::uint64_t reduceBytes = 0;   ///< the ReduceScatter / AllReduce / AllGather over the token axes
-  std::uint64_t droppedTokens = 0; ///< (token, destination rank) pairs dropped by capacity
-  int rounds = 0;                  ///< communication rounds (collective calls) of the exchange
+  std::uint64_t payloadBytes = 0;   ///< token rows sent to other ranks
+  std::uint64_t headerBytes = 0;    ///< routing headers (local expert ids, weights) and block words
+  std::uint64_t countBytes = 0;     ///< the count exchange (dispatch only)
+  std::uint64_t paddingBytes = 0;   ///< empty capacity slots sent (capacity mode)
+  std::uint64_t reduceBytes = 0;    ///< the ReduceScatter / AllReduce / AllGather over the token axes
+  std::uint64_t droppedTokens = 0;  ///< (token, destination rank) pairs dropped by capacity
+  int rounds = 0;                   ///< communication rounds (collective calls) of the exchange
   /// Everything this rank sent: payload + headers + counts + padding + reductions.
   std::uint64_t bytesSent() const { return payloadBytes + headerBytes + countBytes + paddingBytes + reduceBytes; }
 };
@@ -145,8 +145,7 @@ class RoutedExchange {
   /// group index, then source token order): `recvX` [rows, H], `recvExpert` [rows] global ids,
   /// `recvWeight` [rows] of weightDtype (any may be null to skip). Local; frees the handle's
   /// received records.
-  [[nodiscard]] Status receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert,
-                               void* recvWeight) const;
+  [[nodiscard]] Status receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert, void* recvWeight) const;
   /// y[t] = sum over k of w[t,k] * expertOut[row of (t, k)], `y` [tokens, H]; `rowWeights`
   /// [rows] (the received weights, or null for weights of 1). The rows of one token on one
   /// rank are summed there first and sent back as one row. Dropped pairs contribute 0.
@@ -160,9 +159,9 @@ class RoutedExchange {
   /// Backward of dispatch: gradX [tokens, H] = sum of the gradients of a token's rows;
   /// gradWeights [tokens, K] from `gradRowWeights` [rows] (both of the latter may be null). One
   /// exchange, the combine's way.
-  [[nodiscard]] Status dispatchBackward(const void* gradRecvX, const void* gradRowWeights,
-                                        const RoutedDispatch& handle, void* gradX, void* gradWeights,
-                                        RoutedStats* stats = nullptr, const Status& localError = Status::ok());
+  [[nodiscard]] Status dispatchBackward(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch& handle,
+                                        void* gradX, void* gradWeights, RoutedStats* stats = nullptr,
+                                        const Status& localError = Status::ok());
 
   /// The options in force (defaults resolved).
   const RoutedExchangeOptions& options() const;

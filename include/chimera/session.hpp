@@ -3,9 +3,11 @@
 // and plans the recorded window only when a result is needed.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
@@ -30,7 +32,7 @@ struct SessionOptions {
   bool fusion = true;
   /// Per-rank recording (the mode a training framework uses): each rank records only the
   /// calls it takes part in, on tensors it holds, and its own side of each pipeline hand-off
-  /// (`send`/`sendBack` on the sending stage, `recv`/`recvBack` on the receiving one). A new
+  /// (`send`/`sendBackward` on the sending stage, `recv`/`recvBackward` on the receiving one). A new
   /// window is agreed within the groups its tensors live on and with the hand-off peers,
   /// never over the world; every group a plan uses must exist (`Backend::createGroups`).
   /// False: SPMD recording, every rank records every call (see the class comment).
@@ -52,7 +54,7 @@ struct SessionOptions {
   std::size_t preparedPlanLimit = Executor::kDefaultPreparedPlanLimit;
 
   /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
-  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLANS=N` sets
+  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLAN_LIMIT=N` sets
   /// `preparedPlanLimit`. InvalidArgument naming the variable when a value is malformed.
   [[nodiscard]] static Status fromEnvironment(SessionOptions& out);
 };
@@ -78,15 +80,47 @@ struct SessionStats {
   /// in per-rank mode, where it has none of its own). A repeated window adds none unless
   /// `checkEveryWindow` is on.
   std::uint64_t agreements = 0;
+  /// Local copies this rank made running the windows: the packs, unpacks and copies of the
+  /// plans that ran, and the Session's own staging of a consumed part whose place in the
+  /// output buffer is not one contiguous stretch (or that the plan could overwrite before
+  /// reading). A window run as recorded makes none. `localCopyBytes` counts their bytes.
+  std::uint64_t localCopies = 0;
+  std::uint64_t localCopyBytes = 0;
 };
+
+/// One counter of SessionStats: its snake_case name (the Python dict key) and its member.
+struct SessionStatsField {
+  std::string_view name;
+  std::uint64_t SessionStats::*member;
+};
+
+/// Every counter of SessionStats, in declaration order: the one list the bindings convert
+/// from (Python's `Session.stats()`, the C API's chimeraSessionStats_t), so a counter added to
+/// SessionStats reaches them all (the static_assert below fails until it is listed here).
+inline constexpr std::array<SessionStatsField, 12> kSessionStatsFields{{
+    {"recorded_calls", &SessionStats::recordedCalls},
+    {"windows", &SessionStats::windows},
+    {"window_cache_hits", &SessionStats::windowCacheHits},
+    {"chains_run", &SessionStats::chainsRun},
+    {"fused_chains", &SessionStats::fusedChains},
+    {"bytes_as_recorded", &SessionStats::bytesAsRecorded},
+    {"bytes_sent", &SessionStats::bytesSent},
+    {"rank_bytes_as_recorded", &SessionStats::rankBytesAsRecorded},
+    {"rank_bytes_sent", &SessionStats::rankBytesSent},
+    {"agreements", &SessionStats::agreements},
+    {"local_copies", &SessionStats::localCopies},
+    {"local_copy_bytes", &SessionStats::localCopyBytes},
+}};
+static_assert(sizeof(SessionStats) == kSessionStatsFields.size() * sizeof(std::uint64_t),
+              "every SessionStats counter is listed in kSessionStatsFields");
 
 /// Records collectives on tensors as a framework issues them and runs them when a result is
 /// needed: `flush`, `wait`, or `consume` (which also declares what the next computation reads).
 ///
 /// Two recording modes. Per rank (`SessionOptions::perRank`, what a training framework's
 /// schedule does): each rank records only the calls it takes part in, on the tensors it holds,
-/// and its own side of each pipeline hand-off (`send`/`sendBack` where the tensor leaves,
-/// `recv`/`recvBack` where it arrives); a hand-off still runs fused across the stage boundary.
+/// and its own side of each pipeline hand-off (`send`/`sendBackward` where the tensor leaves,
+/// `recv`/`recvBackward` where it arrives); a hand-off still runs fused across the stage boundary.
 /// SPMD (the default), as in the chain vocabulary: every rank of the mesh records the same
 /// calls in the same order, describing the same logical tensors; a rank passes its own local
 /// buffers, and nullptr with 0 bytes for a tensor it does not hold (e.g. the other pipeline
@@ -160,10 +194,10 @@ class Session {
   /// Per rank: only the sender makes it (nullptr/0 as `recvBuffer`); the receiver calls `recv`.
   /// The returned handle is then not held by this rank.
   [[nodiscard]] Status send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out);
-  /// The backward pass's hand-off (the `send:AX:prev` chain op): as `send`, from stage k to
+  /// The backward pass's hand-off (the `send:AX:backward` chain op): as `send`, from stage k to
   /// stage k-1.
-  [[nodiscard]] Status sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
-                                TensorHandle& out);
+  [[nodiscard]] Status sendBackward(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
+                                    TensorHandle& out);
   /// Per-rank recording: this rank's receiving side of `send` along `axis` from the previous
   /// stage. The tensor of `spec` arrives placed as `layout` (a stage placement on `axis`, this
   /// rank's stage; the layout the sender's calls give it), this rank's part into `buffer`.
@@ -173,9 +207,9 @@ class Session {
   /// or the buffer is smaller than the local tensor.
   [[nodiscard]] Status recv(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
                             TensorHandle& out);
-  /// Per-rank recording: the receiving side of `sendBack` (from the next stage).
-  [[nodiscard]] Status recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
-                                std::size_t bytes, TensorHandle& out);
+  /// Per-rank recording: the receiving side of `sendBackward` (from the next stage).
+  [[nodiscard]] Status recvBackward(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
+                                    std::size_t bytes, TensorHandle& out);
   /// Records `op` given as a chain op (e.g. parsed from "alltoall:ep:0:1"): the same as the
   /// call of its kind above. In-place kinds (allreduce, broadcast) ignore `output`.
   [[nodiscard]] Status record(TensorHandle in, const ChainOp& op, void* output, std::size_t outputBytes,

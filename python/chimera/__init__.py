@@ -55,6 +55,7 @@ from ._chimera import (  # noqa: E402
     has_mpi,
     nccl_unique_id,
     plan,
+    plan_redistribution,
     world,
 )
 from .placements import Partial, Replicate, Shard, Stage  # noqa: E402
@@ -66,7 +67,7 @@ __all__ = [
     "Backend", "BackendError", "Error", "Executor", "Internal", "InvalidArgument", "Layout", "Mesh", "Mismatch",
     "Partial", "Replicate", "Session", "SessionWindow", "Shard", "Stage", "TensorHandle", "TensorSpec", "Timeout",
     "Unsupported", "dtype_name", "has_cuda", "has_mpi", "init", "mpi_backend", "nccl_backend", "nccl_library",
-    "nccl_unique_id", "plan", "world",
+    "nccl_unique_id", "plan", "plan_redistribution", "world",
 ]
 
 
@@ -113,12 +114,14 @@ def _check_world_comm(comm: Any) -> None:
             "chimera's MPI backend runs over MPI_COMM_WORLD; a backend on another communicator is not supported yet")
 
 
-def mpi_backend(mesh: Any, comm: Any = None) -> Backend:
+def mpi_backend(mesh: Any, comm: Any = None, ranks: Optional[Sequence[int]] = None) -> Backend:
     """The MPI backend (host memory) for ``mesh`` over MPI_COMM_WORLD (``comm``: an mpi4py
-    communicator congruent to it, optional). Initialises MPI unless mpi4py or the caller did."""
+    communicator congruent to it, optional), or over the world ranks ``ranks`` alone: mesh
+    coordinate i (row-major) is world rank ``ranks[i]``, in any order, and only those ranks call
+    it (a sub-mesh). Initialises MPI unless mpi4py or the caller did."""
     if comm is not None:
         _check_world_comm(comm)
-    return _chimera._mpi_backend(mesh)
+    return _chimera._mpi_backend(mesh, None if ranks is None else [int(r) for r in ranks])
 
 
 def nccl_backend(mesh: Any, *, unique_id: Optional[bytes] = None, rank: Optional[int] = None,

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "backend/null/null_backend.hpp"
 #include "bindings.hpp"
 #include "chimera/session.hpp"
-#include "doubles/null_backend.hpp"
 #include "errors.hpp"
 #include "resources.hpp"
 #include "tensor_view.hpp"

@@ -41,6 +41,25 @@ nb::object plan(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::
   return nb::module_::import_("json").attr("loads")(json);
 }
 
+nb::dict planRedistributionBytes(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::handle dtype,
+                                 nb::handle from, nb::handle to, nb::handle topology) {
+  const Mesh mesh = toMesh(meshObj);
+  const TensorSpec spec{shape, toDataType(dtype)};
+  const Layout source = toLayout(from, mesh, "from");
+  const Layout target = toLayout(to, mesh, "to");
+  check(source.validate(spec));
+  check(target.validate(spec));
+  const std::unique_ptr<PlanCost> cost = makeCost(topology);
+  Plan plan;
+  check(planRedistribution(spec, source, target, 1, *cost, plan));
+  const PlanBytes bytes = planBytes(plan);
+  nb::dict out;
+  out["bytes"] = bytes.total;
+  out["max_rank_bytes"] = bytes.maxPerRank;
+  out["plan"] = plan.toString();
+  return out;
+}
+
 }  // namespace
 
 void bindPlan(nb::module_& m) {
@@ -48,6 +67,11 @@ void bindPlan(nb::module_& m) {
         nb::arg("consume").none() = nb::none(), nb::arg("topology").none() = nb::none(),
         "The analysis of chimera-plan as a dict (the fields of its --json): bytes per op, redundant and "
         "unconsumed bytes, the fused plan, the decision and why. topology: None/\"bytes\", a preset or a profile.");
+  m.def("plan_redistribution", &planRedistributionBytes, nb::arg("mesh"), nb::arg("shape"), nb::arg("dtype"),
+        nb::arg("from_layout"), nb::arg("to_layout"), nb::arg("topology").none() = nb::none(),
+        "The plan Executor.redistribute runs for from_layout -> to_layout, without running it: a dict of the "
+        "bytes it sends over all ranks, the busiest rank's (`max_rank_bytes`) and the plan's text. Raises the "
+        "Status exception (InvalidArgument, Unsupported) when chimera does not plan the transition.");
 }
 
 }  // namespace chimera::python

@@ -126,20 +126,20 @@ void bindRouted(nb::module_& m) {
       .def_prop_ro("rows", [](const PyRoutedDispatch& d) { return d.handle.rows(); })
       .def_prop_ro("tokens", [](const PyRoutedDispatch& d) { return d.handle.tokens(); })
       .def_prop_ro("tokens_per_expert", [](const PyRoutedDispatch& d) { return d.handle.tokensPerExpert(); })
-      .def_prop_ro("stats", [](const PyRoutedDispatch& d) { return statsDict(d.handle.stats()); },
-                   "bytes of the dispatch on this rank: payload_bytes, header_bytes, count_bytes, padding_bytes, "
-                   "reduce_bytes, dropped_tokens, rounds, bytes_sent");
+      .def_prop_ro(
+          "stats", [](const PyRoutedDispatch& d) { return statsDict(d.handle.stats()); },
+          "bytes of the dispatch on this rank: payload_bytes, header_bytes, count_bytes, padding_bytes, "
+          "reduce_bytes, dropped_tokens, rounds, bytes_sent");
 
   nb::class_<PyRoutedExchange>(m, "RoutedExchange",
                                "MoE top-k dispatch and combine over a group (docs/moe.md). Collective: every rank "
                                "of the group makes the same calls in the same order.")
-      .def(nb::init<nb::object, std::int64_t, int, std::int64_t, nb::handle, nb::handle, nb::handle,
-                    const std::string&, std::int64_t, const std::string&, const std::string&, const std::string&,
-                    std::size_t>(),
-           nb::arg("backend"), nb::arg("num_experts"), nb::arg("top_k"), nb::arg("hidden"),
-           nb::arg("dtype") = "f32", nb::arg("weight_dtype") = "f32", nb::arg("group").none() = nb::none(),
-           nb::arg("layout") = "", nb::arg("capacity") = 0, nb::arg("overflow") = "drop",
-           nb::arg("program") = "planned", nb::arg("topology") = "bytes", nb::arg("scratch_limit") = 0)
+      .def(nb::init<nb::object, std::int64_t, int, std::int64_t, nb::handle, nb::handle, nb::handle, const std::string&,
+                    std::int64_t, const std::string&, const std::string&, const std::string&, std::size_t>(),
+           nb::arg("backend"), nb::arg("num_experts"), nb::arg("top_k"), nb::arg("hidden"), nb::arg("dtype") = "f32",
+           nb::arg("weight_dtype") = "f32", nb::arg("group").none() = nb::none(), nb::arg("layout") = "",
+           nb::arg("capacity") = 0, nb::arg("overflow") = "drop", nb::arg("program") = "planned",
+           nb::arg("topology") = "bytes", nb::arg("scratch_limit") = 0)
       .def_prop_ro("explain", [](PyRoutedExchange& self) { return self.get("explain").explain(); })
       .def_prop_ro("once_per_rank", [](PyRoutedExchange& self) { return self.get("once_per_rank").oncePerRank(); })
       .def_prop_ro("splits_replicas",
@@ -194,8 +194,7 @@ void bindRouted(nb::module_& m) {
             const auto rows = static_cast<std::size_t>(d.handle.rows());
             const TensorView vo = checks.view(expertOut, "expert_out", o.dtype, rowsOf(d.handle, o.hidden));
             const TensorView vw = checks.view(rowWeights, "row_weights", o.weightDtype, rows, true);
-            const TensorView vy =
-                checks.view(y, "y", o.dtype, static_cast<std::size_t>(d.handle.tokens() * o.hidden));
+            const TensorView vy = checks.view(y, "y", o.dtype, static_cast<std::size_t>(d.handle.tokens() * o.hidden));
             RoutedStats stats;
             Status st;
             {
@@ -209,8 +208,8 @@ void bindRouted(nb::module_& m) {
           "y[t] = sum_k w[t,k] * expert_out[row of (t,k)]; returns the combine's stats.")
       .def(
           "combine_backward",
-          [](PyRoutedExchange& self, nb::handle gradY, nb::handle expertOut, nb::handle rowWeights,
-             PyRoutedDispatch& d, nb::handle gradExpertOut, nb::handle gradRowWeights) {
+          [](PyRoutedExchange& self, nb::handle gradY, nb::handle expertOut, nb::handle rowWeights, PyRoutedDispatch& d,
+             nb::handle gradExpertOut, nb::handle gradRowWeights) {
             constexpr const char* kCall = "RoutedExchange.combine_backward";
             RoutedExchange& ex = self.get(kCall);
             const RoutedExchangeOptions& o = ex.options();
@@ -226,8 +225,7 @@ void bindRouted(nb::module_& m) {
             Status st;
             {
               nb::gil_scoped_release release;
-              st = ex.combineBackward(vg.data, vo.data, vw.data, d.handle, vgo.data, vgw.data, &stats,
-                                      checks.status());
+              st = ex.combineBackward(vg.data, vo.data, vw.data, d.handle, vgo.data, vgw.data, &stats, checks.status());
             }
             checks.raise(st);
             return statsDict(stats);

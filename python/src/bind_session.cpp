@@ -34,13 +34,13 @@ struct PyTensorHandle {
 class PySession : public Resource {
  public:
   PySession(nb::object backend, nb::handle fusion, nb::handle checkEveryWindow, nb::handle cost,
-            nb::handle preparedPlans, nb::handle perRank)
+            nb::handle preparedPlanLimit, nb::handle perRank)
       : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)), cost_(makeCost(cost)) {
     SessionOptions options;
     check(SessionOptions::fromEnvironment(options));
     if (!fusion.is_none()) options.fusion = nb::cast<bool>(fusion);
     if (!checkEveryWindow.is_none()) options.checkEveryWindow = nb::cast<bool>(checkEveryWindow);
-    if (!preparedPlans.is_none()) options.preparedPlanLimit = nb::cast<std::size_t>(preparedPlans);
+    if (!preparedPlanLimit.is_none()) options.preparedPlanLimit = nb::cast<std::size_t>(preparedPlanLimit);
     if (!perRank.is_none()) options.perRank = nb::cast<bool>(perRank);
     options.cost = cost.is_none() ? nullptr : cost_.get();
     check(Session::create(owner()->get("Session"), options, session_));
@@ -75,7 +75,7 @@ class PySession : public Resource {
   /// Per-rank recording: this rank's receiving side of a hand-off along `axes` (from the
   /// previous stage, or from the next one when `back`), arriving placed as `layout` into `out`.
   PyTensorHandle receive(nb::handle out, nb::handle layoutObj, nb::handle axes, nb::handle specObj, bool back) {
-    const char* call = back ? "Session.recv_back" : "Session.recv";
+    const char* call = back ? "Session.recv_backward" : "Session.recv";
     Session& session = get(call);
     const Backend& b = backend(call);
     const Layout layout = toLayout(layoutObj, b.mesh(), "layout");
@@ -84,7 +84,7 @@ class PySession : public Resource {
     const LocalBuffer local = localBuffer(out, spec, layout, b.rank(), call, "out", owner()->space());
     const AxisSet axis = toAxes(axes, b.mesh());
     TensorHandle handle;
-    check(back ? session.recvBack(spec, layout, axis, local.data, local.bytes, handle)
+    check(back ? session.recvBackward(spec, layout, axis, local.data, local.bytes, handle)
                : session.recv(spec, layout, axis, local.data, local.bytes, handle));
     return remember(handle, spec, out);
   }
@@ -179,13 +179,8 @@ class PySession : public Resource {
   nb::dict stats() {
     const SessionStats s = get("Session.stats").stats();
     nb::dict out;
-    out["recorded_calls"] = s.recordedCalls;
-    out["windows"] = s.windows;
-    out["window_cache_hits"] = s.windowCacheHits;
-    out["chains_run"] = s.chainsRun;
-    out["fused_chains"] = s.fusedChains;
-    out["bytes_as_recorded"] = s.bytesAsRecorded;
-    out["bytes_sent"] = s.bytesSent;
+    for (const SessionStatsField& field : kSessionStatsFields)
+      out[nb::str(field.name.data(), field.name.size())] = s.*field.member;
     return out;
   }
 
@@ -195,6 +190,7 @@ class PySession : public Resource {
     out["fusion"] = o.fusion;
     out["check_every_window"] = o.checkEveryWindow;
     out["prepared_plan_limit"] = o.preparedPlanLimit;
+    out["per_rank"] = o.perRank;
     out["cost"] = cost_ != nullptr && o.cost != nullptr ? std::string(o.cost->name()) : std::string("bytes");
     return out;
   }
@@ -266,13 +262,16 @@ void bindSession(nb::module_& m) {
   using K = ChainOp::Kind;
   nb::class_<PySession>(m, "Session",
                         "Records collectives as a framework issues them and runs them, fused where the planner "
-                        "finds it pays, when a result is needed (flush, wait, consume). Recording is local; "
-                        "flush/wait/consume are collective over the world. Every rank records the same calls.")
+                        "finds it pays, when a result is needed (flush, wait, consume). Recording is local. SPMD "
+                        "(the default): every rank records every call, and flush/wait/consume are collective over "
+                        "the world. per_rank=True: each rank records only its own calls and its side of each "
+                        "pipeline hand-off (send/recv, send_backward/recv_backward), and flush/wait/consume are "
+                        "collective over the window's groups and hand-off peers.")
       .def(nb::init<nb::object, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(), nb::arg("backend"),
            nb::arg("fusion").none() = nb::none(), nb::arg("check_every_window").none() = nb::none(),
-           nb::arg("cost").none() = nb::none(), nb::arg("prepared_plans").none() = nb::none(),
+           nb::arg("cost").none() = nb::none(), nb::arg("prepared_plan_limit").none() = nb::none(),
            nb::arg("per_rank").none() = nb::none(),
-           "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLANS).")
+           "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLAN_LIMIT).")
       .def("tensor", &PySession::tensor, nb::arg("tensor").none(), nb::arg("layout"),
            nb::arg("spec").none() = nb::none(),
            "Registers this rank's local tensor (None on a rank that holds nothing; then pass spec=).")
@@ -332,11 +331,11 @@ void bindSession(nb::module_& m) {
           nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
           "Pipeline hand-off to the next stage along axis; receivers pass `out`, senders None.")
       .def(
-          "send_back",
+          "send_backward",
           [](PySession& s, const PyTensorHandle& t, nb::handle axis, nb::handle out) {
-            ChainOp op = s.makeOp(K::Send, axis, "Session.send_back");
+            ChainOp op = s.makeOp(K::Send, axis, "Session.send_backward");
             op.stageStep = -1;
-            return s.record(t, op, out, "Session.send_back");
+            return s.record(t, op, out, "Session.send_backward");
           },
           nb::arg("t"), nb::arg("axis"), nb::arg("out").none() = nb::none(),
           "The backward pass's hand-off, to the previous stage.")
@@ -349,12 +348,12 @@ void bindSession(nb::module_& m) {
           "Per-rank sessions: the receiving side of the previous stage's send along axis; the tensor arrives "
           "placed as layout (this rank's stage) into out.")
       .def(
-          "recv_back",
+          "recv_backward",
           [](PySession& s, nb::handle out, nb::handle layout, nb::handle axis, nb::handle spec) {
             return s.receive(out, layout, axis, spec, true);
           },
           nb::arg("out").none(), nb::arg("layout"), nb::arg("axis"), nb::arg("spec").none() = nb::none(),
-          "Per-rank sessions: the receiving side of the next stage's send_back along axis.")
+          "Per-rank sessions: the receiving side of the next stage's send_backward along axis.")
       .def("record", &PySession::recordText, nb::arg("t"), nb::arg("op"), nb::arg("out").none() = nb::none(),
            "Records one chain op given as text (\"alltoall:ep:0:1\").")
       .def(

@@ -62,6 +62,15 @@ void bindErrors(nb::module_& m) {
       makeException(m, "Timeout", base, PyExc_TimeoutError, "An operation stopped making progress and was aborted.");
   gExceptions[static_cast<std::size_t>(StatusCode::Internal)] =
       makeException(m, "Internal", base, nullptr, "A bug in chimera; please report it.");
+  m.def(
+      "_error_type",
+      [](int code) {
+        const bool known = code > 0 && code < static_cast<int>(gExceptions.size());
+        return nb::borrow(known ? gExceptions[static_cast<std::size_t>(code)] : gExceptions[0]);
+      },
+      nb::arg("code"),
+      "The exception class of a StatusCode value (chimera.Error for an unknown one): how chimera.torch._C raises "
+      "errors of this hierarchy.");
 }
 
 }  // namespace chimera::python

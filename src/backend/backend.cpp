@@ -13,9 +13,8 @@
 namespace chimera {
 
 Status Backend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
-                          std::span<const std::size_t> sendOffsets, void* recv,
-                          std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
-                          DataType dtype, AxisSet axes, Stream stream) {
+                          std::span<const std::size_t> sendOffsets, void* recv, std::span<const std::size_t> recvCounts,
+                          std::span<const std::size_t> recvOffsets, DataType dtype, AxisSet axes, Stream stream) {
   const std::vector<int> members = mesh().groupRanks(rank(), axes);
   CHIMERA_CHECK_ARG(sendCounts.size() == members.size() && sendOffsets.size() == members.size() &&
                         recvCounts.size() == members.size() && recvOffsets.size() == members.size(),

@@ -8,6 +8,7 @@
 
 #include "capi/capi_handles.hpp"
 #include "capi/capi_registry.hpp"
+#include "capi/versioned_struct.hpp"
 #include "core/check.hpp"
 
 namespace {
@@ -71,6 +72,8 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (config != nullptr) {
+      CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(
+          *config, CHIMERA_SESSION_CONFIG_VERSION, "chimeraSessionConfig_t", "CHIMERA_SESSION_CONFIG_INITIALIZER"));
       CHIMERA_CHECK_ARG(config->fusion >= -1 && config->fusion <= 1, "fusion {} (expected 1, 0 or -1)", config->fusion);
       CHIMERA_CHECK_ARG(config->perRank == 0 || config->perRank == 1, "perRank {} (expected 0 or 1)", config->perRank);
       CHIMERA_CHECK_ARG(config->checkEveryWindow >= -1 && config->checkEveryWindow <= 1,
@@ -91,13 +94,15 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
 }
 
 chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
-                                   const char* layout, const char* axis, int fromNext, void* buffer, size_t bytes,
-                                   chimeraTensor_t* out) {
+                                   const char* layout, const char* axis, chimeraDirection_t direction, void* buffer,
+                                   size_t bytes, chimeraTensor_t* out) {
   return guardedCall("chimeraSessionRecv", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(shape != nullptr && layout != nullptr && axis != nullptr && out != nullptr,
                       "null shape, layout or axis text, or chimeraTensor_t* to fill");
-    CHIMERA_CHECK_ARG(fromNext == 0 || fromNext == 1, "fromNext {} (expected 0 or 1)", fromNext);
+    const long long way = chimera::detail::cEnumValue(direction);
+    CHIMERA_CHECK_ARG(way == chimeraForward || way == chimeraBackward,
+                      "direction {} (expected chimeraForward or chimeraBackward)", way);
     const chimera::Mesh& mesh = session->comm->mesh;
     chimera::TensorSpec spec;
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));
@@ -107,8 +112,9 @@ chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, 
     chimera::AxisSet axes;
     CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(axis, axes));
     chimera::TensorHandle handle;
-    CHIMERA_RETURN_IF_ERROR(fromNext == 1 ? session->session->recvBack(spec, placed, axes, buffer, bytes, handle)
-                                          : session->session->recv(spec, placed, axes, buffer, bytes, handle));
+    CHIMERA_RETURN_IF_ERROR(way == chimeraBackward
+                                ? session->session->recvBackward(spec, placed, axes, buffer, bytes, handle)
+                                : session->session->recv(spec, placed, axes, buffer, bytes, handle));
     *out = {handle.index, handle.window};
     return Status::ok();
   });

@@ -63,9 +63,9 @@ std::vector<std::vector<int>> allGroups(const Mesh& mesh, AxisSet axes) {
 }
 
 struct Shape {
-  double tokens = 0;        // tokens each rank dispatches
+  double tokens = 0;           // tokens each rank dispatches
   double recordsPerToken = 0;  // records per token per destination (K/R per expert, D/R per rank)
-  double headerBytes = 0;   // header bytes of one record
+  double headerBytes = 0;      // header bytes of one record
 };
 
 // The dispatch and combine of `shape` over `group`: a count exchange, the records out, the rows back.
@@ -108,8 +108,8 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
              RoutedCandidate& out) {
   const int ranks = request.mesh.groupSize(request.group);
   const double rowBytes = static_cast<double>(request.hidden) * static_cast<double>(dataTypeSize(request.dtype));
-  const double slots = oncePerRank ? static_cast<double>(std::min<std::int64_t>(request.topK, request.experts / ranks))
-                                   : 1.0;
+  const double slots =
+      oncePerRank ? static_cast<double>(std::min<std::int64_t>(request.topK, request.experts / ranks)) : 1.0;
   const double tp = static_cast<double>(request.mesh.groupSize(request.tokenAxes));
   const bool replicated = request.placement != TokenPlacement::Owned;
   Shape shape;
@@ -118,7 +118,9 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
   shape.headerBytes = slots * (4.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
   out = {};
   out.name = fmt::format("{}{}", oncePerRank ? "once per rank" : "per (token, expert)",
-                         !replicated ? "" : split ? ", replicas split" : ", every replica dispatching");
+                         !replicated ? ""
+                         : split     ? ", replicas split"
+                                     : ", every replica dispatching");
   const auto full = static_cast<std::uint64_t>(static_cast<double>(request.tokens) * rowBytes);
   if (replicated) {
     const auto groups = allGroups(request.mesh, request.tokenAxes);
@@ -169,9 +171,10 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
                     request.topK, request.experts);
   CHIMERA_CHECK_ARG(request.tokens >= 0 && request.hidden >= 1, "routed exchange: {} tokens of hidden size {}",
                     request.tokens, request.hidden);
-  CHIMERA_CHECK_ARG((request.tokenAxes & request.group).empty() || (request.tokenAxes & request.group) == request.tokenAxes,
-                    "routed exchange: token axes {} lie partly inside dispatch group {}",
-                    request.mesh.axesName(request.tokenAxes), request.mesh.axesName(request.group));
+  CHIMERA_CHECK_ARG(
+      (request.tokenAxes & request.group).empty() || (request.tokenAxes & request.group) == request.tokenAxes,
+      "routed exchange: token axes {} lie partly inside dispatch group {}", request.mesh.axesName(request.tokenAxes),
+      request.mesh.axesName(request.group));
   CHIMERA_CHECK_ARG(request.placement == TokenPlacement::Owned || !request.tokenAxes.empty(),
                     "routed exchange: replicated or partial tokens need token axes");
   const double distinct =

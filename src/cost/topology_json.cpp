@@ -2,9 +2,11 @@
 // Profile files: a Topology as JSON, in SI units so that a save/load round trip is exact.
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 
 #include "chimera/planning/topology.hpp"
 #include "common/json.hpp"
@@ -18,6 +20,13 @@ using detail::Json;
 
 constexpr std::string_view kFormat = "chimera-topology-1";
 
+// The keys of "transfer_factors": the op table's keywords of kTransferKinds.
+constexpr auto kTransferKindNames = [] {
+  std::array<std::string_view, kTransferKinds.size()> names{};
+  for (std::size_t i = 0; i < kTransferKinds.size(); ++i) names[i] = opKindName(kTransferKinds[i]);
+  return names;
+}();
+
 Json linkToJson(const LinkParams& link) {
   return Json::object({{"alpha_s", link.alphaSeconds}, {"bandwidth_bytes_per_s", link.bytesPerSecond}});
 }
@@ -28,6 +37,10 @@ class FieldReader {
   FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
 
   Status checkKnown(std::initializer_list<std::string_view> known) const {
+    return checkKnown(std::span<const std::string_view>(known.begin(), known.size()));
+  }
+
+  Status checkKnown(std::span<const std::string_view> known) const {
     CHIMERA_CHECK_ARG(object_.is_object(), "{} must be a JSON object", path_);
     for (auto it = object_.begin(); it != object_.end(); ++it) {
       bool found = false;
@@ -91,10 +104,9 @@ class FieldReader {
     const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return Status::ok();
     const FieldReader reader(*value, prefix() + std::string(key));
-    CHIMERA_RETURN_IF_ERROR(
-        reader.checkKnown({"allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany"}));
+    CHIMERA_RETURN_IF_ERROR(reader.checkKnown(kTransferKindNames));
     for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
-      CHIMERA_RETURN_IF_ERROR(reader.number(opKindName(kTransferKinds[i]), false, out.values[i]));
+      CHIMERA_RETURN_IF_ERROR(reader.number(kTransferKindNames[i], false, out.values[i]));
     }
     return Status::ok();
   }
@@ -139,7 +151,7 @@ std::string topologyToJson(const Topology& t) {
                                                      {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
   Json factors = Json::object();
   for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
-    factors[std::string(opKindName(kTransferKinds[i]))] = t.transferFactors.values[i];
+    factors[std::string(kTransferKindNames[i])] = t.transferFactors.values[i];
   }
   json["transfer_factors"] = std::move(factors);
   if (t.calibration.samples > 0) {

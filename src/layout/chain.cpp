@@ -48,14 +48,15 @@ Status parseOp(std::string_view text, const Mesh& mesh, ChainOp& out) {
   const int fields = numberFields(kind);
   int stageStep = 1;
   if (kind == ChainOp::Kind::Send && parts.size() == 3) {
-    CHIMERA_CHECK_ARG(parts[2] == "next" || parts[2] == "prev",
-                      "malformed op \"{}\": the direction of send is 'next' or 'prev', not '{}'", text, parts[2]);
-    stageStep = parts[2] == "next" ? 1 : -1;
+    CHIMERA_CHECK_ARG(parts[2] == "forward" || parts[2] == "backward",
+                      "malformed op \"{}\": the direction of send is 'forward' or 'backward', not '{}'", text,
+                      parts[2]);
+    stageStep = parts[2] == "forward" ? 1 : -1;
     parts.pop_back();
   }
   CHIMERA_CHECK_ARG(static_cast<int>(parts.size()) == 2 + fields, "malformed op \"{}\": {} takes {} fields", text,
                     opKindName(kind),
-                    kind == ChainOp::Kind::Send        ? std::string("AX[:next|:prev]")
+                    kind == ChainOp::Kind::Send        ? std::string("AX[:forward|:backward]")
                     : fields == 0                      ? std::string("AX")
                     : kind == ChainOp::Kind::AllToAll  ? std::string("AX:FROMDIM:TODIM")
                     : kind == ChainOp::Kind::Broadcast ? std::string("AX:ROOT")
@@ -178,7 +179,7 @@ std::string ChainOp::toString(const Mesh& mesh) const {
   const std::string head = fmt::format("{}:{}", chainOpKindName(kind), mesh.axesName(axes));
   switch (kind) {
     case Kind::AllReduce: return head;
-    case Kind::Send: return stageStep == 1 ? head : fmt::format("{}:prev", head);
+    case Kind::Send: return stageStep == 1 ? head : fmt::format("{}:backward", head);
     case Kind::ReduceScatter:
     case Kind::AllGather:
     case Kind::Slice: return fmt::format("{}:{}", head, dim);

@@ -179,12 +179,12 @@ class IterationBuilder {
   }
 
   // Stage hand-offs: the last chain of a stage's last layer continues with send:pp (and
-  // the backward input gradient of a stage's first layer with send:pp:prev).
+  // the backward input gradient of a stage's first layer with send:pp:backward).
   void addHandOffs() {
     const std::vector<std::int64_t> act = {tokens_, m_.hidden};
     for (int k = 0; k + 1 < p_.pp; ++k) {
       handOff(k, (k + 1) * perStage_ - 1, forwardOutput_, "send:pp", k + 1, "forward", act);
-      handOff(k + 1, (k + 1) * perStage_, backwardInputGrad_, "send:pp:prev", k, "backward", act);
+      handOff(k + 1, (k + 1) * perStage_, backwardInputGrad_, "send:pp:backward", k, "backward", act);
     }
   }
 

@@ -33,8 +33,7 @@ Status exchangeBlocks(Backend& backend, AxisSet axes, std::span<const std::byte>
     total += recvBytes[p];
   }
   recv.resize(total);
-  return backend.allToAllV(send.data(), sendBytes, sendOffset, recv.data(), recvBytes, recvOffset, DataType::U8,
-                           axes);
+  return backend.allToAllV(send.data(), sendBytes, sendOffset, recv.data(), recvBytes, recvOffset, DataType::U8, axes);
 }
 
 Status blockVerdict(std::span<const std::uint64_t> words, std::span<const int> ranks,
@@ -44,13 +43,14 @@ Status blockVerdict(std::span<const std::uint64_t> words, std::span<const int> r
   for (std::size_t p = 0; p < words.size(); ++p) {
     const std::uint64_t w = words[p];
     if ((w & kFailedBit) != 0)
-      return Status::mismatch(fmt::format("{}: rank {} reported an error in this exchange (see its message)", what,
-                                          ranks[p]));
+      return Status::mismatch(
+          fmt::format("{}: rank {} reported an error in this exchange (see its message)", what, ranks[p]));
     const auto theirs = static_cast<std::uint32_t>((w >> 32) & 0x7fffffffu);
     if (theirs != (tag & 0x7fffffffu))
-      return Status::mismatch(fmt::format("{}: rank {} runs a routed exchange with other options (experts, top-k, "
-                                          "hidden size, dtypes, capacity, token layout or program differ)",
-                                          what, ranks[p]));
+      return Status::mismatch(
+          fmt::format("{}: rank {} runs a routed exchange with other options (experts, top-k, "
+                      "hidden size, dtypes, capacity, token layout or program differ)",
+                      what, ranks[p]));
     const std::uint64_t count = w & 0xffffffffu;
     if (!expected.empty() && count != expected[p])
       return Status::mismatch(fmt::format("{}: rank {} sent {} records where this rank's dispatch expects {}", what,
@@ -71,10 +71,11 @@ Status countVerdict(std::span<const std::int32_t> words, std::span<const int> ra
           "a repeated expert, a wrong top-k or too many tokens)",
           ranks[p]));
     if (((static_cast<std::uint32_t>(w) >> 24) & 0x7fu) != (tag & 0x7fu))
-      return Status::mismatch(fmt::format("routed dispatch: rank {} runs a routed exchange with other options "
-                                          "(experts, top-k, hidden size, dtypes, capacity, token layout or program "
-                                          "differ)",
-                                          ranks[p]));
+      return Status::mismatch(
+          fmt::format("routed dispatch: rank {} runs a routed exchange with other options "
+                      "(experts, top-k, hidden size, dtypes, capacity, token layout or program "
+                      "differ)",
+                      ranks[p]));
     counts[p] = static_cast<std::uint32_t>(w) & 0xffffffu;
   }
   return Status::ok();

@@ -44,7 +44,8 @@ Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std
   std::vector<std::byte> send(kBlockWordBytes + mine);
   const std::uint64_t word = detail::blockWord(static_cast<std::uint64_t>(end - begin), tag, !local.isOk());
   std::memcpy(send.data(), &word, 8);
-  if (mine > 0) std::memcpy(send.data() + 8, static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
+  if (mine > 0)
+    std::memcpy(send.data() + 8, static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
   const auto n = static_cast<std::size_t>(tokenSize);
   std::vector<std::size_t> sendOffset(n, 0), sendBytes(n, send.size()), recvBytes(n), recvOffset, expected(n);
   for (std::size_t m = 0; m < n; ++m) {
@@ -108,11 +109,11 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
       }
     }
   });
-  CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
-                                                 m.back, recvOffset));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
   m.count(own, st.recvCount, m.rowBytes, 0);
-  Status verdict = detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local,
-                                        "routed combine");
+  Status verdict =
+      detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local, "routed combine");
   // A token's rows from every destination, summed at the source in k order.
   const int K = m.options.topK;
   if (verdict.isOk()) {
@@ -127,8 +128,8 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
           const auto peer = static_cast<std::size_t>(
               std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), static_cast<std::size_t>(rec)) -
               st.sendFirst.begin() - 1);
-          const std::byte* row =
-              m.back.data() + recvOffset[peer] + kBlockWordBytes + (static_cast<std::size_t>(rec) - st.sendFirst[peer]) * m.rowBytes;
+          const std::byte* row = m.back.data() + recvOffset[peer] + kBlockWordBytes +
+                                 (static_cast<std::size_t>(rec) - st.sendFirst[peer]) * m.rowBytes;
           detail::addRow(out, reinterpret_cast<const T*>(row), H);
         }
       }
@@ -169,8 +170,8 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
                   static_cast<const std::byte*>(gradY) + static_cast<std::size_t>(t) * m.rowBytes, m.rowBytes);
     }
   }
-  CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
-                                                 m.back, recvOffset));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
   m.count(own, st.sendCount, m.rowBytes, 0);
   if (stats != nullptr) *stats = own;
   CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.recvCount, m.tag, local,
@@ -197,9 +198,8 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
   return Status::ok();
 }
 
-Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradRowWeights,
-                                        const RoutedDispatch& handle, void* gradX, void* gradWeights,
-                                        RoutedStats* stats, const Status& localError) {
+Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch& handle,
+                                        void* gradX, void* gradWeights, RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
   CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed dispatch backward"));
@@ -241,8 +241,8 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
       }
     }
   });
-  CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
-                                                 m.back, recvOffset));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
   m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
   Status verdict = detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local,
                                         "routed dispatch backward");
@@ -258,8 +258,8 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
           if (gradWeights != nullptr) detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
           if (rec < 0) continue;
           const auto u = static_cast<std::size_t>(rec);
-          const auto peer = static_cast<std::size_t>(
-              std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) - st.sendFirst.begin() - 1);
+          const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) -
+                                                     st.sendFirst.begin() - 1);
           const std::byte* in = m.back.data() + recvOffset[peer] + kBlockWordBytes + (u - st.sendFirst[peer]) * record;
           if (st.pairFirst[pair] != 0) detail::addRow(gx, reinterpret_cast<const T*>(in), H);
           if (gradWeights == nullptr) continue;

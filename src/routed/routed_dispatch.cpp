@@ -62,8 +62,7 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, c
   firstRow = 0;
   if (!split) {  // AllReduce, then every replica dispatches every token
     rowScratch.resize(std::max<std::size_t>(1, T * rowBytes));
-    CHIMERA_RETURN_IF_ERROR(
-        backend.allReduce(x, rowScratch.data(), T * H, options.dtype, ReduceOp::Sum, tokenAxes));
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(x, rowScratch.data(), T * H, options.dtype, ReduceOp::Sum, tokenAxes));
     stats.reduceBytes += 2 * (tokenSize - 1) * T * rowBytes / tokenSize;
     stats.rounds += 1;
     rows = rowScratch.data();
@@ -101,8 +100,9 @@ Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedD
       CHIMERA_CHECK_ARG(ids[k] >= 0 && ids[k] < E, "routed dispatch: token {} routes to expert {}, outside 0..{}",
                         st.ownBegin + i, ids[k], E - 1);
       for (int j = 0; j < k; ++j) {
-        CHIMERA_CHECK_ARG(ids[j] != ids[k], "routed dispatch: token {} routes to expert {} twice (top-k ids must be "
-                                            "distinct per token)",
+        CHIMERA_CHECK_ARG(ids[j] != ids[k],
+                          "routed dispatch: token {} routes to expert {} twice (top-k ids must be "
+                          "distinct per token)",
                           st.ownBegin + i, ids[k]);
       }
       dest[static_cast<std::size_t>(i * K + k)] = ids[k] / localExperts;
@@ -248,8 +248,8 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
     if (local.isOk()) {
       for (std::size_t c : st.sendCount) {
         if (static_cast<std::int64_t>(c) > detail::kMaxCountRecords) {
-          local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens for one rank, over the most of {}",
-                                                      c, detail::kMaxCountRecords));
+          local = Status::invalidArgument(
+              fmt::format("routed dispatch: {} tokens for one rank, over the most of {}", c, detail::kMaxCountRecords));
           std::fill(words.begin(), words.end(), detail::kCountError);
         }
       }
@@ -314,8 +314,8 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
     for (std::size_t p = 0; p < words.size(); ++p) {
       recvCount[p] = words[p] & 0xffffffffu;
       CHIMERA_CHECK_ARG(recvCount[p] <= static_cast<std::size_t>(m.options.capacity),
-                        "routed dispatch: rank {} sent {} records, over the capacity {}", m.groupRanks[p],
-                        recvCount[p], m.options.capacity);
+                        "routed dispatch: rank {} sent {} records, over the capacity {}", m.groupRanks[p], recvCount[p],
+                        m.options.capacity);
     }
   }
   st.recvCount = recvCount;
@@ -324,8 +324,7 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   return Status::ok();
 }
 
-Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert,
-                               void* recvWeight) const {
+Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert, void* recvWeight) const {
   const Impl& m = *impl_;
   RoutedDispatch::State& st = handle.state();
   CHIMERA_CHECK_ARG(st.complete, "routed receive: the handle holds no completed dispatch");
@@ -340,9 +339,11 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
         const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
         if (row < 0) continue;
         const auto u = static_cast<std::size_t>(row);
-        if (recvX != nullptr) std::memcpy(static_cast<std::byte*>(recvX) + u * m.rowBytes, in + m.headerBytes, m.rowBytes);
+        if (recvX != nullptr)
+          std::memcpy(static_cast<std::byte*>(recvX) + u * m.rowBytes, in + m.headerBytes, m.rowBytes);
         if (recvExpert != nullptr)
-          recvExpert[u] = static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
+          recvExpert[u] =
+              static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
         if (recvWeight != nullptr)
           std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes, in + s * (4 + m.weightBytes) + 4,
                       m.weightBytes);

@@ -20,9 +20,9 @@ struct RoutedExchange::Impl {
   Backend& backend;
   RoutedExchangeOptions options;
   AxisSet group;
-  std::vector<int> groupRanks;  // world rank of each group index
-  int ranks = 1;                // R
-  int index = 0;                // this rank's group index
+  std::vector<int> groupRanks;    // world rank of each group index
+  int ranks = 1;                  // R
+  int index = 0;                  // this rank's group index
   std::int64_t localExperts = 1;  // E / R
   AxisSet tokenAxes;
   TokenPlacement placement = TokenPlacement::Owned;
@@ -35,9 +35,9 @@ struct RoutedExchange::Impl {
   bool split = false;
   int slots = 1;
   std::uint32_t tag = 0;
-  std::size_t rowBytes = 0;     // H x element size
-  std::size_t weightBytes = 0;  // one weight
-  std::size_t headerBytes = 0;  // slots x (4 + weight)
+  std::size_t rowBytes = 0;            // H x element size
+  std::size_t weightBytes = 0;         // one weight
+  std::size_t headerBytes = 0;         // slots x (4 + weight)
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
@@ -56,8 +56,7 @@ struct RoutedExchange::Impl {
               std::vector<std::size_t>& bytes) const;
   // AllGather over the token axes of this rank's block [ownBegin, ownEnd) of `rows` rows of
   // `rowSize` bytes (replicas split), in place in `data`.
-  Status gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local,
-                        RoutedStats& stats);
+  Status gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local, RoutedStats& stats);
   // Stats of an exchange that sent `counts` records of `perRecord` payload bytes and
   // `perHeader` header bytes to each member (other members only).
   void count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,

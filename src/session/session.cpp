@@ -35,7 +35,7 @@ Status SessionOptions::fromEnvironment(SessionOptions& out) {
   CHIMERA_RETURN_IF_ERROR(
       detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
   CHIMERA_RETURN_IF_ERROR(
-      detail::readEnvCount("CHIMERA_PREPARED_PLANS", options.preparedPlanLimit, options.preparedPlanLimit));
+      detail::readEnvCount("CHIMERA_PREPARED_PLAN_LIMIT", options.preparedPlanLimit, options.preparedPlanLimit));
   out = options;
   return Status::ok();
 }
@@ -179,7 +179,8 @@ Status Session::send(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_
   return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, 1}, recvBuffer, recvBytes, out);
 }
 
-Status Session::sendBack(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes, TensorHandle& out) {
+Status Session::sendBackward(TensorHandle in, AxisSet axis, void* recvBuffer, std::size_t recvBytes,
+                             TensorHandle& out) {
   return impl_->record(in, {ChainOp::Kind::Send, axis, 0, 0, 0, -1}, recvBuffer, recvBytes, out);
 }
 
@@ -200,9 +201,9 @@ Status Session::Impl::recordReceive(const TensorSpec& spec, const Layout& layout
                     mesh.axis(a).name, layout.toString());
   const int from = layout.placement(a).stage - stageStep;
   CHIMERA_CHECK_ARG(
-      from >= 0 && from<mesh.axis(a).size, "recv{} into {}: there is no stage {} along {} to send it", stageStep> 0
-          ? ""
-          : "Back",
+      from >= 0 && from<mesh.axis(a).size, "{} into {}: there is no stage {} along {} to send it", stageStep> 0
+          ? "recv"
+          : "recvBackward",
       layout.toString(), from, mesh.axis(a).name);
   CHIMERA_CHECK_ARG(layout.holds(rank),
                     "per-rank recording: rank {} does not hold {} placed as {}; record only this "
@@ -230,8 +231,8 @@ Status Session::recv(const TensorSpec& spec, const Layout& layout, AxisSet axis,
   return impl_->recordReceive(spec, layout, axis, 1, buffer, bytes, out);
 }
 
-Status Session::recvBack(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer, std::size_t bytes,
-                         TensorHandle& out) {
+Status Session::recvBackward(const TensorSpec& spec, const Layout& layout, AxisSet axis, void* buffer,
+                             std::size_t bytes, TensorHandle& out) {
   return impl_->recordReceive(spec, layout, axis, -1, buffer, bytes, out);
 }
 

@@ -18,8 +18,8 @@
 #include "common/host_reduce.hpp"
 #include "core/type_lists.hpp"
 #include "gpu_test_util.hpp"
-#include "pack.hpp"
-#include "reduce.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/reduce.hpp"
 #include "typed_values.hpp"
 
 namespace chimera {

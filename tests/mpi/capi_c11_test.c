@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C API's bad-input paths from C11 (compiled with -std=c11 -pedantic): every call with a
  * null or malformed argument returns chimeraInvalidArgument and sets a message; no collective
- * runs before a communicator exists. Exits non-zero on the first failed expectation. */
+ * runs before a communicator exists. The versioned structs' initializers compile as C11. Exits non-zero on the first
+ * failed expectation. */
 #include <stdio.h>
 #include <string.h>
 
@@ -32,7 +33,19 @@ int main(void) {
   chimeraTensor_t t;
   expect(chimeraSessionTensor(session, &x, 4, "4,4", chimeraFloat32, "tp=P", &t) == chimeraInvalidArgument,
          "a buffer smaller than the local tensor");
+  chimeraSessionStats_t stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.version = CHIMERA_SESSION_STATS_VERSION + 1;
+  expect(chimeraSessionGetStats(session, &stats) == chimeraInvalidArgument, "a stats struct of an unknown version");
+  stats.version = CHIMERA_SESSION_STATS_VERSION;
+  expect(chimeraSessionGetStats(session, &stats) == chimeraSuccess && stats.recordedCalls == 0, "stats");
   expect(chimeraSessionEnd(session) == chimeraSuccess, "end");
+  chimeraSessionConfig_t config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.size = sizeof config - 1;
+  expect(chimeraSessionBeginConfig(comm, &config, &session) == chimeraInvalidArgument, "a config struct too small");
+  config.size = sizeof config;
+  config.perRank = 1;
+  expect(chimeraSessionBeginConfig(comm, &config, &session) == chimeraSuccess, "a per-rank session");
+  expect(chimeraSessionEnd(session) == chimeraSuccess, "end of the per-rank session");
   expect(chimeraCommDestroy(comm) == chimeraSuccess, "destroy");
   chimeraFinalize();
   if (failures == 0) printf("capi_c11_test: all expectations hold\n");

@@ -3,6 +3,7 @@
 // collectives, redistribution and sessions, checked against values every rank computes.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -113,7 +114,7 @@ TEST_F(CApi, PlainCollectivesAndRedistribution) {
 // through a C session; `consume` declares what the receivers read.
 struct HandOff {
   const char* from;     ///< "pp=@0,tp=P" or "pp=@1,tp=P"
-  const char* handOff;  ///< "send:pp" or "send:pp:prev"
+  const char* handOff;  ///< "send:pp" or "send:pp:backward"
   std::function<chimeraResult_t(chimeraSession_t, chimeraTensor_t)> consume;
 };
 
@@ -139,6 +140,28 @@ void runHandOff(chimeraComm_t comm, int rank, int fusion, const HandOff& h, std:
   EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
 }
 
+// What this rank received with fusion off and on, and the two sessions' counters.
+struct HandOffRuns {
+  std::vector<float> unfused, fused;
+  chimeraSessionStats_t stats[2] = {CHIMERA_SESSION_STATS_INITIALIZER, CHIMERA_SESSION_STATS_INITIALIZER};
+};
+
+HandOffRuns runUnfusedAndFused(chimeraComm_t comm, int rank, const HandOff& h) {
+  HandOffRuns runs;
+  runHandOff(comm, rank, 0, h, runs.unfused, runs.stats[0]);
+  runHandOff(comm, rank, 1, h, runs.fused, runs.stats[1]);
+  return runs;
+}
+
+// `ok` (this rank's data check) on every rank, and the fused run's one chain sending fewer bytes.
+void expectFusedSendsLess(const HandOffRuns& runs, bool ok) {
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(runs.stats[0].fusedChains, 0u);
+  EXPECT_EQ(runs.stats[1].fusedChains, 1u);
+  EXPECT_LT(runs.stats[1].bytesSent, runs.stats[0].bytesSent);
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
 // The tp sum of the sending stage's inputs at element i (senders: ranks `first`..`first`+3).
 float handedSum(std::size_t i, int first) {
   float sum = 0;
@@ -150,17 +173,10 @@ float handedSum(std::size_t i, int first) {
 TEST_F(CApi, SessionFusedEqualsRecorded) {
   const HandOff h{"pp=@0,tp=P", "send:pp",
                   [](chimeraSession_t s, chimeraTensor_t t) { return chimeraSessionConsume(s, t, "pp=@1,tp=R"); }};
-  std::vector<float> unfused, fused;
-  chimeraSessionStats_t stats[2];
-  runHandOff(comm_, rank_, 0, h, unfused, stats[0]);
-  runHandOff(comm_, rank_, 1, h, fused, stats[1]);
-  bool ok = unfused == fused;
-  for (std::size_t i = 0; rank_ >= 4 && i < unfused.size(); ++i) ok = ok && unfused[i] == handedSum(i, 0);
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(stats[0].fusedChains, 0u);
-  EXPECT_EQ(stats[1].fusedChains, 1u);
-  EXPECT_LT(stats[1].bytesSent, stats[0].bytesSent);
-  EXPECT_TRUE(allRanksAgree(ok));
+  const HandOffRuns runs = runUnfusedAndFused(comm_, rank_, h);
+  bool ok = runs.unfused == runs.fused;
+  for (std::size_t i = 0; rank_ >= 4 && i < runs.unfused.size(); ++i) ok = ok && runs.unfused[i] == handedSum(i, 0);
+  expectFusedSendsLess(runs, ok);
 }
 
 // The backward hand-off (stage 1 -> 0) with a byte-range consume: each stage-0 rank reads
@@ -169,22 +185,15 @@ TEST_F(CApi, SessionBackwardSendWithByteRange) {
   const bool stage1 = rank_ >= 4;
   const std::size_t rows = 4 * 8 * 4;  // 4 rows of 8 floats: one tp shard of 16 rows
   const std::size_t offset = stage1 ? 0 : static_cast<std::size_t>(rank_ % 4) * rows;
-  const HandOff h{"pp=@1,tp=P", "send:pp:prev", [&](chimeraSession_t s, chimeraTensor_t t) {
+  const HandOff h{"pp=@1,tp=P", "send:pp:backward", [&](chimeraSession_t s, chimeraTensor_t t) {
                     return chimeraSessionConsumeRange(s, t, offset, stage1 ? 0 : rows);
                   }};
-  std::vector<float> unfused, fused;
-  chimeraSessionStats_t stats[2];
-  runHandOff(comm_, rank_, 0, h, unfused, stats[0]);
-  runHandOff(comm_, rank_, 1, h, fused, stats[1]);
+  const HandOffRuns runs = runUnfusedAndFused(comm_, rank_, h);
   bool ok = true;
   for (std::size_t i = offset / 4; !stage1 && i < (offset + rows) / 4; ++i) {
-    ok = ok && unfused[i] == handedSum(i, 4) && fused[i] == handedSum(i, 4);
+    ok = ok && runs.unfused[i] == handedSum(i, 4) && runs.fused[i] == handedSum(i, 4);
   }
-  EXPECT_TRUE(ok);
-  EXPECT_EQ(stats[0].fusedChains, 0u);
-  EXPECT_EQ(stats[1].fusedChains, 1u);
-  EXPECT_LT(stats[1].bytesSent, stats[0].bytesSent);
-  EXPECT_TRUE(allRanksAgree(ok));
+  expectFusedSendsLess(runs, ok);
 }
 
 // A per-rank session from C: stage 0 records its allReduce + send, stage 1 its recv and what it
@@ -198,7 +207,10 @@ TEST_F(CApi, PerRankHandOffFromC) {
   const bool stage0 = rank_ < 4;
   std::vector<std::vector<float>> results;
   for (int fusion : {0, 1}) {
-    chimeraSessionConfig_t config{fusion, 1, 0, nullptr};
+    chimeraSessionConfig_t config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+    config.fusion = fusion;
+    config.perRank = 1;
+    config.checkEveryWindow = 0;
     chimeraSession_t session = nullptr;
     ASSERT_EQ(chimeraSessionBeginConfig(comm_, &config, &session), chimeraSuccess) << chimeraGetLastError();
     EXPECT_EQ(chimeraSessionSetStream(session, nullptr), chimeraSuccess);
@@ -215,13 +227,13 @@ TEST_F(CApi, PerRankHandOffFromC) {
         if (result == chimeraSuccess) result = chimeraSessionFlush(session);
       } else {
         std::fill(buffer.begin(), buffer.end(), -1.0f);
-        result = chimeraSessionRecv(session, "16,8", chimeraFloat32, "pp=@1,tp=R", "pp", 0, buffer.data(),
+        result = chimeraSessionRecv(session, "16,8", chimeraFloat32, "pp=@1,tp=R", "pp", chimeraForward, buffer.data(),
                                     buffer.size() * 4, &received);
         if (result == chimeraSuccess) result = chimeraSessionConsume(session, received, "pp=@1,tp=R");
       }
       EXPECT_EQ(result, chimeraSuccess) << chimeraGetLastError();
     }
-    chimeraSessionStats_t stats;
+    chimeraSessionStats_t stats = CHIMERA_SESSION_STATS_INITIALIZER;
     ASSERT_EQ(chimeraSessionGetStats(session, &stats), chimeraSuccess);
     if (fusion == 1) {
       EXPECT_EQ(stats.fusedChains, 2u);
@@ -248,6 +260,67 @@ TEST_F(CApi, PerRankHandOffFromC) {
   }
   EXPECT_TRUE(exact);
   EXPECT_TRUE(allRanksAgree(same && exact));
+}
+
+// The versioned structs: a struct not set up by its initializer, of a version this library
+// does not know, or smaller than its version's layout is refused with a message naming the
+// struct, the field and the initializer; one set up right is read, and filled with its header kept.
+TEST_F(CApi, VersionedStructsAreCheckedBeforeUse) {
+  const auto refused = [](chimeraResult_t result, const char* expected) {
+    const std::string message = chimeraGetLastError();
+    return result == chimeraInvalidArgument && message.find(expected) != std::string::npos;
+  };
+  bool ok = true;
+  chimeraSession_t session = nullptr;
+  chimeraSessionConfig_t config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.magic = 0;  // as a struct filled field by field would have it
+  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "CHIMERA_SESSION_CONFIG_INITIALIZER");
+  config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.version = CHIMERA_SESSION_CONFIG_VERSION + 1;
+  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "chimeraSessionConfig_t has version 2");
+  config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.size = sizeof(chimeraSessionConfig_t) - 1;
+  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "chimeraSessionConfig_t has size");
+  ok = ok && session == nullptr;
+
+  config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.fusion = 0;
+  EXPECT_EQ(config.perRank, 0);
+  EXPECT_EQ(config.checkEveryWindow, -1);
+  EXPECT_EQ(config.stream, nullptr);
+  ASSERT_EQ(chimeraSessionBeginConfig(comm_, &config, &session), chimeraSuccess) << chimeraGetLastError();
+  std::vector<float> values(8, 1.0f);
+  chimeraTensor_t t, summed;
+  ASSERT_EQ(chimeraSessionTensor(session, values.data(), 32, "8", chimeraFloat32, "pp=P", &t), chimeraSuccess);
+  ASSERT_EQ(chimeraSessionRecord(session, "allreduce:pp", t, nullptr, 0, &summed), chimeraSuccess);
+  ASSERT_EQ(chimeraSessionFlush(session), chimeraSuccess) << chimeraGetLastError();
+  chimeraSessionStats_t stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.magic = 0x12345678u;
+  ok = ok && refused(chimeraSessionGetStats(session, &stats), "CHIMERA_SESSION_STATS_INITIALIZER");
+  stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.version = 0;
+  ok = ok && refused(chimeraSessionGetStats(session, &stats), "chimeraSessionStats_t has version 0");
+  stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.size = offsetof(chimeraSessionStats_t, agreements);
+  ok = ok && refused(chimeraSessionGetStats(session, &stats), "chimeraSessionStats_t has size");
+  ok = ok && stats.recordedCalls == 0;  // nothing written into a refused struct
+  stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  EXPECT_EQ(chimeraSessionGetStats(session, &stats), chimeraSuccess) << chimeraGetLastError();
+  ok = ok && stats.size == sizeof(chimeraSessionStats_t) && stats.magic == CHIMERA_STRUCT_MAGIC &&
+       stats.version == CHIMERA_SESSION_STATS_VERSION && stats.recordedCalls == 1 && stats.windows == 1 &&
+       stats.fusedChains == 0;   // fusion 0 from the config
+  ok = ok && values[0] == 2.0f;  // summed over the two stages
+  // A caller built against version 1 (without the local-copy counters) gets its counters and
+  // nothing written past its layout.
+  stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.version = 1;
+  stats.size = offsetof(chimeraSessionStats_t, localCopies);
+  stats.localCopies = 77;
+  EXPECT_EQ(chimeraSessionGetStats(session, &stats), chimeraSuccess) << chimeraGetLastError();
+  ok = ok && stats.recordedCalls == 1 && stats.localCopies == 77;
+  EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+  EXPECT_TRUE(ok);
+  EXPECT_TRUE(allRanksAgree(ok));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "chimera/mpi_backend.hpp"
 #include "chimera/planning/pipeline.hpp"
+#include "chimera/planning/pipelined_chain.hpp"
 #include "executor_test_support.hpp"
 
 namespace chimera::testing {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chimera/chimera.h"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/routed_exchange.hpp"
 #include "mpi_test_util.hpp"
@@ -26,9 +27,9 @@ using testing::worldSize;
 enum class Routing { Uniform, Skewed, OneExpert };
 
 struct Case {
-  std::string mesh;      // "ep=8", "tp=2,ep=4"
-  std::string group;     // dispatch axes
-  std::string layout;    // token layout
+  std::string mesh;    // "ep=8", "tp=2,ep=4"
+  std::string group;   // dispatch axes
+  std::string layout;  // token layout
   std::int64_t experts = 8;
   int topK = 2;
   std::int64_t hidden = 6;
@@ -143,7 +144,8 @@ class World {
           } else if (c_.capacity > 0 && !opened[d]) {
             continue;
           }
-          if (static_cast<int>(d) == me) rows.push_back({e, src, t, s.weights[static_cast<std::size_t>(t * c_.topK + k)]});
+          if (static_cast<int>(d) == me)
+            rows.push_back({e, src, t, s.weights[static_cast<std::size_t>(t * c_.topK + k)]});
         }
       }
     }
@@ -205,8 +207,7 @@ std::vector<float> expertOutput(const std::vector<float>& recvX, const std::vect
                                 std::int64_t H) {
   std::vector<float> out(recvX.size());
   for (std::size_t r = 0; r < experts.size(); ++r) {
-    for (std::int64_t h = 0; h < H; ++h)
-      out[r * H + h] = recvX[r * H + h] * static_cast<float>(experts[r] + 1);
+    for (std::int64_t h = 0; h < H; ++h) out[r * H + h] = recvX[r * H + h] * static_cast<float>(experts[r] + 1);
   }
   return out;
 }
@@ -255,13 +256,13 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
     ok = recvE[r] == expected[r].expert && recvW[r] == expected[r].weight;
     for (std::int64_t h = 0; ok && h < H; ++h)
       ok = recvX[r * H + h] == src.x[static_cast<std::size_t>(expected[r].token * H + h)];
-    EXPECT_TRUE(ok) << "row " << r << " expert " << recvE[r] << " vs " << expected[r].expert << " weight " << recvW[r] << " vs " << expected[r].weight << " rows " << rows;
+    EXPECT_TRUE(ok) << "row " << r << " expert " << recvE[r] << " vs " << expected[r].expert << " weight " << recvW[r]
+                    << " vs " << expected[r].weight << " rows " << rows;
   }
   std::int64_t counted = 0;
   for (std::int64_t e = 0; e < perRank; ++e) {
-    const auto n = std::count_if(expected.begin(), expected.end(), [&](const World::Row& row) {
-      return row.expert % perRank == e;
-    });
+    const auto n = std::count_if(expected.begin(), expected.end(),
+                                 [&](const World::Row& row) { return row.expert % perRank == e; });
     ok = ok && handle.tokensPerExpert()[static_cast<std::size_t>(e)] == n;
     counted += n;
   }
@@ -308,7 +309,8 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   std::vector<float> gRecv(static_cast<std::size_t>(rows * H)), gW(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t h = 0; h < H; ++h)
-      gRecv[static_cast<std::size_t>(r * H + h)] = recvX[static_cast<std::size_t>(r * H + h)] * 2 + static_cast<float>(recvE[r]);
+      gRecv[static_cast<std::size_t>(r * H + h)] =
+          recvX[static_cast<std::size_t>(r * H + h)] * 2 + static_cast<float>(recvE[r]);
     gW[static_cast<std::size_t>(r)] = static_cast<float>(recvE[r]);
   }
   std::vector<float> gx(static_cast<std::size_t>(s.tokens * H), -1), gTopk(static_cast<std::size_t>(s.tokens * K), -1);
@@ -320,7 +322,8 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
       float ref = 0;
       for (int k = 0; k < K; ++k) {
         if (!w.kept(me, s, split, once, t, k)) continue;
-        ref += s.x[static_cast<std::size_t>(t * H + h)] * 2 + static_cast<float>(s.ids[static_cast<std::size_t>(t * K + k)]);
+        ref += s.x[static_cast<std::size_t>(t * H + h)] * 2 +
+               static_cast<float>(s.ids[static_cast<std::size_t>(t * K + k)]);
       }
       ok = gx[static_cast<std::size_t>(t * H + h)] == ref;
       EXPECT_TRUE(ok) << "grad x[" << t << "," << h << "]";
@@ -379,8 +382,8 @@ TEST(RoutedExchange, FoldedGroupAndTokenLayouts) {
         c.topK = 3;
         c.program = program;
         c.seed = 5;
-        EXPECT_TRUE(allRanksAgree(runCase(c))) << layout << " group " << group << " program "
-                                               << static_cast<int>(program);
+        EXPECT_TRUE(allRanksAgree(runCase(c)))
+            << layout << " group " << group << " program " << static_cast<int>(program);
       }
     }
   }
@@ -524,7 +527,8 @@ TEST(RoutedExchange, MismatchedMetadataFailsEveryRank) {
     std::unique_ptr<RoutedExchange> exchange;
     ASSERT_TRUE(allRanksAgree(make(2, exchange).isOk()));
     std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * 5) % (2 * size()) / 2 * 2 + i % 2);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<std::int64_t>((i * 5) % (2 * size()) / 2 * 2 + i % 2);
     RoutedDispatch handle;
     ASSERT_TRUE(allRanksAgree(exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle).isOk()));
     std::vector<float> rows(static_cast<std::size_t>(handle.rows() * 4), 1.0f), y(static_cast<std::size_t>(T * 4));
@@ -554,6 +558,49 @@ TEST(RoutedExchange, CapacityOverflowErrorFailsEveryRank) {
   const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
   EXPECT_FALSE(st.isOk());
   EXPECT_TRUE(allRanksAgree(!st.isOk()));
+}
+
+// The C API: every token of every rank to expert (rank + 1) % R and to expert rank, weights 1
+// and 2; the identity expert gives y = 3 x.
+TEST(RoutedExchange, CApiDispatchCombine) {
+  chimeraComm_t comm = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraCommInitMpi(&comm, flatMesh().c_str()) == chimeraSuccess));
+  chimeraRoutedOptions_t options{};
+  options.numExperts = size();
+  options.topK = size() > 1 ? 2 : 1;
+  options.hidden = 3;
+  options.datatype = chimeraFloat32;
+  options.weightType = chimeraFloat32;
+  chimeraRoutedExchange_t exchange = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &options, &exchange) == chimeraSuccess));
+  const int me = worldRank();
+  const std::int64_t T = 4;
+  std::vector<float> x(T * 3), weights, y(T * 3);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < T * 3; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(me * 100 + i);
+  for (std::int64_t t = 0; t < T; ++t) {
+    ids.insert(ids.end(), {(me + 1) % size(), me});
+    weights.insert(weights.end(), {1.0f, 2.0f});
+  }
+  chimeraRoutedHandle_t dispatch = nullptr;
+  std::int64_t rows = 0;
+  bool ok =
+      chimeraRoutedDispatch(exchange, x.data(), ids.data(), weights.data(), T, &dispatch, &rows) == chimeraSuccess;
+  ok = ok && rows == 2 * T;
+  std::vector<float> recvX(static_cast<std::size_t>(rows * 3)), recvW(static_cast<std::size_t>(rows));
+  std::vector<std::int64_t> perExpert(1);
+  ok = ok && chimeraRoutedReceive(exchange, dispatch, recvX.data(), nullptr, recvW.data(), perExpert.data()) ==
+                 chimeraSuccess;
+  ok = ok && perExpert[0] == 2 * T;
+  ok = ok && chimeraRoutedCombine(exchange, dispatch, recvX.data(), recvW.data(), y.data()) == chimeraSuccess;
+  for (std::size_t i = 0; ok && i < y.size(); ++i) ok = y[i] == 3 * x[i];
+  std::uint64_t bytes = 0;
+  ok = ok && chimeraRoutedHandleBytes(dispatch, &bytes) == chimeraSuccess && bytes > 0;
+  EXPECT_TRUE(ok) << chimeraGetLastError();
+  EXPECT_TRUE(allRanksAgree(ok));
+  chimeraRoutedHandleDestroy(dispatch);
+  chimeraRoutedExchangeDestroy(exchange);
+  chimeraCommDestroy(comm);
 }
 
 }  // namespace

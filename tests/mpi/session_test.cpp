@@ -25,8 +25,8 @@ std::vector<SessionCase> fusedCases() {
       {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", flat},
       {"tp_sp_2d", "dp=2,tp=4", "tp=P", "allreduce:tp", "tp=S1", flat},
       {"tp_pp_4", "pp=4,tp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", cube},
-      {"tp_pp_backward", "pp=2,tp=4", "pp=@1,tp=P", "allreduce:tp,send:pp:prev", "pp=@0,tp=R", flat},
-      {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:prev", "pp=@1,sp=R", cube},
+      {"tp_pp_backward", "pp=2,tp=4", "pp=@1,tp=P", "allreduce:tp,send:pp:backward", "pp=@0,tp=R", flat},
+      {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:backward", "pp=@1,sp=R", cube},
       {"rs_ag", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat, false},
       {"ar_ar", "dp=2,tp=4", "dp=P,tp=P", "allreduce:tp,allreduce:dp", "dp=R,tp=S0", flat, false},
       {"ar_bcast", "dp=2,tp=4", "tp=P", "allreduce:tp,broadcast:dp:1", "tp=S0", flat, false},
@@ -71,6 +71,65 @@ TEST_P(SessionFusion, NoDeclarationRunsAsRecorded) {
 
 INSTANTIATE_TEST_SUITE_P(Chains, SessionFusion, ::testing::ValuesIn(fusedCases()),
                          [](const auto& test) { return test.param.name; });
+
+// Windows whose chosen program is the calls as recorded, or a fused one whose result lands
+// where the consumer reads it, make no local copy: no staging of the consumed part, no copy
+// to the consumed layout, no scratch between the calls. Checked element by element against
+// fusion off, on meshes with groups of one (nothing to fuse) and with in-place fusions.
+std::vector<SessionCase> copyFreeCases() {
+  const std::vector<std::int64_t> flat{32, 48};
+  const std::vector<std::int64_t> cube{16, 24, 16};
+  return {
+      {"rows_of_an_all_reduce_in_place", "tp=8", "tp=P", "allreduce:tp", "tp=S0", flat},
+      {"rows_of_an_all_reduce_dp_tp", "dp=2,tp=4", "dp=S1,tp=P", "allreduce:tp", "dp=S1,tp=S0", cube},
+      {"group_of_one_rows", "dp=8,tp=1", "tp=P", "allreduce:tp", "tp=S0", flat, false},
+      {"group_of_one_hand_off", "pp=8,tp=1", "pp=@2,tp=P", "allreduce:tp,send:pp", "pp=@3,tp=R", flat, false},
+      {"group_of_one_hand_off_back", "tp=1,pp=8", "pp=@6,tp=P", "allreduce:tp,send:pp:backward", "pp=@5,tp=S0", cube,
+       false},
+      {"plain_send", "pp=4,dp=2", "dp=S0,pp=@1", "send:pp", "dp=S0,pp=@2", flat, false},
+      {"reduce_scatter_then_gather", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat},
+  };
+}
+
+class SessionCopyFree : public ::testing::TestWithParam<SessionCase> {};
+
+TEST_P(SessionCopyFree, MakesNoLocalCopyAndEqualsFusionOff) {
+  const SessionCase& c = GetParam();
+  const SessionRun off = runCase(c, false, 7, 2);
+  const SessionRun on = runCase(c, true, 7, 2);
+  EXPECT_TRUE(off.status.isOk()) << off.status.toString();
+  EXPECT_TRUE(on.status.isOk()) << on.status.toString();
+  EXPECT_EQ(off.consumed, on.consumed);
+  EXPECT_EQ(on.stats.localCopies, 0u) << on.stats.localCopyBytes << " bytes copied";
+  EXPECT_EQ(on.stats.localCopyBytes, 0u);
+  EXPECT_EQ(off.stats.localCopies, 0u);
+  if (!c.expectFused) {
+    EXPECT_EQ(on.stats.fusedChains, 0u);
+    EXPECT_EQ(on.stats.bytesSent, off.stats.bytesSent);
+  }
+  EXPECT_TRUE(
+      allRanksAgree(off.status.isOk() && on.status.isOk() && off.consumed == on.consumed && on.stats.localCopies == 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, SessionCopyFree, ::testing::ValuesIn(copyFreeCases()),
+                         [](const auto& test) { return test.param.name; });
+
+// A consumed part that is not one contiguous stretch of the output buffer (columns of a
+// row-major tensor) goes through the staging buffer: counted, and still exact.
+TEST(SessionCopies, StagingOfColumnsIsCounted) {
+  const SessionCase c{"columns", "tp=8", "tp=P", "allreduce:tp", "tp=S1", {32, 48}};
+  const SessionRun off = runCase(c, false, 7);
+  const SessionRun on = runCase(c, true, 7);
+  EXPECT_TRUE(on.status.isOk()) << on.status.toString();
+  EXPECT_EQ(off.consumed, on.consumed);
+  EXPECT_EQ(off.stats.localCopies, 0u);
+  if (on.stats.fusedChains == 1) {
+    // The ReduceScatter packs its columns (the whole input), the Session unpacks the part read.
+    EXPECT_GE(on.stats.localCopies, 2u);
+    EXPECT_EQ(on.stats.localCopyBytes, 32u * 48u * 4u + 32u * 6u * 4u);
+  }
+  EXPECT_TRUE(allRanksAgree(on.status.isOk() && off.consumed == on.consumed));
+}
 
 // A repeated step pays a lookup: windows 2..n hit the cache and give the same result.
 TEST(SessionCache, RepeatedStepsHitTheCache) {
@@ -266,18 +325,18 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   SessionOptions options;
   ::setenv("CHIMERA_FUSION", "0", 1);
   ::setenv("CHIMERA_SESSION_CHECK", "1", 1);
-  ::setenv("CHIMERA_PREPARED_PLANS", "12", 1);
+  ::setenv("CHIMERA_PREPARED_PLAN_LIMIT", "12", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_FALSE(options.fusion);
   EXPECT_TRUE(options.checkEveryWindow);
   EXPECT_EQ(options.preparedPlanLimit, 12u);
   for (const char* bad : {"0", "-3", "12x", "many"}) {
-    ::setenv("CHIMERA_PREPARED_PLANS", bad, 1);
+    ::setenv("CHIMERA_PREPARED_PLAN_LIMIT", bad, 1);
     const Status status = SessionOptions::fromEnvironment(options);
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad;
-    EXPECT_NE(status.message().find("CHIMERA_PREPARED_PLANS"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("CHIMERA_PREPARED_PLAN_LIMIT"), std::string::npos) << status.message();
   }
-  ::unsetenv("CHIMERA_PREPARED_PLANS");
+  ::unsetenv("CHIMERA_PREPARED_PLAN_LIMIT");
   ::setenv("CHIMERA_FUSION", "yes", 1);
   const Status bad = SessionOptions::fromEnvironment(options);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);

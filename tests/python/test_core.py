@@ -4,6 +4,7 @@
 # a tensor (contiguity, dtype, memory space), on NumPy arrays and torch CPU tensors.
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -244,3 +245,19 @@ def test_overhead_bench_runs():
     out = subprocess.run([sys.executable, "-m", "chimera.bench", "--iters", "3", "--calls", "3", "--lib", "numpy"],
                          capture_output=True, text=True, check=True, timeout=120).stdout
     assert "cached Session window, per recorded call" in out and "all_reduce on MPI" in out
+
+
+def _session_stats_members():
+    """The counters SessionStats declares (include/chimera/session.hpp), as snake_case names."""
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "chimera", "session.hpp")).read()
+    body = re.search(r"struct SessionStats \{(.*?)\n\};", header, re.S).group(1)
+    members = re.findall(r"std::uint64_t (\w+) = 0;", body)
+    return [re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name) for name in members]
+
+
+def test_every_session_stats_counter_reaches_python():
+    members = _session_stats_members()
+    assert "rank_bytes_sent" in members and "agreements" in members
+    session = chimera.Session(chimera._chimera._null_backend(chimera.Mesh("tp=2"), 0))
+    assert list(session.stats()) == members
+    assert all(value == 0 for value in session.stats().values())

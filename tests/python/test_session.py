@@ -93,6 +93,15 @@ def test_window_context_manager_and_cache(tp_backend):
     assert stats["windows"] == 3 and stats["window_cache_hits"] == 2
 
 
+def test_options_are_named_as_the_constructor_takes_them(tp_backend):
+    """Every keyword of Session() reads back under its own name from Session.options."""
+    session = chimera.Session(tp_backend, fusion=False, check_every_window=True, prepared_plan_limit=7, per_rank=True)
+    options = session.options
+    assert options["fusion"] is False and options["check_every_window"] is True
+    assert options["prepared_plan_limit"] == 7 and options["per_rank"] is True
+    session.close()
+
+
 def test_window_is_not_flushed_on_exception(tp_backend):
     session = chimera.Session(tp_backend)
     x = torch.ones(tp_backend.mesh.size)
@@ -169,7 +178,7 @@ def grid_backend(world):
 
 
 def test_every_recording_call(grid_backend):
-    """slice, broadcast, send_back, all_to_all and wait, each checked against the reference."""
+    """slice, broadcast, send_backward, all_to_all and wait, each checked against the reference."""
     mesh = grid_backend.mesh
     rank = grid_backend.rank
     tp = mesh.shape[1]
@@ -196,13 +205,13 @@ def test_every_recording_call(grid_backend):
     session.flush()
     assert torch.equal(mine, torch.full((4,), float(mesh.group_ranks(rank, "tp")[tp - 1])))
 
-    # send_back: stage 1 of dp hands its tensor to stage 0 (the backward pass's hand-off).
+    # send_backward: stage 1 of dp hands its tensor to stage 0 (the backward pass's hand-off).
     source = chimera.Layout("dp=@1,tp=S1", mesh)
-    target = source.after("send:dp:prev", spec)
+    target = source.after("send:dp:backward", spec)
     assert target == chimera.Layout("dp=@0,tp=S1", mesh)
     inp = scenario_input(source, rank, spec, full, "torch", "f32")
     out = local_empty(target, rank, spec, "torch", "f32")
-    h = session.send_back(session.tensor(inp, source, spec=spec), "dp", out)
+    h = session.send_backward(session.tensor(inp, source, spec=spec), "dp", out)
     session.flush()
     if target.holds(rank):
         np.testing.assert_array_equal(as_f64(h.tensor), local_box(target, rank, spec, full))
@@ -252,8 +261,8 @@ def stage_backend(world):
 
 @pytest.mark.parametrize("back", [False, True], ids=["forward", "backward"])
 def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
-    """Per-rank recording: the sending stage records all_reduce(tp) + send (or send_back), the
-    receiving stage only recv (or recv_back) + a read of the whole tensor. Fused and unfused give
+    """Per-rank recording: the sending stage records all_reduce(tp) + send (or send_backward), the
+    receiving stage only recv (or recv_backward) + a read of the whole tensor. Fused and unfused give
     the same, exact result, on the first (planned) and the second (cached) window."""
     backend = stage_backend
     mesh, rank = backend.mesh, backend.rank
@@ -265,24 +274,28 @@ def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
     target = chimera.Layout(f"pp=@{dst},tp=R", mesh)
     senders = [r for r in range(mesh.size) if mesh.coordinates(r)[0] == src]
     expected = torch.full((8 * tp, 16), float(sum(senders))) + len(senders) * torch.arange(16.0)
-    received = {}
+    received, counters = {}, {}
     for fusion in (False, True):
         session = chimera.Session(backend, fusion=fusion, per_rank=True)
         for step in range(2):
             if stage == src:
                 x = torch.full((8 * tp, 16), float(rank)) + torch.arange(16.0)
                 h = session.all_reduce(session.tensor(x, source, spec=spec), "tp")
-                (session.send_back if back else session.send)(h, "pp")
+                (session.send_backward if back else session.send)(h, "pp")
                 session.flush()
             else:
                 out = torch.full((8 * tp, 16), -1.0)
-                h = (session.recv_back if back else session.recv)(out, target, "pp", spec=spec)
+                h = (session.recv_backward if back else session.recv)(out, target, "pp", spec=spec)
                 session.consume(h, target)
                 received[(fusion, step)] = out
-        stats = session.stats()
+        counters[fusion] = session.stats()
         session.close()
-        if fusion:
-            assert stats["fused_chains"] >= 1, stats
+    assert counters[True]["fused_chains"] >= 1, counters
+    for stats in counters.values():
+        # Per-rank recording counts this rank's bytes and agreements (its first window is agreed).
+        assert stats["agreements"] >= 1, stats
+        if stage == src:
+            assert stats["rank_bytes_sent"] > 0 and stats["rank_bytes_as_recorded"] > 0, stats
     if stage == dst:
         for key, out in received.items():
             assert torch.equal(out, expected), key

@@ -57,13 +57,14 @@ TEST(Chain, RejectsMalformedText) {
   EXPECT_NE(Chain::parse("alltoall:tp:0", f.mesh, chain).message().find("AX:FROMDIM:TODIM"), std::string::npos);
   EXPECT_NE(Chain::parse("slice:tp:x", f.mesh, chain).message().find("malformed number 'x'"), std::string::npos);
   EXPECT_NE(Chain::parse("allreduce:tp+tp", f.mesh, chain).message().find("twice"), std::string::npos);
-  EXPECT_NE(Chain::parse("send:pp:back", f.mesh, chain).message().find("'next' or 'prev', not 'back'"),
+  EXPECT_NE(Chain::parse("send:pp:prev", f.mesh, chain).message().find("'forward' or 'backward', not 'prev'"),
             std::string::npos);
-  EXPECT_NE(Chain::parse("send:pp:prev:1", f.mesh, chain).message().find("takes AX[:next|:prev]"), std::string::npos);
-  ASSERT_TRUE(Chain::parse("send:pp:next,send:pp:prev", f.mesh, chain).isOk());
+  EXPECT_NE(Chain::parse("send:pp:backward:1", f.mesh, chain).message().find("takes AX[:forward|:backward]"),
+            std::string::npos);
+  ASSERT_TRUE(Chain::parse("send:pp:forward,send:pp:backward", f.mesh, chain).isOk());
   EXPECT_EQ(chain.ops[0].stageStep, 1);
   EXPECT_EQ(chain.ops[1].stageStep, -1);
-  EXPECT_EQ(chain.toString(f.mesh), "send:pp,send:pp:prev");
+  EXPECT_EQ(chain.toString(f.mesh), "send:pp,send:pp:backward");
   EXPECT_FALSE(Chain::parse("", f.mesh, chain).isOk());
   EXPECT_FALSE(Chain::parse("allreduce:tp,", f.mesh, chain).isOk());
 }
@@ -88,9 +89,9 @@ TEST(Chain, ChecksPreconditions) {
             "error: allgather:pp:0 needs pp to be the innermost split of dim 0, but the layout is pp+tp=S0");
   EXPECT_EQ(f.apply("tp=P", "slice:tp:0"), "error: slice:tp:0 needs tp to be R, but the layout is tp=P");
   EXPECT_EQ(f.apply("pp=@1", "send:pp"), "error: send:pp: stage 1 is the last stage of pp (size 2)");
-  EXPECT_EQ(f.apply("pp=@0", "send:pp:prev"), "error: send:pp:prev: stage 0 is the first stage of pp (size 2)");
-  EXPECT_EQ(f.apply("pp=@1,tp=S0", "send:pp:prev"), "pp=@0,tp=S0");
-  EXPECT_EQ(f.apply("pp=@0", "send:pp:next"), "pp=@1");
+  EXPECT_EQ(f.apply("pp=@0", "send:pp:backward"), "error: send:pp:backward: stage 0 is the first stage of pp (size 2)");
+  EXPECT_EQ(f.apply("pp=@1,tp=S0", "send:pp:backward"), "pp=@0,tp=S0");
+  EXPECT_EQ(f.apply("pp=@0", "send:pp:forward"), "pp=@1");
   EXPECT_EQ(f.apply("tp=P", "send:pp"), "error: send:pp needs pp to be a stage placement @k, but the layout is tp=P");
   EXPECT_EQ(f.apply("pp=@0,tp=P", "allreduce:pp+tp"),
             "error: allreduce:pp+tp runs over pp, but the tensor lives on stage 0 of pp only (layout pp=@0,tp=P)");

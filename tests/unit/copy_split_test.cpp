@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "copy_split.cuh"
+#include "kernels/copy_split.cuh"
 
 namespace chimera {
 namespace {

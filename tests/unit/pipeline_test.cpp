@@ -9,6 +9,7 @@
 #include <random>
 
 #include "chimera/planning/pipeline.hpp"
+#include "chimera/planning/pipeline_cost.hpp"
 #include "sim/simulator.hpp"
 
 namespace chimera {

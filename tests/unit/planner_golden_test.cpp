@@ -100,7 +100,7 @@ TEST(PlannerGolden, TpPpGoesFromTenToSevenLocalTensors) {
 
 TEST(PlannerGolden, TpPpBackwardMirrorsTheForwardHandOff) {
   // The backward pass: the input gradient reduced over tp on stage 1, sent back to stage 0.
-  const auto p = planOf({"pp=2,tp=4", "4096,1024", "pp=@1,tp=P", "allreduce:tp,send:pp:prev", "pp=@0,tp=R"});
+  const auto p = planOf({"pp=2,tp=4", "4096,1024", "pp=@1,tp=P", "allreduce:tp,send:pp:backward", "pp=@0,tp=R"});
   EXPECT_EQ(p.baselineBytes.total, 10 * 16 * kMiB);
   EXPECT_EQ(p.fusedBytes.total, 7 * 16 * kMiB);
   EXPECT_EQ(p.fusedBytes.maxPerRank, 16 * kMiB);

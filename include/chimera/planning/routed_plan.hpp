@@ -26,11 +26,11 @@ enum class TokenPlacement : std::uint8_t {
 /// A routed exchange to price: shapes, group and layout, never counts.
 struct RoutedRequest {
   Mesh mesh;
-  AxisSet group;           ///< the dispatch group (R ranks)
-  AxisSet tokenAxes;       ///< the axes of the token layout (empty for owned rows)
+  AxisSet group;      ///< the dispatch group (R ranks)
+  AxisSet tokenAxes;  ///< the axes of the token layout (empty for owned rows)
   TokenPlacement placement = TokenPlacement::Owned;
-  std::int64_t tokens = 0;   ///< T, rows per rank (per replica group for R and P)
-  std::int64_t hidden = 0;   ///< H
+  std::int64_t tokens = 0;  ///< T, rows per rank (per replica group for R and P)
+  std::int64_t hidden = 0;  ///< H
   DataType dtype = DataType::F32;
   DataType weightDtype = DataType::F32;
   std::int64_t experts = 0;  ///< E
@@ -41,18 +41,18 @@ struct RoutedRequest {
 
 /// One priced program of a routed exchange (dispatch + combine, forward).
 struct RoutedCandidate {
-  std::string name;               ///< "per (token, expert)", "once per rank, replicas split"
-  CommProgram program;            ///< its steps, with expected transfers
-  std::uint64_t bytesPerRank = 0; ///< expected bytes the busiest rank sends
-  double seconds = 0;             ///< predicted time (bytes alone: the busiest rank's bytes)
+  std::string name;                ///< "per (token, expert)", "once per rank, replicas split"
+  CommProgram program;             ///< its steps, with expected transfers
+  std::uint64_t bytesPerRank = 0;  ///< expected bytes the busiest rank sends
+  double seconds = 0;              ///< predicted time (bytes alone: the busiest rank's bytes)
 };
 
 /// The decision for one routed exchange: each rule, the program as issued and the chosen one.
 struct RoutedDecision {
-  RoutedCandidate baseline;  ///< per (token, expert), every replica dispatching its copy
-  RoutedCandidate fused;     ///< the cheapest program with the rules that pay
-  bool oncePerRank = false;  ///< rule 1 taken: send a token once per destination rank
-  bool splitReplicas = false;///< rule 2/3 taken: replicas dispatch disjoint parts (after a ReduceScatter for P)
+  RoutedCandidate baseline;    ///< per (token, expert), every replica dispatching its copy
+  RoutedCandidate fused;       ///< the cheapest program with the rules that pay
+  bool oncePerRank = false;    ///< rule 1 taken: send a token once per destination rank
+  bool splitReplicas = false;  ///< rule 2/3 taken: replicas dispatch disjoint parts (after a ReduceScatter for P)
   std::vector<std::string> explanation;  ///< one line per rule: the two prices and the verdict
 };
 

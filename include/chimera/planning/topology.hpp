@@ -54,9 +54,9 @@ struct DeviceParams {
 };
 
 /// The primitives whose transfer time a profile can scale, in TransferFactors order: the
-/// five collectives and the many-to-many of point-to-point transfers.
-inline constexpr std::array<OpKind, 6> kTransferKinds = {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather,
-                                                         OpKind::AllToAll,  OpKind::Broadcast,     OpKind::ManyToMany};
+/// kinds of a communication program in the op table (kOpInProgram: the five collectives and
+/// the many-to-many of point-to-point transfers).
+inline constexpr auto kTransferKinds = opKindsIn<kOpInProgram>();
 
 /// The index of `kind` in kTransferKinds, -1 for a kind that moves no bytes between ranks.
 constexpr int transferKindIndex(OpKind kind) {
@@ -72,7 +72,12 @@ constexpr int transferKindIndex(OpKind kind) {
 /// 1 = as modelled (every preset); calibration fits them, e.g. an MPI library whose
 /// AllReduce moves fewer bytes through shared memory than a ring gets a factor below 1.
 struct TransferFactors {
-  std::array<double, kTransferKinds.size()> values{1, 1, 1, 1, 1, 1};  ///< in kTransferKinds order (> 0)
+  /// In kTransferKinds order (> 0); every factor 1 by default.
+  std::array<double, kTransferKinds.size()> values = [] {
+    std::array<double, kTransferKinds.size()> ones{};
+    ones.fill(1);
+    return ones;
+  }();
   /// The factor of `kind`; 1 for kinds that move no bytes between ranks.
   [[nodiscard]] double of(OpKind kind) const;
 };

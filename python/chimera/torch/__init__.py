@@ -2,14 +2,23 @@
 """chimera for PyTorch.
 
 ``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
-chimera's MPI backend); see docs/torch.md.
+chimera's MPI backend) and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor
+redistribution through chimera; see docs/torch.md.
 """
 
 from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
 
 register()
 
-from .redistribute import fused_redistribute, redistribute  # noqa: E402  (after registration)
+from .redistribute import (  # noqa: E402  (after registration)
+    fused_redistribute,
+    redistribute,
+    reset_stats,
+    route_from_environment,
+    stats,
+)
+
+route_from_environment()
 
 __all__ = ["BACKEND_NAME", "fused_redistribute", "init_process_group", "mpi_environment", "redistribute",
-           "register"]
+           "register", "reset_stats", "stats"]

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Loads chimera.torch._C, the compiled torch extension.
+"""Loads chimera.torch._C, the compiled torch extension: the c10d process group behind the
+"chimera" backend, and nothing else (the rest of chimera.torch is Python over ``chimera``).
 
 It is built against one torch (CMake target ``chimera_torch``); an installed copy sits next to
 this file, a build tree's is named by ``CHIMERA_TORCH_EXTENSION`` (its path).

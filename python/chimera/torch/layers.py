@@ -12,6 +12,7 @@ declaration of what the next computation reads; the Session fuses where that pay
   one): ``allgather:tp``;
 * the pipeline hand-off ``allreduce:tp`` + ``send:pp`` with the next stage reading its rows:
   ReduceScatter + a many-to-many of the shards (:func:`pipeline_handoff`);
+* MoE token dispatch/combine: AllToAll over ``ep`` (:func:`moe_dispatch`, :func:`moe_combine`).
 
 With ``fusion=False`` the same calls run exactly as recorded (an AllReduce, then a local slice).
 Tokens are rows of 2-D activations ``[tokens, features]``, sharded over ``dp`` (when the mesh has
@@ -22,41 +23,42 @@ from __future__ import annotations
 
 import torch
 
-from . import _extension
+import chimera
 
 
 class ParallelContext:
     """A mesh (e.g. ``{"dp": 2, "tp": 4}``, row-major over the MPI world) and the chimera Session
-    the layers record on. ``comm="torch"`` issues the same collectives with torch.distributed on
-    groups of the current default backend instead (the unfused reference, e.g. gloo).
+    the layers record on (``.session``: a ``chimera.Session`` on ``chimera.mpi_backend``, the
+    tensors crossing by DLPack). ``comm="torch"`` issues the same collectives with
+    torch.distributed on groups of the current default backend instead (the unfused reference,
+    e.g. gloo).
 
     ``per_rank=True`` records per rank (``SessionOptions::perRank``), what a pipeline schedule
     needs: on a mesh with a ``pp`` axis each stage records only its own calls, its tensors placed
     on its stage (``pp=@k``), and the stage hand-offs are :meth:`stage_send` / :meth:`stage_recv`
-    and their backward :meth:`stage_send_back` / :meth:`stage_recv_back`. The default (SPMD) has
+    and their backward :meth:`stage_send_backward` / :meth:`stage_recv_backward`. The default (SPMD) has
     every rank record every call, as :meth:`pipeline_send` does."""
 
     def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera", per_rank: bool = False):
         if comm not in ("chimera", "torch"):
-            raise ValueError(f"comm must be 'chimera' or 'torch', not {comm!r}")
+            raise chimera.InvalidArgument(f"comm must be 'chimera' or 'torch', not {comm!r}")
         self.axes = dict(axes)
         self.names = list(self.axes)
         self.comm = comm
         self.per_rank = per_rank
-        rank, size = _extension.load().mpi_world()
+        rank, size = chimera.world()
         total = 1
         for s in self.axes.values():
             total *= s
         if total != size:
-            raise ValueError(f"mesh {self.axes} has {total} ranks but the MPI world has {size}")
+            raise chimera.InvalidArgument(f"mesh {self.axes} has {total} ranks but the MPI world has {size}")
         self.rank = rank
         self.coords = {}
         rest = rank
         for name in reversed(self.names):
             self.coords[name] = rest % self.axes[name]
             rest //= self.axes[name]
-        self.runtime = _extension.load().MeshRuntime(list(self.axes.items()), fusion, per_rank) \
-            if comm == "chimera" else None
+        self.session = self._session(fusion) if comm == "chimera" else None
         self._groups = {}
         if comm == "torch" and per_rank:
             # A stage makes its first call on a group while the other stage is elsewhere, but
@@ -64,6 +66,23 @@ class ParallelContext:
             for axis in self.names:
                 self._torch_group(axis)
         self.comm_seconds = 0.0
+
+    def _session(self, fusion: bool):
+        backend = chimera.mpi_backend(chimera.Mesh(",".join(f"{a}={s}" for a, s in self.axes.items())))
+        if self.per_rank:
+            # Per-rank recording cannot create a communicator later: every group of axes now.
+            groups = [[a for i, a in enumerate(self.names) if bits >> i & 1] for bits in range(1, 1 << len(self.names))]
+            backend.create_groups(["+".join(g) for g in groups])
+        return chimera.Session(backend, fusion=fusion, per_rank=self.per_rank)
+
+    @staticmethod
+    def _spec(shape, dtype) -> chimera.TensorSpec:
+        return chimera.TensorSpec([int(n) for n in shape], dtype)
+
+    def _tensor(self, t: torch.Tensor, shape, layout: str):
+        """Records `t` (this rank's local tensor of the logical `shape`; empty on a rank that holds
+        none) on the Session. Detached: the Session reads and writes it in place, by DLPack."""
+        return self.session.tensor(t.detach(), layout, spec=self._spec(shape, t.dtype))
 
     # --- mesh facts --------------------------------------------------------------------------
     def size(self, axis: str) -> int:
@@ -121,7 +140,7 @@ class ParallelContext:
             return partial
         partial = partial.contiguous()
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             out = torch.empty((rows,) + tuple(partial.shape[1:]), dtype=partial.dtype)
@@ -129,10 +148,10 @@ class ParallelContext:
         else:
             shape = [partial.shape[0] * self.size("dp")] + list(partial.shape[1:])
             base = self._rows_layout()
-            h = self.runtime.tensor(partial, shape, self._with(base, "tp=P"))
-            h = self.runtime.all_reduce(h, "tp")
-            self.runtime.declare_read(h, self._rows_layout("tp"))
-            self.runtime.flush()
+            h = self._tensor(partial, shape, self._with(base, "tp=P"))
+            h = self.session.all_reduce(h, "tp")
+            self.session.declare_read(h, self._rows_layout("tp"))
+            self.session.flush()
             out = partial[mine].clone()
         self.comm_seconds += _now() - start
         return out
@@ -145,15 +164,15 @@ class ParallelContext:
         rows = rows.contiguous()
         out = torch.empty((rows.shape[0] * tp,) + tuple(rows.shape[1:]), dtype=rows.dtype)
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
         else:
             shape = [rows.shape[0] * tp * self.size("dp")] + list(rows.shape[1:])
-            h = self.runtime.tensor(rows, shape, self._rows_layout("tp"))
-            self.runtime.all_gather(h, "tp", 0, out)
-            self.runtime.flush()
+            h = self._tensor(rows, shape, self._rows_layout("tp"))
+            self.session.all_gather(h, "tp", 0, out)
+            self.session.flush()
         self.comm_seconds += _now() - start
         return out
 
@@ -164,7 +183,7 @@ class ParallelContext:
         if not axes or not tensors:
             return
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             for axis in axes:
@@ -176,9 +195,9 @@ class ParallelContext:
             layout = f"pp=@{self.coord('pp')},{joined}=P" if self._on_stage() and "pp" not in axes else f"{joined}=P"
             for t in tensors:
                 assert t.is_contiguous()
-                h = self.runtime.tensor(t, list(t.shape), layout)
-                self.runtime.all_reduce(h, joined)
-            self.runtime.flush()
+                h = self._tensor(t, list(t.shape), layout)
+                self.session.all_reduce(h, joined)
+            self.session.flush()
         self.comm_seconds += _now() - start
 
     # --- pipeline hand-off ----------------------------------------------------------------------
@@ -193,7 +212,7 @@ class ParallelContext:
         many-to-many of shards. Call on every rank (SPMD); returns this rank's rows on stage+1,
         None on the other ranks. `shape` is the local [rows, f] of `partial`."""
         if "pp" not in self.axes:
-            raise ValueError("pipeline_send needs a 'pp' mesh axis")
+            raise chimera.InvalidArgument("pipeline_send needs a 'pp' mesh axis")
         mine_stage = self.coord("pp")
         tp = self.size("tp")
         rows = shape[0] // tp
@@ -203,23 +222,23 @@ class ParallelContext:
         buf = partial.contiguous() if holds else torch.empty(0, dtype=dtype)
         recv = torch.empty(list(shape), dtype=dtype) if receives else None
         start = _now()
-        h = self.runtime.tensor(buf, full, self._with(self._stage_rows(stage), "tp=P") if tp > 1 else
+        h = self._tensor(buf, full, self._with(self._stage_rows(stage), "tp=P") if tp > 1 else
                                 self._stage_rows(stage))
         if tp > 1:
-            h = self.runtime.all_reduce(h, "tp")
-        h = self.runtime.send(h, "pp", recv)
-        self.runtime.declare_read(h, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
-        self.runtime.flush()
+            h = self.session.all_reduce(h, "tp")
+        h = self.session.send(h, "pp", recv)
+        self.session.declare_read(h, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        self.session.flush()
         self.comm_seconds += _now() - start
         if not receives:
             return None
         t = self.coord("tp")
         return recv[t * rows:(t + 1) * rows].clone()
 
-    def pipeline_send_back(self, grad_rows, stage: int, shape, dtype=torch.float32):
+    def pipeline_send_backward(self, grad_rows, stage: int, shape, dtype=torch.float32):
         """The backward of :meth:`pipeline_send`: stage+1's ranks pass the gradient of their rows,
         stage `stage` receives the full gradient of its partial input ([rows, f], every tp rank
-        alike). Recorded as allgather:tp + send:pp:prev with stage reading it whole; call on every
+        alike). Recorded as allgather:tp + send:pp:backward with stage reading it whole; call on every
         rank; returns the gradient on stage's ranks, None elsewhere."""
         tp = self.size("tp")
         full = [shape[0] * self.size("dp")] + list(shape[1:])
@@ -230,12 +249,12 @@ class ParallelContext:
         gathered = torch.empty(list(shape), dtype=dtype) if holds else None
         recv = torch.empty(list(shape), dtype=dtype) if receives else None
         start = _now()
-        h = self.runtime.tensor(buf, full, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
+        h = self._tensor(buf, full, self._stage_rows(stage + 1, "tp" if tp > 1 else ""))
         if tp > 1:
-            h = self.runtime.all_gather(h, "tp", 0, gathered if gathered is not None else torch.empty(0, dtype=dtype))
-        h = self.runtime.send(h, "pp", recv, backward=True)
-        self.runtime.declare_read(h, self._stage_rows(stage))
-        self.runtime.flush()
+            h = self.session.all_gather(h, "tp", 0, gathered if gathered is not None else torch.empty(0, dtype=dtype))
+        h = self.session.send_backward(h, "pp", recv)
+        self.session.declare_read(h, self._stage_rows(stage))
+        self.session.flush()
         self.comm_seconds += _now() - start
         return recv
 
@@ -252,10 +271,10 @@ class ParallelContext:
 
     def _require_stage(self, what: str, last_ok: bool, first_ok: bool) -> None:
         if not self._on_stage():
-            raise ValueError(f"{what} needs per_rank=True and a 'pp' mesh axis")
+            raise chimera.InvalidArgument(f"{what} needs per_rank=True and a 'pp' mesh axis")
         stage, stages = self.coord("pp"), self.size("pp")
         if (stage == stages - 1 and not last_ok) or (stage == 0 and not first_ok):
-            raise ValueError(f"{what} is not a call of stage {stage} of {stages}")
+            raise chimera.InvalidArgument(f"{what} is not a call of stage {stage} of {stages}")
 
     def stage_send(self, partial: torch.Tensor) -> None:
         """Forward hand-off, sending side: this stage's output `partial` ([rows of the dp shard,
@@ -267,7 +286,7 @@ class ParallelContext:
         partial = partial.detach().contiguous()
         tp = self.size("tp")
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             rows = partial
@@ -277,11 +296,11 @@ class ParallelContext:
             dist.send(rows, self._pp_peer(1))
         else:
             base = self._rows_layout()
-            h = self.runtime.tensor(partial, self._dp_rows_shape(partial.shape), f"{base},tp=P" if tp > 1 else base)
+            h = self._tensor(partial, self._dp_rows_shape(partial.shape), f"{base},tp=P" if tp > 1 else base)
             if tp > 1:
-                h = self.runtime.all_reduce(h, "tp")
-            self.runtime.send(h, "pp", None)
-            self.runtime.flush()
+                h = self.session.all_reduce(h, "tp")
+            self.session.send(h, "pp", None)
+            self.session.flush()
         self.comm_seconds += _now() - start
 
     def stage_recv(self, shape, dtype=torch.float32) -> torch.Tensor:
@@ -291,49 +310,49 @@ class ParallelContext:
         tp, t = self.size("tp"), self.coord("tp")
         rows = shape[0] // tp
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             out = torch.empty((rows,) + tuple(shape[1:]), dtype=dtype)
             dist.recv(out, self._pp_peer(-1))
         else:
             full = torch.empty(tuple(shape), dtype=dtype)
-            h = self.runtime.recv(full, self._dp_rows_shape(shape), self._rows_layout(), "pp")
-            self.runtime.declare_read(h, self._rows_layout("tp" if tp > 1 else ""))
-            self.runtime.flush()
+            h = self.session.recv(full, self._rows_layout(), "pp", spec=self._spec(self._dp_rows_shape(shape), dtype))
+            self.session.declare_read(h, self._rows_layout("tp" if tp > 1 else ""))
+            self.session.flush()
             out = full[t * rows:(t + 1) * rows].clone()
         self.comm_seconds += _now() - start
         return out
 
-    def stage_send_back(self, grad_rows: torch.Tensor) -> None:
+    def stage_send_backward(self, grad_rows: torch.Tensor) -> None:
         """Backward hand-off, sending side: the gradient of the rows :meth:`stage_recv` returned
         goes back to the previous stage, which needs it whole over tp. Recorded as allgather:tp
-        + send:pp:prev. `torch` comm: a send of the rows (the receiver gathers over tp)."""
-        self._require_stage("stage_send_back", last_ok=True, first_ok=False)
+        + send:pp:backward. `torch` comm: a send of the rows (the receiver gathers over tp)."""
+        self._require_stage("stage_send_backward", last_ok=True, first_ok=False)
         grad_rows = grad_rows.detach().contiguous()
         tp = self.size("tp")
         shape = [grad_rows.shape[0] * tp] + list(grad_rows.shape[1:])
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             dist.send(grad_rows, self._pp_peer(-1))
         else:
-            h = self.runtime.tensor(grad_rows, self._dp_rows_shape(shape), self._rows_layout("tp" if tp > 1 else ""))
+            h = self._tensor(grad_rows, self._dp_rows_shape(shape), self._rows_layout("tp" if tp > 1 else ""))
             gathered = torch.empty(shape, dtype=grad_rows.dtype)  # written at the flush: alive until then
             if tp > 1:
-                h = self.runtime.all_gather(h, "tp", 0, gathered)
-            self.runtime.send(h, "pp", None, backward=True)
-            self.runtime.flush()
+                h = self.session.all_gather(h, "tp", 0, gathered)
+            self.session.send_backward(h, "pp", None)
+            self.session.flush()
         self.comm_seconds += _now() - start
 
-    def stage_recv_back(self, shape, dtype=torch.float32) -> torch.Tensor:
+    def stage_recv_backward(self, shape, dtype=torch.float32) -> torch.Tensor:
         """Backward hand-off, receiving side: the gradient of the `partial` this stage sent with
         :meth:`stage_send` ([rows, f] = `shape`, the same on every tp rank)."""
-        self._require_stage("stage_recv_back", last_ok=False, first_ok=True)
+        self._require_stage("stage_recv_backward", last_ok=False, first_ok=True)
         tp = self.size("tp")
         start = _now()
-        if self.runtime is None:
+        if self.session is None:
             import torch.distributed as dist
 
             rows = torch.empty((shape[0] // tp,) + tuple(shape[1:]), dtype=dtype)
@@ -344,15 +363,51 @@ class ParallelContext:
                 dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
         else:
             out = torch.empty(tuple(shape), dtype=dtype)
-            h = self.runtime.recv(out, self._dp_rows_shape(shape), self._rows_layout(), "pp", backward=True)
-            self.runtime.declare_read(h, self._rows_layout())
-            self.runtime.flush()
+            spec = self._spec(self._dp_rows_shape(shape), dtype)
+            h = self.session.recv_backward(out, self._rows_layout(), "pp", spec=spec)
+            self.session.declare_read(h, self._rows_layout())
+            self.session.flush()
         self.comm_seconds += _now() - start
         return out
 
+    # --- MoE token dispatch / combine ---------------------------------------------------------
+    def _token_layout(self, axis: str, expert_sharded: bool) -> str:
+        others = [a for a in self.names if a != axis]
+        if expert_sharded:
+            return ",".join(filter(None, ["+".join(others) + "=S1" if others else "", f"{axis}=S0"]))
+        return "+".join(others + [axis]) + "=S1"
+
+    def all_to_all_slots(self, x, axis: str, dispatch: bool):
+        """Dispatch: [E, C, f] (this rank's C slots for every expert) -> [E/n, n*C, f] (this rank's
+        experts, the slots of every rank of `axis`); combine: the inverse. alltoall on the Session."""
+        n = self.size(axis)
+        x = x.contiguous()
+        if dispatch:
+            e, c = x.shape[0], x.shape[1]
+            out = torch.empty((e // n, c * n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [e, c * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, False), 1, 0
+        else:
+            el, cn = x.shape[0], x.shape[1]
+            out = torch.empty((el * n, cn // n) + tuple(x.shape[2:]), dtype=x.dtype)
+            logical = [el * n, cn // n * self.axes_product()] + list(x.shape[2:])
+            src, fro, to = self._token_layout(axis, True), 0, 1
+        start = _now()
+        h = self._tensor(x, logical, src)
+        self.session.all_to_all(h, axis, fro, to, out)
+        self.session.flush()
+        self.comm_seconds += _now() - start
+        return out
+
+    def axes_product(self) -> int:
+        total = 1
+        for s in self.axes.values():
+            total *= s
+        return total
+
     def stats(self) -> dict:
         """The Session's counters (bytes as recorded vs sent, fused chains, windows)."""
-        return dict(self.runtime.stats()) if self.runtime is not None else {}
+        return dict(self.session.stats()) if self.session is not None else {}
 
 
 def _now() -> float:
@@ -404,7 +459,7 @@ class ColumnParallelLinear(torch.nn.Module):
         super().__init__()
         tp, g = pctx.size("tp"), pctx.coord("tp")
         if out_features % tp:
-            raise ValueError(f"out_features {out_features} does not split over tp={tp}")
+            raise chimera.InvalidArgument(f"out_features {out_features} does not split over tp={tp}")
         n = out_features // tp
         w = full_weight if full_weight is not None else torch.randn(out_features, in_features) * in_features ** -0.5
         b = full_bias if full_bias is not None else torch.zeros(out_features)
@@ -425,7 +480,7 @@ class RowParallelLinear(torch.nn.Module):
         super().__init__()
         tp, g = pctx.size("tp"), pctx.coord("tp")
         if in_features % tp:
-            raise ValueError(f"in_features {in_features} does not split over tp={tp}")
+            raise chimera.InvalidArgument(f"in_features {in_features} does not split over tp={tp}")
         n = in_features // tp
         w = full_weight if full_weight is not None else torch.randn(out_features, in_features) * in_features ** -0.5
         b = full_bias if full_bias is not None else torch.zeros(out_features)
@@ -435,3 +490,37 @@ class RowParallelLinear(torch.nn.Module):
 
     def forward(self, x_cols):
         return _RowParallel.apply(x_cols, self.weight, self.pctx) + self.bias
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, slots, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(slots, axis, dispatch=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=False), None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, pctx, axis):
+        ctx.pctx, ctx.axis = pctx, axis
+        return pctx.all_to_all_slots(expert_out, axis, dispatch=False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=True), None, None
+
+
+def moe_dispatch(pctx, slots, axis: str = "ep"):
+    """MoE token dispatch: ``slots`` [experts, capacity, f] (this rank's tokens placed in each
+    expert's slots) -> [experts / n, n * capacity, f] for this rank's experts (n = size of
+    `axis`). One AllToAll on the Session; its backward is the combine."""
+    return _Dispatch.apply(slots, pctx, axis)
+
+
+def moe_combine(pctx, expert_out, axis: str = "ep"):
+    """The inverse of :func:`moe_dispatch` (backward: the dispatch)."""
+    return _Combine.apply(expert_out, pctx, axis)

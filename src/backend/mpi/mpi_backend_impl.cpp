@@ -19,6 +19,7 @@
 #include "common/log.hpp"
 #include "core/check.hpp"
 #include "core/checked_math.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -86,6 +87,7 @@ Status MpiBackend::unusable() const {
 
 Status MpiBackend::fail(std::string_view call, const Status& status) {
   failure_ = Status(status.code(), fmt::format("{}: {}", call, status.message()));
+  if (options_.abortOnTimeout) endJob("mpi", rank_, failure_);
   CHIMERA_LOG_ERROR("mpi", "{}", failure_.toString());
   return failure_;
 }

@@ -48,14 +48,6 @@ std::size_t baseOpIndex(ReduceOp op) {
 
 }  // namespace
 
-Status mpiStatus(int rc, std::string_view what) {
-  if (rc == MPI_SUCCESS) return Status::ok();
-  std::array<char, MPI_MAX_ERROR_STRING> text{};
-  int length = 0;
-  if (MPI_Error_string(rc, text.data(), &length) != MPI_SUCCESS) length = 0;
-  return Status::backendError(fmt::format("{}: {} (MPI error {})", what, std::string_view(text.data(), length), rc));
-}
-
 MPI_Datatype mpiDataType(DataType dtype) {
   switch (dtype) {
     case DataType::F32: return MPI_FLOAT;
@@ -90,3 +82,15 @@ Status createUserOps() {
 }
 
 }  // namespace chimera::detail
+
+namespace chimera {
+
+Status mpiStatus(int rc, std::string_view what) {
+  if (rc == MPI_SUCCESS) return Status::ok();
+  std::array<char, MPI_MAX_ERROR_STRING> text{};
+  int length = 0;
+  if (MPI_Error_string(rc, text.data(), &length) != MPI_SUCCESS) length = 0;
+  return Status::backendError(fmt::format("{}: {} (MPI error {})", what, std::string_view(text.data(), length), rc));
+}
+
+}  // namespace chimera

@@ -8,13 +8,14 @@
 #include <cstddef>
 #include <string_view>
 
+#include "chimera/mpi_backend.hpp"
 #include "chimera/status.hpp"
 #include "chimera/types.hpp"
 
 namespace chimera::detail {
 
-/// Ok when `rc` is MPI_SUCCESS, else BackendError "<what>: <MPI_Error_string>".
-[[nodiscard]] Status mpiStatus(int rc, std::string_view what);
+/// Ok when `rc` is MPI_SUCCESS, else BackendError (public: chimera/mpi_backend.hpp).
+using ::chimera::mpiStatus;
 
 /// The MPI datatype that moves `dtype`: the native type, or MPI_UINT16_T for f16/bf16
 /// (which MPI cannot reduce; see `mpiReduceOp`).

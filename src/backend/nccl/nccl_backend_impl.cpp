@@ -2,6 +2,8 @@
 // Implements the NCCL backend: the Backend interface on device buffers over NCCL.
 #include "backend/nccl/nccl_backend_impl.hpp"
 
+#include "job/job_end.hpp"
+
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -20,7 +22,7 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -161,7 +163,9 @@ Status NcclBackend::settle(ncclResult_t result, std::span<const ncclComm_t> comm
   abortReason_ = status.message();
   CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
   abortAll();
-  return Status(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
+  const Status failed(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
+  if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+  return failed;
 }
 
 Status NcclBackend::usable() const {
@@ -547,6 +551,7 @@ Status NcclBackend::synchronize(Stream stream) {
         const Status error = ncclStatus(asyncError, "asynchronous NCCL operation");
         abortReason_ = fmt::format("group {}: {}", mesh_.axesName(AxisSet::fromBits(bits)), error.message());
         abortAll();
+        if (options_.abortOnTimeout) endJob(kLog, rank_, Status::backendError(abortReason_));
         return Status::backendError(abortReason_);
       }
     }
@@ -554,7 +559,9 @@ Status NcclBackend::synchronize(Stream stream) {
       abortReason_ = fmt::format("stream did not complete within CHIMERA_TIMEOUT_MS={} ms", options_.timeout.count());
       CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
       abortAll();
-      return Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
+      const Status failed = Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
+      if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+      return failed;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "backend/nccl/device_choice.hpp"
@@ -16,10 +18,12 @@
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
+#include "kernels/cuda_check.hpp"
 
 #if CHIMERA_HAS_MPI
 #include <mpi.h>
+
+#include "backend/nccl/mpi_bootstrap.hpp"
 #endif
 
 namespace chimera {
@@ -63,6 +67,7 @@ detail::NcclBackendOptions implementationOptions(const NcclBackendOptions& optio
   out.timeout = std::chrono::milliseconds(options.timeoutMs);
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return out;
 }
 
@@ -74,6 +79,7 @@ Status NcclBackendOptions::fromEnvironment(NcclBackendOptions& out) {
   out.timeoutMs = static_cast<std::uint64_t>(options.timeout.count());
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return Status::ok();
 }
 
@@ -169,43 +175,6 @@ Status ncclLibraryVersion(std::string& text, int& code) {
 }
 
 #if CHIMERA_HAS_MPI
-namespace {
-
-// Every rank learns whether all ranks succeeded: a lone failure must not leave the others
-// waiting in the next collective. Returns `local` on the failing rank, a naming error elsewhere.
-Status agree(const Status& local, const char* step) {
-  int ok = local.isOk() ? 1 : 0;
-  int allOk = 0;
-  if (MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) {
-    return Status::backendError(fmt::format("MPI_Allreduce failed while agreeing on {}", step));
-  }
-  if (!local.isOk()) return local;
-  if (allOk == 0) return Status::backendError(fmt::format("another rank failed at {}", step));
-  return Status::ok();
-}
-
-Status nodeLocalRank(int worldRank, int& localRank, int& localRanks) {
-  MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, worldRank, MPI_INFO_NULL, &node) != MPI_SUCCESS) {
-    return Status::backendError("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
-  }
-  const int rankResult = MPI_Comm_rank(node, &localRank);
-  const int sizeResult = MPI_Comm_size(node, &localRanks);
-  MPI_Comm_free(&node);
-  if (rankResult != MPI_SUCCESS || sizeResult != MPI_SUCCESS) {
-    return Status::backendError("MPI_Comm_rank/MPI_Comm_size on the node communicator failed");
-  }
-  return Status::ok();
-}
-
-Status pickDevice(int localRank, int localRanks, int& device) {
-  int devices = 0;
-  CHIMERA_CUDA_RETURN(cudaGetDeviceCount(&devices));
-  return detail::chooseCudaDevice(localRank, localRanks, devices, device);
-}
-
-}  // namespace
-
 Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out) {
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -216,23 +185,33 @@ Status createNcclBackendMpi(const Mesh& mesh, std::unique_ptr<Backend>& out) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   CHIMERA_CHECK_ARG(mesh.size() == size, "mesh {} has {} ranks but the MPI world has {}", mesh.toString(), mesh.size(),
                     size);
+  // Every wait of the bootstrap is bounded by CHIMERA_TIMEOUT_MS (the default while the
+  // variable is malformed, which the first agreement reports on every rank).
+  std::int64_t timeoutMs = detail::kDefaultTimeoutMs;
+  if (!detail::timeoutMsFromEnv(timeoutMs).isOk()) timeoutMs = detail::kDefaultTimeoutMs;
+  const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, rank, size, timeoutMs, "the world");
   // Everything a rank can fail on by itself is agreed on before any rank enters NCCL's
   // communicator creation, so one rank's bad environment or old library fails all ranks.
   detail::NcclBackendOptions options;
-  CHIMERA_RETURN_IF_ERROR(agree(detail::ncclBackendOptionsFromEnv(options), "reading the environment"));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::agreeOnStep(world, detail::ncclBackendOptionsFromEnv(options), "reading the environment"));
   const detail::NcclApi* api = nullptr;
-  CHIMERA_RETURN_IF_ERROR(agree(detail::ncclApi(api), "checking the NCCL library"));
+  CHIMERA_RETURN_IF_ERROR(detail::agreeOnStep(world, detail::ncclApi(api), "checking the NCCL library"));
   int localRank = 0;
   int localRanks = 1;
   int device = 0;
-  Status local = nodeLocalRank(rank, localRank, localRanks);
-  if (local.isOk()) local = pickDevice(localRank, localRanks, device);
-  CHIMERA_RETURN_IF_ERROR(agree(local, "selecting a CUDA device"));
-  NcclUniqueId id;
-  CHIMERA_RETURN_IF_ERROR(agree(rank == 0 ? createNcclUniqueId(id) : Status::ok(), "creating the NCCL unique id"));
-  if (MPI_Bcast(id.bytes.data(), static_cast<int>(id.bytes.size()), MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS) {
-    return Status::backendError("MPI_Bcast of the NCCL unique id failed");
+  Status local = detail::nodeLocalRank(world, localRank, localRanks);
+  if (local.isOk()) {
+    int devices = 0;
+    local = detail::cudaStatus(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    if (local.isOk()) local = detail::chooseCudaDevice(localRank, localRanks, devices, device);
   }
+  CHIMERA_RETURN_IF_ERROR(detail::agreeOnStep(world, local, "selecting a CUDA device"));
+  NcclUniqueId id;
+  CHIMERA_RETURN_IF_ERROR(
+      detail::agreeOnStep(world, rank == 0 ? createNcclUniqueId(id) : Status::ok(), "creating the NCCL unique id"));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::broadcastFromFirst(world, std::as_writable_bytes(std::span(id.bytes)), "the NCCL unique id"));
   return createNcclBackend(mesh, rank, device, id, out);
 }
 #else

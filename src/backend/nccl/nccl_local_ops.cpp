@@ -9,9 +9,9 @@
 #include "box/box_ops.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
-#include "cuda_check.hpp"
-#include "pack.hpp"
-#include "reduce.hpp"
+#include "kernels/cuda_check.hpp"
+#include "kernels/pack.hpp"
+#include "kernels/reduce.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -16,18 +16,15 @@
 namespace chimera::detail {
 
 std::optional<std::string> allGatherThenOwnSlice(const PatternContext& context) {
-  const auto& ops = context.trace.ops;
   const Mesh& mesh = context.trace.layouts.front().mesh();
-  for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
-    const ChainOp& gather = ops[i];
-    const ChainOp& slice = ops[i + 1];
-    if (gather.kind != ChainOp::Kind::AllGather || slice.kind != ChainOp::Kind::Slice) continue;
-    if (gather.axes != slice.axes || gather.dim != slice.dim) continue;
-    if (planHasStep(context.fused, PlanStep::Kind::AllGather, gather.axes)) continue;
-    return fmt::format("allgather:{0}:{1} then slice:{0}:{1} -> local (own shard kept)", mesh.axesName(gather.axes),
-                       gather.dim);
-  }
-  return std::nullopt;
+  return firstAdjacentPair(context, ChainOp::Kind::AllGather, ChainOp::Kind::Slice,
+                           [&](const ChainOp& gather, const ChainOp& slice) -> std::optional<std::string> {
+                             if (gather.dim != slice.dim) return std::nullopt;
+                             if (planHasStep(context.fused, PlanStep::Kind::AllGather, gather.axes))
+                               return std::nullopt;
+                             return fmt::format("allgather:{0}:{1} then slice:{0}:{1} -> local (own shard kept)",
+                                                mesh.axesName(gather.axes), gather.dim);
+                           });
 }
 
 }  // namespace chimera::detail

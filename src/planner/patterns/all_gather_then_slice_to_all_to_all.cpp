@@ -18,21 +18,16 @@
 namespace chimera::detail {
 
 std::optional<std::string> allGatherThenSliceToAllToAll(const PatternContext& context) {
-  const auto& ops = context.trace.ops;
   const Mesh& mesh = context.trace.layouts.front().mesh();
-  for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
-    const ChainOp& gather = ops[i];
-    const ChainOp& slice = ops[i + 1];
-    if (gather.kind != ChainOp::Kind::AllGather || slice.kind != ChainOp::Kind::Slice) continue;
-    if (gather.axes != slice.axes || gather.dim == slice.dim) continue;
-    for (const auto& step : context.fused.steps) {
-      if (step.kind == PlanStep::Kind::AllToAll && (step.axes & gather.axes) == gather.axes) {
+  return firstAdjacentPair(
+      context, ChainOp::Kind::AllGather, ChainOp::Kind::Slice,
+      [&](const ChainOp& gather, const ChainOp& slice) -> std::optional<std::string> {
+        if (gather.dim == slice.dim) return std::nullopt;
+        const PlanStep* step = planStepCovering(context.fused, PlanStep::Kind::AllToAll, gather.axes);
+        if (step == nullptr) return std::nullopt;
         return fmt::format("allgather:{0}:{1} then slice:{0}:{2} -> alltoall:{3}:{4}:{5}", mesh.axesName(gather.axes),
-                           gather.dim, slice.dim, mesh.axesName(step.axes), step.dim, step.toDim);
-      }
-    }
-  }
-  return std::nullopt;
+                           gather.dim, slice.dim, mesh.axesName(step->axes), step->dim, step->toDim);
+      });
 }
 
 }  // namespace chimera::detail

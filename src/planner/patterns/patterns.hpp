@@ -8,6 +8,7 @@
 // applies the rule. `explain` and ChainPlan::rewrites list them.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,15 @@ struct PatternContext {
 bool planHasStep(const Plan& plan, PlanStep::Kind kind, AxisSet axes);
 /// True when `plan` has a step of `kind` (any group).
 bool planHasKind(const Plan& plan, PlanStep::Kind kind);
+/// The first step of `plan` of `kind` whose group holds every axis of `axes`; nullptr when none.
+const PlanStep* planStepCovering(const Plan& plan, PlanStep::Kind kind, AxisSet axes);
+
+/// What a recogniser of two adjacent ops says of one pair: a description, or nothing.
+using PairDescription = std::function<std::optional<std::string>(const ChainOp& first, const ChainOp& second)>;
+/// The first description `describe` gives for two adjacent ops of the chain of kinds `first`
+/// then `second` over the same group.
+std::optional<std::string> firstAdjacentPair(const PatternContext& context, ChainOp::Kind first, ChainOp::Kind second,
+                                             const PairDescription& describe);
 
 /// AllReduce(A) then keep own shard of A -> ReduceScatter(A) (paper rule TP+SP).
 std::optional<std::string> allReduceThenSlice(const PatternContext& context);

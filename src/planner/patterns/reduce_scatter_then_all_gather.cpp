@@ -17,21 +17,16 @@
 namespace chimera::detail {
 
 std::optional<std::string> reduceScatterThenAllGather(const PatternContext& context) {
-  const auto& ops = context.trace.ops;
   const Mesh& mesh = context.trace.layouts.front().mesh();
-  for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
-    const ChainOp& scatter = ops[i];
-    const ChainOp& gather = ops[i + 1];
-    if (scatter.kind != ChainOp::Kind::ReduceScatter || gather.kind != ChainOp::Kind::AllGather) continue;
-    if (scatter.axes != gather.axes || scatter.dim != gather.dim) continue;
-    for (const auto& step : context.fused.steps) {
-      if (step.kind == PlanStep::Kind::AllReduce && (step.axes & scatter.axes) == scatter.axes) {
-        return fmt::format("reducescatter:{0}:{1} then allgather:{0}:{1} -> allreduce:{2}", mesh.axesName(scatter.axes),
-                           scatter.dim, mesh.axesName(step.axes));
-      }
-    }
-  }
-  return std::nullopt;
+  return firstAdjacentPair(context, ChainOp::Kind::ReduceScatter, ChainOp::Kind::AllGather,
+                           [&](const ChainOp& scatter, const ChainOp& gather) -> std::optional<std::string> {
+                             if (scatter.dim != gather.dim) return std::nullopt;
+                             const PlanStep* step =
+                                 planStepCovering(context.fused, PlanStep::Kind::AllReduce, scatter.axes);
+                             if (step == nullptr) return std::nullopt;
+                             return fmt::format("reducescatter:{0}:{1} then allgather:{0}:{1} -> allreduce:{2}",
+                                                mesh.axesName(scatter.axes), scatter.dim, mesh.axesName(step->axes));
+                           });
 }
 
 }  // namespace chimera::detail

@@ -20,7 +20,7 @@ def _inputs(rank, world, experts, topk, hidden, seed, routing="uniform"):
     x = torch.randint(-8, 8, (tokens, hidden), generator=g).float()
     if routing == "one_expert":
         rest = torch.stack([torch.randperm(experts - 1, generator=g)[: topk - 1] + 1 for _ in range(tokens)]) \
-            if topk > 1 and tokens else torch.empty((tokens, 0), dtype=torch.int64)
+            if topk > 1 and tokens else torch.empty((tokens, topk - 1), dtype=torch.int64)
         idx = torch.cat([torch.zeros((tokens, 1), dtype=torch.int64), rest], dim=1)
     else:
         idx = torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(tokens)]) if tokens \

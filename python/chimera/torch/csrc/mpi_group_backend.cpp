@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/mpi/mpi_util.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "core/check.hpp"
@@ -24,13 +23,13 @@ bool gExtensionInitializedMpi = false;
 
 Status mpiWorldOf(int& rank, int& size) {
   int initialized = 0;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Initialized(&initialized), "MPI_Initialized"));
   if (initialized == 0) {
     // Asynchronous ops run on a thread per process group while other groups (and chimera's
     // Session) use MPI on the caller's thread.
     int provided = 0;
     CHIMERA_RETURN_IF_ERROR(
-        detail::mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
+        mpiStatus(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread"));
     gExtensionInitializedMpi = true;
   }
   return mpiWorld(rank, size);
@@ -57,14 +56,13 @@ namespace {
 Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
   MPI_Group world = MPI_GROUP_NULL;
   MPI_Group group = MPI_GROUP_NULL;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group"));
   const std::vector<int> list(ranks.begin(), ranks.end());
   Status status =
-      detail::mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
+      mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
   if (status.isOk())
-    status = detail::mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &out), "MPI_Comm_create_group");
-  if (status.isOk())
-    status = detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    status = mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &out), "MPI_Comm_create_group");
+  if (status.isOk()) status = mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   MPI_Group_free(&world);
   return status;
@@ -73,7 +71,7 @@ Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
 }  // namespace
 
 Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
-                          std::unique_ptr<Backend>& out) {
+                          std::unique_ptr<Backend>& out, std::unique_ptr<MpiPointToPoint>& p2p) {
   int worldRank = 0;
   int worldSize = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
@@ -101,11 +99,13 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
   if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
+  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).
-  const Status status =
-      createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
+  Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
+  if (status.isOk()) status = MpiPointToPoint::create(&comm, options.timeoutMs, p2p);
   MPI_Comm_free(&comm);
   return status;
 }

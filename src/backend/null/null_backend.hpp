@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A Backend that moves no data: every collective returns at once. The overhead benchmark runs
-// a Session on it so that what it times is the Session and Executor alone (recording, window
-// lookup, dispatch), not communication.
+// A Backend that moves no data: every collective returns at once. The overhead benchmarks
+// (chimera-session-bench, python -m chimera.bench) run a Session on it so that what they time is
+// the Session and Executor alone (recording, window lookup, dispatch), not communication.
+// Header-only and private (not installed).
 #pragma once
 
 #include <cstdlib>
