@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by test.sh: the Python stage's virtual environment under build/ (torch, numpy, pytest,
-# mpi4py, the build requirements and torchtitan from pip, through a wheelhouse kept between runs) and
+# mpi4py, expecttest (torch.testing needs it for the DistributedTest suite), the build requirements and
+# torchtitan from pip, through a wheelhouse kept between runs) and
 # the package installed into it with `pip install` from the repository root.
 
 CHIMERA_VENV="${CHIMERA_VENV:-$CHIMERA_BUILD/venv}"
 # Wheels kept between runs and clones (CHIMERA_WHEELHOUSE overrides).
 CHIMERA_WHEELHOUSE="${CHIMERA_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/chimera/wheels}"
-# torch is pinned: chimera.torch._C is built against it (docs/torch.md, Versions).
-CHIMERA_PYTHON_REQUIREMENTS=(numpy pytest mpi4py torch==2.15.0 "scikit-build-core>=0.10" "nanobind>=2.0")
+# Every version is pinned; torch above all: chimera.torch._C is built against it (docs/torch.md, Versions).
+CHIMERA_PYTHON_REQUIREMENTS=(numpy==2.4.6 pytest==9.2.0 mpi4py==4.1.2 torch==2.15.0 expecttest==0.3.0 scikit-build-core==1.1.2
+  nanobind==3.1.0)
 # examples/torchtitan: torchtitan and everything it imports, pinned and installed without
 # dependency resolution (--no-deps). The set is torchtitan 0.3.0's requirements resolved next to
 # the packages above, less wandb, which torchtitan imports only when wandb logging is on and which

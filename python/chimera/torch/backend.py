@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The torch.distributed backend "chimera": registration and an MPI-launch helper."""
+"""The torch.distributed backend "chimera": registration, the choice of host transport, and an
+MPI-launch helper."""
 
 from __future__ import annotations
 
@@ -17,15 +18,70 @@ from . import _extension
 BACKEND_NAME = "chimera"
 
 
+# Environment variables an MPI launcher sets for the processes it starts, with the world size.
+_MPI_LAUNCH_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+
+
+def transport(world_size: int) -> str:
+    """The host transport of a process group in a world of ``world_size`` ranks: ``"mpi"``
+    when MPI launched exactly that many processes (mpirun), else ``"gloo"`` (torchrun, a
+    fork-based harness: bootstrapped from the c10d Store). ``CHIMERA_TORCH_TRANSPORT=mpi|gloo``
+    overrides it."""
+    forced = os.environ.get("CHIMERA_TORCH_TRANSPORT", "").strip().lower()
+    if forced:
+        if forced not in ("mpi", "gloo"):
+            raise ValueError(f"CHIMERA_TORCH_TRANSPORT={forced!r}: expected 'mpi' or 'gloo'")
+        return forced
+    return "mpi" if _mpi_launch_size() == world_size else "gloo"
+
+
+def _mpi_launch_size() -> int | None:
+    """The number of processes an MPI launcher started, None outside an MPI launch."""
+    for key in _MPI_LAUNCH_SIZE:
+        value = os.environ.get(key, "")
+        if value.isdigit():
+            return int(value)
+    return None
+
+
 def _create_backend(dist_opts, _backend_options):
     ranks = [int(r) for r in dist_opts.global_ranks_in_group]
     size = int(dist_opts.group_size)
+    rank = int(dist_opts.group_rank)
     world = dist.get_world_size() if ranks and dist.is_initialized() else size
     timeout = getattr(dist_opts, "timeout", None)
     timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else 0
-    return _extension.load().create_backend(
-        int(dist_opts.group_rank), size, ranks, world, str(dist_opts.group_id), dist_opts.store, timeout_ms
-    )
+    gloo = None
+    if transport(world) == "gloo":
+        # A gloo backend of the same group, from the group's own store: chimera's host transport.
+        store = dist.PrefixStore("chimera/gloo/", dist_opts.store)
+        gloo = dist.ProcessGroupGloo(store, rank, size, timeout) if timeout is not None else dist.ProcessGroupGloo(
+            store, rank, size)
+    extension = _extension.load()
+    backend = extension.create_backend(rank, size, ranks, world, str(dist_opts.group_id), dist_opts.store,
+                                       timeout_ms, gloo)
+    # torch's ProcessGroup for it, named "chimera" (a plugin's is named "custom"). Returning a
+    # ProcessGroup makes torch take it as it is, so do here what torch does for a backend:
+    # the TORCH_DISTRIBUTED_DEBUG=DETAIL wrapper and one registration per device.
+    group = extension.named_process_group(dist_opts.store, rank, size)
+    backend_type = dist.ProcessGroup.BackendType.CUSTOM
+    group._set_default_backend(backend_type)  # noqa: SLF001
+    made_by_torch = getattr(dist_opts, "process_group", None)
+    if made_by_torch is not None and made_by_torch.bound_device_id is not None:
+        group.bound_device_id = made_by_torch.bound_device_id
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL and dist.is_gloo_available():
+        from torch.distributed import distributed_c10d as c10d
+
+        backend = c10d._create_process_group_wrapper(  # noqa: SLF001
+            wrapped_pg=backend, store_prefix=str(dist_opts.group_id), store=dist_opts.store, rank=rank,
+            world_size=size, timeout=timeout)
+    for device in _devices():
+        group._register_backend(torch.device(device), backend_type, backend)  # noqa: SLF001
+    return group
+
+
+def _devices() -> list[str]:
+    return ["cpu", "cuda"] if _extension.load().cuda_supported() else ["cpu"]
 
 
 def _finalize(extension) -> None:
@@ -39,10 +95,8 @@ def register() -> None:
     """Registers the backend with torch.distributed (idempotent)."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:  # noqa: SLF001 (no public query exists)
         return
-    extension = _extension.load()
-    atexit.register(_finalize, extension)
-    devices = ["cpu", "cuda"] if extension.cuda_supported() else ["cpu"]
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=devices)
+    atexit.register(_finalize, _extension.load())
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=_devices())
 
 
 def mpi_environment(port: int | None = None) -> dict[str, str]:
@@ -72,6 +126,6 @@ def init_process_group(backend: str = BACKEND_NAME, **kwargs) -> None:
     """``torch.distributed.init_process_group`` under mpirun: fills the rendezvous variables from
     the MPI launch first (see mpi_environment), then initialises with ``backend``."""
     register()
-    if "init_method" not in kwargs and "store" not in kwargs:
+    if "init_method" not in kwargs and "store" not in kwargs and _mpi_launch_size() is not None:
         mpi_environment()
     dist.init_process_group(backend, **kwargs)

@@ -16,6 +16,7 @@
 #include "common/log.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera {
 namespace {
@@ -176,6 +177,7 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_MPI_ALGORITHM", kNames, algorithm));
   options.algorithm = kAlgorithms[algorithm];
   CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
+  CHIMERA_RETURN_IF_ERROR(abortOnTimeoutFromEnv(options.abortOnTimeout));
   std::string logLevel;
   CHIMERA_RETURN_IF_ERROR(logLevelFromEnv(logLevel));
   out = options;

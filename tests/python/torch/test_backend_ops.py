@@ -186,3 +186,85 @@ def test_errors_are_raised_not_crashes(world):
     with pytest.raises(RuntimeError, match="elements"):
         dist.all_gather_into_tensor(torch.empty(n + 1), torch.ones(1))
     agree(True, gloo, "errors")
+
+
+def test_all_gather_coalesced(world):
+    rank, n, gloo = world
+    xs = [values((2, 3), torch.float32, rank, seed=s) for s in range(3)]
+    ours = [[torch.empty_like(x) for x in xs] for _ in range(n)]  # one list per rank
+    ref = [[torch.empty_like(x) for x in xs] for _ in range(n)]
+    dist.all_gather_coalesced(ours, xs)
+    dist.all_gather_coalesced(ref, xs, group=gloo)
+    ok = all(same(a, b) for la, lb in zip(ours, ref) for a, b in zip(la, lb))
+    agree(ok, gloo, "all_gather_coalesced")
+
+
+def test_sparse_all_reduce(world):
+    rank, n, gloo = world
+    # Rank r holds entries at rows r .. r+1 (overlapping with its neighbour's) of an 8x3 tensor.
+    indices = torch.tensor([[rank, rank + 1, 7], [0, 2, rank % 3]])
+    ours = torch.sparse_coo_tensor(indices, torch.tensor([1.0, 2.0, float(rank)]), (8, 3))
+    ref = ours.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(ref, group=gloo)
+    agree(ours.is_sparse and torch.equal(ours.to_dense(), ref.to_dense()), gloo,
+          f"sparse all_reduce: {ours.to_dense()} vs {ref.to_dense()}")
+
+
+def test_monitored_barrier_names_the_late_rank(world):
+    rank, n, gloo = world
+    import datetime
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    # On a group of its own: a timed-out transfer may leave a group unusable (gloo closes the pair).
+    group = dist.new_group(list(range(n)))
+    message = ""
+    if rank != 1:  # rank 1 never arrives
+        try:
+            dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=2))
+        except RuntimeError as error:
+            message = str(error)
+    # Rank 0 names rank 1; the others, never released, time out.
+    ok = ("Rank 1 failed to pass monitoredBarrier" in message) if rank == 0 else (rank == 1 or message != "")
+    agree(ok, gloo, f"monitored_barrier with rank 1 missing: {message!r}")
+
+
+def test_sequence_numbers_and_debug_detail(world):
+    rank, n, gloo = world
+    group = dist.distributed_c10d._get_default_group()  # noqa: SLF001
+    before = group._get_sequence_number_for_group()  # noqa: SLF001
+    dist.all_reduce(torch.ones(1))
+    after = group._get_sequence_number_for_group()  # noqa: SLF001
+    seqs = torch.tensor([after], dtype=torch.int64)
+    everyone = [torch.empty(1, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(everyone, seqs, group=gloo)
+    ok = after > before and all(int(s.item()) == after for s in everyone)
+    # Under TORCH_DISTRIBUTED_DEBUG=DETAIL a new group is wrapped in torch's ProcessGroupWrapper,
+    # which checks every collective's signature across ranks (it needs the sequence numbers).
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        checked = dist.new_group(list(range(n)), backend="chimera")
+        x = torch.full((4,), float(rank))
+        dist.all_reduce(x, group=checked)
+        ok = ok and x.tolist() == [float(sum(range(n)))] * 4
+        with pytest.raises(RuntimeError, match="(?i)mismatch|inconsistent|detected"):
+            dist.all_reduce(torch.ones(2 if rank == 0 else 3), group=checked)
+    finally:
+        dist.set_debug_level(dist.DebugLevel.OFF)
+    agree(ok, gloo, f"sequence numbers {before} -> {after} on every rank, DETAIL wrapper")
+
+
+def test_backend_name_in_ddp_logging(world):
+    rank, n, gloo = world
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+    model(torch.ones(3, 4)).sum().backward()
+    name = model._get_ddp_logging_data().get("backend_name")  # noqa: SLF001
+    agree(name == "chimera" and dist.get_backend() == "chimera", gloo, f"DDP logs backend {name!r}")
+
+
+def test_transport(world):
+    import os
+
+    import chimera.torch.backend as backend
+    expected = os.environ.get("CHIMERA_EXPECT_TRANSPORT")
+    got = backend.transport(world[1])
+    agree(expected is None or got == expected, world[2], f"host transport {got}, expected {expected}")

@@ -6,15 +6,19 @@
 // status (chimera.InvalidArgument, chimera.BackendError, ...).
 #include <torch/python.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chimera/mpi_backend.hpp"
+#include "host_transport.hpp"
 #include "mpi_group_backend.hpp"
 #include "process_group.hpp"
 
@@ -41,20 +45,42 @@ std::string mpiMismatch(int worldSize, int torchRank, bool isWorld) {
   if (mpiSize != worldSize)
     return "torch.distributed has " + std::to_string(worldSize) + " ranks but the MPI world has " +
            std::to_string(mpiSize) +
-           ". The chimera backend runs CPU tensors over MPI and needs every rank started by an MPI launcher "
-           "(mpirun -np " +
-           std::to_string(worldSize) +
-           " ...); under torchrun each process is a one-rank MPI world, which chimera cannot join (use backend "
-           "\"gloo\" for CPU tensors there, or launch with mpirun)";
+           " (the MPI transport needs every rank started by one MPI launch; "
+           "CHIMERA_TORCH_TRANSPORT=gloo, the default outside an MPI launch, bootstraps from the store instead)";
   if (isWorld && mpiRank != torchRank)
     return "torch rank " + std::to_string(torchRank) + " is MPI rank " + std::to_string(mpiRank) +
            "; set RANK from the MPI launcher (chimera.torch.init_process_group does)";
   return {};
 }
 
+// Waits until every member of the group has reached its creation (keys in the group's own
+// store), at most `timeoutMs`, so that the collective creation of its communicators that
+// follows cannot wait without end. Names the ranks that did not arrive (Timeout).
+Status awaitMembers(c10d::Store& store, int rank, int size, std::int64_t timeoutMs) {
+  const std::string prefix = "chimera/created/";
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  try {
+    store.set(keys[static_cast<std::size_t>(rank)], std::vector<uint8_t>{1});
+    store.wait(keys, std::chrono::milliseconds(timeoutMs));
+  } catch (const std::exception& error) {
+    std::string missing;
+    for (int r = 0; r < size; ++r)
+      if (!store.check({keys[static_cast<std::size_t>(r)]}))
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    return Status::timeout("group rank(s) " + missing + " of " + std::to_string(size) +
+                           " did not create the group within its timeout of " + std::to_string(timeoutMs) + " ms (" +
+                           error.what() + ")");
+  }
+  return Status::ok();
+}
+
+// The c10d backend of one group, its host transport made now: over `gloo` (a gloo backend of
+// the same group) when given, else over MPI.
 c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<int> globalRanks, int worldSize,
                                                 const std::string& groupId, c10::intrusive_ptr<c10d::Store> store,
-                                                std::int64_t timeoutMs) {
+                                                std::int64_t timeoutMs,
+                                                std::optional<c10::intrusive_ptr<c10d::Backend>> gloo) {
   const bool isWorld = globalRanks.empty();
   if (isWorld)
     for (int r = 0; r < size; ++r) globalRanks.push_back(r);
@@ -64,19 +90,36 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
   if (rank < 0 || rank >= size)
     check("process group",
           Status::invalidArgument("group rank " + std::to_string(rank) + " of " + std::to_string(size)));
-  std::string hostError = mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
-  const int tag = static_cast<int>(std::hash<std::string>{}(groupId)&0x3fffffff);
-  ChimeraProcessGroup::HostFactory makeHost = [globalRanks, tag, timeoutMs](std::unique_ptr<Backend>& out) {
-    return createGroupBackend(globalRanks, tag, timeoutMs, out);
-  };
-  if (!hostError.empty()) {
-    // Without CUDA there is nothing this group could run: say so now, on every rank.
-    if (!ChimeraProcessGroup::cudaSupported()) check("process group", Status::unsupported(hostError));
-    hostError = "chimera process group: " + hostError;
+  const std::int64_t bound = timeoutMs > 0 ? timeoutMs : std::int64_t{30} * 60 * 1000;
+  HostTransport host;
+  bool asyncCpu = true;  // gloo's backend takes calls from any thread
+  if (gloo.has_value() && *gloo) {
+    check("process group (gloo transport)", createGlooTransport(*gloo, bound, host));
+  } else {
+    const std::string mismatch =
+        mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
+    if (!mismatch.empty()) check("process group", Status::unsupported(mismatch));
+    Status status;
+    {
+      py::gil_scoped_release release;
+      status = awaitMembers(*store, rank, size, bound);
+      const int tag = static_cast<int>(std::hash<std::string>{}(groupId)&0x3fffffff);
+      if (status.isOk()) status = createMpiTransport(globalRanks, tag, timeoutMs, host);
+    }
+    check("process group (MPI transport)", status);
+    asyncCpu = mpiThreadMultiple();
   }
-  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(makeHost), std::move(hostError),
-                                                  std::move(store), mpiThreadMultiple());
+  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(host), std::move(store), asyncCpu, bound);
 }
+
+// torch's ProcessGroup of a chimera group, named "chimera": a plugin's group is otherwise
+// named "custom" (ProcessGroup::getBackendName), which is what DDP's logging would report.
+class NamedProcessGroup final : public c10d::ProcessGroup {
+ public:
+  NamedProcessGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size)
+      : c10d::ProcessGroup(std::move(store), rank, size) {}
+  const std::string getBackendName() const override { return "chimera"; }
+};
 
 }  // namespace
 }  // namespace chimera::torch_ext
@@ -86,7 +129,16 @@ PYBIND11_MODULE(_C, m) {
   py::module_::import("torch.distributed");
   m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"), py::arg("global_ranks"),
         py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms") = 0,
-        "Creates the c10d backend of one process group (collective over its members).");
+        py::arg("gloo") = py::none(),
+        "Creates the c10d backend of one process group (collective over its members): its host transport over "
+        "`gloo` (a gloo backend of the same group) when given, else over MPI.");
+  m.def(
+      "named_process_group",
+      [](c10::intrusive_ptr<c10d::Store> store, int rank, int size) -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<chimera::torch_ext::NamedProcessGroup>(std::move(store), rank, size);
+      },
+      py::arg("store"), py::arg("rank"), py::arg("size"),
+      "A torch ProcessGroup whose backend name is \"chimera\" (register the backends on it).");
   m.def(
       "mpi_world",
       [] {

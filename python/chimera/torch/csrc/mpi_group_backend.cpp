@@ -71,7 +71,7 @@ Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
 }  // namespace
 
 Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
-                          std::unique_ptr<Backend>& out) {
+                          std::unique_ptr<Backend>& out, std::unique_ptr<MpiPointToPoint>& p2p) {
   int worldRank = 0;
   int worldSize = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
@@ -99,11 +99,13 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
   if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
+  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).
-  const Status status =
-      createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
+  Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
+  if (status.isOk()) status = MpiPointToPoint::create(&comm, options.timeoutMs, p2p);
   MPI_Comm_free(&comm);
   return status;
 }

@@ -10,6 +10,7 @@
 
 #include "chimera/backend.hpp"
 #include "chimera/status.hpp"
+#include "mpi_point_to_point.hpp"
 
 namespace chimera::torch_ext {
 
@@ -31,8 +32,9 @@ void finalizeExtensionMpi();
 /// creations may overlap in time. InvalidArgument when the caller is not in `worldRanks`, a
 /// rank is out of range or repeated. Options come from the environment as createMpiBackend's;
 /// `timeoutMs` > 0 (torch's process-group timeout) bounds every wait instead of the default
-/// unless CHIMERA_TIMEOUT_MS is set.
+/// unless CHIMERA_TIMEOUT_MS is set. `p2p`: the group's point-to-point channel, on its own
+/// duplicate of the communicator, bounded by the same timeout.
 [[nodiscard]] Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
-                                        std::unique_ptr<Backend>& out);
+                                        std::unique_ptr<Backend>& out, std::unique_ptr<MpiPointToPoint>& p2p);
 
 }  // namespace chimera::torch_ext

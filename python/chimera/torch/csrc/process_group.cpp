@@ -13,8 +13,10 @@
 #include "chimera/nccl_backend.hpp"
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -80,6 +82,42 @@ class ChimeraWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   const bool queuedForCoalescing_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// The Work of a batch of CPU send/recv (batch_isend_irecv): complete when every transfer is.
+class BatchWork final : public c10d::Work {
+ public:
+  BatchWork(int rank, std::vector<WorkPtr> works) : c10d::Work(rank, OpType::COALESCED), works_(std::move(works)) {}
+  bool isCompleted() override {
+    for (auto& work : works_)
+      if (!work->isCompleted()) return false;
+    return true;
+  }
+  bool isSuccess() const override {
+    for (const auto& work : works_)
+      if (!work->isSuccess()) return false;
+    return true;
+  }
+  std::exception_ptr exception() const override {
+    for (const auto& work : works_)
+      if (auto error = work->exception()) return error;
+    return nullptr;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& work : works_) work->wait(timeout);
+    return true;
+  }
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> all;
+    for (auto& work : works_) {
+      std::vector<at::Tensor> one = work->result();
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    return all;
+  }
+
+ private:
+  std::vector<WorkPtr> works_;
 };
 
 WorkPtr completed(int rank, OpType type, std::vector<at::Tensor> outputs) {
@@ -242,12 +280,10 @@ class ChimeraProcessGroup::OpThread {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
-                                         c10::intrusive_ptr<c10d::Store> store, bool asyncCpu)
-    : c10d::Backend(rank, size),
-      makeHost_(std::move(makeHost)),
-      hostError_(std::move(hostError)),
-      store_(std::move(store)) {
+ChimeraProcessGroup::ChimeraProcessGroup(int rank, int size, HostTransport host, c10::intrusive_ptr<c10d::Store> store,
+                                         bool asyncCpu, std::int64_t timeoutMs)
+    : c10d::Backend(rank, size), host_(std::move(host)), timeoutMs_(timeoutMs), store_(std::move(store)) {
+  TORCH_CHECK(host_.backend != nullptr && host_.p2p != nullptr, "chimera process group: no host transport");
   // Started here rather than on the first asynchronous op, so no two threads ever race to make it.
   if (asyncCpu) opThread_ = std::make_unique<OpThread>();
 }
@@ -258,6 +294,7 @@ ChimeraProcessGroup::~ChimeraProcessGroup() { opThread_.reset(); }
 WorkPtr ChimeraProcessGroup::defer(bool asyncOp, const at::Tensor& t, OpType type, std::vector<at::Tensor> outputs,
                                    std::function<void()> run) {
   if (opThread_ != nullptr && opThread_->onThread()) return nullptr;  // the op thread runs it now
+  ++sequence_;
   const bool cpu = !t.defined() || t.device().is_cpu();
   if (!asyncOp || !cpu || opThread_ == nullptr || coalescing_) {
     if (opThread_ != nullptr) opThread_->drain();
@@ -285,9 +322,7 @@ bool ChimeraProcessGroup::cudaSupported() {
 
 void ChimeraProcessGroup::select(const at::Tensor& t, const char* op) {
   if (!t.defined() || t.device().is_cpu()) {
-    TORCH_CHECK(hostError_.empty(), "chimera ", op, ": ", hostError_);
-    if (host_ == nullptr) check(op, makeHost_(host_));
-    backend_ = host_.get();
+    backend_ = host_.backend.get();
     stream_ = nullptr;
     return;
   }
@@ -321,7 +356,11 @@ void ChimeraProcessGroup::createDeviceBackend(int device) {
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   std::unique_ptr<chimera::Backend> backend;
-  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, backend));
+  NcclBackendOptions options;
+  check("NCCL backend options", NcclBackendOptions::fromEnvironment(options));
+  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
+  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, options, backend));
   device_ = std::move(backend);
   deviceIndex_ = device;
 #else
@@ -345,6 +384,7 @@ WorkPtr ChimeraProcessGroup::broadcast(std::vector<at::Tensor>& tensors, const c
 }
 
 WorkPtr ChimeraProcessGroup::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) return allreduce_sparse(tensors, opts);
   if (WorkPtr work = defer(opts.asyncOp, first(tensors), OpType::ALLREDUCE, tensors,
                            [this, tensors, opts]() mutable { allreduce(tensors, opts); }))
     return work;
@@ -444,15 +484,20 @@ WorkPtr ChimeraProcessGroup::allgather_coalesced(std::vector<std::vector<at::Ten
   if (WorkPtr work = defer(opts.asyncOp, first(inputs), OpType::ALLGATHER_COALESCED, inputs,
                            [this, outputs, inputs, opts]() mutable { allgather_coalesced(outputs, inputs, opts); }))
     return work;
-  TORCH_CHECK(outputs.size() == inputs.size(), "chimera allgather_coalesced: ", outputs.size(), " output lists for ",
-              inputs.size(), " inputs");
+  // outputs[r][i]: rank r's copy of input i (c10d's layout: one list per rank).
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "chimera allgather_coalesced: ", outputs.size(),
+              " output lists for a group of ", size_, " (one list per rank)");
+  for (std::size_t r = 0; r < outputs.size(); ++r)
+    TORCH_CHECK(outputs[r].size() == inputs.size(), "chimera allgather_coalesced: output list ", r, " has ",
+                outputs[r].size(), " tensors for ", inputs.size(), " inputs");
   std::vector<at::Tensor> all;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<std::vector<at::Tensor>> out{outputs[i]};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (auto& list : outputs) out[0].push_back(list[i]);
     std::vector<at::Tensor> in{inputs[i]};
     allgather(out, in, opts);
-    all.insert(all.end(), outputs[i].begin(), outputs[i].end());
   }
+  for (auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
   return completed(rank_, OpType::ALLGATHER_COALESCED, all);
 }
 
@@ -732,13 +777,21 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
   return completed(rank_, OpType::ALLTOALL, outputs);
 }
 
-WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend) {
+WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend) {
   const char* name = isSend ? "send" : "recv";
   requireOne(name, tensors);
-  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "chimera ", name, ": peer ", peer,
-              " is not another rank of this group of ", size_);
+  TORCH_CHECK((peer >= 0 || (!isSend && peer == -1)) && peer < size_ && peer != rank_, "chimera ", name, ": peer ",
+              peer, " is not another rank of this group of ", size_);
+  TORCH_CHECK(tag >= 0, "chimera ", name, ": tag ", tag, " is negative");
   if (opThread_ != nullptr) opThread_->drain();  // after the group's queued asynchronous ops
+  ++sequence_;
   select(tensors[0], name);
+  if (tensors[0].device().is_cpu()) {
+    WorkPtr work = isSend ? host_.p2p->send(tensors[0], peer, tag) : host_.p2p->recv(tensors[0], peer, tag);
+    if (coalescing_) posted_.push_back(work);
+    return work;
+  }
+  TORCH_CHECK(peer >= 0, "chimera recv: a receive from any source needs a CPU tensor");
   if (coalescing_) {
     Queued q;
     q.backend = backend_;
@@ -760,34 +813,112 @@ WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int 
   return completed(rank_, isSend ? OpType::SEND : OpType::RECV, tensors);
 }
 
-WorkPtr ChimeraProcessGroup::send(std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) {
-  return pointToPoint(tensors, dstRank, true);
+WorkPtr ChimeraProcessGroup::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return pointToPoint(tensors, dstRank, tag, true);
 }
 
-WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) {
-  return pointToPoint(tensors, srcRank, false);
+WorkPtr ChimeraProcessGroup::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return pointToPoint(tensors, srcRank, tag, false);
+}
+
+WorkPtr ChimeraProcessGroup::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return pointToPoint(tensors, -1, tag, false);
 }
 
 WorkPtr ChimeraProcessGroup::barrier(const c10d::BarrierOptions& opts) {
-  const bool onDevice = !hostError_.empty() && device_ != nullptr;
-  if (!onDevice) {
-    if (WorkPtr work =
-            defer(opts.asyncOp, at::Tensor(), OpType::BARRIER, {}, [this, opts]() mutable { barrier(opts); }))
-      return work;
-  }
-  if (onDevice) {
-    // A CUDA-only group (no MPI launch): a 1-element device all-reduce, waited for.
-    at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, deviceIndex_));
-    select(token, "barrier");
-    check("barrier",
-          backend_->allReduce(token.data_ptr(), token.data_ptr(), 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
-    check("barrier", backend_->synchronize(stream_));
-    return completed(rank_, OpType::BARRIER, {});
-  }
+  if (WorkPtr work = defer(opts.asyncOp, at::Tensor(), OpType::BARRIER, {}, [this, opts]() mutable { barrier(opts); }))
+    return work;
   select(at::Tensor(), "barrier");
   std::int32_t token = 0;
   check("barrier", backend_->allReduce(&token, &token, 1, DataType::I32, ReduceOp::Sum, kGroup, stream_));
   return completed(rank_, OpType::BARRIER, {});
+}
+
+WorkPtr ChimeraProcessGroup::allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "chimera allreduce_sparse: expects one tensor per call, got ", tensors.size());
+  const at::Tensor& tensor = tensors[0];
+  TORCH_CHECK(tensor.is_sparse() && tensor.device().is_cpu(),
+              "chimera allreduce_sparse: needs a sparse COO CPU tensor");
+  TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "chimera allreduce_sparse: only ReduceOp.SUM is supported");
+  if (opThread_ != nullptr) opThread_->drain();
+  ++sequence_;
+  // Every rank's entries, padded to the largest count so that one even all-gather moves them.
+  const at::Tensor input = tensor.coalesce();
+  const at::Tensor indices = input._indices().contiguous();
+  const at::Tensor values = input._values().contiguous();
+  const int64_t nnz = indices.size(1);
+  at::Tensor counts = at::empty({size_}, at::kLong);
+  at::Tensor mine = at::full({1}, nnz, at::kLong);
+  c10d::AllgatherOptions gather;
+  gather.asyncOp = false;  // the counts are read right away
+  all_gather_single(counts, mine, gather);
+  const int64_t most = counts.max().item<int64_t>();
+  std::vector<int64_t> valueShape = values.sizes().vec();
+  valueShape[0] = most;
+  at::Tensor paddedIndices = at::zeros({indices.size(0), most}, indices.options());
+  at::Tensor paddedValues = at::zeros(valueShape, values.options());
+  paddedIndices.narrow(1, 0, nnz).copy_(indices);
+  paddedValues.narrow(0, 0, nnz).copy_(values);
+  std::vector<int64_t> allIndexShape{size_, indices.size(0), most};
+  std::vector<int64_t> allValueShape{size_};
+  allValueShape.insert(allValueShape.end(), valueShape.begin(), valueShape.end());
+  at::Tensor allIndices = at::empty(allIndexShape, indices.options());
+  at::Tensor allValues = at::empty(allValueShape, values.options());
+  if (most > 0) {
+    all_gather_single(allIndices, paddedIndices, gather);
+    all_gather_single(allValues, paddedValues, gather);
+  }
+  std::vector<at::Tensor> indexParts;
+  std::vector<at::Tensor> valueParts;
+  for (int r = 0; r < size_; ++r) {
+    const int64_t n = counts[r].item<int64_t>();
+    indexParts.push_back(allIndices[r].narrow(1, 0, n));
+    valueParts.push_back(allValues[r].narrow(0, 0, n));
+  }
+  const at::Tensor sum =
+      at::sparse_coo_tensor(at::cat(indexParts, 1), at::cat(valueParts, 0), input.sizes(), input.options()).coalesce();
+  tensors[0].copy_(sum);
+  return completed(rank_, OpType::ALLREDUCE, {sum});
+}
+
+void ChimeraProcessGroup::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  if (opThread_ != nullptr) opThread_->drain();
+  ++sequence_;
+  const auto timeout =
+      opts.timeout == ::kNoTimeout || opts.timeout.count() <= 0 ? std::chrono::milliseconds(timeoutMs_) : opts.timeout;
+  const int tag = host_.p2p->reservedTag();
+  at::Tensor token = at::zeros({1}, at::kInt);
+  if (rank_ != 0) {
+    host_.p2p->send(token, 0, tag)->wait(timeout);
+    at::Tensor release = at::zeros({1}, at::kInt);
+    host_.p2p->recv(release, 0, tag)->wait(timeout);
+    return;
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  std::vector<at::Tensor> tokens;
+  std::vector<WorkPtr> arrivals;
+  for (int r = 1; r < size_; ++r) {
+    tokens.push_back(at::zeros({1}, at::kInt));
+    arrivals.push_back(host_.p2p->recv(tokens.back(), r, tag));
+  }
+  std::vector<int> late;
+  for (int r = 1; r < size_; ++r) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      arrivals[static_cast<std::size_t>(r - 1)]->wait(std::max(left, std::chrono::milliseconds(1)));
+    } catch (const std::exception&) {
+      late.push_back(r);
+      if (!waitAllRanks) break;
+    }
+  }
+  if (!late.empty()) {
+    std::string ranks;
+    for (int r : late) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    TORCH_CHECK(false, late.size() == 1 && !waitAllRanks ? "Rank " : "Ranks ", ranks,
+                " failed to pass monitoredBarrier in ", timeout.count(), " ms");
+  }
+  for (int r = 1; r < size_; ++r) host_.p2p->send(token, r, tag)->wait(timeout);
 }
 
 void ChimeraProcessGroup::startCoalescing() {
@@ -799,8 +930,12 @@ WorkPtr ChimeraProcessGroup::endCoalescing() {
   TORCH_CHECK(coalescing_, "chimera endCoalescing: startCoalescing was not called");
   coalescing_ = false;
   if (opThread_ != nullptr) opThread_->drain();
+  std::vector<WorkPtr> posted = std::move(posted_);
+  posted_.clear();
   std::vector<Queued> queued = std::move(queued_);
   queued_.clear();
+  TORCH_CHECK(posted.empty() || queued.empty(), "chimera batch_isend_irecv: CPU and CUDA tensors in one batch");
+  if (!posted.empty()) return c10::make_intrusive<BatchWork>(rank_, std::move(posted));
   std::vector<P2POp> ops;
   std::vector<at::Tensor> tensors;
   for (const auto& q : queued) {

@@ -7,42 +7,46 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "chimera/backend.hpp"
+#include "host_transport.hpp"
 
 namespace chimera::torch_ext {
 
-/// One process group's backend. CPU tensors run on chimera's MPI backend over the group's
-/// ranks; CUDA tensors (CUDA builds) on chimera's NCCL backend, created on the first CUDA op
-/// from a unique id that group rank 0 publishes in the group's store, ordered on the tensor's
-/// current CUDA stream.
+/// One process group's backend. CPU tensors run on its host transport (chimera's MPI backend
+/// under an MPI launch, else gloo bootstrapped from the group's Store; host_transport.hpp),
+/// made when the group is created; CUDA tensors (CUDA builds) on chimera's NCCL backend,
+/// created on the first CUDA op from a unique id that group rank 0 publishes in the group's
+/// store, ordered on the tensor's current CUDA stream.
 ///
 /// A CPU collective issued with `async_op=True` (the options' `asyncOp`) is queued on the
 /// group's op thread, which runs the group's ops one at a time in issue order, and returns a
 /// Work that completes when it has run (`wait(timeout)` raises when the timeout passes first;
-/// an error of the op is raised by `wait()` and set on the future). Any other op (synchronous,
-/// CUDA, send/recv, inside a coalescing block) first waits for the ops queued before it, then
-/// runs on the caller's thread and returns a completed Work; a CUDA op is complete once it is
-/// enqueued on its stream. The op thread needs MPI_THREAD_MULTIPLE (`asyncCpu`); without it
-/// every op runs on the caller's thread. Between startCoalescing/endCoalescing, send and recv
-/// are queued and run together as one grouped point-to-point call at endCoalescing (what
-/// batch_isend_irecv issues). Errors (bad arguments, unsupported dtype or op, a transport
-/// failure) raise c10::Error, which Python sees as RuntimeError, naming the op and the problem.
+/// an error of the op is raised by `wait()` and set on the future). Any other collective
+/// (synchronous, CUDA, inside a coalescing block) first waits for the ops queued before it,
+/// then runs on the caller's thread and returns a completed Work; a CUDA op is complete once
+/// it is enqueued on its stream. The op thread needs MPI_THREAD_MULTIPLE (`asyncCpu`); without
+/// it every collective runs on the caller's thread. CPU send/recv return at once and complete
+/// in issue order per peer and tag (the host transport's point-to-point channel); between
+/// startCoalescing/endCoalescing they are posted the same way and endCoalescing returns one
+/// Work for the batch (what batch_isend_irecv issues); CUDA send/recv in a batch are queued and
+/// run as one grouped call at endCoalescing. Errors (bad arguments, unsupported dtype or op, a
+/// transport failure) raise c10::Error, which Python sees as RuntimeError, naming the op and
+/// the problem.
 class ChimeraProcessGroup final : public c10d::Backend {
  public:
-  /// Makes the MPI backend (a one-axis mesh over exactly this group's ranks; collective over
-  /// them).
-  using HostFactory = std::function<Status(std::unique_ptr<chimera::Backend>&)>;
-  /// `makeHost` runs on the first CPU op (torch creates one backend per device type, and a
-  /// group used for CUDA tensors only needs no MPI communicator); when `hostError` is not
-  /// empty, CPU ops raise it instead. `store`: the group's store, for the NCCL rendezvous.
-  /// `asyncCpu`: asynchronous CPU ops may run on the op thread (MPI_THREAD_MULTIPLE).
-  ChimeraProcessGroup(int rank, int size, HostFactory makeHost, std::string hostError,
-                      c10::intrusive_ptr<c10d::Store> store, bool asyncCpu);
+  /// `host`: the group's host transport (both members set). `store`: the group's store, for
+  /// the NCCL rendezvous. `asyncCpu`: asynchronous CPU collectives may run on the op thread
+  /// (MPI_THREAD_MULTIPLE, or a transport that is thread-safe). `timeoutMs`: the group's
+  /// timeout (monitoredBarrier's default).
+  ChimeraProcessGroup(int rank, int size, HostTransport host, c10::intrusive_ptr<c10d::Store> store, bool asyncCpu,
+                      std::int64_t timeoutMs);
   ~ChimeraProcessGroup() override;
 
   const std::string getBackendName() const override { return "chimera"; }
@@ -99,7 +103,19 @@ class ChimeraProcessGroup final : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  /// Rank 0 waits for every other rank (at most the options' timeout, else the group's), then
+  /// releases them; a rank that does not arrive is named in the error ("Rank 1 failed to pass
+  /// monitoredBarrier in N ms"; every late rank with `waitAllRanks`), as gloo reports it.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
+  /// The number of operations issued on the group so far (equal on every rank of a group
+  /// whose ranks issue the same operations).
+  uint64_t getSequenceNumberForGroup() override { return sequence_.load(); }
+  /// Sparse COO all-reduce (sum): every rank's indices and values gathered, summed and
+  /// coalesced; the result replaces the tensor.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
@@ -109,17 +125,18 @@ class ChimeraProcessGroup final : public c10d::Backend {
  private:
   struct Queued;
   class OpThread;
-  HostFactory makeHost_;
-  std::unique_ptr<chimera::Backend> host_;
-  std::string hostError_;
+  HostTransport host_;
+  std::int64_t timeoutMs_;
+  std::atomic<std::uint64_t> sequence_{0};
   std::unique_ptr<chimera::Backend> device_;
   int deviceIndex_ = -1;
   c10::intrusive_ptr<c10d::Store> store_;
   chimera::Backend* backend_ = nullptr;  // the one the current op runs on (select)
   chimera::Stream stream_ = nullptr;     // the stream it runs on: the tensor device's current stream (select)
   bool coalescing_ = false;
-  std::vector<Queued> queued_;
-  std::unique_ptr<OpThread> opThread_;  // null without asyncCpu
+  std::vector<Queued> queued_;                          // CUDA send/recv of a batch
+  std::vector<c10::intrusive_ptr<c10d::Work>> posted_;  // CPU send/recv of a batch
+  std::unique_ptr<OpThread> opThread_;                  // null without asyncCpu
 
   // An op asked for asynchronously (`asyncOp`) on a CPU tensor `t` (undefined: no tensor) is
   // queued on the op thread as `run` and its Work returned; otherwise returns null after the
@@ -127,7 +144,8 @@ class ChimeraProcessGroup final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> defer(bool asyncOp, const at::Tensor& t, c10d::OpType type,
                                        std::vector<at::Tensor> outputs, std::function<void()> run);
 
-  c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, bool isSend);
+  // peer -1: a receive from any source.
+  c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend);
   // Picks the backend for `t`'s device (creating the NCCL one on first use) as backend_.
   void select(const at::Tensor& t, const char* op);
   void createDeviceBackend(int device);

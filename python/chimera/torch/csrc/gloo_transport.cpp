@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gloo host transport (see host_transport.hpp): a chimera Backend whose collectives are
+// c10d calls on a gloo backend of the same group, made from the group's Store, so a launch
+// without MPI (torchrun, a fork-based harness) runs chimera's process group and plans on CPU
+// tensors. Buffers are wrapped as tensors without copies; each call waits for its Work.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chimera/mesh.hpp"
+#include "host_transport.hpp"
+
+namespace chimera::torch_ext {
+namespace {
+
+// Transfers of chimera's own plans (gather, scatter, uneven all-to-all) share the gloo backend
+// with the caller's send/recv: they use tags from here down (one per channel), the caller's
+// tags are small, and the largest tag is monitoredBarrier's.
+constexpr int kPlanTagTop = INT_MAX - 1;
+
+at::ScalarType scalarTypeOf(DataType dtype) {
+  switch (dtype) {
+    case DataType::F32: return at::kFloat;
+    case DataType::F64: return at::kDouble;
+    case DataType::F16: return at::kHalf;
+    case DataType::BF16: return at::kBFloat16;
+    case DataType::I32: return at::kInt;
+    case DataType::I64: return at::kLong;
+    case DataType::U8: return at::kByte;
+    default: break;
+  }
+  return at::kByte;
+}
+
+// Element bytes of a dtype.
+std::size_t elementBytes(DataType dtype) { return c10::elementSize(scalarTypeOf(dtype)); }
+
+at::Tensor wrap(const void* data, std::size_t count, DataType dtype) {
+  return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(count)},
+                       at::TensorOptions().dtype(scalarTypeOf(dtype)).device(at::kCPU));
+}
+
+class GlooHostBackend final : public chimera::Backend {
+ public:
+  GlooHostBackend(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs)
+      : gloo_(std::move(gloo)), mesh_(Mesh::flat(gloo_->getSize(), "group")), timeout_(timeoutMs) {}
+
+  std::string_view name() const override { return "gloo"; }
+  const Mesh& mesh() const override { return mesh_; }
+  int rank() const override { return gloo_->getRank(); }
+
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
+                   Stream) override {
+    if (Status s = checkGroup(axes, "allReduce"); !s.isOk()) return s;
+    if (count == 0) return Status::ok();
+    if (send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    return guarded("allReduce", [&] {
+      std::vector<at::Tensor> tensors{wrap(recv, count, dtype)};
+      c10d::AllreduceOptions options;
+      options.reduceOp = c10dOp(op);
+      wait(gloo_->allreduce(tensors, options));
+      if (op == ReduceOp::Avg) tensors[0].div_(gloo_->getSize());
+    });
+  }
+  Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
+                       Stream) override {
+    if (Status s = checkGroup(axes, "reduceScatter"); !s.isOk()) return s;
+    if (recvCount == 0) return Status::ok();
+    return guarded("reduceScatter", [&] {
+      // gloo reduces in place: reduce a copy of the whole input, keep this rank's block.
+      at::Tensor all = wrap(send, recvCount * static_cast<std::size_t>(gloo_->getSize()), dtype).clone();
+      std::vector<at::Tensor> tensors{all};
+      c10d::AllreduceOptions options;
+      options.reduceOp = c10dOp(op);
+      wait(gloo_->allreduce(tensors, options));
+      if (op == ReduceOp::Avg) all.div_(gloo_->getSize());
+      const auto count = static_cast<int64_t>(recvCount);
+      wrap(recv, recvCount, dtype).copy_(all.narrow(0, rank() * count, count));
+    });
+  }
+  Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes, Stream) override {
+    if (Status s = checkGroup(axes, "allGather"); !s.isOk()) return s;
+    if (sendCount == 0) return Status::ok();
+    return guarded("allGather", [&] {
+      at::Tensor input = wrap(send, sendCount, dtype).clone();  // send may alias recv (in place)
+      at::Tensor output = wrap(recv, sendCount * static_cast<std::size_t>(gloo_->getSize()), dtype);
+      wait(gloo_->_allgather_base(output, input, c10d::AllgatherOptions()));
+    });
+  }
+  Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
+                  Stream) override {
+    if (Status s = checkGroup(axes, "allToAll"); !s.isOk()) return s;
+    if (countPerPeer == 0) return Status::ok();
+    return guarded("allToAll", [&] {
+      const std::size_t total = countPerPeer * static_cast<std::size_t>(gloo_->getSize());
+      at::Tensor input = wrap(send, total, dtype);
+      at::Tensor output = wrap(recv, total, dtype);
+      std::vector<int64_t> splits;
+      wait(gloo_->alltoall_base(output, input, splits, splits, c10d::AllToAllOptions()));
+    });
+  }
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
+                   Stream) override {
+    if (Status s = checkGroup(axes, "broadcast"); !s.isOk()) return s;
+    if (root < 0 || root >= gloo_->getSize())
+      return Status::invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of the group");
+    if (count == 0) return Status::ok();
+    if (rank() == root && send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    return guarded("broadcast", [&] {
+      std::vector<at::Tensor> tensors{wrap(recv, count, dtype)};
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      wait(gloo_->broadcast(tensors, options));
+    });
+  }
+  Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream) override {
+    const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
+    return groupedP2P(std::span<const P2POp>(&op, 1), nullptr);
+  }
+  Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream) override {
+    const P2POp op{P2POp::Kind::Recv, buf, count, dtype, peer};
+    return groupedP2P(std::span<const P2POp>(&op, 1), nullptr);
+  }
+  Status groupedP2P(std::span<const P2POp> ops, Stream) override {
+    for (const P2POp& op : ops)
+      if (op.peer < 0 || op.peer >= gloo_->getSize() || op.peer == rank())
+        return Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
+    return guarded("groupedP2P", [&] {
+      // Every transfer is posted before any is waited for: gloo's send and recv do not block.
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (const P2POp& op : ops) {
+        if (op.count == 0) continue;
+        std::vector<at::Tensor> tensors{wrap(op.buffer, op.count, op.dtype)};
+        const int tag = kPlanTagTop - op.channel;
+        works.push_back(op.kind == P2POp::Kind::Send ? gloo_->send(tensors, op.peer, tag)
+                                                     : gloo_->recv(tensors, op.peer, tag));
+      }
+      for (auto& work : works) wait(work);
+    });
+  }
+
+  Status allocate(std::size_t bytes, void** out) override {
+    if (out == nullptr || bytes == 0) return Status::invalidArgument("allocate: null output or 0 bytes");
+    *out = ::operator new (bytes, std::align_val_t{64}, std::nothrow);
+    return *out != nullptr ? Status::ok() : Status::backendError("allocate: out of host memory");
+  }
+  void deallocate(void* ptr) override {
+    if (ptr != nullptr) ::operator delete (ptr, std::align_val_t{64});
+  }
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream) override {
+    if (bytes == 0) return Status::ok();
+    if (dst == nullptr || src == nullptr) return Status::invalidArgument("copy with a null pointer");
+    std::memmove(dst, src, bytes);
+    return Status::ok();
+  }
+  Status packBox(const void* tensor, std::span<const std::int64_t> shape, const Box& box, void* packed, DataType dtype,
+                 Stream) override {
+    return guarded("packBox", [&] {
+      at::Tensor region = boxOf(tensor, shape, box, dtype);
+      at::from_blob(packed, region.sizes(), region.options()).copy_(region);
+    });
+  }
+  Status unpackBox(const void* packed, void* tensor, std::span<const std::int64_t> shape, const Box& box,
+                   DataType dtype, Stream) override {
+    return guarded("unpackBox", [&] {
+      at::Tensor region = boxOf(tensor, shape, box, dtype);
+      region.copy_(at::from_blob(const_cast<void*>(packed), region.sizes(), region.options()));
+    });
+  }
+  Status scale(const void* input, void* output, std::size_t count, DataType dtype, double factor, Stream) override {
+    if (count == 0) return Status::ok();
+    return guarded("scale", [&] {
+      at::Tensor in = wrap(input, count, dtype);
+      at::Tensor scaled = in.to(at::kDouble).mul_(factor);
+      if (!at::isFloatingType(in.scalar_type())) {
+        // Integers: truncated toward zero, saturated, as the host backends do.
+        const at::Scalar low =
+            in.scalar_type() == at::kByte ? 0 : (in.scalar_type() == at::kInt ? INT32_MIN : INT64_MIN);
+        const at::Scalar high = in.scalar_type() == at::kByte
+                                    ? 255
+                                    : (in.scalar_type() == at::kInt ? INT32_MAX : static_cast<double>(INT64_MAX));
+        scaled = scaled.trunc_().clamp_(low, high);
+      }
+      wrap(output, count, dtype).copy_(scaled);
+    });
+  }
+  Status synchronize(Stream) override { return Status::ok(); }
+  Status createGroups(std::span<const AxisSet> groups) override {
+    for (AxisSet axes : groups)
+      if (Status s = checkGroup(axes, "createGroups"); !s.isOk()) return s;
+    return Status::ok();
+  }
+  bool hasGroup(AxisSet axes) const override { return axes == AxisSet::single(0); }
+
+ private:
+  static c10d::ReduceOp c10dOp(ReduceOp op) {
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return c10d::ReduceOp::SUM;
+      case ReduceOp::Prod: return c10d::ReduceOp::PRODUCT;
+      case ReduceOp::Min: return c10d::ReduceOp::MIN;
+      case ReduceOp::Max: return c10d::ReduceOp::MAX;
+      default: break;
+    }
+    TORCH_CHECK(false, "reduce op ", static_cast<int>(op), " is not supported over gloo");
+  }
+  Status checkGroup(AxisSet axes, const char* what) const {
+    if (axes == AxisSet::single(0)) return Status::ok();
+    return Status::invalidArgument(std::string(what) + ": the gloo transport serves its whole group only (axis 0)");
+  }
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) const { work->wait(timeout_); }
+  at::Tensor boxOf(const void* tensor, std::span<const std::int64_t> shape, const Box& box, DataType dtype) const {
+    TORCH_CHECK(tensor != nullptr && box.offset.size() == shape.size() && box.extent.size() == shape.size(),
+                "a box of rank ", box.offset.size(), " for a tensor of rank ", shape.size());
+    at::Tensor region = at::from_blob(const_cast<void*>(tensor), at::IntArrayRef(shape.data(), shape.size()),
+                                      at::TensorOptions().dtype(scalarTypeOf(dtype)));
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      region = region.narrow(static_cast<int64_t>(d), box.offset[d], box.extent[d]);
+    return region;
+  }
+  // Runs `body`, turning a c10 error (a gloo failure, its timeout) into a Status.
+  template <typename F>
+  Status guarded(const char* what, F&& body) const {
+    try {
+      body();
+      return Status::ok();
+    } catch (const std::exception& error) {
+      const std::string message = std::string(what) + " over gloo: " + error.what();
+      if (message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos)
+        return Status::timeout(message);
+      return Status::backendError(message);
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+  Mesh mesh_;
+  std::chrono::milliseconds timeout_;
+};
+
+// c10d's send/recv on the gloo backend are already what a HostPointToPoint promises.
+class GlooHostPointToPoint final : public HostPointToPoint {
+ public:
+  explicit GlooHostPointToPoint(c10::intrusive_ptr<c10d::Backend> gloo) : gloo_(std::move(gloo)) {}
+  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& tensor, int peer, int tag) override {
+    std::vector<at::Tensor> tensors{tensor.contiguous()};
+    return gloo_->send(tensors, peer, tag);
+  }
+  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) override {
+    TORCH_CHECK(tensor.is_contiguous(), "chimera recv: the tensor must be contiguous over gloo");
+    std::vector<at::Tensor> tensors{tensor};
+    return peer < 0 ? gloo_->recvAnysource(tensors, tag) : gloo_->recv(tensors, peer, tag);
+  }
+  // The largest tag, which c10d callers do not use.
+  int reservedTag() const override { return INT_MAX; }
+
+ private:
+  c10::intrusive_ptr<c10d::Backend> gloo_;
+};
+
+}  // namespace
+
+Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs, HostTransport& out) {
+  if (!gloo) return Status::invalidArgument("gloo transport: no gloo backend");
+  if (timeoutMs <= 0) timeoutMs = 30 * 60 * 1000;
+  out.backend = std::make_unique<GlooHostBackend>(gloo, timeoutMs);
+  out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
+  return Status::ok();
+}
+
+}  // namespace chimera::torch_ext

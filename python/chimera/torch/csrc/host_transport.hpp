@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// How one process group moves CPU tensors: a chimera Backend for its collectives (what plans
+// run on) and a point-to-point channel with c10d's semantics. Two transports: MPI (under an
+// MPI launch) and gloo (bootstrapped from the c10d Store, under torchrun or a fork-based
+// harness).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "chimera/backend.hpp"
+
+namespace chimera::torch_ext {
+
+/// Point-to-point on contiguous CPU tensors: a send or receive returns at once with a Work
+/// that completes when the transfer has; transfers between two ranks with one tag match in
+/// issue order. `wait()` without a timeout is bounded by the group's timeout.
+class HostPointToPoint {
+ public:
+  virtual ~HostPointToPoint() = default;
+  /// Starts sending `tensor` to group rank `peer`.
+  virtual c10::intrusive_ptr<c10d::Work> send(const at::Tensor& tensor, int peer, int tag) = 0;
+  /// Starts receiving into `tensor` from group rank `peer`, or from any rank when `peer` is
+  /// -1 (the Work's sourceRank() says which, once complete).
+  virtual c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) = 0;
+  /// The tag no caller's transfer uses (monitoredBarrier's).
+  virtual int reservedTag() const = 0;
+};
+
+/// A process group's host transport; both members are set.
+struct HostTransport {
+  std::unique_ptr<chimera::Backend> backend;
+  std::unique_ptr<HostPointToPoint> p2p;
+};
+
+/// The MPI transport over exactly the world ranks `worldRanks` (group order), made by the
+/// members alone; see createGroupBackend. Status errors as there.
+[[nodiscard]] Status createMpiTransport(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+                                        HostTransport& out);
+
+/// The gloo transport over an existing c10d gloo backend of the group (made from the group's
+/// Store by the caller). Collectives on the backend are c10d calls on `gloo`, waited for.
+[[nodiscard]] Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs,
+                                         HostTransport& out);
+
+}  // namespace chimera::torch_ext

@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: Apache-2.0
+# Point-to-point on the "chimera" process group as c10d expects it: isend/irecv return at once
+# (two ranks that both send a large message before receiving do not deadlock), transfers
+# between two ranks with one tag complete in issue order, recv from any source names the
+# sender, and the first operation of a new group may be a point-to-point one.
+import torch
+import torch.distributed as dist
+
+from conftest import agree
+
+LARGE = 1 << 20  # float32 elements: 4 MiB, far beyond any eager-send limit
+
+
+def test_isend_irecv_return_at_once(world):
+    rank, n, gloo = world
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    out = torch.full((LARGE,), float(rank))
+    got = torch.empty(LARGE)
+    # Every rank sends before it receives: a send that waits for its receiver would deadlock.
+    send = dist.isend(out, nxt)
+    recv = dist.irecv(got, prv)
+    recv.wait()
+    send.wait()
+    agree(bool((got == float(prv)).all()), gloo, f"isend/irecv ring: got {got[:3]} from {prv}")
+
+
+def test_transfers_complete_in_issue_order(world):
+    rank, n, gloo = world
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    sizes = [LARGE, 3, LARGE // 2, 1]  # small ones must not overtake large ones
+    sends = [dist.isend(torch.full((s,), float(10 * rank + i)), nxt) for i, s in enumerate(sizes)]
+    outs = [torch.empty(s) for s in sizes]
+    recvs = [dist.irecv(o, prv) for o in outs]
+    for w in recvs[::-1] + sends:  # waited for in reverse: completion must not depend on it
+        w.wait()
+    ok = all(bool((o == float(10 * prv + i)).all()) for i, o in enumerate(outs))
+    agree(ok, gloo, f"in-order transfers from {prv}: {[o[:1].tolist() for o in outs]}")
+
+
+def test_recv_from_any_source(world):
+    rank, n, gloo = world
+    ok = True
+    if rank == 0:
+        sources = []
+        for _ in range(n - 1):
+            t = torch.empty(2)
+            sources.append(dist.recv(t))  # no src: any source, returns the sender
+            ok = ok and t.tolist() == [float(sources[-1])] * 2
+        ok = ok and sorted(sources) == list(range(1, n))
+        work = dist.irecv(torch.empty(2), tag=5)  # the Work of an any-source irecv names the sender
+        work.wait()
+        ok = ok and work._source_rank() == 1  # noqa: SLF001
+    else:
+        dist.send(torch.full((2,), float(rank)), 0)
+        if rank == 1:
+            dist.send(torch.ones(2), 0, tag=5)
+    agree(ok, gloo, "recv from any source")
+
+
+def test_first_operation_of_a_group_is_point_to_point(world):
+    rank, n, gloo = world
+    # The group's communicators are made when it is created, so a first operation that only
+    # two of its ranks make (here: a recv from any source) cannot wait for the others.
+    group = dist.new_group(list(range(n)))
+    if rank == 1:
+        t = torch.empty(1)
+        src = dist.recv(t, group=group)
+        ok = src == 0 and t.item() == 42.0
+    elif rank == 0:
+        dist.send(torch.tensor([42.0]), 1, group=group)
+        ok = True
+    else:
+        ok = True
+    agree(ok, gloo, "first operation of a new group is a recv from any source")
+    dist.destroy_process_group(group)
