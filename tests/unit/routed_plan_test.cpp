@@ -59,16 +59,15 @@ TEST(RoutedPlan, ReplicasSplitAndPartialTokensReduceScatter) {
   RoutedDecision d;
   // Against the TP-replicated chain at tp=2 (every replica dispatching): the split halves the
   // dispatch, and the AllGather that keeps the output replicated costs (tp-1)/tp T H b.
-  ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep+tp", 64, 8, 1024, TokenPlacement::Replicated, "tp"), nullptr, d)
-                  .isOk());
+  ASSERT_TRUE(
+      planRouted(request("tp=2,ep=4", "ep+tp", 64, 8, 1024, TokenPlacement::Replicated, "tp"), nullptr, d).isOk());
   EXPECT_TRUE(d.splitReplicas);
   EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 2.0);
-  ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep+tp", 64, 2, 1024, TokenPlacement::Replicated, "tp"), nullptr, d)
-                  .isOk());
+  ASSERT_TRUE(
+      planRouted(request("tp=2,ep=4", "ep+tp", 64, 2, 1024, TokenPlacement::Replicated, "tp"), nullptr, d).isOk());
   EXPECT_TRUE(d.splitReplicas);
   EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 1.6);
-  ASSERT_TRUE(
-      planRouted(request("tp=2,ep=4", "ep", 64, 2, 1024, TokenPlacement::Partial, "tp"), nullptr, d).isOk());
+  ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep", 64, 2, 1024, TokenPlacement::Partial, "tp"), nullptr, d).isOk());
   EXPECT_TRUE(d.splitReplicas);
   EXPECT_EQ(d.fused.program.front().kind, StepKind::ReduceScatter);
   EXPECT_EQ(d.baseline.program.front().kind, StepKind::AllReduce);
@@ -90,9 +89,9 @@ TEST(RoutedPlan, RequestsThatDoNotFitAreErrors) {
   RoutedDecision d;
   EXPECT_EQ(planRouted(request("ep=8", "ep", 12, 2, 64), nullptr, d).code(), StatusCode::InvalidArgument);
   EXPECT_EQ(planRouted(request("ep=8", "ep", 8, 9, 64), nullptr, d).code(), StatusCode::InvalidArgument);
-  EXPECT_EQ(planRouted(request("dp=2,tp=2,ep=2", "ep+tp", 8, 2, 64, TokenPlacement::Replicated, "dp+tp"), nullptr, d)
-                .code(),
-            StatusCode::InvalidArgument);
+  EXPECT_EQ(
+      planRouted(request("dp=2,tp=2,ep=2", "ep+tp", 8, 2, 64, TokenPlacement::Replicated, "dp+tp"), nullptr, d).code(),
+      StatusCode::InvalidArgument);
 }
 
 }  // namespace
