@@ -2,7 +2,8 @@
 """chimera for PyTorch.
 
 ``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
-chimera's MPI backend); see docs/torch.md.
+chimera's MPI backend under an MPI launch, on gloo bootstrapped from the c10d Store otherwise);
+see docs/torch.md.
 """
 
 from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
