@@ -14,6 +14,7 @@
 
 #include "chimera/backend.hpp"
 #include "chimera/layout.hpp"
+#include "chimera/mpi_backend.hpp"
 #include "chimera/session.hpp"
 
 namespace example {
@@ -23,6 +24,17 @@ inline void check(const chimera::Status& status, const char* what) {
   if (status.isOk()) return;
   std::fprintf(stderr, "%s: %s\n", what, status.toString().c_str());
   std::exit(1);
+}
+
+/// The MPI backend of the examples: the environment's options (createMpiBackend's), with a
+/// stuck job ending itself: after a Timeout (a peer stalled or died) the backend logs the call,
+/// the group and the late ranks and ends the whole job (MPI_Abort) instead of returning to a
+/// schedule whose next calls nobody can complete. CHIMERA_ABORT_ON_TIMEOUT=0 turns that off.
+inline chimera::Status createBackend(const chimera::Mesh& mesh, std::unique_ptr<chimera::Backend>& out) {
+  chimera::MpiBackendOptions options;
+  if (chimera::Status status = chimera::MpiBackendOptions::fromEnvironment(options); !status.isOk()) return status;
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
+  return chimera::createMpiBackend(mesh, options, out);
 }
 
 /// Microseconds since `start`.

@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("tp", s.tp), "tp");
   check(s.mesh.parseAxes("ep+tp", s.eptp), "ep+tp");
   std::unique_ptr<chimera::Backend> backend;
-  check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  check(example::createBackend(s.mesh, backend), "backend");
   // What a framework does at initialisation: create its process groups, once.
   chimera::AxisSet ep;
   check(s.mesh.parseAxes("ep", ep), "ep");

@@ -26,8 +26,9 @@
 //        [--hidden 1024] [--iters 5] [--json FILE] [--check 1]
 // --check 1 runs both sessions with checkEveryWindow (each window agreed again at every
 // flush), to measure what that costs; agreements after warm-up are then expected.
-// JSON: {"identical", "speedup", "bytes_as_recorded", "bytes_sent", "agreements_after_warmup", ...}
-// (bytes per iteration, all ranks; agreements counted over every iteration after warm-up, all ranks).
+// JSON: {"identical", "speedup", "bytes_as_recorded", "bytes_sent", "agreements_after_warmup",
+// "local_copies", "local_copy_bytes", ...} (bytes and copies per iteration, all ranks, copies of
+// the fusion-on run; agreements counted over every iteration after warm-up, all ranks).
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -240,7 +241,7 @@ int main(int argc, char** argv) {
   check(Layout::parse(stage + ",tp=S0", s.mesh, s.rows), "layout");
 
   std::unique_ptr<chimera::Backend> backend;
-  check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  check(example::createBackend(s.mesh, backend), "backend");
   // What a framework does at initialisation: create its process groups, once.
   const chimera::AxisSet groups[] = {s.tp, s.pp, s.mesh.allAxes()};
   check(backend->createGroups(groups), "createGroups");
@@ -281,17 +282,23 @@ int main(int argc, char** argv) {
     if (i == 0) {
       agreementsAtWarmup = on->stats().agreements + off->stats().agreements;
       warm = on->stats();
+      if (rank == 0) {
+        std::printf("iteration 0 planned every window and checked both runs\n");
+        std::fflush(stdout);
+      }
     }
   }
   identical = example::allRanks(*backend, identical);
   const chimera::SessionStats end = on->stats();
   // Per iteration after warm-up, summed over the ranks; agreements over all of them.
   const auto afterWarmup = static_cast<std::uint64_t>(iters + 1);
-  std::int64_t totals[3] = {
+  std::int64_t totals[5] = {
       static_cast<std::int64_t>((end.rankBytesAsRecorded - warm.rankBytesAsRecorded) / afterWarmup),
       static_cast<std::int64_t>((end.rankBytesSent - warm.rankBytesSent) / afterWarmup),
-      static_cast<std::int64_t>(end.agreements + off->stats().agreements - agreementsAtWarmup)};
-  check(backend->allReduce(totals, totals, 3, chimera::DataType::I64, chimera::ReduceOp::Sum, s.mesh.allAxes()),
+      static_cast<std::int64_t>(end.agreements + off->stats().agreements - agreementsAtWarmup),
+      static_cast<std::int64_t>((end.localCopies - warm.localCopies) / afterWarmup),
+      static_cast<std::int64_t>((end.localCopyBytes - warm.localCopyBytes) / afterWarmup)};
+  check(backend->allReduce(totals, totals, 5, chimera::DataType::I64, chimera::ReduceOp::Sum, s.mesh.allAxes()),
         "totals");
   const auto windowsPerIteration = (end.windows - warm.windows) / afterWarmup;
   const double medianOff = example::median(timeOff);
@@ -305,6 +312,8 @@ int main(int argc, char** argv) {
     std::printf("  fusion on : %10.1f us/iteration  %12llu bytes/iteration (all ranks), %llu of %llu chains fused\n",
                 medianOn, static_cast<unsigned long long>(totals[1]), static_cast<unsigned long long>(end.fusedChains),
                 static_cast<unsigned long long>(end.chainsRun));
+    std::printf("  fusion on made %llu local copies (%llu bytes) per iteration (all ranks)\n",
+                static_cast<unsigned long long>(totals[3]), static_cast<unsigned long long>(totals[4]));
     std::printf("  speedup %.2fx, bytes %.2fx fewer, %llu agreements after warm-up, results %s\n", speedup,
                 totals[1] > 0 ? static_cast<double>(totals[0]) / static_cast<double>(totals[1]) : 0.0,
                 static_cast<unsigned long long>(totals[2]), identical ? "identical on every rank" : "DIFFER");
@@ -318,11 +327,13 @@ int main(int argc, char** argv) {
                      "{\"mesh\": \"%s\", \"microbatches\": %ld, \"seq\": %ld, \"hidden\": %ld, \"iters\": %d, "
                      "\"identical\": %s, \"speedup\": %.4f, \"time_off_us\": %.1f, \"time_on_us\": %.1f, "
                      "\"bytes_as_recorded\": %llu, \"bytes_sent\": %llu, \"agreements_after_warmup\": %llu, "
-                     "\"windows_per_iteration\": %llu, \"check_every_window\": %s}\n",
+                     "\"windows_per_iteration\": %llu, \"local_copies\": %llu, \"local_copy_bytes\": %llu, "
+                     "\"check_every_window\": %s}\n",
                      meshText.c_str(), microbatches, seq, hidden, iters, identical ? "true" : "false", speedup,
                      medianOff, medianOn, static_cast<unsigned long long>(totals[0]),
                      static_cast<unsigned long long>(totals[1]), static_cast<unsigned long long>(totals[2]),
-                     static_cast<unsigned long long>(windowsPerIteration), checkEveryWindow ? "true" : "false");
+                     static_cast<unsigned long long>(windowsPerIteration), static_cast<unsigned long long>(totals[3]),
+                     static_cast<unsigned long long>(totals[4]), checkEveryWindow ? "true" : "false");
         std::fclose(out);
       }
     }

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   check(s.mesh.parseAxes("tp", s.tp), "tp");
   check(s.mesh.parseAxes("pp", s.pp), "pp");
   std::unique_ptr<chimera::Backend> backend;
-  check(chimera::createMpiBackend(s.mesh, backend), "backend");
+  check(example::createBackend(s.mesh, backend), "backend");
   // What a framework does at initialisation: create its process groups, once.
   const chimera::AxisSet groups[] = {s.tp, s.pp};
   check(backend->createGroups(groups), "createGroups");

@@ -9,6 +9,7 @@
 #include "chimera/mpi_backend.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
+#include "timing.hpp"
 
 namespace chimera::bench {
 namespace {
@@ -65,6 +66,7 @@ Status BenchContext::create(const Options& options, std::unique_ptr<BenchContext
 }
 
 Status agreeOnStatus(const Status& local) {
+  const Stretch stretch("chimera-bench: agreeing on a status over the world (MPI_Allreduce, MPI_Bcast)");
   int worldRank = 0;
   int worldSize = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);

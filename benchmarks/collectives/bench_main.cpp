@@ -4,7 +4,9 @@
 // Usage and output are described in docs/benchmarks.md and by `chimera-bench -h`.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "collective_sweep.hpp"
 #include "options.hpp"
 #include "scenario_sweep.hpp"
+#include "timing.hpp"
 
 namespace chimera::bench {
 namespace {
@@ -53,12 +56,27 @@ int run(const std::vector<std::string>& args, int rank) {
 }  // namespace chimera::bench
 
 int main(int argc, char** argv) {
+  // A stuck job ends (docs/reliability.md): a Timeout in a chimera call ends it at once, a
+  // stall in one of the plain MPI calls (baseline, barriers) when the watchdog's limit passes.
+  setenv("CHIMERA_ABORT_ON_TIMEOUT", "1", /*overwrite=*/0);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  const int exitCode = chimera::bench::run(args, rank);
+  std::chrono::milliseconds limit{};
+  if (const chimera::Status status = chimera::detail::toolStallLimit(limit); !status.isOk()) {
+    if (rank == 0) std::fprintf(stderr, "chimera-bench: error: %s\n", status.toString().c_str());
+    MPI_Finalize();
+    return 2;
+  }
+  int exitCode = 0;
+  {
+    chimera::detail::StallWatchdog watchdog(rank, limit);
+    chimera::bench::setStallWatchdog(&watchdog);
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    exitCode = chimera::bench::run(args, rank);
+    chimera::bench::setStallWatchdog(nullptr);
+  }
   MPI_Finalize();
   return exitCode;
 }

@@ -128,6 +128,13 @@ Status checkInPlace(CollectiveRunner& runner, const InputPattern& inputs, const 
   return Status::ok();
 }
 
+/// How the stall watchdog names a timed loop: "chimera-bench allreduce 67108864 B float sum: chimera".
+std::string stretchName(const Options& options, const RowCase& row, std::string_view variant) {
+  return fmt::format("chimera-bench {} {} B {}{}: {}", collectiveName(options.collective), row.shape.bytes,
+                     dataTypeName(row.dtype), row.op ? std::string(" ") + std::string(reduceOpName(*row.op)) : "",
+                     variant);
+}
+
 /// The barrier between warm-up and the timed loop.
 Status barrier() { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
@@ -139,15 +146,17 @@ double statistic(TimeStatistic stat, const TimingSamples& samples) {
 Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& row, const RowBuffers& buffers,
                LocalRow& local) {
   TimingSamples samples;
+  const std::string ours = stretchName(options, row, "chimera");
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
-      options.warmupIters, options.iters, barrier, [&] { return runner.runOurs(row, buffers.send(), buffers.recv()); },
-      samples)));
+      ours, options.warmupIters, options.iters, barrier,
+      [&] { return runner.runOurs(row, buffers.send(), buffers.recv()); }, samples)));
   local.seconds = statistic(options.stat, samples);
   if (!local.baselineRan) return Status::ok();
   bool unsupported = false;
+  const std::string baseline = stretchName(options, row, "plain MPI baseline");
   CHIMERA_RETURN_IF_ERROR(
       statusWithoutUnsupported(agreeOnStatus(timeLoop(
-                                   options.warmupIters, options.iters, barrier,
+                                   baseline, options.warmupIters, options.iters, barrier,
                                    [&] { return runner.runBaseline(row, buffers.send(), buffers.recv()); }, samples)),
                                unsupported));
   local.baselineRan = !unsupported;
@@ -163,9 +172,10 @@ Status timeInPlace(const Options& options, CollectiveRunner& runner, const Input
                    const InPlaceCall& call, int groupIndex, LocalRow& local) {
   writeInPlaceInputOf(call, inputs, groupIndex);
   TimingSamples samples;
+  const std::string what = stretchName(options, call.row, "chimera in place");
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
-      options.warmupIters, options.iters, barrier, [&] { return runner.runOurs(call.row, call.send(), call.recv()); },
-      samples)));
+      what, options.warmupIters, options.iters, barrier,
+      [&] { return runner.runOurs(call.row, call.send(), call.recv()); }, samples)));
   local.inPlaceSeconds = statistic(options.stat, samples);
   local.inPlaceRan = true;
   return Status::ok();
@@ -186,6 +196,7 @@ Status measureRow(const Options& options, CollectiveRunner& runner, const InputP
 
 /// Times: max over ranks; wrong elements: sum over ranks (collective over the world).
 ResultRow agreeRow(const Options& options, const RowCase& row, const LocalRow& local, int groupSize) {
+  const Stretch stretch("chimera-bench: agreeing on a row's times and wrong elements (MPI_Allreduce)");
   double seconds[3] = {local.seconds, local.baselineSeconds, local.inPlaceSeconds};
   MPI_Allreduce(MPI_IN_PLACE, seconds, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   std::uint64_t wrong[3] = {local.wrong, local.baselineWrong, local.inPlaceWrong};

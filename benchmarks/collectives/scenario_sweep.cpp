@@ -103,6 +103,7 @@ Status checkRow(const RowRun& row, DataType dtype, std::uint64_t& wrong) {
 
 /// Statistic over iterations of the slowest rank's time per iteration (collective).
 double slowestRankStatistic(TimeStatistic stat, std::vector<double> seconds) {
+  const Stretch stretch("chimera-bench: agreeing on a row's times (MPI_Allreduce)");
   MPI_Allreduce(MPI_IN_PLACE, seconds.data(), static_cast<int>(seconds.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   TimingSamples samples;
   for (double s : seconds) samples.loopSeconds += s;
@@ -115,7 +116,10 @@ double slowestRankStatistic(TimeStatistic stat, std::vector<double> seconds) {
 Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, double& baselineSeconds,
                double& fusedSeconds, double& pipelinedSeconds) {
   const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
+  const std::string what = "chimera-bench " + row.request.chain.toString(row.backend.mesh()) + " from " +
+                           row.request.from.toString() + ": baseline, fused and pipelined";
   for (int i = 0; i < options.warmupIters; ++i) {
+    enterStretch(what);
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Baseline, row.buffers.baseline)));
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Fused, row.buffers.fused)));
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.runPipelined()));
@@ -125,6 +129,7 @@ Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, do
   std::vector<double> pipelined(baseline.size());
   Status failed = Status::ok();
   for (std::size_t i = 0; i < baseline.size() && failed.isOk(); ++i) {
+    enterStretch(what, static_cast<int>(i));
     failed = barrier();
     if (failed.isOk()) {
       failed = timeOnBackend(
@@ -140,6 +145,7 @@ Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, do
       failed = timeOnBackend(
           row.backend, [&] { return row.runPipelined(); }, pipelined[i]);
   }
+  leaveStretch();
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(failed));
   baselineSeconds = slowestRankStatistic(stat, std::move(baseline));
   fusedSeconds = slowestRankStatistic(stat, std::move(fused));
@@ -219,7 +225,10 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
   double fusedSeconds = 0.0;
   double pipelinedSeconds = 0.0;
   CHIMERA_RETURN_IF_ERROR(timeRow(run.options, run.stat, row, baselineSeconds, fusedSeconds, pipelinedSeconds));
-  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  {
+    const Stretch stretch("chimera-bench: agreeing on a row's wrong elements (MPI_Allreduce)");
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  }
 
   std::uint64_t startBytes = 0;  // what a holding rank has at the start (same on every rank)
   for (int r = 0; r < run.backend.mesh().size() && startBytes == 0; ++r) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -338,6 +339,8 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  // A Timeout in a chimera call ends the job (docs/reliability.md) unless the environment says otherwise.
+  setenv("CHIMERA_ABORT_ON_TIMEOUT", "1", /*overwrite=*/0);
   int rank = 0;
   int size = 0;
   chimera::check(chimera::mpiWorld(rank, size), "MPI");

@@ -38,6 +38,11 @@ struct P2POp {
   std::uint8_t channel = 0;
 };
 
+/// Exit status of a job a backend ends after a Timeout or a failure that leaves it unusable,
+/// with `abortOnTimeout` on (MpiBackendOptions, NcclBackendOptions; CHIMERA_ABORT_ON_TIMEOUT):
+/// the MPI_Abort error code, or the process's exit status without MPI.
+inline constexpr int kJobAbortExitCode = 3;
+
 /// The communication interface every transport implements: MPI over host memory, NCCL over
 /// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`).
 /// The communicator of each group is created by `createGroups` at setup, or else on first
@@ -82,6 +87,25 @@ class Backend {
   /// of member j's recv. Out-of-place only (send != recv).
   [[nodiscard]] virtual Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype,
                                         AxisSet axes, Stream stream = nullptr) = 0;
+  /// Uneven all-to-all: block j of this rank's send (`sendCounts[j]` elements at element offset
+  /// `sendOffsets[j]`) lands in block i of member j's recv (`recvCounts[i]` elements at
+  /// `recvOffsets[i]` there), i = this rank's group index. The spans hold one entry per group
+  /// member, by group index; `sendCounts[j]` here must equal `recvCounts[i]` on member j (the
+  /// caller learns them, e.g. with exchangeCounts). Blocks must not overlap between send and
+  /// recv. Default: one groupedP2P of the group's blocks (the block to itself is a local copy).
+  /// MPI: MPI_Ialltoallv under the bounded wait; NCCL: grouped ncclSend/ncclRecv.
+  [[nodiscard]] virtual Status allToAllV(const void* send, std::span<const std::size_t> sendCounts,
+                                         std::span<const std::size_t> sendOffsets, void* recv,
+                                         std::span<const std::size_t> recvCounts,
+                                         std::span<const std::size_t> recvOffsets, DataType dtype, AxisSet axes,
+                                         Stream stream = nullptr);
+  /// The count exchange of an uneven all-to-all: `send[j]` (host memory, one entry per group
+  /// member) lands in `recv[i]` of member j, i = this rank's group index; returns once `recv`
+  /// is readable on the host. One all-to-all of 4 bytes per peer. Default: allToAll of I32 on
+  /// the host arrays (host backends); NCCL stages them through device memory and synchronizes
+  /// `stream` (the one host copy of a routed dispatch).
+  [[nodiscard]] virtual Status exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv,
+                                              AxisSet axes, Stream stream = nullptr);
   /// Copies the group member with index `root`'s send into every member's recv.
   /// `send` is read on the root only. In-place when send == recv.
   [[nodiscard]] virtual Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,

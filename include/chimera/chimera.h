@@ -81,7 +81,7 @@ typedef struct {
 /** Marks a struct initialised with its initializer. */
 #define CHIMERA_STRUCT_MAGIC 0x63686d72u
 /** The layout version of chimeraSessionStats_t this header declares. */
-#define CHIMERA_SESSION_STATS_VERSION 1
+#define CHIMERA_SESSION_STATS_VERSION 2
 /** The layout version of chimeraSessionConfig_t this header declares. */
 #define CHIMERA_SESSION_CONFIG_VERSION 1
 
@@ -100,10 +100,13 @@ typedef struct {
   uint64_t rankBytesAsRecorded; /**< this rank's share of bytesAsRecorded (per-rank sessions fill only these) */
   uint64_t rankBytesSent;       /**< this rank's share of bytesSent */
   uint64_t agreements;          /**< agreement collectives and hand-off exchanges run */
+  /* Version 2: */
+  uint64_t localCopies;    /**< local copies made (packs, unpacks, copies, the session's staging) */
+  uint64_t localCopyBytes; /**< their bytes */
 } chimeraSessionStats_t;
 /** A chimeraSessionStats_t ready to be filled: its header set, every counter 0. */
 #define CHIMERA_SESSION_STATS_INITIALIZER \
-  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+  { sizeof(chimeraSessionStats_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
 /** How a session records (see chimera::SessionOptions), read by chimeraSessionBeginConfig. */
 typedef struct {
@@ -236,6 +239,56 @@ chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, 
 /** Sets the stream the session's work is ordered on from its next flush (NULL: the legacy
  * default stream). */
 chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);
+
+/* ---- Routed exchange of MoE layers (see chimera::RoutedExchange, docs/moe.md) ---- */
+
+/** A routed exchange (top-k dispatch and combine) over a group of a communicator. */
+typedef struct chimeraRoutedExchange* chimeraRoutedExchange_t;
+/** The state of one routed dispatch, which combine and both backwards reuse. */
+typedef struct chimeraRoutedHandle* chimeraRoutedHandle_t;
+/** Options of a routed exchange (see chimera::RoutedExchangeOptions); zero-initialise, then set. */
+typedef struct {
+  int64_t numExperts;           /**< E, placed in contiguous blocks of E/R over the group */
+  int topK;                     /**< K */
+  int64_t hidden;               /**< H, elements per token row */
+  chimeraDataType_t datatype;   /**< of the rows: chimeraFloat32 or chimeraFloat64 */
+  chimeraDataType_t weightType; /**< of the weights: chimeraFloat32 or chimeraFloat64 */
+  const char* group;            /**< dispatch axes ("ep", "ep+tp"); NULL: every axis */
+  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P"; NULL: "" */
+  int64_t capacity;             /**< tokens per (source, destination rank); 0: dropless */
+  int dropOverflow;             /**< capacity mode: 1 drop and count, 0 fail */
+  int program;                  /**< 0 planned, 1 fused, 2 per (token, expert) */
+  size_t scratchLimitBytes;     /**< 0: CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB */
+} chimeraRoutedOptions_t;
+/** Creates a routed exchange on `comm` (no communication). chimeraUnsupported on NCCL. */
+chimeraResult_t chimeraRoutedExchangeCreate(chimeraComm_t comm, const chimeraRoutedOptions_t* options,
+                                            chimeraRoutedExchange_t* out);
+/** Frees a routed exchange (after its dispatches). NULL is a no-op. */
+chimeraResult_t chimeraRoutedExchangeDestroy(chimeraRoutedExchange_t exchange);
+/** Dispatches `tokens` rows of `x` by `topkIdx`/`topkWeights` ([tokens, K]); collective over the group.
+ * `*rows` receives the number of rows this rank received. */
+chimeraResult_t chimeraRoutedDispatch(chimeraRoutedExchange_t exchange, const void* x, const int64_t* topkIdx,
+                                      const void* topkWeights, int64_t tokens, chimeraRoutedHandle_t* out,
+                                      int64_t* rows);
+/** Writes the received rows ([rows, H]), their global expert ids and weights (any may be NULL);
+ * `tokensPerExpert` (E/R entries, may be NULL) the rows per local expert. Local. */
+chimeraResult_t chimeraRoutedReceive(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch, void* recvX,
+                                     int64_t* recvExpert, void* recvWeight, int64_t* tokensPerExpert);
+/** y [tokens, H] = sum over k of w * expertOut row; rowWeights [rows] (NULL: 1). Collective. */
+chimeraResult_t chimeraRoutedCombine(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                     const void* expertOut, const void* rowWeights, void* y);
+/** Backward of combine: gradExpertOut [rows, H], gradRowWeights [rows] (NULL to skip). Collective. */
+chimeraResult_t chimeraRoutedCombineBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                             const void* gradY, const void* expertOut, const void* rowWeights,
+                                             void* gradExpertOut, void* gradRowWeights);
+/** Backward of dispatch: gradX [tokens, H], gradWeights [tokens, K] (NULL to skip). Collective. */
+chimeraResult_t chimeraRoutedDispatchBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
+                                              const void* gradRecvX, const void* gradRowWeights, void* gradX,
+                                              void* gradWeights);
+/** Bytes the dispatch sent from this rank (payload, headers, counts, padding, reductions). */
+chimeraResult_t chimeraRoutedHandleBytes(chimeraRoutedHandle_t dispatch, uint64_t* bytes);
+/** Frees a dispatch's state. NULL is a no-op. */
+chimeraResult_t chimeraRoutedHandleDestroy(chimeraRoutedHandle_t dispatch);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/op_kind.hpp"
+#include "chimera/routed_exchange.hpp"
 #include "chimera/session.hpp"
 #include "chimera/status.hpp"
 #include "chimera/tensor_spec.hpp"

@@ -93,6 +93,10 @@ class Executor {
   std::size_t evictedPlans() const;
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
+  /// Local copies the plans this executor ran made on this rank so far: every pack, unpack
+  /// and copy call (a copy of a buffer onto itself is skipped and not counted), and their bytes.
+  std::uint64_t localCopies() const;
+  std::uint64_t localCopyBytes() const;
   /// Number of prepared plans pinned because they ran while their stream was being captured
   /// (`Backend::capturing`, a CUDA graph capture): a pinned plan is never freed by the limit, since the graph replays
   /// its scratch addresses; pinned plans do not count toward the limit.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "chimera/backend.hpp"
@@ -51,6 +52,12 @@ struct MpiBackendOptions {
   /// How long, in milliseconds, one wait inside a call may go without progress before the call
   /// returns Timeout and the backend becomes unusable (CHIMERA_TIMEOUT_MS, default 600000).
   std::int64_t timeoutMs = 600000;
+  /// After a Timeout, or any failure that leaves the backend unusable (its peers may be left
+  /// waiting), log the rank, the call, the group and the ranks it waited for, then end the whole
+  /// job: MPI_Abort(MPI_COMM_WORLD, kJobAbortExitCode), making no further call
+  /// (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off: the call returns the Timeout and the
+  /// application decides; chimera's tools and examples turn it on). docs/reliability.md.
+  bool abortOnTimeout = false;
   /// Most elements one MPI message or library call carries (MPI's count is an int); larger
   /// transfers are split into messages of at most this many. Tests lower it to exercise the
   /// split without gigabyte buffers.
@@ -88,6 +95,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 ///   (default), chimera's own point-to-point algorithms (direct exchange), the same with
 ///   ring ReduceScatter/AllGather/AllReduce, or the MPI library's collectives.
 /// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): segment size of chimera's ReduceScatter.
+/// - `CHIMERA_ABORT_ON_TIMEOUT=0|1` (default 0): `MpiBackendOptions::abortOnTimeout`.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);
 
 /// createMpiBackend with explicit options (the environment is not read).
@@ -102,5 +110,16 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 /// InvalidArgument when `comm` is null or MPI_COMM_NULL, or sizes differ.
 [[nodiscard]] Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBackendOptions& options,
                                             std::unique_ptr<Backend>& out);
+
+/// Creates the MPI backend over some ranks of MPI_COMM_WORLD laid out as `mesh`: the rank of mesh
+/// coordinate index i (row-major) is world rank `worldRanks[i]`, in any order (a framework's
+/// sub-mesh, or a mesh that is not the world in row-major order). Collective over those ranks
+/// only; the others do not call it. The ranks first meet with point-to-point messages bounded
+/// by `options.timeoutMs` (Timeout naming the world ranks that did not arrive), then make their
+/// communicator (MPI_Comm_create_group), of which the backend works on duplicates. Initialises
+/// MPI as `mpiWorld` when nobody has. InvalidArgument when `worldRanks` and the mesh differ in
+/// size, a rank is out of range or repeated, or the caller is not one of them.
+[[nodiscard]] Status createMpiBackendOnRanks(std::span<const int> worldRanks, const Mesh& mesh,
+                                             const MpiBackendOptions& options, std::unique_ptr<Backend>& out);
 
 }  // namespace chimera

@@ -48,6 +48,10 @@ struct NcclBackendOptions {
   /// a hang, at one small allreduce and a wait per call (CHIMERA_CHECK_ARGS=0|1;
   /// `fromEnvironment` defaults it to on in chimera's debug builds).
   bool checkArgs = false;
+  /// After a Timeout (the communicators are aborted), end the whole job as the MPI backend's
+  /// option of the same name does: log, then MPI_Abort when MPI is initialised, else exit
+  /// with kJobAbortExitCode (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off).
+  bool abortOnTimeout = false;
 
   /// The defaults overridden by the environment variables above. InvalidArgument naming the
   /// variable when one is malformed.

@@ -80,6 +80,12 @@ struct SessionStats {
   /// in per-rank mode, where it has none of its own). A repeated window adds none unless
   /// `checkEveryWindow` is on.
   std::uint64_t agreements = 0;
+  /// Local copies this rank made running the windows: the packs, unpacks and copies of the
+  /// plans that ran, and the Session's own staging of a consumed part whose place in the
+  /// output buffer is not one contiguous stretch (or that the plan could overwrite before
+  /// reading). A window run as recorded makes none. `localCopyBytes` counts their bytes.
+  std::uint64_t localCopies = 0;
+  std::uint64_t localCopyBytes = 0;
 };
 
 /// One counter of SessionStats: its snake_case name (the Python dict key) and its member.
@@ -91,7 +97,7 @@ struct SessionStatsField {
 /// Every counter of SessionStats, in declaration order: the one list the bindings convert
 /// from (Python's `Session.stats()`, the C API's chimeraSessionStats_t), so a counter added to
 /// SessionStats reaches them all (the static_assert below fails until it is listed here).
-inline constexpr std::array<SessionStatsField, 10> kSessionStatsFields{{
+inline constexpr std::array<SessionStatsField, 12> kSessionStatsFields{{
     {"recorded_calls", &SessionStats::recordedCalls},
     {"windows", &SessionStats::windows},
     {"window_cache_hits", &SessionStats::windowCacheHits},
@@ -102,6 +108,8 @@ inline constexpr std::array<SessionStatsField, 10> kSessionStatsFields{{
     {"rank_bytes_as_recorded", &SessionStats::rankBytesAsRecorded},
     {"rank_bytes_sent", &SessionStats::rankBytesSent},
     {"agreements", &SessionStats::agreements},
+    {"local_copies", &SessionStats::localCopies},
+    {"local_copy_bytes", &SessionStats::localCopyBytes},
 }};
 static_assert(sizeof(SessionStats) == kSessionStatsFields.size() * sizeof(std::uint64_t),
               "every SessionStats counter is listed in kSessionStatsFields");

@@ -114,12 +114,14 @@ def _check_world_comm(comm: Any) -> None:
             "chimera's MPI backend runs over MPI_COMM_WORLD; a backend on another communicator is not supported yet")
 
 
-def mpi_backend(mesh: Any, comm: Any = None) -> Backend:
+def mpi_backend(mesh: Any, comm: Any = None, ranks: Optional[Sequence[int]] = None) -> Backend:
     """The MPI backend (host memory) for ``mesh`` over MPI_COMM_WORLD (``comm``: an mpi4py
-    communicator congruent to it, optional). Initialises MPI unless mpi4py or the caller did."""
+    communicator congruent to it, optional), or over the world ranks ``ranks`` alone: mesh
+    coordinate i (row-major) is world rank ``ranks[i]``, in any order, and only those ranks call
+    it (a sub-mesh). Initialises MPI unless mpi4py or the caller did."""
     if comm is not None:
         _check_world_comm(comm)
-    return _chimera._mpi_backend(mesh)
+    return _chimera._mpi_backend(mesh, None if ranks is None else [int(r) for r in ranks])
 
 
 def nccl_backend(mesh: Any, *, unique_id: Optional[bytes] = None, rank: Optional[int] = None,

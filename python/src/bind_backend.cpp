@@ -3,13 +3,16 @@
 // mesh axes. Counts come from the tensors; every tensor is checked (contiguous, dtype, memory
 // space, exact size) before the call, and results land in the caller's tensors.
 #include <fmt/format.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nanobind/stl/vector.h>
 
@@ -167,14 +170,21 @@ void pointToPoint(PyBackend& self, nb::handle tensor, int peer, bool isSend) {
   });
 }
 
-PyBackend* mpiBackend(nb::handle meshObj) {
+// Over MPI_COMM_WORLD, or over the world ranks `ranks` (mesh coordinate i is world rank ranks[i]).
+PyBackend* mpiBackend(nb::handle meshObj, const std::optional<std::vector<int>>& ranks) {
 #ifdef CHIMERA_HAS_MPI
   const Mesh mesh = toMesh(meshObj);
   std::unique_ptr<Backend> backend;
-  checkWithoutGil([&] { return createMpiBackend(mesh, backend); });
+  checkWithoutGil([&] {
+    if (!ranks.has_value()) return createMpiBackend(mesh, backend);
+    MpiBackendOptions options;
+    const Status fromEnvironment = MpiBackendOptions::fromEnvironment(options);
+    return fromEnvironment.isOk() ? createMpiBackendOnRanks(*ranks, mesh, options, backend) : fromEnvironment;
+  });
   return new PyBackend(std::move(backend));
 #else
   (void)meshObj;
+  (void)ranks;
   raiseStatus(Status::unsupported("chimera was built without MPI (CHIMERA_WITH_MPI=OFF)"));
 #endif
 }
@@ -285,7 +295,7 @@ void bindBackend(nb::module_& m) {
         return fmt::format("<chimera.Backend {} rank {} mesh {}>", b.name(), b.rank(), b.mesh().toString());
       });
 
-  m.def("_mpi_backend", &mpiBackend, nb::arg("mesh"));
+  m.def("_mpi_backend", &mpiBackend, nb::arg("mesh"), nb::arg("ranks").none() = nb::none());
   m.def("_nccl_backend_mpi", &ncclBackendMpi, nb::arg("mesh"));
   m.def("_nccl_backend", &ncclBackendWithId, nb::arg("mesh"), nb::arg("rank"), nb::arg("device"), nb::arg("unique_id"));
   m.def("nccl_unique_id", &ncclUniqueId, "A fresh NCCL unique id (bytes) to share with every rank.");

@@ -25,6 +25,7 @@ void bindExecutor(nb::module_& m);
 void bindSession(nb::module_& m);
 void bindPlan(nb::module_& m);
 void bindBench(nb::module_& m);
+void bindRouted(nb::module_& m);
 
 /// The mesh `chimera.init` was last given; Layout("...") without a mesh parses on it.
 std::optional<Mesh>& defaultMesh();

@@ -13,6 +13,7 @@ NB_MODULE(_chimera, m) {
   chimera::python::bindSession(m);
   chimera::python::bindPlan(m);
   chimera::python::bindBench(m);
+  chimera::python::bindRouted(m);
 #ifdef CHIMERA_HAS_CUDA
   m.attr("has_cuda") = true;
 #else

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // C API: sessions (begin, describe tensors, record chain-op text, consume, flush).
+#include <cstddef>
 #include <iterator>
 
 #include "capi/capi_handles.hpp"
@@ -45,7 +46,13 @@ constexpr uint64_t chimeraSessionStats_t::*kCStatsMembers[] = {
     &chimeraSessionStats_t::fusedChains,     &chimeraSessionStats_t::bytesAsRecorded,
     &chimeraSessionStats_t::bytesSent,       &chimeraSessionStats_t::rankBytesAsRecorded,
     &chimeraSessionStats_t::rankBytesSent,   &chimeraSessionStats_t::agreements,
+    &chimeraSessionStats_t::localCopies,     &chimeraSessionStats_t::localCopyBytes,
 };
+// Per layout version: its bytes, and how many of the counters above it carries.
+constexpr std::size_t kStatsLayoutBytes[] = {offsetof(chimeraSessionStats_t, localCopies),
+                                             sizeof(chimeraSessionStats_t)};
+constexpr std::size_t kStatsLayoutCounters[] = {10, 12};
+static_assert(std::size(kStatsLayoutBytes) == CHIMERA_SESSION_STATS_VERSION, "one layout per version");
 static_assert(std::size(kCStatsMembers) == chimera::kSessionStatsFields.size(),
               "chimeraSessionStats_t carries every SessionStats counter");
 
@@ -141,10 +148,13 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
   return guardedCall("chimeraSessionGetStats", [&]() -> Status {
     CHIMERA_RETURN_IF_ERROR(checkSession(session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(
-        *stats, CHIMERA_SESSION_STATS_VERSION, "chimeraSessionStats_t", "CHIMERA_SESSION_STATS_INITIALIZER"));
+    CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(*stats, CHIMERA_SESSION_STATS_VERSION,
+                                                                  "chimeraSessionStats_t",
+                                                                  "CHIMERA_SESSION_STATS_INITIALIZER", kStatsLayoutBytes));
     const chimera::SessionStats s = session->session->stats();
-    for (std::size_t i = 0; i < chimera::kSessionStatsFields.size(); ++i)
+    // Only the counters of the caller's version: a caller built against an older header has
+    // no room for the later ones.
+    for (std::size_t i = 0; i < kStatsLayoutCounters[stats->version - 1]; ++i)
       stats->*kCStatsMembers[i] = s.*chimera::kSessionStatsFields[i].member;
     return Status::ok();
   });

@@ -48,69 +48,12 @@ Status sendTransfers(const PlanBuffer& input, const PlanBuffer& output, const Pl
   return Status::ok();
 }
 
-// True when the dims before `dim` of `shape` are all 1: blocks of `dim` are contiguous runs.
-bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
-  for (int d = 0; d < dim && d < static_cast<int>(shape.size()); ++d) {
-    if (shape[static_cast<std::size_t>(d)] != 1) return false;
-  }
-  return true;
-}
-
-// The local passes the executor makes around `step` (docs/planner.md, "Steps"), on the
-// busiest rank: bytes packed, unpacked or copied, and the kernels that do it.
+// The local passes the executor makes around `step`, on the busiest rank.
 void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
-  const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
-  const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
-  const auto inBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
-  const auto outBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, output.localBytes));
-  // The collectives' and local steps' passes run on every holder at once.
-  const auto pass = [&](std::uint64_t bytes) {
-    out.localBytes += bytes;
-    out.localLaunches += 1;
-    out.localRanks = static_cast<int>(output.layout.holders().size());
-  };
-  switch (step.kind) {
-    case PlanStep::Kind::ReduceScatter:
-      if (!blocksContiguous(input.localShape, step.dim)) pass(inBytes);
-      break;
-    case PlanStep::Kind::AllGather:
-      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
-      break;
-    case PlanStep::Kind::AllToAll:
-      if (!blocksContiguous(input.localShape, step.toDim)) pass(inBytes);
-      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
-      break;
-    case PlanStep::Kind::ManyToMany: {
-      // Per rank: boxes that are not one run are packed (sender) or unpacked (receiver);
-      // transfers to itself are box copies. The boxes of one kind go in one batched launch.
-      const Mesh& mesh = input.layout.mesh();
-      enum : unsigned { kPack = 1, kUnpack = 2, kCopy = 4 };
-      std::vector<std::uint64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
-      std::vector<unsigned> kinds(static_cast<std::size_t>(mesh.size()), 0);
-      const auto add = [&](int rank, std::uint64_t b, unsigned kind) {
-        bytes[static_cast<std::size_t>(rank)] += b;
-        kinds[static_cast<std::size_t>(rank)] |= kind;
-      };
-      for (const TransferFlow& f : step.flows) {
-        const auto b = static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.bytes));
-        if (f.src == f.dst) {
-          add(f.src, b, kCopy);
-          continue;
-        }
-        if (f.packed) add(f.src, b, kPack);
-        if (f.unpacked) add(f.dst, b, kUnpack);
-      }
-      const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
-      out.localBytes += bytes[busiest];
-      out.localLaunches += std::popcount(kinds[busiest]);
-      out.localRanks =
-          static_cast<int>(std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b > 0; }));
-      break;
-    }
-    case PlanStep::Kind::LocalCopy:
-    case PlanStep::Kind::Scale: pass(outBytes); break;
-    default: break;  // AllReduce, Broadcast, Send: in place or contiguous
-  }
+  const LocalWork work = stepLocalWork(plan, step);
+  out.localBytes += work.bytes;
+  out.localLaunches += work.launches;
+  if (work.ranks > 0) out.localRanks = work.ranks;
 }
 
 Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {

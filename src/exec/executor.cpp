@@ -81,6 +81,7 @@ struct Executor::Impl {
   std::size_t passes = 0;
   detail::BackendReduction agreement;
   bool checkBuffers = checkBuffersFromEnv();
+  detail::CopyCount copies;  // the local copies of every plan run
 };
 
 // Agrees over the world on the signature's hash and whether any rank failed. Every rank takes
@@ -111,7 +112,11 @@ Status Executor::Impl::execute(detail::PreparedPlan& plan, const void* input, st
     CHIMERA_RETURN_IF_ERROR(agree("buffers that fit", plan.checkBuffers(input, inputBytes, output, outputBytes),
                                   "pass buffers that fit the plan", stream));
   }
-  return plan.run(input, inputBytes, output, outputBytes, stream);
+  const detail::CopyCount before = plan.copies();
+  const Status status = plan.run(input, inputBytes, output, outputBytes, stream);
+  copies.calls += plan.copies().calls - before.calls;
+  copies.bytes += plan.copies().bytes - before.bytes;
+  return status;
 }
 
 Status Executor::Impl::prepare(const Plan& plan, std::unique_ptr<detail::PreparedPlan>& slot, bool agreed,
@@ -245,6 +250,10 @@ Status Executor::setPreparedPlanLimit(std::size_t limit) {
 }
 
 std::size_t Executor::planningPasses() const { return impl_->passes; }
+
+std::uint64_t Executor::localCopies() const { return impl_->copies.calls; }
+
+std::uint64_t Executor::localCopyBytes() const { return impl_->copies.bytes; }
 
 std::size_t Executor::pinnedPlans() const { return impl_->preparedPlans.pinned(); }
 

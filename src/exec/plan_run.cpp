@@ -46,20 +46,32 @@ Status PreparedPlan::run(const void* input, std::size_t inputBytes, void* output
 }
 
 Status PreparedPlan::runLocal(const std::vector<LocalAction>& actions, Stream stream) {
+  const auto boxBytes = [&](const LocalAction& a) {
+    std::uint64_t elements = 0;
+    for (const Box& box : a.boxes) elements += static_cast<std::uint64_t>(box.volume());
+    return elements * elementSize_;
+  };
   for (const LocalAction& a : actions) {
     switch (a.kind) {
       case LocalAction::Kind::Copy:
+        if (resolve(a.dst) == resolve(a.src)) break;  // the bytes are in place already
         CHIMERA_RETURN_IF_ERROR(backend_->copy(resolve(a.dst), resolve(a.src), a.bytes, stream));
+        ++copies_.calls;
+        copies_.bytes += a.bytes;
         break;
       case LocalAction::Kind::Pack:
         pointers_.clear();
         for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
         CHIMERA_RETURN_IF_ERROR(backend_->packBoxes(resolve(a.src), a.shape, a.boxes, pointers_, dtype_, stream));
+        ++copies_.calls;
+        copies_.bytes += boxBytes(a);
         break;
       case LocalAction::Kind::Unpack:
         pointers_.clear();
         for (const SlotRef& ref : a.packed) pointers_.push_back(resolve(ref));
         CHIMERA_RETURN_IF_ERROR(backend_->unpackBoxes(pointers_, resolve(a.dst), a.shape, a.boxes, dtype_, stream));
+        ++copies_.calls;
+        copies_.bytes += boxBytes(a);
         break;
       case LocalAction::Kind::Scale:
         CHIMERA_RETURN_IF_ERROR(backend_->scale(resolve(a.src), resolve(a.dst), a.count, dtype_, a.factor, stream));

@@ -85,6 +85,12 @@ struct PreparedStep {
   std::vector<LocalAction> after;
 };
 
+/// Local copies made by running plans: pack, unpack and copy calls, and their bytes.
+struct CopyCount {
+  std::uint64_t calls = 0;
+  std::uint64_t bytes = 0;
+};
+
 /// Grouped point-to-point calls the prepared plans of this thread have issued, failed ones
 /// included. A Session reads it around a step to tell whether a hand-off that failed had
 /// already met its peer (see Session::Impl::releasePeers).
@@ -116,9 +122,12 @@ class PreparedPlan {
   [[nodiscard]] Status checkBuffers(const void* input, std::size_t inputBytes, const void* output,
                                     std::size_t outputBytes) const;
   /// Runs the prepared plan on this rank's buffers (checked against the local sizes first),
-  /// every backend call ordered on `stream`.
+  /// every backend call ordered on `stream`. A copy whose source and destination are the same
+  /// bytes (a consumed part already in place) is skipped.
   [[nodiscard]] Status run(const void* input, std::size_t inputBytes, void* output, std::size_t outputBytes,
                            Stream stream);
+  /// The local copies of every run so far (skipped copies not counted).
+  const CopyCount& copies() const { return copies_; }
   /// Bytes of the rank's input / output buffer (0 when it holds none).
   std::size_t inputBytes() const { return bufferBytes_[0]; }
   std::size_t outputBytes() const { return bufferBytes_[1]; }
@@ -153,6 +162,7 @@ class PreparedPlan {
   std::vector<PreparedStep> steps_;
   std::vector<P2POp> ops_;       // reused by every grouped call
   std::vector<void*> pointers_;  // reused by every batched pack/unpack
+  CopyCount copies_;
 };
 
 }  // namespace chimera::detail

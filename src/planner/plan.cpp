@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "core/check.hpp"
 #include "planner/byte_formulas.hpp"
@@ -127,6 +128,80 @@ PlanBytes planBytes(const Plan& plan) {
     out.maxPerRank = std::max(out.maxPerRank, b);
   }
   return out;
+}
+
+namespace {
+
+// True when the dims before `dim` of `shape` are all 1: blocks of `dim` are contiguous runs.
+bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
+  for (int d = 0; d < dim && d < static_cast<int>(shape.size()); ++d) {
+    if (shape[static_cast<std::size_t>(d)] != 1) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+LocalWork stepLocalWork(const Plan& plan, const PlanStep& step) {
+  LocalWork work;
+  const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
+  const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
+  const auto inBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
+  const auto outBytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, output.localBytes));
+  // The collectives' and local steps' passes run on every holder at once.
+  const auto pass = [&](std::uint64_t bytes) {
+    work.bytes += bytes;
+    work.launches += 1;
+    work.ranks = static_cast<int>(output.layout.holders().size());
+  };
+  switch (step.kind) {
+    case PlanStep::Kind::ReduceScatter:
+      if (!blocksContiguous(input.localShape, step.dim)) pass(inBytes);
+      break;
+    case PlanStep::Kind::AllGather:
+      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
+      break;
+    case PlanStep::Kind::AllToAll:
+      if (!blocksContiguous(input.localShape, step.toDim)) pass(inBytes);
+      if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
+      break;
+    case PlanStep::Kind::ManyToMany: {
+      // Per rank: boxes that are not one run are packed (sender) or unpacked (receiver);
+      // transfers to itself are box copies. The boxes of one kind go in one batched launch.
+      const Mesh& mesh = input.layout.mesh();
+      enum : unsigned { kPack = 1, kUnpack = 2, kCopy = 4 };
+      std::vector<std::uint64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
+      std::vector<unsigned> kinds(static_cast<std::size_t>(mesh.size()), 0);
+      const auto add = [&](int rank, std::uint64_t b, unsigned kind) {
+        bytes[static_cast<std::size_t>(rank)] += b;
+        kinds[static_cast<std::size_t>(rank)] |= kind;
+      };
+      for (const TransferFlow& f : step.flows) {
+        const auto b = static_cast<std::uint64_t>(std::max<std::int64_t>(0, f.bytes));
+        if (f.src == f.dst) {
+          add(f.src, b, kCopy);
+          continue;
+        }
+        if (f.packed) add(f.src, b, kPack);
+        if (f.unpacked) add(f.dst, b, kUnpack);
+      }
+      const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+      work.bytes += bytes[busiest];
+      work.launches += std::popcount(kinds[busiest]);
+      work.ranks = static_cast<int>(std::count_if(bytes.begin(), bytes.end(), [](std::uint64_t b) { return b > 0; }));
+      break;
+    }
+    case PlanStep::Kind::LocalCopy:
+    case PlanStep::Kind::Scale: pass(outBytes); break;
+    default: break;  // AllReduce, Broadcast, Send: in place or contiguous
+  }
+  return work;
+}
+
+std::uint64_t planLocalBytes(const Plan& plan) {
+  std::uint64_t bytes = 0;
+  for (const PlanStep& step : plan.steps) bytes += stepLocalWork(plan, step).bytes;
+  return bytes;
 }
 
 }  // namespace chimera

@@ -19,14 +19,18 @@
 namespace chimera {
 namespace {
 
-// Lexicographic order of a priced candidate: cost, tie-break, fewer steps, fewer messages.
+// Lexicographic order of a priced candidate: cost, tie-break, fewer bytes through local
+// passes (packs, unpacks, copies: what a cost without a memory model, bytes alone, does not
+// price), fewer steps, fewer messages.
 struct Score {
   double value = 0;
   double tieBreak = 0;
+  std::uint64_t localBytes = 0;
   std::size_t steps = 0;
   std::int64_t messages = 0;
   bool operator<(const Score& o) const {
-    return std::tie(value, tieBreak, steps, messages) < std::tie(o.value, o.tieBreak, o.steps, o.messages);
+    return std::tie(value, tieBreak, localBytes, steps, messages) <
+           std::tie(o.value, o.tieBreak, o.localBytes, o.steps, o.messages);
   }
 };
 
@@ -42,7 +46,7 @@ std::int64_t messagesOf(const Plan& plan) {
 
 Score scoreOf(const Plan& plan, const PlanCost& cost) {
   const CostPrediction p = cost.predict(plan);
-  return {p.value, p.tieBreak, plan.steps.size(), messagesOf(plan)};
+  return {p.value, p.tieBreak, planLocalBytes(plan), plan.steps.size(), messagesOf(plan)};
 }
 
 Status checkReachable(const Layout& from, const Layout& to) {
@@ -212,6 +216,19 @@ constexpr const char* kUntraced = "baseline needs a traced, non-empty chain";
 
 }  // namespace
 
+namespace {
+
+bool cheaper(const Plan& a, const CostPrediction& pa, const Plan& b, const CostPrediction& pb) {
+  return std::make_tuple(pa.value, pa.tieBreak, planLocalBytes(a), a.steps.size()) <
+         std::make_tuple(pb.value, pb.tieBreak, planLocalBytes(b), b.steps.size());
+}
+
+}  // namespace
+
+bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost) {
+  return cheaper(a, cost.predict(a), b, cost.predict(b));
+}
+
 Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
   CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1, "{}", kUntraced);
   CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
@@ -243,10 +260,8 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value) && std::isfinite(result.fusedCost.value),
                     "the '{}' cost cannot price these plans (baseline: {}; fused: {})", cost.name(),
                     result.baselineCost.summary, result.fusedCost.summary);
-  // Fuse only on a predicted gain; equal cost with fewer steps counts (one launch less).
-  result.useFused =
-      std::make_tuple(result.fusedCost.value, result.fusedCost.tieBreak, result.fused.steps.size()) <
-      std::make_tuple(result.baselineCost.value, result.baselineCost.tieBreak, result.baseline.steps.size());
+  // Fuse only on a predicted gain; equal cost with fewer local bytes, then fewer steps, counts.
+  result.useFused = cheaper(result.fused, result.fusedCost, result.baseline, result.baselineCost);
   result.rewrites = detail::namedRewrites({result.trace, result.fused});
   result.explain = explainDecision(result, cost);
   out = std::move(result);

@@ -8,6 +8,7 @@
 
 #include "common/log.hpp"
 #include "core/check.hpp"
+#include "exec/box_blocks.hpp"
 #include "exec/prepared_plan.hpp"
 #include "session/hand_off.hpp"
 #include "session/session_impl.hpp"
@@ -158,6 +159,7 @@ Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, c
       });
       if (next != steps.end()) {
         step.output = next->output;
+        step.tail = next->calls;
         step.request.chain = next->request.chain;  // the tail, until the exchange completes it
         step.request.consume = next->request.consume;
         step.declared = true;
@@ -245,41 +247,175 @@ Status Session::Impl::completeHandOffs(std::vector<detail::WindowStep>& steps, c
 }
 
 Status Session::Impl::planWindow(detail::CachedWindow& out) {
-  const int rank = backend.rank();
   resolveRanges(out.agreedUncovered);
-  out.steps = detail::analyseWindow(window, out.agreedAliased, options.fusion);
-  if (options.perRank) CHIMERA_RETURN_IF_ERROR(completeHandOffs(out.steps, out.agreedAliased, Status::ok()));
-  out.fused.assign(out.steps.size(), 0);
+  std::vector<detail::WindowStep> steps = detail::analyseWindow(window, out.agreedAliased, options.fusion);
+  if (options.perRank) CHIMERA_RETURN_IF_ERROR(completeHandOffs(steps, out.agreedAliased, Status::ok()));
+  out.steps.clear();
+  out.fused.clear();
   out.bytesAsRecorded = 0;
   out.bytesSent = 0;
   out.rankBytesAsRecorded = 0;
   out.rankBytesSent = 0;
-  for (std::size_t i = 0; i < out.steps.size(); ++i) {
-    const detail::WindowStep& step = out.steps[i];
+  for (detail::WindowStep& step : steps) {
     const ChainPlan* plan = nullptr;
-    CHIMERA_RETURN_IF_ERROR(options.perRank ? executor.planAgreed(step.request, plan)
-                                            : executor.plan(step.request, plan));
-    if (step.kind != detail::WindowStep::Kind::Chain)
-      CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
-    const bool fused = options.fusion && step.kind == detail::WindowStep::Kind::Chain && plan->useFused;
-    out.fused[i] = fused ? 1 : 0;
-    const auto r = static_cast<std::size_t>(rank);
-    if (!options.perRank) {
-      out.bytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.total);
-      out.bytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).total);
+    CHIMERA_RETURN_IF_ERROR(planStep(step, plan));
+    // The plan chosen for this chain is the chain as issued: run its calls as recorded, on the
+    // caller's buffers (no plan buffers, no copy to the consumed layout), as fusion off does.
+    // A hand-off's two ends take the planner's decision as it is: both must run the same program.
+    const bool runsAsIssued =
+        options.fusion && step.kind == detail::WindowStep::Kind::Chain &&
+        (step.calls.size() > 1 || step.declared || !step.tail.empty()) &&
+        (!plan->useFused || (step.handOff == detail::WindowStep::HandOff::None && !fusionPays(step, *plan)));
+    if (!runsAsIssued) {
+      CHIMERA_RETURN_IF_ERROR(addStep(std::move(step), *plan, out));
+      continue;
     }
-    out.rankBytesAsRecorded += static_cast<std::uint64_t>(plan->baselineBytes.perRank[r]);
-    out.rankBytesSent += static_cast<std::uint64_t>((fused ? plan->fusedBytes : plan->baselineBytes).perRank[r]);
-    if (fused) {
-      std::string rewrites;
-      for (const std::string& name : plan->rewrites) rewrites += (rewrites.empty() ? "" : ", ") + name;
-      CHIMERA_LOG_DEBUG(
-          kLog, "rewrite {} from {} consumed as {}: [{}]; bytes this rank {} -> {}, all ranks {} -> {} (saves {})",
-          step.request.chain.toString(backend.mesh()), step.request.from.toString(), plan->consumed.toString(),
-          rewrites, plan->baselineBytes.perRank[r], plan->fusedBytes.perRank[r], plan->baselineBytes.total,
-          plan->fusedBytes.total, plan->baselineBytes.total - plan->fusedBytes.total);
+    for (detail::WindowStep& piece : recordedCalls(step, *plan)) {
+      CHIMERA_RETURN_IF_ERROR(planStep(piece, plan));
+      CHIMERA_RETURN_IF_ERROR(addStep(std::move(piece), *plan, out));
     }
   }
+  return Status::ok();
+}
+
+Status Session::Impl::planStep(const detail::WindowStep& step, const ChainPlan*& plan) {
+  CHIMERA_RETURN_IF_ERROR(options.perRank ? executor.planAgreed(step.request, plan)
+                                          : executor.plan(step.request, plan));
+  if (step.kind != detail::WindowStep::Kind::Chain)
+    CHIMERA_RETURN_IF_ERROR(createGroup(step.request.chain.ops[0].axes));
+  return Status::ok();
+}
+
+// The calls `step` covers, each a step of its own run as issued. A hand-off keeps its pairing:
+// its send (on the sending stage) and its receive (on the receiving one) become the two ends of
+// the chain of one `send`, from the layout the sender's calls give the tensor, which both
+// sides plan alike; the receiver's calls on the received value follow it.
+std::vector<detail::WindowStep> Session::Impl::recordedCalls(const detail::WindowStep& step, const ChainPlan& plan) {
+  std::vector<detail::WindowStep> pieces;
+  const auto add = [&](int call) {
+    detail::WindowStep piece = detail::singleStep(window, call, false);
+    piece.asRecorded = piece.kind == detail::WindowStep::Kind::Chain;
+    if (step.handOff == detail::WindowStep::HandOff::Send && piece.request.chain.ops[0].kind == ChainOp::Kind::Send) {
+      piece.handOff = step.handOff;
+      piece.peer = step.peer;
+    }
+    pieces.push_back(std::move(piece));
+  };
+  if (step.handOff != detail::WindowStep::HandOff::Receive) {
+    for (const int call : step.calls) add(call);
+    return pieces;
+  }
+  const std::vector<ChainOp>& ops = step.request.chain.ops;
+  const auto send = static_cast<std::size_t>(
+      std::find_if(ops.begin(), ops.end(), [](const ChainOp& op) { return op.kind == ChainOp::Kind::Send; }) -
+      ops.begin());
+  detail::WindowStep receive;
+  receive.handOff = step.handOff;
+  receive.peer = step.peer;
+  receive.calls = step.calls;
+  receive.input = receive.output = step.input;
+  receive.asRecorded = true;
+  receive.request.spec = step.request.spec;
+  receive.request.from = plan.trace.layouts[send];
+  receive.request.chain.ops = {ops[send]};
+  pieces.push_back(std::move(receive));
+  for (const int call : step.tail) add(call);
+  return pieces;
+}
+
+// Where the consumed part of a chain step goes (WindowStep::placedAt): straight into the
+// output buffer when its box there is one contiguous stretch and, when the output shares the
+// input's storage (a chain of in-place calls), the plan is a single step that may write over
+// its input (an AllReduce in place, a ReduceScatter into the member's own block, a copy onto
+// itself); else through the staging buffer. The verdict depends on the layouts and the
+// recorded calls only, so every rank of a group (and both sides of a hand-off) reach the same.
+std::int64_t Session::Impl::placement(const detail::WindowStep& step, const ChainPlan& plan) const {
+  const detail::WindowValue& in = window.values[step.input];
+  const detail::WindowValue& out = window.values[step.output];
+  const Layout& consumed = step.request.consume ? *step.request.consume : out.layout;
+  const bool shared = step.handOff != detail::WindowStep::HandOff::Receive && in.storage == out.storage;
+  if (!shared && consumed == out.layout) return 0;
+  const std::vector<int> holders = consumed.holders();
+  if (holders.empty()) return 0;
+  const TensorSpec& spec = out.spec;
+  const std::size_t elementSize = dataTypeSize(spec.dtype);
+  const auto offsetOn = [&](int rank) -> std::int64_t {
+    const Box box = consumed.rankBox(rank, spec).relativeTo(out.layout.rankBox(rank, spec).offset);
+    std::size_t offset = 0;
+    bool contiguous = false;
+    if (!detail::contiguousOffset(out.layout.localShape(spec), box, elementSize, offset, contiguous).isOk() ||
+        !contiguous) {
+      return -1;
+    }
+    const auto placed = static_cast<std::int64_t>(offset);
+    if (!shared) return placed;
+    const Plan& p = plan.chosen();
+    if (p.steps.size() != 1 || p.steps[0].input != Plan::kInput || p.steps[0].output != Plan::kOutput) return -1;
+    const PlanStep& only = p.steps[0];
+    const std::vector<std::int64_t> whole = p.buffers[Plan::kInput].layout.localShape(spec);
+    switch (only.kind) {
+      case PlanStep::Kind::AllReduce: return offset == 0 ? placed : -1;
+      case PlanStep::Kind::ReduceScatter: {
+        const auto member = static_cast<std::size_t>(backend.mesh().groupIndex(rank, only.axes));
+        const auto block = static_cast<std::size_t>(consumed.localBytes(spec));
+        return detail::blocksContiguous(whole, only.dim) && offset == member * block ? placed : -1;
+      }
+      case PlanStep::Kind::LocalCopy: {
+        std::size_t from = 0;
+        bool runs = false;
+        const Status status = detail::contiguousOffset(whole, p.localCopySource(only, rank), elementSize, from, runs);
+        return status.isOk() && runs && from == offset ? placed : -1;
+      }
+      default: break;
+    }
+    return -1;
+  };
+  if (offsetOn(holders.front()) < 0) return -1;
+  return consumed.holds(backend.rank()) ? offsetOn(backend.rank()) : 0;
+}
+
+// The fused plan as this Session runs it (with the staging copy when the consumed part cannot
+// be written in place) against the calls as recorded (the chain as written without its copy
+// to the consumed layout: the consumer reads the recorded result where it lies). Fused only
+// when predicted strictly cheaper (predictedCheaper: cost, then local bytes, then steps).
+bool Session::Impl::fusionPays(const detail::WindowStep& step, const ChainPlan& plan) const {
+  Plan fused = plan.fused;
+  if (placement(step, plan) < 0) {
+    PlanStep stage;
+    stage.kind = PlanStep::Kind::LocalCopy;
+    stage.input = Plan::kOutput;
+    stage.output = Plan::kOutput;
+    stage.origin = "the Session stages the consumed part";
+    fused.steps.push_back(stage);
+  }
+  Plan recorded = plan.baseline;
+  if (!(plan.trace.final() == plan.consumed)) recorded.steps.pop_back();
+  return predictedCheaper(fused, recorded, options.cost != nullptr ? *options.cost : bytesCost);
+}
+
+Status Session::Impl::addStep(detail::WindowStep step, const ChainPlan& plan, detail::CachedWindow& out) {
+  const auto r = static_cast<std::size_t>(backend.rank());
+  const bool fused =
+      options.fusion && step.kind == detail::WindowStep::Kind::Chain && !step.asRecorded && plan.useFused;
+  if (step.kind == detail::WindowStep::Kind::Chain && step.handOff != detail::WindowStep::HandOff::Send)
+    step.placedAt = placement(step, plan);
+  if (!options.perRank) {
+    out.bytesAsRecorded += static_cast<std::uint64_t>(plan.baselineBytes.total);
+    out.bytesSent += static_cast<std::uint64_t>((fused ? plan.fusedBytes : plan.baselineBytes).total);
+  }
+  out.rankBytesAsRecorded += static_cast<std::uint64_t>(plan.baselineBytes.perRank[r]);
+  out.rankBytesSent += static_cast<std::uint64_t>((fused ? plan.fusedBytes : plan.baselineBytes).perRank[r]);
+  if (fused) {
+    std::string rewrites;
+    for (const std::string& name : plan.rewrites) rewrites += (rewrites.empty() ? "" : ", ") + name;
+    CHIMERA_LOG_DEBUG(
+        kLog, "rewrite {} from {} consumed as {}: [{}]; bytes this rank {} -> {}, all ranks {} -> {} (saves {})",
+        step.request.chain.toString(backend.mesh()), step.request.from.toString(), plan.consumed.toString(), rewrites,
+        plan.baselineBytes.perRank[r], plan.fusedBytes.perRank[r], plan.baselineBytes.total, plan.fusedBytes.total,
+        plan.baselineBytes.total - plan.fusedBytes.total);
+  }
+  out.steps.push_back(std::move(step));
+  out.fused.push_back(fused ? 1 : 0);
   return Status::ok();
 }
 
@@ -341,6 +477,8 @@ Status Session::Impl::runStaged(const detail::WindowStep& step, const TensorSpec
   CHIMERA_RETURN_IF_ERROR(executor.runChain(step.request, mode, input, inputBytes, bytes > 0 ? staging.data() : nullptr,
                                             bytes, options.stream));
   if (bytes == 0) return Status::ok();
+  ++stats.localCopies;
+  stats.localCopyBytes += bytes;
   const Box finalBox = out.layout.rankBox(rank, spec);
   const Box box = consumed.rankBox(rank, spec).relativeTo(finalBox.offset);
   const std::vector<std::int64_t> shape = out.layout.localShape(spec);
@@ -354,13 +492,12 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   const int rank = backend.rank();
   const detail::WindowValue& in = window.values[step.input];
   detail::WindowValue& out = window.values[step.output];
-  const ChainMode mode = options.fusion ? ChainMode::Planned : ChainMode::Baseline;
+  const ChainMode mode = options.fusion && !step.asRecorded ? ChainMode::Planned : ChainMode::Baseline;
   if (step.handOff == detail::WindowStep::HandOff::Receive) {
     ++stats.chainsRun;
     if (fused) ++stats.fusedChains;
-    const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
-    if (reshaped) return runStaged(step, out.spec, nullptr, 0, out);
-    return executor.runChain(step.request, mode, nullptr, 0, out.buffer, out.bytes, options.stream);
+    if (step.placedAt < 0) return runStaged(step, out.spec, nullptr, 0, out);
+    return runPlaced(step, mode, nullptr, 0, out);
   }
   const ChainOp& op = step.request.chain.ops.front();
   const auto count = static_cast<std::size_t>(in.layout.localBytes(in.spec)) / dataTypeSize(in.spec.dtype);
@@ -376,11 +513,22 @@ Status Session::Impl::runStep(const detail::WindowStep& step, bool fused) {
   }
   ++stats.chainsRun;
   if (fused) ++stats.fusedChains;
-  const bool reshaped = step.request.consume && !(*step.request.consume == out.layout);
-  if (reshaped || detail::overlaps(in.buffer, in.bytes, out.buffer, out.bytes)) {
-    return runStaged(step, in.spec, in.buffer, in.bytes, out);
+  if (step.placedAt < 0) return runStaged(step, in.spec, in.buffer, in.bytes, out);
+  return runPlaced(step, mode, in.buffer, in.bytes, out);
+}
+
+// The chain's plan writes the consumed part (all of the output, without a declaration)
+// straight at its place in the output buffer.
+Status Session::Impl::runPlaced(const detail::WindowStep& step, ChainMode mode, const void* input,
+                                std::size_t inputBytes, detail::WindowValue& out) {
+  if (step.placedAt == 0 && (!step.request.consume || *step.request.consume == out.layout)) {
+    return executor.runChain(step.request, mode, input, inputBytes, out.buffer, out.bytes, options.stream);
   }
-  return executor.runChain(step.request, mode, in.buffer, in.bytes, out.buffer, out.bytes, options.stream);
+  const Layout& consumed = *step.request.consume;
+  const auto bytes =
+      consumed.holds(backend.rank()) ? static_cast<std::size_t>(consumed.localBytes(out.spec)) : std::size_t{0};
+  void* at = bytes > 0 ? static_cast<std::byte*>(out.buffer) + step.placedAt : nullptr;
+  return executor.runChain(step.request, mode, input, inputBytes, at, bytes, options.stream);
 }
 
 Status Session::Impl::flush() {
@@ -389,6 +537,8 @@ Status Session::Impl::flush() {
     const detail::WindowKey key = detail::windowKey(window, backend.rank());
     detail::CachedWindow* entry = nullptr;
     status = lookup(key, entry);
+    const std::uint64_t copies = executor.localCopies();
+    const std::uint64_t copyBytes = executor.localCopyBytes();
     for (std::size_t i = 0; status.isOk() && i < entry->steps.size(); ++i) {
       const detail::WindowStep& step = entry->steps[i];
       if (step.kind != detail::WindowStep::Kind::Chain) ++stats.chainsRun;
@@ -402,6 +552,8 @@ Status Session::Impl::flush() {
       }
       releasePeers(entry->steps, i, detail::groupedCallsIssued() != calls, status);
     }
+    stats.localCopies += executor.localCopies() - copies;
+    stats.localCopyBytes += executor.localCopyBytes() - copyBytes;
     if (status.isOk()) {
       ++stats.windows;
       stats.bytesAsRecorded += entry->bytesAsRecorded;

@@ -66,7 +66,19 @@ struct Session::Impl {
   // window's verdict so far (an error still meets the peers, see exchangeHandOffs).
   Status completeHandOffs(std::vector<detail::WindowStep>& steps, const std::vector<std::uint8_t>& aliased,
                           const Status& local);
+  // Plans one step (and creates the group of a direct call).
+  Status planStep(const detail::WindowStep& step, const ChainPlan*& plan);
+  // The recorded calls of a step whose chosen plan is the chain as issued, as steps of their own.
+  std::vector<detail::WindowStep> recordedCalls(const detail::WindowStep& step, const ChainPlan& plan);
+  // WindowStep::placedAt of a chain step planned as `plan`.
+  std::int64_t placement(const detail::WindowStep& step, const ChainPlan& plan) const;
+  // Whether the fused plan of a step, as this Session runs it, beats its calls as recorded.
+  bool fusionPays(const detail::WindowStep& step, const ChainPlan& plan) const;
+  // Appends a planned step to `out` with its bytes and its placement.
+  Status addStep(detail::WindowStep step, const ChainPlan& plan, detail::CachedWindow& out);
   Status runStep(const detail::WindowStep& step, bool fused);
+  Status runPlaced(const detail::WindowStep& step, ChainMode mode, const void* input, std::size_t inputBytes,
+                   detail::WindowValue& out);
   void releasePeers(const std::vector<detail::WindowStep>& steps, std::size_t failed, bool metPeer,
                     const Status& failure);
   Status runStaged(const detail::WindowStep& step, const TensorSpec& spec, const void* input, std::size_t inputBytes,
@@ -83,6 +95,7 @@ struct Session::Impl {
   detail::BackendBuffer staging;       ///< a consumed part on its way into the final buffer
   detail::BackendReduction reduction;  ///< the agreements' MIN over the backend
   detail::BackendBuffer handOffs;      ///< the hand-off exchange's messages
+  BytesCost bytesCost;                 ///< prices plans when options.cost is null (as the Executor does)
   std::vector<std::uint8_t> agreementFlags;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };

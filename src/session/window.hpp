@@ -98,7 +98,22 @@ struct WindowStep {
   enum class HandOff : std::uint8_t { None, Send, Receive };
   HandOff handOff = HandOff::None;
   int peer = -1;  ///< hand-off: the world rank at the other end
+  /// Receive: the recorded calls on the received value that joined the hand-off's chain.
+  std::vector<int> tail;
+  /// One recorded call run as issued (the plan chosen for its chain was the chain itself):
+  /// the chain's baseline, on the caller's buffers, with no consume declaration.
+  bool asRecorded = false;
+  /// Chain steps with a consume declaration: where the consumed part goes. -1 through the
+  /// Session's staging buffer, then into its box of the output buffer; otherwise the byte
+  /// offset in the output buffer at which the plan writes it directly (its box is one
+  /// contiguous stretch there, and an input sharing that buffer is safe to write over).
+  std::int64_t placedAt = -1;
 };
+
+/// Call `callIndex` of `window` as a step of its own. With `declared`, its output's consume
+/// declaration is in force; without, an in-place call is issued on the backend as recorded
+/// (Direct kinds) and any other runs as a chain of one writing its full result.
+WindowStep singleStep(const Window& window, int callIndex, bool declared);
 
 /// Joins the calls of `window` into steps, given which values are aliased on some rank.
 /// A call's output continues a chain only when exactly one later call reads it, it has no

@@ -24,6 +24,8 @@ Dataflow buildDataflow(const Window& window) {
   return flow;
 }
 
+}  // namespace
+
 WindowStep singleStep(const Window& window, int callIndex, bool declared) {
   const WindowCall& call = window.calls[static_cast<std::size_t>(callIndex)];
   const WindowValue& in = window.values[call.input];
@@ -43,8 +45,6 @@ WindowStep singleStep(const Window& window, int callIndex, bool declared) {
   }
   return step;
 }
-
-}  // namespace
 
 std::vector<WindowStep> analyseWindow(const Window& window, const std::vector<std::uint8_t>& aliased, bool fusion) {
   const Dataflow flow = buildDataflow(window);

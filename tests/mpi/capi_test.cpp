@@ -310,6 +310,14 @@ TEST_F(CApi, VersionedStructsAreCheckedBeforeUse) {
        stats.version == CHIMERA_SESSION_STATS_VERSION && stats.recordedCalls == 1 && stats.windows == 1 &&
        stats.fusedChains == 0;   // fusion 0 from the config
   ok = ok && values[0] == 2.0f;  // summed over the two stages
+  // A caller built against version 1 (without the local-copy counters) gets its counters and
+  // nothing written past its layout.
+  stats = CHIMERA_SESSION_STATS_INITIALIZER;
+  stats.version = 1;
+  stats.size = offsetof(chimeraSessionStats_t, localCopies);
+  stats.localCopies = 77;
+  EXPECT_EQ(chimeraSessionGetStats(session, &stats), chimeraSuccess) << chimeraGetLastError();
+  ok = ok && stats.recordedCalls == 1 && stats.localCopies == 77;
   EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
   EXPECT_TRUE(ok);
   EXPECT_TRUE(allRanksAgree(ok));

@@ -26,6 +26,7 @@ struct HandOffCase {
   std::string consume;      ///< empty: no declaration
   std::vector<std::int64_t> shape;
   bool expectFused = true;
+  bool nothingToFuse = false;  ///< the plan is the chain as issued: it runs exactly as fusion off
 };
 
 std::ostream& operator<<(std::ostream& os, const HandOffCase& c) { return os << c.name; }
@@ -158,12 +159,19 @@ std::vector<HandOffCase> handOffCases() {
       {"pp_sp_backward", "pp=4,sp=2", "pp=@2,sp=S0", "allgather:sp:0,send:pp:backward", "", "pp=@1,sp=R", cube},
       {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp", "alltoall:ep:0:1", "pp=@1,ep=S1", flat},
       {"tp_pp_4_stages", "pp=4,tp=2", "pp=@1,tp=P", "allreduce:tp,send:pp", "", "pp=@2,tp=R", cube},
-      {"pp_8_stages", "pp=8", "pp=@3", "send:pp", "", "pp=@4", flat, false},
+      {"pp_8_stages", "pp=8", "pp=@3", "send:pp", "", "pp=@4", flat, false, true},
       {"forward_undeclared", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "", flat, false},
       {"tp_outer_axis", "tp=4,pp=2", "pp=@0,tp=P", "allreduce:tp,send:pp", "", "pp=@1,tp=R", flat},
       {"with_dp", "dp=2,pp=2,tp=2", "dp=S0,pp=@0,tp=P", "allreduce:tp,send:pp", "", "dp=S0,pp=@1,tp=R", cube},
       {"with_dp_backward_rows", "pp=2,dp=2,tp=2", "dp=S1,pp=@1,tp=P", "allreduce:tp,send:pp:backward", "",
        "dp=S1,pp=@0,tp=S0", cube},
+      // Nothing to fuse (groups of one): the calls run as recorded, without a local copy.
+      {"as_issued_tp_of_one", "pp=8,tp=1", "pp=@4,tp=P", "allreduce:tp,send:pp", "", "pp=@5,tp=R", flat, false, true},
+      // A group of one read as rows: the plan that skips the AllReduce over one rank wins.
+      {"tp_of_one_rows_backward", "tp=1,pp=8", "pp=@3,tp=P", "allreduce:tp,send:pp:prev", "", "pp=@2,tp=S0", cube,
+       false},
+      {"as_issued_with_dp", "pp=4,dp=2,tp=1", "dp=S0,pp=@2,tp=P", "allreduce:tp,send:pp", "", "dp=S0,pp=@3,tp=R", flat,
+       false, true},
   };
 }
 
@@ -201,6 +209,12 @@ TEST_P(SessionPerRank, FusedHandOffEqualsRecordedCalls) {
   if (c.expectFused) {
     EXPECT_LT(sums[1], sums[0]);
     EXPECT_GT(sums[2], 0u);
+  }
+  if (c.nothingToFuse) {
+    // As recorded means as recorded: the calls on the caller's buffers, no local copy.
+    EXPECT_EQ(on.stats.localCopies, 0u) << on.stats.localCopyBytes << " bytes copied";
+    EXPECT_EQ(on.stats.fusedChains, 0u);
+    EXPECT_EQ(on.stats.rankBytesSent, off.stats.rankBytesSent);
   }
 }
 

@@ -72,6 +72,65 @@ TEST_P(SessionFusion, NoDeclarationRunsAsRecorded) {
 INSTANTIATE_TEST_SUITE_P(Chains, SessionFusion, ::testing::ValuesIn(fusedCases()),
                          [](const auto& test) { return test.param.name; });
 
+// Windows whose chosen program is the calls as recorded, or a fused one whose result lands
+// where the consumer reads it, make no local copy: no staging of the consumed part, no copy
+// to the consumed layout, no scratch between the calls. Checked element by element against
+// fusion off, on meshes with groups of one (nothing to fuse) and with in-place fusions.
+std::vector<SessionCase> copyFreeCases() {
+  const std::vector<std::int64_t> flat{32, 48};
+  const std::vector<std::int64_t> cube{16, 24, 16};
+  return {
+      {"rows_of_an_all_reduce_in_place", "tp=8", "tp=P", "allreduce:tp", "tp=S0", flat},
+      {"rows_of_an_all_reduce_dp_tp", "dp=2,tp=4", "dp=S1,tp=P", "allreduce:tp", "dp=S1,tp=S0", cube},
+      {"group_of_one_rows", "dp=8,tp=1", "tp=P", "allreduce:tp", "tp=S0", flat, false},
+      {"group_of_one_hand_off", "pp=8,tp=1", "pp=@2,tp=P", "allreduce:tp,send:pp", "pp=@3,tp=R", flat, false},
+      {"group_of_one_hand_off_back", "tp=1,pp=8", "pp=@6,tp=P", "allreduce:tp,send:pp:prev", "pp=@5,tp=S0", cube,
+       false},
+      {"plain_send", "pp=4,dp=2", "dp=S0,pp=@1", "send:pp", "dp=S0,pp=@2", flat, false},
+      {"reduce_scatter_then_gather", "tp=8", "tp=P", "reducescatter:tp:0,allgather:tp:0", "tp=R", flat},
+  };
+}
+
+class SessionCopyFree : public ::testing::TestWithParam<SessionCase> {};
+
+TEST_P(SessionCopyFree, MakesNoLocalCopyAndEqualsFusionOff) {
+  const SessionCase& c = GetParam();
+  const SessionRun off = runCase(c, false, 7, 2);
+  const SessionRun on = runCase(c, true, 7, 2);
+  EXPECT_TRUE(off.status.isOk()) << off.status.toString();
+  EXPECT_TRUE(on.status.isOk()) << on.status.toString();
+  EXPECT_EQ(off.consumed, on.consumed);
+  EXPECT_EQ(on.stats.localCopies, 0u) << on.stats.localCopyBytes << " bytes copied";
+  EXPECT_EQ(on.stats.localCopyBytes, 0u);
+  EXPECT_EQ(off.stats.localCopies, 0u);
+  if (!c.expectFused) {
+    EXPECT_EQ(on.stats.fusedChains, 0u);
+    EXPECT_EQ(on.stats.bytesSent, off.stats.bytesSent);
+  }
+  EXPECT_TRUE(
+      allRanksAgree(off.status.isOk() && on.status.isOk() && off.consumed == on.consumed && on.stats.localCopies == 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, SessionCopyFree, ::testing::ValuesIn(copyFreeCases()),
+                         [](const auto& test) { return test.param.name; });
+
+// A consumed part that is not one contiguous stretch of the output buffer (columns of a
+// row-major tensor) goes through the staging buffer: counted, and still exact.
+TEST(SessionCopies, StagingOfColumnsIsCounted) {
+  const SessionCase c{"columns", "tp=8", "tp=P", "allreduce:tp", "tp=S1", {32, 48}};
+  const SessionRun off = runCase(c, false, 7);
+  const SessionRun on = runCase(c, true, 7);
+  EXPECT_TRUE(on.status.isOk()) << on.status.toString();
+  EXPECT_EQ(off.consumed, on.consumed);
+  EXPECT_EQ(off.stats.localCopies, 0u);
+  if (on.stats.fusedChains == 1) {
+    // The ReduceScatter packs its columns (the whole input), the Session unpacks the part read.
+    EXPECT_GE(on.stats.localCopies, 2u);
+    EXPECT_EQ(on.stats.localCopyBytes, 32u * 48u * 4u + 32u * 6u * 4u);
+  }
+  EXPECT_TRUE(allRanksAgree(on.status.isOk() && off.consumed == on.consumed));
+}
+
 // A repeated step pays a lookup: windows 2..n hit the cache and give the same result.
 TEST(SessionCache, RepeatedStepsHitTheCache) {
   const SessionCase c{"tp_pp", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", {32, 48}};

@@ -94,9 +94,9 @@ def test_window_context_manager_and_cache(tp_backend):
 
 
 def test_options_are_named_as_the_constructor_takes_them(tp_backend):
-    """Every keyword of Session() reads back under its own name from options()."""
+    """Every keyword of Session() reads back under its own name from Session.options."""
     session = chimera.Session(tp_backend, fusion=False, check_every_window=True, prepared_plan_limit=7, per_rank=True)
-    options = session.options()
+    options = session.options
     assert options["fusion"] is False and options["check_every_window"] is True
     assert options["prepared_plan_limit"] == 7 and options["per_rank"] is True
     session.close()

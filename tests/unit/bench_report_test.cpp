@@ -179,8 +179,8 @@ TEST(Timing, LoopRunsWarmupBarrierAndItersInOrder) {
   std::vector<char> calls;
   TimingSamples samples;
   const Status status = timeLoop(
-      2, 3, [&] { return calls.push_back('b'), Status::ok(); }, [&] { return calls.push_back('o'), Status::ok(); },
-      samples);
+      "loop", 2, 3, [&] { return calls.push_back('b'), Status::ok(); },
+      [&] { return calls.push_back('o'), Status::ok(); }, samples);
   ASSERT_TRUE(status.isOk());
   EXPECT_EQ(std::string(calls.begin(), calls.end()), "oobooo");
   ASSERT_EQ(samples.iterationSeconds.size(), 3u);
@@ -189,8 +189,8 @@ TEST(Timing, LoopRunsWarmupBarrierAndItersInOrder) {
   EXPECT_NEAR(sum, samples.loopSeconds, 1e-12);
   int runs = 0;
   const Status failed = timeLoop(
-      0, 5, [] { return Status::ok(); }, [&] { return ++runs == 2 ? Status::backendError("boom") : Status::ok(); },
-      samples);
+      "failing loop", 0, 5, [] { return Status::ok(); },
+      [&] { return ++runs == 2 ? Status::backendError("boom") : Status::ok(); }, samples);
   EXPECT_EQ(failed.code(), StatusCode::BackendError);
   EXPECT_EQ(runs, 2);
 }

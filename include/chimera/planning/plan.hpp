@@ -136,6 +136,22 @@ struct PlanBytes {
   std::int64_t messages = 0;                           ///< point-to-point messages of ManyToMany steps
 };
 
+/// The local passes an executor makes around one step (packs of blocks that are not one
+/// contiguous run, their unpacks, box copies, local copies and scales), on the busiest rank.
+/// The cost model prices them (localPassSeconds); the planner breaks ties of its cost with them.
+struct LocalWork {
+  std::uint64_t bytes = 0;  ///< bytes passed through memory on the busiest rank
+  int launches = 0;         ///< local calls (kernels) that make them
+  int ranks = 0;            ///< ranks that make local passes at once
+};
+/// The local work of `step` (see LocalWork): ReduceScatter packs its input and AllGather
+/// unpacks its output when their blocks along the dim are not contiguous, AllToAll both
+/// sides; a ManyToMany packs and unpacks the boxes that are not one run and copies those a
+/// rank sends itself; LocalCopy and Scale pass their output. AllReduce, Broadcast, Send: none.
+LocalWork stepLocalWork(const Plan& plan, const PlanStep& step);
+/// The bytes of every step's local work (the sum over steps of each step's busiest rank).
+std::uint64_t planLocalBytes(const Plan& plan);
+
 /// Per-rank bytes of one step (see PlanBytes).
 std::vector<std::int64_t> stepBytesPerRank(const Plan& plan, const PlanStep& step);
 /// Bytes of the whole plan.

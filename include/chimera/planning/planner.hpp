@@ -71,6 +71,12 @@ class BytesCost final : public PlanCost {
 /// LocalCopy to `consumed` when it differs from the chain's final layout).
 [[nodiscard]] Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out);
 
+/// True when `a` is predicted strictly cheaper than `b` under `cost`: a lower value, then a
+/// lower tie-break, then fewer bytes through local passes (planLocalBytes: packs, unpacks,
+/// copies), then fewer steps. The planner's decision between the best plan and the chain as
+/// written; a Session's between a fused plan (with any copy it adds) and the calls as recorded.
+bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost);
+
 /// Everything the planner decides about one chain.
 struct ChainPlan {
   ChainTrace trace;  ///< the chain applied to its start layout

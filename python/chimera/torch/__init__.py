@@ -2,7 +2,8 @@
 """chimera for PyTorch.
 
 ``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
-chimera's MPI backend under an MPI launch, on gloo bootstrapped from the c10d Store otherwise);
+chimera's MPI backend under an MPI launch, on gloo bootstrapped from the c10d Store otherwise)
+and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor redistribution through chimera;
 see docs/torch.md.
 """
 
@@ -10,7 +11,15 @@ from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
 
 register()
 
-from .redistribute import fused_redistribute, redistribute  # noqa: E402  (after registration)
+from .redistribute import (  # noqa: E402  (after registration)
+    fused_redistribute,
+    redistribute,
+    reset_stats,
+    route_from_environment,
+    stats,
+)
+
+route_from_environment()
 
 __all__ = ["BACKEND_NAME", "fused_redistribute", "init_process_group", "mpi_environment", "redistribute",
-           "register"]
+           "register", "reset_stats", "stats"]

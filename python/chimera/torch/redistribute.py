@@ -5,18 +5,31 @@
 placements)`` returns, moving the data with the plan chimera's planner picks for the whole
 transition (``Partial`` over several mesh dims reduced once, ``Shard(i) -> Shard(j)`` as one
 AllToAll, nested shard orders as box intersections) instead of DTensor's one collective per
-mesh dim. ``with fused_redistribute(): ...`` routes ``DTensor.redistribute`` through it.
-Transitions chimera does not plan fall back to DTensor's own with a debug log line. Under
-autograd the gradient goes back through chimera too.
+mesh dim. Under autograd the gradient goes back through chimera too.
+
+``with fused_redistribute(): ...`` (or ``CHIMERA_TORCH_REDISTRIBUTE=1``, process-wide) routes every
+redistribution DTensor makes through chimera: it replaces ``redistribute_local_tensor`` of
+``torch.distributed.tensor._redistribute``, the one function that both ``DTensor.redistribute``
+(with its keywords, in forward and backward) and the op dispatcher's implicit redistributions
+call. Transitions chimera does not plan go to DTensor's own; ``stats()`` counts both, with the
+reasons of the fallbacks.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import inspect
 import logging
+import os
+import re
+import threading
+import warnings
 
 import torch
 import torch.distributed as dist
+import torch.distributed.tensor._redistribute as _dtensor_redistribute
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
@@ -41,11 +54,12 @@ def mesh_axis_names(mesh) -> list[str]:
 
 class MeshRuntime:
     """chimera's Executor on an MPI backend laid out as one DeviceMesh: Python over the package
-    `chimera`, the DTensor's local tensors crossing by DLPack."""
+    `chimera`, the DTensor's local tensors crossing by DLPack. `ranks`: the world ranks of the
+    mesh in row-major order (None: the whole world in order)."""
 
-    def __init__(self, mesh_text: str):
+    def __init__(self, mesh_text: str, ranks=None):
         self.mesh = chimera.Mesh(mesh_text)
-        self.executor = chimera.Executor(chimera.mpi_backend(self.mesh))
+        self.executor = chimera.Executor(chimera.mpi_backend(self.mesh, ranks=ranks))
 
     def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
         """(bytes over all ranks, of the busiest rank, plan text) of source -> target; nothing runs.
@@ -55,23 +69,34 @@ class MeshRuntime:
 
     def redistribute(self, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
         """This rank's part of the tensor of logical `shape` moved from `source` to `target`
-        (collective over the world): a new tensor, the local tensor of `target`."""
+        (collective over the mesh's ranks): a new tensor, the local tensor of `target`."""
         spec = chimera.TensorSpec(list(shape), local.dtype)
         out = torch.empty(chimera.Layout(target, self.mesh).local_shape(spec), dtype=local.dtype)
         return self.executor.redistribute(local, source, target, out, spec=spec)
 
 
+def _torch_rank_is_mpi_rank() -> bool:
+    """Whether torch's global ranks are MPI's (as under mpirun with ct.init_process_group()):
+    chimera's backends name their members by MPI world rank. Asked once."""
+    if "same" not in _RUNTIMES:
+        rank, size = chimera.world()
+        _RUNTIMES["same"] = (rank, size) == (dist.get_rank(), dist.get_world_size())
+    return _RUNTIMES["same"]
+
+
 def runtime_for(mesh) -> MeshRuntime:
-    """The MeshRuntime laid out as `mesh`; created once, collectively over the world.
-    Unplannable when the mesh does not cover the world in order."""
-    world = dist.get_world_size()
-    ranks = mesh.mesh.flatten().tolist()
-    if ranks != list(range(world)):
-        raise Unplannable(f"mesh ranks {ranks} are not the world 0..{world - 1} in row-major order")
+    """The MeshRuntime laid out as `mesh`, over the mesh's own ranks in its order (any sub-mesh,
+    any order); created once, collectively over those ranks, and cached by ranks and axis names.
+    Unplannable when torch's ranks are not MPI's."""
+    if not _torch_rank_is_mpi_rank():
+        raise Unplannable("torch's global ranks are not the MPI world's (chimera needs an MPI launch)")
+    ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
     text = ",".join(f"{name}={int(size)}" for name, size in zip(mesh_axis_names(mesh), mesh.mesh.shape))
-    if text not in _RUNTIMES:
-        _RUNTIMES[text] = MeshRuntime(text)
-    return _RUNTIMES[text]
+    key = (ranks, text)
+    if key not in _RUNTIMES:
+        world = ranks == tuple(range(dist.get_world_size()))
+        _RUNTIMES[key] = MeshRuntime(text, None if world else ranks)
+    return _RUNTIMES[key]
 
 
 def layout_text(mesh, placements, shard_order=None) -> str:
@@ -95,47 +120,123 @@ def layout_text(mesh, placements, shard_order=None) -> str:
     return text or f"{mesh_axis_names(mesh)[0]}=R"
 
 
-def _source_order(dtensor):
-    spec = dtensor._spec  # noqa: SLF001 (the shard order lives only there)
+def _shard_order(spec):
+    """DTensor's shard order of a spec, or None when its _StridedShard placements encode it."""
     return None if getattr(spec, "use_strided_shard_as_shard_order", False) else getattr(spec, "shard_order", None)
 
 
-def plan(dtensor, placements):
-    """(runtime, source layout text, target layout text, normalised placements) for a
-    transition, or Unplannable. Pure: no communication besides creating the runtime once."""
-    mesh = dtensor.device_mesh
-    placements = tuple(Shard(p.dim % dtensor.ndim) if type(p) is Shard else p for p in placements)
-    if len(placements) != mesh.ndim:
-        raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
-    if dtensor.device_mesh.device_type != "cpu":
-        raise Unplannable(f"device {dtensor.device_mesh.device_type} (chimera's MPI backend runs CPU tensors)")
-    source = layout_text(mesh, dtensor.placements, _source_order(dtensor))
-    target = layout_text(mesh, placements)
-    runtime = runtime_for(mesh)
-    # Whether chimera plans it, remembered per transition: a planning pass per call would cost
-    # more than many a small redistribution (the executor caches the plan itself).
-    key = (id(runtime), tuple(dtensor.shape), dtensor.dtype, source, target)
+def _normalised(placements, ndim: int) -> tuple:
+    return tuple(Shard(p.dim % ndim) if type(p) is Shard else p for p in placements)
+
+
+def _plannable(runtime, shape, dtype, source: str, target: str) -> None:
+    """Raises Unplannable unless chimera plans source -> target for this shape and dtype; the
+    answer is remembered per transition (a planning pass per call would cost more than many a
+    small redistribution; the executor caches the plan itself)."""
+    key = (id(runtime), tuple(shape), dtype, source, target)
     if key not in _PLANNABLE:
         try:
-            runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
+            runtime.plan_bytes(list(shape), dtype, source, target)
             _PLANNABLE[key] = None
         except (chimera.InvalidArgument, chimera.Unsupported) as error:
             _PLANNABLE[key] = str(error)
     if _PLANNABLE[key] is not None:
         raise Unplannable(_PLANNABLE[key])
+
+
+def plan_specs(current_spec, target_spec, dtype):
+    """(runtime, source layout text, target layout text) of a transition between two DTensorSpecs
+    of one tensor, or Unplannable. Decided from metadata every rank of the mesh shares, so they
+    all take the same path. Pure: no communication besides creating the mesh's runtime once."""
+    mesh = current_spec.mesh
+    if target_spec.mesh != mesh:
+        raise Unplannable("source and target are on different meshes")
+    if mesh.device_type != "cpu":
+        raise Unplannable(f"device {mesh.device_type} (chimera's MPI backend runs CPU tensors)")
+    if current_spec.tensor_meta is None:
+        raise Unplannable("a spec without tensor metadata")
+    ndim = len(current_spec.tensor_meta.shape)
+    source = layout_text(mesh, _normalised(current_spec.placements, ndim), _shard_order(current_spec))
+    target = layout_text(mesh, _normalised(target_spec.placements, ndim), _shard_order(target_spec))
+    runtime = runtime_for(mesh)
+    _plannable(runtime, current_spec.tensor_meta.shape, dtype, source, target)
+    return runtime, source, target
+
+
+def plan(dtensor, placements):
+    """(runtime, source layout text, target layout text, normalised placements) for a
+    transition of `dtensor`, or Unplannable (see plan_specs)."""
+    mesh = dtensor.device_mesh
+    placements = _normalised(placements, dtensor.ndim)
+    if len(placements) != mesh.ndim:
+        raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
+    target_spec = DTensorSpec(mesh, placements, tensor_meta=dtensor._spec.tensor_meta)  # noqa: SLF001
+    runtime, source, target = plan_specs(dtensor._spec, target_spec, dtensor.dtype)  # noqa: SLF001
     return runtime, source, target, placements
 
 
-def redistribute(dtensor, placements, *, _dtensor_redistribute=None):
+# --- what chimera planned, and why it did not -------------------------------------------------
+
+_STATS_LOCK = threading.Lock()
+_PLANNED = collections.Counter()   # "explicit" / "implicit" -> count
+_FALLBACKS = collections.Counter()  # reason -> count
+
+
+def _reason(why) -> str:
+    """A fallback's reason without its numbers (shapes, ranks, sizes), so that one cause is one key."""
+    return re.sub(r"\d+", "N", str(why))[:160]
+
+
+def _count_planned(explicit: bool) -> None:
+    with _STATS_LOCK:
+        _PLANNED["explicit" if explicit else "implicit"] += 1
+
+
+def _count_fallback(why) -> None:
+    reason = _reason(why)
+    with _STATS_LOCK:
+        _FALLBACKS[reason] += 1
+    log.debug("chimera.torch: DTensor's own redistribution: %s", why)
+
+
+def stats() -> dict:
+    """This process's counts since start (or ``reset_stats()``): redistributions chimera planned
+    (``planned``; ``explicit``: DTensor.redistribute / redistribute(), ``implicit``: inserted by
+    DTensor's op dispatcher or autograd), those left to DTensor (``fallback``) and why
+    (``fallback_reasons``: reason -> count, numbers in the reason replaced by N)."""
+    with _STATS_LOCK:
+        planned = _PLANNED["explicit"] + _PLANNED["implicit"]
+        return {"planned": planned, "explicit": _PLANNED["explicit"], "implicit": _PLANNED["implicit"],
+                "fallback": sum(_FALLBACKS.values()), "fallback_reasons": dict(_FALLBACKS)}
+
+
+def reset_stats() -> None:
+    """Sets every count of ``stats()`` to zero."""
+    with _STATS_LOCK:
+        _PLANNED.clear()
+        _FALLBACKS.clear()
+
+
+# --- running a planned transition --------------------------------------------------------------
+
+def _run_local(runtime, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
+    """This rank's local tensor of `target`, moved from `source` by chimera (collective over the
+    mesh). A still pending asynchronous result of DTensor's own collectives is waited for first."""
+    if isinstance(local, AsyncCollectiveTensor):
+        local = local.wait()
+    return runtime.redistribute(local.detach().contiguous(), list(shape), source, target)
+
+
+def redistribute(dtensor, placements):
     """`dtensor` redistributed to `placements` on its own mesh by one chimera plan; equal in value
     and placements to DTensor's own result (see docs/torch.md for where reductions may differ).
-    Falls back to DTensor's own redistribute, with a debug log line, for what chimera does not plan."""
-    own = _dtensor_redistribute or _ORIGINAL_REDISTRIBUTE
+    Falls back to DTensor's own redistribute for what chimera does not plan (counted in stats())."""
     try:
         runtime, source, target, placements = plan(dtensor, placements)
     except Unplannable as why:
-        log.debug("chimera.torch.redistribute: DTensor's own for %s -> %s: %s", dtensor.placements, placements, why)
-        return own(dtensor, dtensor.device_mesh, placements)
+        _count_fallback(why)
+        return _ORIGINAL_REDISTRIBUTE(dtensor, dtensor.device_mesh, placements)
+    _count_planned(True)
     if source == target:
         return dtensor
     if dtensor.requires_grad and torch.is_grad_enabled():
@@ -144,8 +245,7 @@ def redistribute(dtensor, placements, *, _dtensor_redistribute=None):
 
 
 def _run(dtensor, placements, runtime, source, target):
-    local = dtensor._local_tensor.detach().contiguous()  # noqa: SLF001 (to_local() would record autograd)
-    out = runtime.redistribute(local, dtensor.shape, source, target)
+    out = _run_local(runtime, dtensor._local_tensor, dtensor.shape, source, target)  # noqa: SLF001
     return DTensor.from_local(out, dtensor.device_mesh, placements, run_check=False, shape=dtensor.shape,
                               stride=dtensor.stride())
 
@@ -183,18 +283,122 @@ def bytes_of(dtensor, placements) -> tuple[int, int, str]:
 _ORIGINAL_REDISTRIBUTE = DTensor.redistribute
 
 
+# --- routing every redistribution of DTensor ----------------------------------------------------
+
+# The torch releases whose redistribute_local_tensor the hook was written against: its parameters
+# (local_tensor, current_spec, target_spec, *, async_op, use_graph_based_transform, is_explicit)
+# and the modules that import it by name.
+HOOKED_TORCH = ("2.15",)
+_HOOKED_PARAMETERS = ("local_tensor", "current_spec", "target_spec", "async_op", "use_graph_based_transform",
+                      "is_explicit")
+_CALLERS = ("torch.distributed.tensor._redistribute", "torch.distributed.tensor._api",
+            "torch.distributed.tensor._dispatch", "torch.distributed.tensor.experimental._tp_transform")
+_ORIGINAL_LOCAL = _dtensor_redistribute.redistribute_local_tensor
+_ROUTING = {"depth": 0, "warned": False}
+_ROUTING_LOCK = threading.Lock()
+
+
+def hook_supported() -> str | None:
+    """None when the hook fits this torch; else why not (another release, another signature)."""
+    version = torch.__version__.split("+")[0]
+    if not any(version == v or version.startswith(v + ".") for v in HOOKED_TORCH):
+        return f"torch {version} (the hook is written for torch {', '.join(HOOKED_TORCH)})"
+    names = tuple(inspect.signature(_ORIGINAL_LOCAL).parameters)
+    if names != _HOOKED_PARAMETERS:
+        return f"redistribute_local_tensor{names} differs from {_HOOKED_PARAMETERS}"
+    return None
+
+
+def _routed_local(local_tensor, current_spec, target_spec, *, async_op=False, use_graph_based_transform=None,
+                  is_explicit=False):
+    """redistribute_local_tensor through chimera when it plans the transition, else DTensor's own.
+    The result is complete when returned (a valid answer to async_op=True, whose result may
+    complete later)."""
+    mesh = current_spec.mesh
+    if not mesh._is_current_rank_part_of_mesh():  # noqa: SLF001 (DTensor's own returns the input)
+        return _ORIGINAL_LOCAL(local_tensor, current_spec, target_spec, async_op=async_op,
+                               use_graph_based_transform=use_graph_based_transform, is_explicit=is_explicit)
+    try:
+        if _dtensor_redistribute._are_we_tracing():  # noqa: SLF001
+            raise Unplannable("traced (torch.compile): DTensor's own collectives are traceable")
+        runtime, source, target = plan_specs(current_spec, target_spec, local_tensor.dtype)
+    except Unplannable as why:
+        _count_fallback(why)
+        return _ORIGINAL_LOCAL(local_tensor, current_spec, target_spec, async_op=async_op,
+                               use_graph_based_transform=use_graph_based_transform, is_explicit=is_explicit)
+    _count_planned(is_explicit)
+    if source == target:
+        return local_tensor
+    return _run_local(runtime, local_tensor, current_spec.tensor_meta.shape, source, target)
+
+
+def _unsupported_local(why: str):
+    """The hook on a torch it was not written for: every call goes to DTensor's own, counted."""
+
+    def counted(*args, **kwargs):
+        _count_fallback(why)
+        return _ORIGINAL_LOCAL(*args, **kwargs)
+
+    return counted
+
+
+def _install(replacement) -> None:
+    import sys
+
+    for name in _CALLERS:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "redistribute_local_tensor", None) is _ORIGINAL_LOCAL:
+            module.redistribute_local_tensor = replacement
+
+
+def _uninstall() -> None:
+    import sys
+
+    for name in _CALLERS:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "redistribute_local_tensor"):
+            module.redistribute_local_tensor = _ORIGINAL_LOCAL
+
+
+def _enter_routing() -> None:
+    with _ROUTING_LOCK:
+        _ROUTING["depth"] += 1
+        if _ROUTING["depth"] > 1:
+            return
+        why = hook_supported()
+        if why is None:
+            _install(_routed_local)
+            return
+        if not _ROUTING["warned"]:
+            _ROUTING["warned"] = True
+            warnings.warn(f"chimera.torch.fused_redistribute: DTensor keeps its own redistributions on {why}; "
+                          "chimera.torch.stats() counts them as fallbacks", RuntimeWarning, stacklevel=3)
+        _install(_unsupported_local(why))
+
+
+def _leave_routing() -> None:
+    with _ROUTING_LOCK:
+        _ROUTING["depth"] -= 1
+        if _ROUTING["depth"] == 0:
+            _uninstall()
+
+
 @contextlib.contextmanager
 def fused_redistribute():
-    """Routes ``DTensor.redistribute`` (same mesh) through chimera for the duration."""
-
-    def routed(self, device_mesh=None, placements=None, *args, **kwargs):
-        if (device_mesh is None or device_mesh == self.device_mesh) and placements is not None and not args \
-                and not kwargs:
-            return redistribute(self, placements)
-        return _ORIGINAL_REDISTRIBUTE(self, device_mesh, placements, *args, **kwargs)
-
-    DTensor.redistribute = routed
+    """Routes every DTensor redistribution (explicit, with any keyword, and implicit) through
+    chimera for the duration; nests. See the module's documentation."""
+    _enter_routing()
     try:
         yield
     finally:
-        DTensor.redistribute = _ORIGINAL_REDISTRIBUTE
+        _leave_routing()
+
+
+def route_from_environment() -> bool:
+    """Routes process-wide (until exit) when CHIMERA_TORCH_REDISTRIBUTE=1; called at import."""
+    value = os.environ.get("CHIMERA_TORCH_REDISTRIBUTE", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"CHIMERA_TORCH_REDISTRIBUTE={value!r}: expected 0 or 1")
+    if value == "1":
+        _enter_routing()
+    return value == "1"

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/exchange.hpp"
@@ -18,6 +19,7 @@
 #include "common/log.hpp"
 #include "core/check.hpp"
 #include "core/checked_math.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -85,6 +87,7 @@ Status MpiBackend::unusable() const {
 
 Status MpiBackend::fail(std::string_view call, const Status& status) {
   failure_ = Status(status.code(), fmt::format("{}: {}", call, status.message()));
+  if (options_.abortOnTimeout) endJob("mpi", rank_, failure_);
   CHIMERA_LOG_ERROR("mpi", "{}", failure_.toString());
   return failure_;
 }
@@ -236,6 +239,43 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
   return waitOne(*group, request, kWholeGroup, "MPI_Ialltoall");
 }
 
+Status MpiBackend::allToAllVCall(const void* send, std::span<const std::size_t> sendCounts,
+                                 std::span<const std::size_t> sendOffsets, void* recv,
+                                 std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
+                                 DataType dtype, AxisSet axes) {
+  const MpiGroup* group = nullptr;
+  CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
+  const auto n = static_cast<std::size_t>(group->size);
+  Status local = checkDataType(dtype);
+  if (local.isOk() &&
+      (sendCounts.size() != n || sendOffsets.size() != n || recvCounts.size() != n || recvOffsets.size() != n))
+    local = Status::invalidArgument(
+        fmt::format("allToAllV over {}: counts and offsets need {} entries (one per member)", mesh_.axesName(axes), n));
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  constexpr std::size_t kMost = static_cast<std::size_t>(std::numeric_limits<int>::max());
+  for (std::size_t j = 0; j < n && local.isOk(); ++j) {
+    if (sendCounts[j] > 0) local = checkBuffer(send, sendCounts[j], "allToAllV send buffer");
+    if (local.isOk() && recvCounts[j] > 0) local = checkBuffer(recv, recvCounts[j], "allToAllV recv buffer");
+    if (local.isOk() && (sendCounts[j] + sendOffsets[j] > kMost || recvCounts[j] + recvOffsets[j] > kMost))
+      local = Status::invalidArgument(fmt::format(
+          "allToAllV: block {} ends past element {} of one MPI call (pass a larger dtype or fewer elements)", j,
+          kMost));
+    if (!local.isOk()) break;
+    sc[j] = static_cast<int>(sendCounts[j]);
+    sd[j] = static_cast<int>(sendOffsets[j]);
+    rc[j] = static_cast<int>(recvCounts[j]);
+    rd[j] = static_cast<int>(recvOffsets[j]);
+  }
+  // The counts differ between members by design: the agreement compares the call and dtype only.
+  CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllToAll, -1, dtype, ReduceOp::Sum, 0}, local, group));
+  const MPI_Datatype type = mpiDataType(dtype);
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(
+      MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, group->comm, &request),
+      "MPI_Ialltoallv"));
+  return waitOne(*group, request, kWholeGroup, "MPI_Ialltoallv");
+}
+
 Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root,
                                  AxisSet axes) {
   const MpiGroup* group = nullptr;
@@ -316,6 +356,16 @@ Status MpiBackend::allToAll(const void* send, void* recv, std::size_t countPerPe
                             Stream /*stream*/) {
   return guarded([&] { return fmt::format("allToAll of {} {} per peer", countPerPeer, dataTypeName(dtype)); },
                  [&] { return allToAllCall(send, recv, countPerPeer, dtype, axes); });
+}
+
+Status MpiBackend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
+                             std::span<const std::size_t> sendOffsets, void* recv,
+                             std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
+                             DataType dtype, AxisSet axes, Stream stream) {
+  (void)stream;
+  return guarded(
+      [&] { return fmt::format("allToAllV of {}", dataTypeName(dtype)); },
+      [&] { return allToAllVCall(send, sendCounts, sendOffsets, recv, recvCounts, recvOffsets, dtype, axes); });
 }
 
 Status MpiBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,

@@ -69,6 +69,9 @@ class MpiBackend final : public Backend {
                    Stream stream) override;
   Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
                   Stream stream) override;
+  Status allToAllV(const void* send, std::span<const std::size_t> sendCounts, std::span<const std::size_t> sendOffsets,
+                   void* recv, std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
+                   DataType dtype, AxisSet axes, Stream stream) override;
   Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
                    Stream stream) override;
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
@@ -119,6 +122,9 @@ class MpiBackend final : public Backend {
                            AxisSet axes);
   Status allGatherCall(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes);
   Status allToAllCall(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes);
+  Status allToAllVCall(const void* send, std::span<const std::size_t> sendCounts,
+                       std::span<const std::size_t> sendOffsets, void* recv, std::span<const std::size_t> recvCounts,
+                       std::span<const std::size_t> recvOffsets, DataType dtype, AxisSet axes);
   Status broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes);
   Status groupedP2PCall(std::span<const P2POp> ops);
 

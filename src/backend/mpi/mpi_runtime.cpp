@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <set>
+#include <span>
 #include <string_view>
+#include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
@@ -13,6 +16,7 @@
 #include "common/log.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera {
 namespace {
@@ -76,6 +80,80 @@ Status createMpiBackendOnComm(const void* comm, const Mesh& mesh, const MpiBacke
   return detail::createMpiBackendOn(base, mesh, options, out);
 }
 
+namespace {
+
+// A tag for the meeting and the communicator of one rank list, equal on its members: a hash of the
+// list, so that creations of different lists in flight at once do not match each other's messages.
+int rankListTag(std::span<const int> ranks) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) h = (h ^ static_cast<std::uint64_t>(r)) * 1099511628211ull;
+  int upperBound = 32767;  // the least MPI_TAG_UB the standard allows
+  void* value = nullptr;
+  int found = 0;
+  if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found) == MPI_SUCCESS && found != 0 && value != nullptr)
+    upperBound = *static_cast<int*>(value);
+  return static_cast<int>(h % static_cast<std::uint64_t>(upperBound));
+}
+
+// Every member sends one token to every other and receives theirs, bounded by `timeoutMs`: after
+// it, all members are inside the creation, so MPI_Comm_create_group (which has no bounded form)
+// completes.
+Status meetMembers(std::span<const int> ranks, int worldRank, int worldSize, int tag, std::int64_t timeoutMs) {
+  const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, worldRank, worldSize, timeoutMs, "the world");
+  int token = 1;
+  std::vector<int> tokens(ranks.size(), 0);
+  detail::RequestSet requests;
+  requests.reserve(2 * ranks.size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == worldRank) continue;
+    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(
+        MPI_Irecv(&tokens[i], 1, MPI_INT, ranks[i], tag, MPI_COMM_WORLD, &requests.add(ranks[i])), "MPI_Irecv"));
+    CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(
+        MPI_Isend(&token, 1, MPI_INT, ranks[i], tag, MPI_COMM_WORLD, &requests.add(ranks[i])), "MPI_Isend"));
+  }
+  return requests.waitAll(world, "creating an MPI backend over chosen world ranks");
+}
+
+}  // namespace
+
+Status createMpiBackendOnRanks(std::span<const int> worldRanks, const Mesh& mesh, const MpiBackendOptions& options,
+                               std::unique_ptr<Backend>& out) {
+  int worldRank = 0;
+  int worldSize = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
+  CHIMERA_CHECK_ARG(static_cast<int>(worldRanks.size()) == mesh.size(),
+                    "createMpiBackendOnRanks: {} world ranks for mesh {} of {} ranks", worldRanks.size(),
+                    mesh.toString(), mesh.size());
+  bool member = false;
+  std::set<int> seen;
+  for (int r : worldRanks) {
+    CHIMERA_CHECK_ARG(r >= 0 && r < worldSize, "createMpiBackendOnRanks: rank {} is outside the MPI world of {} ranks",
+                      r, worldSize);
+    CHIMERA_CHECK_ARG(seen.insert(r).second, "createMpiBackendOnRanks: rank {} is listed twice", r);
+    member = member || r == worldRank;
+  }
+  CHIMERA_CHECK_ARG(member, "createMpiBackendOnRanks: world rank {} is not one of the ranks it creates a backend over",
+                    worldRank);
+  CHIMERA_CHECK_ARG(options.timeoutMs > 0, "MPI backend timeout must be positive, not {} ms", options.timeoutMs);
+  const int tag = rankListTag(worldRanks);
+  CHIMERA_RETURN_IF_ERROR(meetMembers(worldRanks, worldRank, worldSize, tag, options.timeoutMs));
+  MPI_Group world = MPI_GROUP_NULL;
+  MPI_Group group = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group"));
+  const std::vector<int> list(worldRanks.begin(), worldRanks.end());
+  Status status =
+      detail::mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
+  if (status.isOk())
+    status = detail::mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm), "MPI_Comm_create_group");
+  if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  CHIMERA_RETURN_IF_ERROR(status);
+  status = detail::createMpiBackendOn(comm, mesh, options, out);
+  MPI_Comm_free(&comm);
+  return status;
+}
+
 std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
   switch (algorithm) {
     case MpiAlgorithm::Auto: return "auto";
@@ -99,6 +177,7 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_MPI_ALGORITHM", kNames, algorithm));
   options.algorithm = kAlgorithms[algorithm];
   CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
+  CHIMERA_RETURN_IF_ERROR(abortOnTimeoutFromEnv(options.abortOnTimeout));
   std::string logLevel;
   CHIMERA_RETURN_IF_ERROR(logLevelFromEnv(logLevel));
   out = options;

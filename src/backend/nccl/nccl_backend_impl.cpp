@@ -2,6 +2,8 @@
 // Implements the NCCL backend: the Backend interface on device buffers over NCCL.
 #include "backend/nccl/nccl_backend_impl.hpp"
 
+#include "job/job_end.hpp"
+
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -121,6 +123,8 @@ NcclBackend::~NcclBackend() {
   if (cudaSetDevice(device_) != cudaSuccess) CHIMERA_LOG_WARN(kLog, "cudaSetDevice({}) failed in teardown", device_);
   if (agreementHost_ != nullptr) cudaFreeHost(agreementHost_);
   if (agreementDevice_ != nullptr) cudaFree(agreementDevice_);
+  if (countsHost_ != nullptr) cudaFreeHost(countsHost_);
+  if (countsDevice_ != nullptr) cudaFree(countsDevice_);
   if (!abortReason_.empty()) return;  // abortAll already released the communicators
   // Finalize (flush, non-blocking) every communicator, wait for all within the timeout, then
   // destroy: a dead peer makes the wait time out and the communicators are aborted instead
@@ -159,7 +163,9 @@ Status NcclBackend::settle(ncclResult_t result, std::span<const ncclComm_t> comm
   abortReason_ = status.message();
   CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
   abortAll();
-  return Status(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
+  const Status failed(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
+  if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+  return failed;
 }
 
 Status NcclBackend::usable() const {
@@ -369,6 +375,80 @@ Status NcclBackend::allToAllGrouped(const void* send, void* recv, std::size_t co
   return settle(ended, comm, "ncclGroupEnd of allToAll");
 }
 
+Status NcclBackend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
+                              std::span<const std::size_t> sendOffsets, void* recv,
+                              std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
+                              DataType dtype, AxisSet axes, Stream stream) {
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
+  const auto members = static_cast<std::size_t>(mesh_.groupSize(axes));
+  ncclDataType_t type{};
+  Status local = ncclDataType(dtype, type);
+  if (local.isOk() && (sendCounts.size() != members || sendOffsets.size() != members || recvCounts.size() != members ||
+                       recvOffsets.size() != members))
+    local = Status::invalidArgument(fmt::format(
+        "allToAllV over {}: counts and offsets need {} entries (one per member)", mesh_.axesName(axes), members));
+  for (std::size_t j = 0; j < members && local.isOk(); ++j) {
+    local =
+        firstError({checkBuffer(send, sendCounts[j], "send buffer"), checkBuffer(recv, recvCounts[j], "recv buffer")});
+  }
+  // The counts differ between members by design: the agreement compares the call and dtype only.
+  const CallSignature signature{OpKind::AllToAll, -1, dtype};
+  CHIMERA_RETURN_IF_ERROR(agree(comm, axes, signature, local, stream));
+  const std::size_t es = dataTypeSize(dtype);
+  CHIMERA_NCCL_RETURN(ncclGroupStart());
+  Status status;
+  for (std::size_t peer = 0; peer < members && status.isOk(); ++peer) {
+    const int p = static_cast<int>(peer);
+    ncclResult_t result = ncclSuccess;
+    if (sendCounts[peer] > 0)
+      result = ncclSend(static_cast<const std::byte*>(send) + sendOffsets[peer] * es, sendCounts[peer], type, p, comm,
+                        cudaStreamOf(stream));
+    if (result == ncclSuccess && recvCounts[peer] > 0)
+      result = ncclRecv(static_cast<std::byte*>(recv) + recvOffsets[peer] * es, recvCounts[peer], type, p, comm,
+                        cudaStreamOf(stream));
+    if (result != ncclSuccess) status = ncclStatus(result, "ncclSend/ncclRecv of allToAllV");
+  }
+  // The group must be closed even after a failed enqueue.
+  const ncclResult_t ended = ncclGroupEnd();
+  if (!status.isOk()) {
+    (void)settle(ended, comm, "ncclGroupEnd of allToAllV");
+    return status;
+  }
+  return settle(ended, comm, "ncclGroupEnd of allToAllV");
+}
+
+Status NcclBackend::exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv, AxisSet axes,
+                                   Stream stream) {
+  const auto members = static_cast<std::size_t>(mesh_.groupSize(axes));
+  CHIMERA_CHECK_ARG(send.size() == members && recv.size() == members,
+                    "exchangeCounts over {}: {} and {} counts for {} members", mesh_.axesName(axes), send.size(),
+                    recv.size(), members);
+  const std::size_t bytes = 2 * members * sizeof(std::int32_t);
+  if (bytes > countsBytes_) {
+    CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
+    if (countsHost_ != nullptr) cudaFreeHost(countsHost_);
+    if (countsDevice_ != nullptr) cudaFree(countsDevice_);
+    countsHost_ = nullptr;
+    countsDevice_ = nullptr;
+    countsBytes_ = 0;
+    CHIMERA_CUDA_RETURN(cudaMallocHost(reinterpret_cast<void**>(&countsHost_), bytes));
+    CHIMERA_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&countsDevice_), bytes));
+    countsBytes_ = bytes;
+  }
+  std::memcpy(countsHost_, send.data(), members * sizeof(std::int32_t));
+  const cudaStream_t s = cudaStreamOf(stream);
+  CHIMERA_CUDA_RETURN(
+      cudaMemcpyAsync(countsDevice_, countsHost_, members * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+  CHIMERA_RETURN_IF_ERROR(allToAll(countsDevice_, countsDevice_ + members, 1, DataType::I32, axes, stream));
+  // The one host copy of a routed dispatch: the counts size the data exchange that follows.
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(countsHost_ + members, countsDevice_ + members, members * sizeof(std::int32_t),
+                                      cudaMemcpyDeviceToHost, s));
+  CHIMERA_RETURN_IF_ERROR(synchronize(stream));
+  std::memcpy(recv.data(), countsHost_ + members, members * sizeof(std::int32_t));
+  return Status::ok();
+}
+
 Status NcclBackend::broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
                               Stream stream) {
   ncclComm_t comm = nullptr;
@@ -471,6 +551,7 @@ Status NcclBackend::synchronize(Stream stream) {
         const Status error = ncclStatus(asyncError, "asynchronous NCCL operation");
         abortReason_ = fmt::format("group {}: {}", mesh_.axesName(AxisSet::fromBits(bits)), error.message());
         abortAll();
+        if (options_.abortOnTimeout) endJob(kLog, rank_, Status::backendError(abortReason_));
         return Status::backendError(abortReason_);
       }
     }
@@ -478,7 +559,9 @@ Status NcclBackend::synchronize(Stream stream) {
       abortReason_ = fmt::format("stream did not complete within CHIMERA_TIMEOUT_MS={} ms", options_.timeout.count());
       CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
       abortAll();
-      return Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
+      const Status failed = Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
+      if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+      return failed;
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));

@@ -57,6 +57,11 @@ class NcclBackend final : public Backend {
                    Stream stream) override;
   Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
                   Stream stream) override;
+  Status allToAllV(const void* send, std::span<const std::size_t> sendCounts, std::span<const std::size_t> sendOffsets,
+                   void* recv, std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvOffsets,
+                   DataType dtype, AxisSet axes, Stream stream) override;
+  Status exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv, AxisSet axes,
+                        Stream stream) override;
   Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
                    Stream stream) override;
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
@@ -127,6 +132,9 @@ class NcclBackend final : public Backend {
   std::int64_t* agreementHost_ = nullptr;    // pinned agreement words (created on first check)
   std::int64_t* agreementDevice_ = nullptr;  // device copy of the words
   std::size_t agreementBytes_ = 0;           // size of both
+  std::int32_t* countsHost_ = nullptr;       // pinned count-exchange words: send then receive
+  std::int32_t* countsDevice_ = nullptr;     // device copy of them
+  std::size_t countsBytes_ = 0;              // size of both
 };
 
 }  // namespace chimera::detail

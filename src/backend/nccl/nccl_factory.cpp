@@ -67,6 +67,7 @@ detail::NcclBackendOptions implementationOptions(const NcclBackendOptions& optio
   out.timeout = std::chrono::milliseconds(options.timeoutMs);
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return out;
 }
 
@@ -78,6 +79,7 @@ Status NcclBackendOptions::fromEnvironment(NcclBackendOptions& out) {
   out.timeoutMs = static_cast<std::uint64_t>(options.timeout.count());
   out.groupedAllToAll = options.groupedAllToAll;
   out.checkArgs = options.checkArgs;
+  out.abortOnTimeout = options.abortOnTimeout;
   return Status::ok();
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/env.hpp"
 #include "core/check.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera::detail {
 
@@ -20,6 +21,7 @@ Status ncclBackendOptionsFromEnv(NcclBackendOptions& out) {
   std::size_t mode = 0;
   CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_NCCL_ALLTOALL", kModes, mode));
   out.groupedAllToAll = mode == 1;
+  CHIMERA_RETURN_IF_ERROR(abortOnTimeoutFromEnv(out.abortOnTimeout));
   std::string logLevel;
   return logLevelFromEnv(logLevel);
 }

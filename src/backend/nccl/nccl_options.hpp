@@ -21,6 +21,8 @@ struct NcclBackendOptions {
   /// Cross-rank argument agreement before every collective (one small extra allreduce and a
   /// wait for the stream): Mismatch on every rank instead of a hang.
   bool checkArgs = false;
+  /// End the whole job after a Timeout (job/job_end.hpp).
+  bool abortOnTimeout = false;
 };
 
 /// Reads CHIMERA_TIMEOUT_MS (timeoutMsFromEnv, shared with the MPI backend), CHIMERA_NCCL_ALLTOALL (native | grouped)

@@ -99,6 +99,8 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
   const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
   if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
+  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -355,7 +356,11 @@ void ChimeraProcessGroup::createDeviceBackend(int device) {
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   std::unique_ptr<chimera::Backend> backend;
-  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, backend));
+  NcclBackendOptions options;
+  check("NCCL backend options", NcclBackendOptions::fromEnvironment(options));
+  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
+  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
+  check("NCCL backend", createNcclBackend(Mesh::flat(size_, "group"), rank_, device, id, options, backend));
   device_ = std::move(backend);
   deviceIndex_ = device;
 #else

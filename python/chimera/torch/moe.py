@@ -1,0 +1,183 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Routed MoE dispatch and combine on chimera's routed exchange (docs/moe.md).
+
+    from chimera.torch import moe
+    recv_x, recv_expert, recv_weight, tokens_per_expert, handle = moe.dispatch(x, topk_idx, topk_weights, E)
+    y = moe.combine(experts(recv_x, tokens_per_expert), handle)
+
+``dispatch`` sends each token once to every rank that holds one of its top-k experts (experts
+in contiguous blocks of E/R over the R ranks of the group); the receiver expands it to one row
+per local expert, grouped by local expert in order. ``combine`` sums a token's weighted expert
+outputs on the expert rank first and sends one row back per (token, rank):
+``y[t] = sum_k topk_weights[t, k] * expert_out[row of (t, topk_idx[t, k])]``. Both are autograd
+functions: gradients reach ``x`` and ``topk_weights``, and each backward runs the routed
+exchange the other way on the dispatch's handle (no second count exchange). CPU tensors on
+chimera's MPI backend; chimera is reached through ``chimera._chimera`` (DLPack, no copies
+besides making inputs contiguous).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+import chimera
+
+_BACKENDS: dict = {}
+_EXCHANGES: dict = {}
+
+
+def _group_mesh(group) -> tuple[str, str]:
+    """(mesh text over the world, axis of the group) for a process group: its ranks must be
+    base + i * stride (contiguous or strided), which every EP group of a row-major mesh is."""
+    world = dist.get_world_size()
+    ranks = list(range(world)) if group is None else sorted(dist.get_process_group_ranks(group))
+    n = len(ranks)
+    stride = ranks[1] - ranks[0] if n > 1 else 1
+    if any(b - a != stride for a, b in zip(ranks, ranks[1:])) or world % (n * stride) != 0 or \
+            (ranks[0] % (n * stride)) >= stride:
+        raise chimera.Unsupported(f"moe: group ranks {ranks} are not base + i * stride inside blocks of the world "
+                                  f"{world}: chimera cannot map them to a mesh axis (pass mesh= and group= axes)")
+    outer = world // (n * stride)
+    axes = [f"{name}={size}" for name, size in (("o", outer), ("ep", n), ("i", stride)) if size > 1 or name == "ep"]
+    return ",".join(axes), "ep"
+
+
+def _backend(mesh: str):
+    if mesh not in _BACKENDS:
+        _BACKENDS[mesh] = chimera.mpi_backend(chimera.Mesh(mesh))
+    return _BACKENDS[mesh]
+
+
+@dataclass(eq=False)
+class Handle:
+    """What combine and the backwards reuse: the routed exchange, the dispatch's state and the
+    received weights. ``stats`` and ``combine_stats`` are the bytes this rank sent (dicts:
+    payload_bytes, header_bytes, count_bytes, padding_bytes, reduce_bytes, dropped_tokens,
+    rounds, bytes_sent)."""
+
+    exchange: object
+    state: object
+    recv_weight: torch.Tensor
+    tokens: int
+    hidden: int
+    num_experts: int
+    stats: dict = field(default_factory=dict)
+    combine_stats: dict = field(default_factory=dict)
+
+    @property
+    def explain(self) -> list:
+        """One line per fusion rule: its predicted price with and without, and whether it was taken."""
+        return list(self.exchange.explain)
+
+
+def _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow, program, topology,
+              scratch_limit):
+    key = (mesh, group, num_experts, topk_idx.shape[1], x.shape[1], x.dtype, topk_weights.dtype, layout, capacity,
+           overflow, program, topology, scratch_limit)
+    if key not in _EXCHANGES:
+        _EXCHANGES[key] = chimera._chimera.RoutedExchange(
+            _backend(mesh), num_experts, int(topk_idx.shape[1]), int(x.shape[1]), dtype=x.dtype,
+            weight_dtype=topk_weights.dtype, group=group, layout=layout, capacity=capacity, overflow=overflow,
+            program=program, topology=topology, scratch_limit=scratch_limit)
+    return _EXCHANGES[key]
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, topk_weights, topk_idx, exchange, box):  # noqa: D102
+        tokens, hidden = x.shape
+        state = exchange.dispatch(x, topk_idx, topk_weights, tokens)
+        rows = state.rows
+        recv_x = x.new_empty((rows, hidden))
+        recv_expert = torch.empty(rows, dtype=torch.int64)
+        recv_weight = topk_weights.new_empty(rows)
+        exchange.receive(state, recv_x, recv_expert, recv_weight)
+        ctx.exchange, ctx.state, ctx.shape = exchange, state, (tokens, hidden, topk_weights.shape[1])
+        ctx.dtypes = (x.dtype, topk_weights.dtype)
+        ctx.mark_non_differentiable(recv_expert)
+        box.append(state)
+        return recv_x, recv_expert, recv_weight
+
+    @staticmethod
+    def backward(ctx, grad_recv_x, _grad_expert, grad_recv_weight):  # noqa: D102
+        tokens, hidden, k = ctx.shape
+        if grad_recv_x is None:
+            grad_recv_x = torch.zeros((ctx.state.rows, hidden), dtype=ctx.dtypes[0])
+        grad_x = grad_recv_x.new_empty((tokens, hidden))
+        grad_w = None if grad_recv_weight is None else grad_recv_weight.new_empty((tokens, k))
+        ctx.exchange.dispatch_backward(grad_recv_x.contiguous(),
+                                       None if grad_recv_weight is None else grad_recv_weight.contiguous(),
+                                       ctx.state, grad_x, grad_w)
+        return grad_x, grad_w, None, None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_out, recv_weight, handle):  # noqa: D102
+        y = expert_out.new_empty((handle.tokens, handle.hidden))
+        handle.combine_stats = handle.exchange.combine(expert_out, recv_weight, handle.state, y)
+        ctx.save_for_backward(expert_out, recv_weight)
+        ctx.handle = handle
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):  # noqa: D102
+        expert_out, recv_weight = ctx.saved_tensors
+        grad_out = torch.empty_like(expert_out)
+        grad_w = torch.empty_like(recv_weight) if ctx.needs_input_grad[1] else None
+        ctx.handle.exchange.combine_backward(grad_y.contiguous(), expert_out, recv_weight, ctx.handle.state,
+                                             grad_out, grad_w)
+        return grad_out, grad_w, None
+
+
+def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
+             group=None, mesh: Optional[str] = None, layout: str = "", capacity: int = 0, overflow: str = "drop",
+             program: str = "planned", topology: str = "bytes", scratch_limit: int = 0):
+    """Dispatches this rank's tokens to the ranks of their top-k experts.
+
+    x: [T, H] (T may differ per rank, may be 0); topk_idx: [T, K] int64 global expert ids,
+    distinct per token; topk_weights: [T, K]; num_experts: E, placed in contiguous blocks of E/R
+    over the R ranks of the group. group: a process group (default: the world) whose ranks are
+    base + i * stride; or, with ``mesh="tp=2,ep=4"``, the dispatch axes ("ep", "ep+tp"). layout:
+    where the tokens come from over the token axes of ``mesh``: "" or "tp=S0"/"sp=S0" (owned
+    shards: dispatched from and combined back to the owner), "tp=R" (replicas: each dispatches a
+    disjoint part when the cost model says it pays), "tp=P" (partial sums: ReduceScatter, then
+    each dispatches its shard). capacity: tokens per (source, destination rank) pair, 0 for
+    dropless; overflow: "drop" (counted) or "error". program: "planned", "fused" or
+    "per_expert" (one row per (token, expert), the chain as frameworks issue it).
+
+    Returns (recv_x, recv_expert, recv_weight, tokens_per_expert, handle): recv_x one row per
+    (received token, local expert), grouped by local expert in order; recv_expert their global
+    ids; recv_weight their routing weights; tokens_per_expert rows per local expert (int64).
+    """
+    if x.dim() != 2 or topk_idx.dim() != 2 or topk_weights.shape != topk_idx.shape or x.shape[0] != topk_idx.shape[0]:
+        raise ValueError(f"moe.dispatch: x {tuple(x.shape)}, topk_idx {tuple(topk_idx.shape)} and topk_weights "
+                         f"{tuple(topk_weights.shape)} must be [T, H], [T, K], [T, K]")
+    if topk_idx.dtype != torch.int64:
+        raise ValueError(f"moe.dispatch: topk_idx must be int64, not {topk_idx.dtype}")
+    if mesh is None:
+        if layout:
+            raise ValueError("moe.dispatch: a token layout names mesh axes: pass mesh= (e.g. 'tp=2,ep=4') too")
+        mesh, group = _group_mesh(group)
+    exchange = _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow, program,
+                         topology, scratch_limit)
+    box: list = []
+    recv_x, recv_expert, recv_weight = _Dispatch.apply(x.contiguous(), topk_weights.contiguous(),
+                                                       topk_idx.contiguous(), exchange, box)
+    state = box[0]
+    handle = Handle(exchange, state, recv_weight, int(x.shape[0]), int(x.shape[1]), num_experts, stats=state.stats)
+    tokens_per_expert = torch.tensor(state.tokens_per_expert, dtype=torch.int64)
+    return recv_x, recv_expert, recv_weight, tokens_per_expert, handle
+
+
+def combine(expert_out: torch.Tensor, handle: Handle) -> torch.Tensor:
+    """y [T, H] with y[t] = sum_k topk_weights[t, k] * expert_out[row of (t, topk_idx[t, k])];
+    expert_out rows align with recv_x. Dropped pairs (capacity mode) contribute 0."""
+    return _Combine.apply(expert_out.contiguous(), handle.recv_weight, handle)
+
+
+__all__ = ["Handle", "combine", "dispatch"]

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implements endJob: log, then MPI_Abort (or _Exit without MPI).
+#include "job/job_end.hpp"
+
+#if defined(CHIMERA_HAS_MPI)
+#include <mpi.h>
+#endif
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "chimera/backend.hpp"
+#include "common/env.hpp"
+#include "common/log.hpp"
+
+namespace chimera::detail {
+
+Status abortOnTimeoutFromEnv(bool& out) { return readEnvSwitch("CHIMERA_ABORT_ON_TIMEOUT", out, out); }
+
+void endJob(std::string_view subsystem, int rank, const Status& failure) {
+  const auto log = logger(subsystem);
+  log->critical("rank {} cannot go on: {}; ending the job (exit status {}; abortOnTimeout, CHIMERA_ABORT_ON_TIMEOUT)",
+                rank, failure.toString(), kJobAbortExitCode);
+  log->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // The peers that wait on the same stalled rank time out within moments of this one: let
+  // them log theirs before the launcher tears the job down.
+  std::this_thread::sleep_for(kJobEndGrace);
+#if defined(CHIMERA_HAS_MPI)
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized != 0 && finalized == 0) MPI_Abort(MPI_COMM_WORLD, kJobAbortExitCode);
+#endif
+  std::_Exit(kJobAbortExitCode);
+}
+
+}  // namespace chimera::detail

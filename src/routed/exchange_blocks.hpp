@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// The blocks of a routed exchange (private): every uneven all-to-all of the routed exchange
+// sends each peer one block that starts with an 8-byte word (its record count, the options
+// tag of the sender, an error flag), so that a rank with other options or a local failure
+// fails every rank of the group in the same round, instead of sending garbage or hanging.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "chimera/backend.hpp"
+#include "chimera/status.hpp"
+
+namespace chimera::detail {
+
+/// Bytes of a block's leading word.
+inline constexpr std::size_t kBlockWordBytes = 8;
+/// The count-exchange word of a failed sender.
+inline constexpr std::int32_t kCountError = -1;
+/// Most records one count-exchange word carries (24 bits; 7 more hold the tag).
+inline constexpr std::int64_t kMaxCountRecords = (std::int64_t{1} << 24) - 1;
+
+/// A block word: `count` records, options `tag`, failed or not.
+std::uint64_t blockWord(std::uint64_t count, std::uint32_t tag, bool failed);
+/// A count-exchange word: `count` records and `tag`, or kCountError.
+std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed);
+
+/// One uneven all-to-all of byte blocks over `axes`: block p of `send` (at `sendOffset[p]`,
+/// `sendBytes[p]` bytes, word included) goes to group member p; `recv` is resized to hold every
+/// member's block (`recvBytes[p]`, word included) and `recvOffset` says where each starts.
+[[nodiscard]] Status exchangeBlocks(Backend& backend, AxisSet axes, std::span<const std::byte> send,
+                                    std::span<const std::size_t> sendOffset, std::span<const std::size_t> sendBytes,
+                                    std::span<const std::size_t> recvBytes, std::vector<std::byte>& recv,
+                                    std::vector<std::size_t>& recvOffset);
+
+/// The verdict of a round after which every member's word is known: `local` when it is an error;
+/// otherwise Mismatch naming the first member (world rank) that failed, runs other options
+/// (`tag`), or sent another count than `expected[p]` (when `expected` is not empty).
+/// `words[p]` is member p's word; `ranks[p]` its world rank; `what` names the round.
+[[nodiscard]] Status blockVerdict(std::span<const std::uint64_t> words, std::span<const int> ranks,
+                                  std::span<const std::size_t> expected, std::uint32_t tag, const Status& local,
+                                  std::string_view what);
+
+/// The same for count-exchange words; `counts` receives each member's record count.
+[[nodiscard]] Status countVerdict(std::span<const std::int32_t> words, std::span<const int> ranks, std::uint32_t tag,
+                                  const Status& local, std::vector<std::size_t>& counts);
+
+}  // namespace chimera::detail

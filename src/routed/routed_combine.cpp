@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: Apache-2.0
+// Combine and the two backwards of the routed exchange: each one uneven all-to-all whose
+// counts the dispatch's handle already holds (no count exchange), plus, when replicas split
+// their tokens, one AllGather of the rows over the token axes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "routed/exchange_blocks.hpp"
+#include "routed/routed_impl.hpp"
+#include "routed/row_math.hpp"
+
+namespace chimera {
+
+using detail::kBlockWordBytes;
+
+namespace {
+
+Status checkHandle(const RoutedDispatch::State& st, const char* call) {
+  CHIMERA_CHECK_ARG(st.complete, "{}: the handle holds no completed dispatch", call);
+  return Status::ok();
+}
+
+std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset) {
+  std::vector<std::uint64_t> words(offset.size());
+  for (std::size_t p = 0; p < words.size(); ++p) std::memcpy(&words[p], received.data() + offset[p], 8);
+  return words;
+}
+
+}  // namespace
+
+Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local,
+                                            RoutedStats& stats) {
+  const std::int64_t block = (tokens + tokenSize - 1) / tokenSize;
+  const auto range = [&](int member, std::int64_t& begin, std::int64_t& end) {
+    begin = std::min(tokens, block * member);
+    end = std::min(tokens, begin + block);
+  };
+  std::int64_t begin = 0, end = 0;
+  range(tokenIndex, begin, end);
+  const auto mine = static_cast<std::size_t>(end - begin) * rowSize;
+  std::vector<std::byte> send(kBlockWordBytes + mine);
+  const std::uint64_t word = detail::blockWord(static_cast<std::uint64_t>(end - begin), tag, !local.isOk());
+  std::memcpy(send.data(), &word, 8);
+  if (mine > 0)
+    std::memcpy(send.data() + 8, static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
+  const auto n = static_cast<std::size_t>(tokenSize);
+  std::vector<std::size_t> sendOffset(n, 0), sendBytes(n, send.size()), recvBytes(n), recvOffset, expected(n);
+  for (std::size_t m = 0; m < n; ++m) {
+    std::int64_t b = 0, e = 0;
+    range(static_cast<int>(m), b, e);
+    expected[m] = static_cast<std::size_t>(e - b);
+    recvBytes[m] = kBlockWordBytes + expected[m] * rowSize;
+  }
+  std::vector<std::byte> recv;
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(backend, tokenAxes, send, sendOffset, sendBytes, recvBytes, recv, recvOffset));
+  stats.reduceBytes += (n - 1) * mine;
+  stats.rounds += 1;
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(recv, recvOffset), tokenRanks, expected, tag, local,
+                                               "routed exchange: AllGather over the token axes"));
+  for (std::size_t m = 0; m < n; ++m) {
+    if (static_cast<int>(m) == tokenIndex || expected[m] == 0) continue;
+    std::int64_t b = 0, e = 0;
+    range(static_cast<int>(m), b, e);
+    std::memcpy(static_cast<std::byte*>(data) + static_cast<std::size_t>(b) * rowSize,
+                recv.data() + recvOffset[m] + kBlockWordBytes, expected[m] * rowSize);
+  }
+  return Status::ok();
+}
+
+Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, const RoutedDispatch& handle, void* y,
+                               RoutedStats* stats, const Status& localError) {
+  Impl& m = *impl_;
+  const RoutedDispatch::State& st = handle.state();
+  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed combine"));
+  Status local = localError;
+  if (local.isOk() && st.rows > 0 && expertOut == nullptr)
+    local = Status::invalidArgument("routed combine: null expert output with rows > 0");
+  if (local.isOk() && st.tokens > 0 && y == nullptr) local = Status::invalidArgument("routed combine: null output");
+  RoutedStats own;
+  // Each received record goes back as one row: its slots' rows weighted and summed in slot order.
+  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
+  m.blocks(st.recvCount, m.rowBytes, sendOffset, sendBytes);
+  m.blocks(st.sendCount, m.rowBytes, recvOffset, recvBytes);
+  std::size_t total = 0;
+  for (std::size_t b : sendBytes) total += b;
+  m.sendScratch.assign(total, std::byte{0});
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::int64_t H = m.options.hidden;
+  detail::withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+      std::byte* block = m.sendScratch.data() + sendOffset[p];
+      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
+      std::memcpy(block, &word, 8);
+      if (!local.isOk()) continue;
+      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+        T* out = reinterpret_cast<T*>(block + kBlockWordBytes + r * m.rowBytes);
+        bool first = true;
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+          if (row < 0) continue;
+          detail::accumulateRow(out, static_cast<const T*>(expertOut) + row * H,
+                                detail::readWeight(rowWeights, m.options.weightDtype, row), H, first);
+          first = false;
+        }
+      }
+    }
+  });
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  m.count(own, st.recvCount, m.rowBytes, 0);
+  Status verdict =
+      detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local, "routed combine");
+  // A token's rows from every destination, summed at the source in k order.
+  const int K = m.options.topK;
+  if (verdict.isOk()) {
+    detail::withRowType(m.options.dtype, [&]<typename T>() {
+      for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
+        T* out = static_cast<T*>(y) + t * H;
+        std::memset(out, 0, m.rowBytes);
+        for (int k = 0; k < K; ++k) {
+          const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
+          const std::int64_t rec = st.pairRecord[pair];
+          if (rec < 0 || st.pairFirst[pair] == 0) continue;
+          const auto peer = static_cast<std::size_t>(
+              std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), static_cast<std::size_t>(rec)) -
+              st.sendFirst.begin() - 1);
+          const std::byte* row = m.back.data() + recvOffset[peer] + kBlockWordBytes +
+                                 (static_cast<std::size_t>(rec) - st.sendFirst[peer]) * m.rowBytes;
+          detail::addRow(out, reinterpret_cast<const T*>(row), H);
+        }
+      }
+    });
+  }
+  if (m.split) CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(y, st.tokens, m.rowBytes, verdict, own));
+  if (stats != nullptr) *stats = own;
+  return verdict;
+}
+
+Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut, const void* rowWeights,
+                                       const RoutedDispatch& handle, void* gradExpertOut, void* gradRowWeights,
+                                       RoutedStats* stats, const Status& localError) {
+  Impl& m = *impl_;
+  const RoutedDispatch::State& st = handle.state();
+  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed combine backward"));
+  Status local = localError;
+  if (local.isOk() && st.tokens > 0 && gradY == nullptr)
+    local = Status::invalidArgument("routed combine backward: null gradient");
+  if (local.isOk() && st.rows > 0 && (gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr)))
+    local = Status::invalidArgument("routed combine backward: null expert output or its gradient with rows > 0");
+  RoutedStats own;
+  // dy of each sent record's token goes the dispatch's way, once per record.
+  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
+  m.blocks(st.sendCount, m.rowBytes, sendOffset, sendBytes);
+  m.blocks(st.recvCount, m.rowBytes, recvOffset, recvBytes);
+  std::size_t total = 0;
+  for (std::size_t b : sendBytes) total += b;
+  m.sendScratch.assign(total, std::byte{0});
+  for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
+    std::byte* block = m.sendScratch.data() + sendOffset[p];
+    const std::uint64_t word = detail::blockWord(st.sendCount[p], m.tag, !local.isOk());
+    std::memcpy(block, &word, 8);
+    if (!local.isOk()) continue;
+    for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
+      const std::int64_t t = st.recordToken[st.sendFirst[p] + r];
+      std::memcpy(block + kBlockWordBytes + r * m.rowBytes,
+                  static_cast<const std::byte*>(gradY) + static_cast<std::size_t>(t) * m.rowBytes, m.rowBytes);
+    }
+  }
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  m.count(own, st.sendCount, m.rowBytes, 0);
+  if (stats != nullptr) *stats = own;
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.recvCount, m.tag, local,
+                                               "routed combine backward"));
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::int64_t H = m.options.hidden;
+  detail::withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+        const T* dy = reinterpret_cast<const T*>(m.back.data() + recvOffset[p] + kBlockWordBytes + r * m.rowBytes);
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+          if (row < 0) continue;
+          detail::accumulateRow(static_cast<T*>(gradExpertOut) + row * H, dy,
+                                detail::readWeight(rowWeights, m.options.weightDtype, row), H, true);
+          if (gradRowWeights != nullptr) {
+            const T dot = detail::dotRow(dy, static_cast<const T*>(expertOut) + row * H, H);
+            detail::writeWeight(gradRowWeights, m.options.weightDtype, row, static_cast<double>(dot));
+          }
+        }
+      }
+    }
+  });
+  return Status::ok();
+}
+
+Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch& handle,
+                                        void* gradX, void* gradWeights, RoutedStats* stats, const Status& localError) {
+  Impl& m = *impl_;
+  const RoutedDispatch::State& st = handle.state();
+  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed dispatch backward"));
+  Status local = localError;
+  if (local.isOk() && st.rows > 0 && gradRecvX == nullptr)
+    local = Status::invalidArgument("routed dispatch backward: null gradient of the received rows");
+  if (local.isOk() && st.tokens > 0 && gradX == nullptr)
+    local = Status::invalidArgument("routed dispatch backward: null gradient of x");
+  RoutedStats own;
+  // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::size_t record = m.rowBytes + S * m.weightBytes;
+  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
+  m.blocks(st.recvCount, record, sendOffset, sendBytes);
+  m.blocks(st.sendCount, record, recvOffset, recvBytes);
+  std::size_t total = 0;
+  for (std::size_t b : sendBytes) total += b;
+  m.sendScratch.assign(total, std::byte{0});
+  const std::int64_t H = m.options.hidden;
+  detail::withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+      std::byte* block = m.sendScratch.data() + sendOffset[p];
+      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
+      std::memcpy(block, &word, 8);
+      if (!local.isOk()) continue;
+      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+        std::byte* out = block + kBlockWordBytes + r * record;
+        bool first = true;
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+          if (row < 0) continue;
+          detail::accumulateRow(reinterpret_cast<T*>(out), static_cast<const T*>(gradRecvX) + row * H, 1.0, H, first);
+          first = false;
+          if (gradRowWeights != nullptr)
+            std::memcpy(out + m.rowBytes + s * m.weightBytes,
+                        static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
+                        m.weightBytes);
+        }
+      }
+    }
+  });
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
+  Status verdict = detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local,
+                                        "routed dispatch backward");
+  const int K = m.options.topK;
+  if (verdict.isOk()) {
+    detail::withRowType(m.options.dtype, [&]<typename T>() {
+      for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
+        T* gx = static_cast<T*>(gradX) + t * H;
+        std::memset(gx, 0, m.rowBytes);
+        for (int k = 0; k < K; ++k) {
+          const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
+          const std::int64_t rec = st.pairRecord[pair];
+          if (gradWeights != nullptr) detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
+          if (rec < 0) continue;
+          const auto u = static_cast<std::size_t>(rec);
+          const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) -
+                                                     st.sendFirst.begin() - 1);
+          const std::byte* in = m.back.data() + recvOffset[peer] + kBlockWordBytes + (u - st.sendFirst[peer]) * record;
+          if (st.pairFirst[pair] != 0) detail::addRow(gx, reinterpret_cast<const T*>(in), H);
+          if (gradWeights == nullptr) continue;
+          for (std::size_t s = 0; s < S; ++s) {
+            if (st.recordK[u * S + s] != k) continue;
+            std::memcpy(static_cast<std::byte*>(gradWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
+                        in + m.rowBytes + s * m.weightBytes, m.weightBytes);
+          }
+        }
+      }
+    });
+  }
+  if (m.split) {
+    CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(gradX, st.tokens, m.rowBytes, verdict, own));
+    if (gradWeights != nullptr)
+      CHIMERA_RETURN_IF_ERROR(
+          m.gatherReplicas(gradWeights, st.tokens, static_cast<std::size_t>(K) * m.weightBytes, verdict, own));
+  }
+  if (stats != nullptr) *stats = own;
+  return verdict;
+}
+
+}  // namespace chimera

@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed dispatch: the routing turned into records per destination rank, one count
+// exchange, one uneven all-to-all of records, and the expansion of received records into rows
+// grouped by local expert.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.hpp"
+#include "routed/exchange_blocks.hpp"
+#include "routed/routed_impl.hpp"
+
+namespace chimera {
+
+using detail::kBlockWordBytes;
+
+Status RoutedExchange::Impl::ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const {
+  begin = 0;
+  end = tokens;
+  if (!split) return Status::ok();
+  const std::int64_t block = (tokens + tokenSize - 1) / tokenSize;
+  begin = std::min(tokens, block * tokenIndex);
+  end = std::min(tokens, begin + block);
+  return Status::ok();
+}
+
+void RoutedExchange::Impl::blocks(std::span<const std::size_t> counts, std::size_t perRecord,
+                                  std::vector<std::size_t>& offset, std::vector<std::size_t>& bytes) const {
+  offset.assign(counts.size(), 0);
+  bytes.assign(counts.size(), 0);
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    offset[p] = total;
+    bytes[p] = kBlockWordBytes + counts[p] * perRecord;
+    total += bytes[p];
+  }
+}
+
+void RoutedExchange::Impl::count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,
+                                 std::size_t perHeader) const {
+  for (std::size_t p = 0; p < counts.size(); ++p) {
+    if (static_cast<int>(p) == index) continue;
+    stats.payloadBytes += counts[p] * perRecord;
+    stats.headerBytes += counts[p] * perHeader + kBlockWordBytes;
+  }
+  stats.rounds += 1;
+}
+
+Status RoutedExchange::Impl::checkScratch(std::size_t bytes) const {
+  CHIMERA_CHECK_ARG(bytes <= options.scratchLimitBytes,
+                    "routed exchange: this dispatch needs {} bytes of scratch on rank {}, over the limit of {} bytes "
+                    "(RoutedExchangeOptions::scratchLimitBytes, CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES)",
+                    bytes, backend.rank(), options.scratchLimitBytes);
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows,
+                                           std::int64_t& firstRow, RoutedStats& stats) {
+  const auto H = static_cast<std::size_t>(options.hidden);
+  const auto T = static_cast<std::size_t>(tokens);
+  firstRow = 0;
+  if (!split) {  // AllReduce, then every replica dispatches every token
+    rowScratch.resize(std::max<std::size_t>(1, T * rowBytes));
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(x, rowScratch.data(), T * H, options.dtype, ReduceOp::Sum, tokenAxes));
+    stats.reduceBytes += 2 * (tokenSize - 1) * T * rowBytes / tokenSize;
+    stats.rounds += 1;
+    rows = rowScratch.data();
+    return Status::ok();
+  }
+  // ReduceScatter of blocks of ceil(T / tp) rows (the last ones padded with zero rows).
+  const std::size_t block = (T + tokenSize - 1) / tokenSize;
+  const std::size_t padded = block * static_cast<std::size_t>(tokenSize);
+  rowScratch.resize(std::max<std::size_t>(1, (padded + block) * rowBytes));
+  std::byte* send = rowScratch.data();
+  if (T > 0) std::memcpy(send, x, T * rowBytes);
+  std::memset(send + T * rowBytes, 0, (padded - T) * rowBytes);
+  std::byte* mine = rowScratch.data() + padded * rowBytes;
+  CHIMERA_RETURN_IF_ERROR(backend.reduceScatter(send, mine, block * H, options.dtype, ReduceOp::Sum, tokenAxes));
+  stats.reduceBytes += (tokenSize - 1) * block * rowBytes;
+  stats.rounds += 1;
+  rows = mine;
+  firstRow = static_cast<std::int64_t>(block) * tokenIndex;
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const {
+  const int K = options.topK;
+  const std::int64_t E = options.numExperts;
+  const std::int64_t own = st.ownEnd - st.ownBegin;
+  const auto S = static_cast<std::size_t>(slots);
+  st.sendCount.assign(static_cast<std::size_t>(ranks), 0);
+  st.pairRecord.assign(static_cast<std::size_t>(own * K), -1);
+  st.pairFirst.assign(static_cast<std::size_t>(own * K), 0);
+  // Pass 1: check the routing and count the records per destination.
+  std::vector<std::int64_t> dest(static_cast<std::size_t>(own * K));
+  for (std::int64_t i = 0; i < own; ++i) {
+    const std::int64_t* ids = topkIdx + (st.ownBegin + i) * K;
+    for (int k = 0; k < K; ++k) {
+      CHIMERA_CHECK_ARG(ids[k] >= 0 && ids[k] < E, "routed dispatch: token {} routes to expert {}, outside 0..{}",
+                        st.ownBegin + i, ids[k], E - 1);
+      for (int j = 0; j < k; ++j) {
+        CHIMERA_CHECK_ARG(ids[j] != ids[k],
+                          "routed dispatch: token {} routes to expert {} twice (top-k ids must be "
+                          "distinct per token)",
+                          st.ownBegin + i, ids[k]);
+      }
+      dest[static_cast<std::size_t>(i * K + k)] = ids[k] / localExperts;
+    }
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t d = dest[static_cast<std::size_t>(i * K + k)];
+      bool opens = true;
+      for (int j = 0; j < k && oncePerRank; ++j) opens = opens && dest[static_cast<std::size_t>(i * K + j)] != d;
+      if (opens) ++st.sendCount[static_cast<std::size_t>(d)];
+    }
+  }
+  // Capacity: at most `capacity` records per destination; the rest are dropped (or an error).
+  std::vector<std::size_t> kept = st.sendCount;
+  if (options.capacity > 0) {
+    for (std::size_t p = 0; p < kept.size(); ++p) {
+      const auto cap = static_cast<std::size_t>(options.capacity);
+      if (kept[p] <= cap) continue;
+      CHIMERA_CHECK_ARG(options.overflow == CapacityOverflow::Drop,
+                        "routed dispatch: {} tokens for rank {} exceed the capacity of {} per rank pair "
+                        "(CapacityOverflow::Error)",
+                        kept[p], groupRanks[p], cap);
+      st.stats.droppedTokens += kept[p] - cap;
+      kept[p] = cap;
+    }
+  }
+  st.sendFirst.assign(static_cast<std::size_t>(ranks), 0);
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < kept.size(); ++p) {
+    st.sendFirst[p] = total;
+    total += kept[p];
+  }
+  st.sendCount = kept;
+  st.recordToken.assign(total, 0);
+  st.recordK.assign(total * S, -1);
+  // Pass 2: fill the records in token order (then k order) per destination.
+  std::vector<std::size_t> next(st.sendFirst);
+  std::vector<std::int64_t> open(static_cast<std::size_t>(ranks), -1);  // this token's record per destination
+  for (std::int64_t i = 0; i < own; ++i) {
+    std::fill(open.begin(), open.end(), -1);
+    for (int k = 0; k < K; ++k) {
+      const auto d = static_cast<std::size_t>(dest[static_cast<std::size_t>(i * K + k)]);
+      std::int64_t record = oncePerRank ? open[d] : -1;
+      bool first = false;
+      if (record < 0) {
+        if (next[d] == st.sendFirst[d] + st.sendCount[d]) continue;  // dropped by capacity
+        record = static_cast<std::int64_t>(next[d]++);
+        open[d] = record;
+        st.recordToken[static_cast<std::size_t>(record)] = st.ownBegin + i;
+        first = true;
+      }
+      std::int32_t* recordSlots = st.recordK.data() + static_cast<std::size_t>(record) * S;
+      std::size_t s = 0;
+      while (recordSlots[s] >= 0) ++s;
+      recordSlots[s] = k;
+      st.pairRecord[static_cast<std::size_t>(i * K + k)] = record;
+      st.pairFirst[static_cast<std::size_t>(i * K + k)] = first ? 1 : 0;
+    }
+  }
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::receivedTable(RoutedDispatch::State& st) const {
+  const auto S = static_cast<std::size_t>(slots);
+  std::size_t total = 0;
+  st.recvFirst.assign(static_cast<std::size_t>(ranks), 0);
+  for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+    st.recvFirst[p] = total;
+    total += st.recvCount[p];
+  }
+  st.recvLocal.assign(total * S, -1);
+  st.slotRow.assign(total * S, -1);
+  st.tokensPerExpert.assign(static_cast<std::size_t>(localExperts), 0);
+  const std::size_t record = headerBytes + rowBytes;
+  for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+    const std::byte* block = st.received.data() + st.receivedOffset[p] + kBlockWordBytes;
+    for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+      const std::byte* header = block + r * record;
+      bool any = false;
+      for (std::size_t s = 0; s < S; ++s) {
+        std::int32_t local = 0;
+        std::memcpy(&local, header + s * (4 + weightBytes), 4);
+        if (local < 0) continue;
+        if (local >= localExperts)
+          return Status::mismatch(fmt::format("routed dispatch: rank {} sent local expert {} of {} (corrupt records)",
+                                              groupRanks[p], local, localExperts));
+        any = true;
+        st.recvLocal[(st.recvFirst[p] + r) * S + s] = local;
+        ++st.tokensPerExpert[static_cast<std::size_t>(local)];
+      }
+      if (!any) return Status::mismatch(fmt::format("routed dispatch: rank {} sent an empty record", groupRanks[p]));
+    }
+  }
+  // Rows grouped by local expert; within one, in (source, record) order.
+  std::vector<std::int64_t> next(static_cast<std::size_t>(localExperts), 0);
+  std::int64_t rows = 0;
+  for (std::size_t e = 0; e < next.size(); ++e) {
+    next[e] = rows;
+    rows += st.tokensPerExpert[e];
+  }
+  st.rows = rows;
+  for (std::size_t i = 0; i < st.recvLocal.size(); ++i) {
+    if (st.recvLocal[i] >= 0) st.slotRow[i] = next[static_cast<std::size_t>(st.recvLocal[i])]++;
+  }
+  return Status::ok();
+}
+
+Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
+                                std::int64_t tokens, RoutedDispatch& handle, const Status& localError) {
+  Impl& m = *impl_;
+  handle = RoutedDispatch();
+  RoutedDispatch::State& st = handle.state();
+  st.tokens = tokens;
+  st.slots = m.slots;
+  Status local = localError;
+  if (local.isOk() && tokens < 0) local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens", tokens));
+  if (local.isOk() && tokens > 0 && (x == nullptr || topkIdx == nullptr || topkWeights == nullptr))
+    local = Status::invalidArgument("routed dispatch: null x, top-k ids or weights with tokens > 0");
+  if (!local.isOk()) tokens = 0;
+  st.tokens = tokens;
+  (void)m.ownRange(tokens, st.ownBegin, st.ownEnd);
+
+  // Partial tokens are reduced over the token axes first (a collective every replica joins).
+  const std::byte* rows = static_cast<const std::byte*>(x);
+  std::int64_t firstRow = 0;
+  if (m.placement == TokenPlacement::Partial) {
+    // Every replica takes part, with zeros when it already failed, so that none waits.
+    CHIMERA_RETURN_IF_ERROR(m.reducePartial(local.isOk() ? x : nullptr, tokens, rows, firstRow, st.stats));
+  }
+  if (local.isOk()) local = m.buildSendTable(topkIdx, st);
+  if (!local.isOk()) {
+    st.sendCount.assign(static_cast<std::size_t>(m.ranks), 0);
+    st.sendFirst.assign(static_cast<std::size_t>(m.ranks), 0);
+  }
+
+  // The count exchange (dropless), or fixed capacity blocks.
+  const std::size_t record = m.headerBytes + m.rowBytes;
+  std::vector<std::size_t> recvCount;
+  std::vector<std::size_t> expected;
+  if (m.options.capacity == 0) {
+    std::vector<std::int32_t> words(static_cast<std::size_t>(m.ranks)), theirs(words.size());
+    for (std::size_t p = 0; p < words.size(); ++p)
+      words[p] = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk());
+    if (local.isOk()) {
+      for (std::size_t c : st.sendCount) {
+        if (static_cast<std::int64_t>(c) > detail::kMaxCountRecords) {
+          local = Status::invalidArgument(
+              fmt::format("routed dispatch: {} tokens for one rank, over the most of {}", c, detail::kMaxCountRecords));
+          std::fill(words.begin(), words.end(), detail::kCountError);
+        }
+      }
+    }
+    CHIMERA_RETURN_IF_ERROR(m.backend.exchangeCounts(words, theirs, m.group));
+    st.stats.countBytes += static_cast<std::uint64_t>(m.ranks - 1) * sizeof(std::int32_t);
+    st.stats.rounds += 1;
+    CHIMERA_RETURN_IF_ERROR(detail::countVerdict(theirs, m.groupRanks, m.tag, local, recvCount));
+    expected = recvCount;
+  } else {
+    recvCount.assign(static_cast<std::size_t>(m.ranks), static_cast<std::size_t>(m.options.capacity));
+  }
+
+  // Records: [local expert id (int32), weight] x slots, then the row; one block per destination.
+  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, unused;
+  const std::vector<std::size_t> sendSlots =
+      m.options.capacity == 0 ? st.sendCount : recvCount;  // capacity mode sends full blocks
+  m.blocks(sendSlots, record, sendOffset, sendBytes);
+  m.blocks(recvCount, record, unused, recvBytes);
+  std::size_t sendTotal = 0, recvTotal = 0;
+  for (std::size_t b : sendBytes) sendTotal += b;
+  for (std::size_t b : recvBytes) recvTotal += b;
+  Status scratch = m.checkScratch(sendTotal + recvTotal);
+  if (!scratch.isOk()) return scratch;  // peers past the count exchange time out (docs/moe.md)
+  m.sendScratch.resize(sendTotal);
+  std::memset(m.sendScratch.data(), 0xff, sendTotal);  // empty slots read as local expert -1
+  const auto S = static_cast<std::size_t>(m.slots);
+  const int K = m.options.topK;
+  for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
+    std::byte* block = m.sendScratch.data() + sendOffset[p];
+    const std::uint64_t word = detail::blockWord(st.sendCount[p], m.tag, !local.isOk());
+    std::memcpy(block, &word, sizeof(word));
+    for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
+      const std::size_t rec = st.sendFirst[p] + r;
+      const std::int64_t t = st.recordToken[rec];
+      std::byte* out = block + kBlockWordBytes + r * record;
+      for (std::size_t s = 0; s < S; ++s) {
+        const std::int32_t k = st.recordK[rec * S + s];
+        if (k < 0) continue;
+        const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % m.localExperts);
+        std::memcpy(out + s * (4 + m.weightBytes), &expert, 4);
+        std::memcpy(out + s * (4 + m.weightBytes) + 4,
+                    static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
+                    m.weightBytes);
+      }
+      std::memcpy(out + m.headerBytes, rows + static_cast<std::size_t>(t - firstRow) * m.rowBytes, m.rowBytes);
+    }
+  }
+  CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
+                                                 st.received, st.receivedOffset));
+  m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes);
+  if (m.options.capacity > 0) {
+    for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
+      if (static_cast<int>(p) != m.index) st.stats.paddingBytes += (recvCount[p] - st.sendCount[p]) * record;
+    }
+  }
+  std::vector<std::uint64_t> words(static_cast<std::size_t>(m.ranks));
+  for (std::size_t p = 0; p < words.size(); ++p)
+    std::memcpy(&words[p], st.received.data() + st.receivedOffset[p], sizeof(std::uint64_t));
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(words, m.groupRanks, expected, m.tag, local, "routed dispatch"));
+  if (m.options.capacity > 0) {
+    for (std::size_t p = 0; p < words.size(); ++p) {
+      recvCount[p] = words[p] & 0xffffffffu;
+      CHIMERA_CHECK_ARG(recvCount[p] <= static_cast<std::size_t>(m.options.capacity),
+                        "routed dispatch: rank {} sent {} records, over the capacity {}", m.groupRanks[p], recvCount[p],
+                        m.options.capacity);
+    }
+  }
+  st.recvCount = recvCount;
+  CHIMERA_RETURN_IF_ERROR(m.receivedTable(st));
+  st.complete = true;
+  return Status::ok();
+}
+
+Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert, void* recvWeight) const {
+  const Impl& m = *impl_;
+  RoutedDispatch::State& st = handle.state();
+  CHIMERA_CHECK_ARG(st.complete, "routed receive: the handle holds no completed dispatch");
+  CHIMERA_CHECK_ARG(!st.received.empty() || st.rows == 0, "routed receive: the handle's rows were received already");
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::size_t record = m.headerBytes + m.rowBytes;
+  for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+    const std::byte* block = st.received.data() + st.receivedOffset[p] + kBlockWordBytes;
+    for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+      const std::byte* in = block + r * record;
+      for (std::size_t s = 0; s < S; ++s) {
+        const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+        if (row < 0) continue;
+        const auto u = static_cast<std::size_t>(row);
+        if (recvX != nullptr)
+          std::memcpy(static_cast<std::byte*>(recvX) + u * m.rowBytes, in + m.headerBytes, m.rowBytes);
+        if (recvExpert != nullptr)
+          recvExpert[u] =
+              static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
+        if (recvWeight != nullptr)
+          std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes, in + s * (4 + m.weightBytes) + 4,
+                      m.weightBytes);
+      }
+    }
+  }
+  st.received.clear();
+  st.received.shrink_to_fit();
+  return Status::ok();
+}
+
+}  // namespace chimera

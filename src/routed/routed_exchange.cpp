@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed exchange: options resolved against the mesh, the program decided by the fusion
+// rules (src/cost/routed_plan.cpp), and the handle's accessors.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "chimera/planning/topology.hpp"
+#include "common/env.hpp"
+#include "common/hash.hpp"
+#include "core/check.hpp"
+#include "routed/exchange_blocks.hpp"
+#include "routed/routed_impl.hpp"
+
+namespace chimera {
+namespace {
+
+constexpr std::size_t kDefaultScratchLimit = std::size_t{16} << 30;
+
+// "tp=S0", "sp=S0", "tp=R", "tp=P", "" -> token axes and placement.
+Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, TokenPlacement& placement) {
+  axes = AxisSet();
+  placement = TokenPlacement::Owned;
+  if (text.empty()) return Status::ok();
+  const std::size_t eq = text.find('=');
+  CHIMERA_CHECK_ARG(eq != std::string_view::npos && text.find(',') == std::string_view::npos,
+                    "token layout '{}': expected one AXES=PLACEMENT entry (tp=S0, sp=S0, tp=R, tp=P)", text);
+  CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(text.substr(0, eq), axes));
+  const std::string_view p = text.substr(eq + 1);
+  if (p == "S0") {
+    placement = TokenPlacement::Owned;
+  } else if (p == "R") {
+    placement = TokenPlacement::Replicated;
+  } else if (p == "P" || p == "P(sum)") {
+    placement = TokenPlacement::Partial;
+  } else if (!p.empty() && p.front() == '@') {
+    return Status::unsupported(fmt::format(
+        "token layout '{}': a pipeline stage hand-off straight into the dispatch is not implemented; hand the "
+        "tokens to the stage first and dispatch from there",
+        text));
+  } else {
+    return Status::invalidArgument(fmt::format(
+        "token layout '{}': placement '{}' is not one of S0 (owned shards), R (replicas), P (partial sums)", text, p));
+  }
+  return Status::ok();
+}
+
+Status checkDtype(DataType dtype, const char* what) {
+  CHIMERA_CHECK_ARG(dtype == DataType::F32 || dtype == DataType::F64,
+                    "routed exchange: {} dtype {} is not supported (f32, f64)", what, dataTypeName(dtype));
+  return Status::ok();
+}
+
+}  // namespace
+
+Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& options,
+                              std::unique_ptr<RoutedExchange>& out) {
+  if (backend.name() == "nccl")
+    return Status::unsupported(
+        "routed exchange: the row packing and expansion run on host memory only so far; the NCCL backend has "
+        "allToAllV and exchangeCounts, not the device kernels of the routed exchange");
+  auto impl = std::make_unique<Impl>(backend, options);
+  Impl& m = *impl;
+  const Mesh& mesh = backend.mesh();
+  m.group = options.group.empty() ? mesh.allAxes() : options.group;
+  m.ranks = mesh.groupSize(m.group);
+  m.index = mesh.groupIndex(backend.rank(), m.group);
+  m.groupRanks = mesh.groupRanks(backend.rank(), m.group);
+  CHIMERA_RETURN_IF_ERROR(checkDtype(options.dtype, "token"));
+  CHIMERA_RETURN_IF_ERROR(checkDtype(options.weightDtype, "weight"));
+  CHIMERA_CHECK_ARG(options.capacity >= 0 && options.capacity <= detail::kMaxCountRecords,
+                    "routed exchange: capacity {} outside 0..{}", options.capacity, detail::kMaxCountRecords);
+  CHIMERA_RETURN_IF_ERROR(parseTokenLayout(mesh, options.tokenLayout, m.tokenAxes, m.placement));
+  m.tokenSize = mesh.groupSize(m.tokenAxes);
+  m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
+  m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
+  if (m.tokenSize == 1 && m.placement != TokenPlacement::Partial) m.placement = TokenPlacement::Owned;
+
+  RoutedRequest request;
+  request.mesh = mesh;
+  request.group = m.group;
+  request.tokenAxes = m.tokenAxes;
+  request.placement = m.placement;
+  request.tokens = options.plannedTokens;
+  request.hidden = options.hidden;
+  request.dtype = options.dtype;
+  request.weightDtype = options.weightDtype;
+  request.experts = options.numExperts;
+  request.topK = options.topK;
+  std::unique_ptr<CostModel> model;
+  if (options.topology != "bytes" && !options.topology.empty()) {
+    Topology topology;
+    CHIMERA_RETURN_IF_ERROR(loadTopology(options.topology, topology));
+    model = std::make_unique<CostModel>(std::move(topology));
+  }
+  CHIMERA_RETURN_IF_ERROR(planRouted(request, model.get(), m.decision));
+  m.localExperts = options.numExperts / m.ranks;
+  switch (options.program) {
+    case RoutedProgram::Planned:
+      m.oncePerRank = m.decision.oncePerRank;
+      m.split = m.decision.splitReplicas;
+      m.explanation = m.decision.explanation;
+      break;
+    case RoutedProgram::Fused:
+      m.oncePerRank = true;
+      m.split = m.placement != TokenPlacement::Owned;
+      m.explanation = {"every fusion forced (RoutedProgram::Fused)"};
+      break;
+    case RoutedProgram::PerExpert:
+      m.oncePerRank = false;
+      m.split = false;
+      m.explanation = {"the chain as issued forced (RoutedProgram::PerExpert)"};
+      break;
+  }
+  m.slots = m.oncePerRank ? static_cast<int>(std::min<std::int64_t>(options.topK, m.localExperts)) : 1;
+  m.rowBytes = static_cast<std::size_t>(options.hidden) * dataTypeSize(options.dtype);
+  m.weightBytes = dataTypeSize(options.weightDtype);
+  m.headerBytes = static_cast<std::size_t>(m.slots) * (4 + m.weightBytes);
+  if (m.options.scratchLimitBytes == 0) {
+    m.options.scratchLimitBytes = kDefaultScratchLimit;
+    CHIMERA_RETURN_IF_ERROR(detail::readEnvSize("CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES", m.options.scratchLimitBytes));
+  }
+  detail::Hasher hasher;
+  hasher.add(static_cast<std::uint64_t>(options.numExperts))
+      .add(static_cast<std::uint64_t>(options.topK))
+      .add(static_cast<std::uint64_t>(options.hidden))
+      .add(static_cast<std::uint64_t>(options.dtype))
+      .add(static_cast<std::uint64_t>(options.weightDtype))
+      .add(static_cast<std::uint64_t>(options.capacity))
+      .add(static_cast<std::uint64_t>(m.placement))
+      .add(static_cast<std::uint64_t>(m.tokenAxes.bits()))
+      .add(static_cast<std::uint64_t>(m.group.bits()))
+      .add(static_cast<std::uint64_t>(m.oncePerRank))
+      .add(static_cast<std::uint64_t>(m.split));
+  m.tag = static_cast<std::uint32_t>(hasher.value());
+  out.reset(new RoutedExchange(std::move(impl)));
+  return Status::ok();
+}
+
+RoutedExchange::RoutedExchange(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RoutedExchange::~RoutedExchange() = default;
+
+const RoutedExchangeOptions& RoutedExchange::options() const { return impl_->options; }
+const std::vector<std::string>& RoutedExchange::explain() const { return impl_->explanation; }
+bool RoutedExchange::splitsReplicas() const { return impl_->split; }
+bool RoutedExchange::oncePerRank() const { return impl_->oncePerRank; }
+std::size_t RoutedExchange::scratchBytes() const { return impl_->sendScratch.capacity() + impl_->back.capacity(); }
+
+RoutedDispatch::RoutedDispatch() : state_(std::make_unique<State>()) {}
+RoutedDispatch::~RoutedDispatch() = default;
+RoutedDispatch::RoutedDispatch(RoutedDispatch&&) noexcept = default;
+RoutedDispatch& RoutedDispatch::operator=(RoutedDispatch&&) noexcept = default;
+std::int64_t RoutedDispatch::rows() const { return state_->rows; }
+const std::vector<std::int64_t>& RoutedDispatch::tokensPerExpert() const { return state_->tokensPerExpert; }
+std::int64_t RoutedDispatch::tokens() const { return state_->tokens; }
+const RoutedStats& RoutedDispatch::stats() const { return state_->stats; }
+
+}  // namespace chimera

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed exchange's implementation object (private): the options resolved against the
+// mesh once, the program decided once, and the reusable send scratch. Nothing here depends on
+// the counts of a dispatch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "chimera/planning/routed_plan.hpp"
+#include "chimera/routed_exchange.hpp"
+#include "routed/routed_state.hpp"
+
+namespace chimera {
+
+struct RoutedExchange::Impl {
+  Backend& backend;
+  RoutedExchangeOptions options;
+  AxisSet group;
+  std::vector<int> groupRanks;    // world rank of each group index
+  int ranks = 1;                  // R
+  int index = 0;                  // this rank's group index
+  std::int64_t localExperts = 1;  // E / R
+  AxisSet tokenAxes;
+  TokenPlacement placement = TokenPlacement::Owned;
+  std::vector<int> tokenRanks;  // world rank of each member of the token axes' group
+  int tokenSize = 1;
+  int tokenIndex = 0;
+  RoutedDecision decision;
+  std::vector<std::string> explanation;
+  bool oncePerRank = true;
+  bool split = false;
+  int slots = 1;
+  std::uint32_t tag = 0;
+  std::size_t rowBytes = 0;            // H x element size
+  std::size_t weightBytes = 0;         // one weight
+  std::size_t headerBytes = 0;         // slots x (4 + weight)
+  std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
+  std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
+  std::vector<std::byte> back;         // received rows of combine / dispatchBackward
+
+  Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {}
+
+  // dispatch's steps.
+  Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
+  Status reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows, std::int64_t& firstRow,
+                       RoutedStats& stats);
+  Status buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
+  Status checkScratch(std::size_t bytes) const;
+  Status receivedTable(RoutedDispatch::State& st) const;
+  // The block layout of one exchange: `perRecord` bytes per record, `counts` records per member.
+  void blocks(std::span<const std::size_t> counts, std::size_t perRecord, std::vector<std::size_t>& offset,
+              std::vector<std::size_t>& bytes) const;
+  // AllGather over the token axes of this rank's block [ownBegin, ownEnd) of `rows` rows of
+  // `rowSize` bytes (replicas split), in place in `data`.
+  Status gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local, RoutedStats& stats);
+  // Stats of an exchange that sent `counts` records of `perRecord` payload bytes and
+  // `perHeader` header bytes to each member (other members only).
+  void count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,
+             std::size_t perHeader) const;
+};
+
+}  // namespace chimera

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// The state of one routed dispatch (private): the records this rank sent, per destination,
+// and the records it received, with the rows they expanded to. Combine and both backwards
+// walk these tables; nothing in them is keyed by anything but this dispatch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "chimera/routed_exchange.hpp"
+
+namespace chimera {
+
+struct RoutedDispatch::State {
+  std::int64_t tokens = 0;  // T, this rank's tokens
+  // The rows this rank dispatches: all of them, or its block when replicas split.
+  std::int64_t ownBegin = 0;
+  std::int64_t ownEnd = 0;
+  int slots = 1;  // local experts one record carries
+
+  // Send side, by destination group index: records [sendFirst[p], sendFirst[p] + sendCount[p]).
+  std::vector<std::size_t> sendCount;
+  std::vector<std::size_t> sendFirst;
+  std::vector<std::int64_t> recordToken;  // per send record: its token
+  std::vector<std::int32_t> recordK;      // per send record and slot: the k it carries, -1 empty
+  // Per (token - ownBegin, k): the send record carrying it (-1: dropped by capacity) and
+  // whether k is the first slot of that record (where the record's row is summed in).
+  std::vector<std::int64_t> pairRecord;
+  std::vector<std::uint8_t> pairFirst;
+
+  // Receive side, by source group index.
+  std::vector<std::size_t> recvCount;
+  std::vector<std::size_t> recvFirst;
+  std::vector<std::int32_t> recvLocal;  // per received record and slot: local expert, -1 empty
+  std::vector<std::int64_t> slotRow;    // per received record and slot: its row, -1 empty
+  std::vector<std::int64_t> tokensPerExpert;
+  std::int64_t rows = 0;
+  // The received records (block words, headers and rows) until receive() expands them.
+  std::vector<std::byte> received;
+  std::vector<std::size_t> receivedOffset;  // per source: byte offset of its block in `received`
+
+  RoutedStats stats;
+  bool complete = false;  // a dispatch succeeded into this state
+};
+
+}  // namespace chimera

@@ -1,0 +1,607 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed exchange on real MPI ranks: dispatch, receive, combine and both backwards against
+// a reference every rank computes locally from (seed, rank, index), for flat and folded
+// groups, owned / replicated / partial tokens, uneven, skewed, one-expert and empty routings,
+// capacity mode, the bytes each program sends, and the errors of mismatched routing metadata.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chimera/chimera.h"
+#include "chimera/mpi_backend.hpp"
+#include "chimera/routed_exchange.hpp"
+#include "mpi_test_util.hpp"
+
+namespace chimera {
+namespace {
+
+using testing::allRanksAgree;
+using testing::patternHash;
+using testing::worldRank;
+using testing::worldSize;
+
+enum class Routing { Uniform, Skewed, OneExpert };
+
+struct Case {
+  std::string mesh;    // "ep=8", "tp=2,ep=4"
+  std::string group;   // dispatch axes
+  std::string layout;  // token layout
+  std::int64_t experts = 8;
+  int topK = 2;
+  std::int64_t hidden = 6;
+  Routing routing = Routing::Uniform;
+  RoutedProgram program = RoutedProgram::Fused;
+  std::int64_t capacity = 0;
+  std::uint32_t seed = 1;
+};
+
+// The tokens of one source: the same on every replica of the token axes ("tp=R", "tp=P").
+struct Source {
+  std::int64_t tokens = 0;
+  std::vector<std::int64_t> ids;  // [T, K]
+  std::vector<float> weights;     // [T, K]
+  std::vector<float> x;           // [T, H], the full (reduced) value
+};
+
+class World {
+ public:
+  World(const Case& c) : c_(c) {
+    ok_ = Mesh::parse(c.mesh, worldSize(), mesh_).isOk() && createMpiBackend(mesh_, backend_).isOk();
+    if (!ok_) return;
+    group_ = mesh_.allAxes();
+    if (!c.group.empty()) ok_ = mesh_.parseAxes(c.group, group_).isOk();
+    if (!c.layout.empty()) {
+      const std::string axes = c.layout.substr(0, c.layout.find('='));
+      ok_ = ok_ && mesh_.parseAxes(axes, tokenAxes_).isOk();
+      placement_ = c.layout.back();
+    }
+  }
+  bool ok() const { return ok_; }
+  Backend& backend() { return *backend_; }
+  const Mesh& mesh() const { return mesh_; }
+  AxisSet group() const { return group_; }
+  bool replicated() const { return placement_ == 'R' || placement_ == 'P'; }
+
+  // The source key of world rank r: replicas of the token axes share one.
+  int key(int r) const {
+    if (!replicated()) return r;
+    return mesh_.groupPeer(r, tokenAxes_, 0);
+  }
+  Source source(int r) const {
+    const int k = key(r);
+    Source s;
+    s.tokens = (k % 3 == 1) ? 0 : 3 + static_cast<std::int64_t>(patternHash(c_.seed, k, 0) % 9);
+    const std::int64_t E = c_.experts;
+    for (std::int64_t t = 0; t < s.tokens; ++t) {
+      std::vector<std::int64_t> chosen;
+      std::uint32_t draw = 1;
+      while (static_cast<int>(chosen.size()) < c_.topK) {
+        std::int64_t e = 0;
+        const std::uint32_t h = patternHash(c_.seed, k, static_cast<std::size_t>(1000 + t * 64 + draw++));
+        switch (c_.routing) {
+          case Routing::Uniform: e = h % E; break;
+          case Routing::Skewed: e = (h % 4 != 0) ? h % std::max<std::int64_t>(1, E / 4) : h % E; break;
+          case Routing::OneExpert: e = chosen.empty() ? 0 : h % E; break;
+        }
+        if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+      }
+      for (int j = 0; j < c_.topK; ++j) {
+        s.ids.push_back(chosen[static_cast<std::size_t>(j)]);
+        s.weights.push_back(0.25f * static_cast<float>(1 + patternHash(c_.seed + 7, k, t * 8 + j) % 4));
+      }
+      for (std::int64_t h = 0; h < c_.hidden; ++h)
+        s.x.push_back(static_cast<float>(patternHash(c_.seed + 3, k, t * 97 + h) % 16) - 8.0f);
+    }
+    return s;
+  }
+  // This rank's input: the source, and for "tp=P" this replica's partial sum of it.
+  std::vector<float> input(int r) const {
+    Source s = source(r);
+    if (placement_ != 'P') return s.x;
+    const int n = mesh_.groupSize(tokenAxes_);
+    const int j = mesh_.groupIndex(r, tokenAxes_);
+    std::vector<float> part(s.x.size());
+    for (std::size_t i = 0; i < part.size(); ++i) {
+      // Replica j holds x / n rounded to small integers, the last one the remainder: exact sums.
+      const float share = static_cast<float>(static_cast<int>(s.x[i]) / n);
+      part[i] = j == n - 1 ? s.x[i] - share * static_cast<float>(n - 1) : share;
+    }
+    return part;
+  }
+  // The world ranks whose tokens reach this rank's experts, as the dispatch sees them: every
+  // rank of the group, its tokens split over replicas when `split`.
+  struct Row {
+    std::int64_t expert;
+    int src;
+    std::int64_t token;
+    float weight;
+  };
+  std::vector<Row> expectedRows(bool split, bool oncePerRank) const {
+    const int R = mesh_.groupSize(group_);
+    const std::int64_t perRank = c_.experts / R;
+    const int me = mesh_.groupIndex(worldRank(), group_);
+    std::vector<Row> rows;
+    for (int g = 0; g < R; ++g) {
+      const int src = mesh_.groupPeer(worldRank(), group_, g);
+      const Source s = source(src);
+      std::int64_t begin = 0, end = s.tokens;
+      ownRange(src, s.tokens, split, begin, end);
+      std::vector<std::int64_t> sent(static_cast<std::size_t>(R), 0);  // records per destination
+      for (std::int64_t t = begin; t < end; ++t) {
+        std::vector<bool> opened(static_cast<std::size_t>(R), false);
+        for (int k = 0; k < c_.topK; ++k) {
+          const std::int64_t e = s.ids[static_cast<std::size_t>(t * c_.topK + k)];
+          const auto d = static_cast<std::size_t>(e / perRank);
+          bool open = !oncePerRank || !opened[d];
+          if (open) {
+            if (c_.capacity > 0 && sent[d] >= c_.capacity) continue;  // dropped
+            ++sent[d];
+            opened[d] = true;
+          } else if (c_.capacity > 0 && !opened[d]) {
+            continue;
+          }
+          if (static_cast<int>(d) == me)
+            rows.push_back({e, src, t, s.weights[static_cast<std::size_t>(t * c_.topK + k)]});
+        }
+      }
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.expert < b.expert; });
+    return rows;
+  }
+  // Whether (token t, k) of rank `src` survives the capacity of its destination.
+  bool kept(int src, const Source& s, bool split, bool oncePerRank, std::int64_t t, int k) const {
+    if (c_.capacity == 0) return true;
+    const int R = mesh_.groupSize(group_);
+    const std::int64_t perRank = c_.experts / R;
+    (void)src;
+    std::int64_t begin = 0;
+    if (split && replicated()) {
+      const int n = mesh_.groupSize(tokenAxes_);
+      const std::int64_t block = (s.tokens + n - 1) / n;
+      begin = (t / block) * block;
+    }
+    std::vector<std::int64_t> sent(static_cast<std::size_t>(R), 0);
+    for (std::int64_t u = begin; u <= t; ++u) {
+      std::vector<int> opened(static_cast<std::size_t>(R), -1);  // -1 unseen, 0 dropped, 1 kept
+      for (int j = 0; j < c_.topK; ++j) {
+        const auto d = static_cast<std::size_t>(s.ids[static_cast<std::size_t>(u * c_.topK + j)] / perRank);
+        bool keep = false;
+        if (oncePerRank && opened[d] >= 0) {
+          keep = opened[d] == 1;
+        } else {
+          keep = sent[d] < c_.capacity;
+          if (keep) ++sent[d];
+          opened[d] = keep ? 1 : 0;
+        }
+        if (u == t && j == k) return keep;
+      }
+    }
+    return false;
+  }
+  void ownRange(int r, std::int64_t tokens, bool split, std::int64_t& begin, std::int64_t& end) const {
+    begin = 0;
+    end = tokens;
+    if (!split || !replicated()) return;
+    const int n = mesh_.groupSize(tokenAxes_);
+    const std::int64_t block = (tokens + n - 1) / n;
+    begin = std::min(tokens, block * mesh_.groupIndex(r, tokenAxes_));
+    end = std::min(tokens, begin + block);
+  }
+
+ private:
+  Case c_;
+  Mesh mesh_;
+  std::unique_ptr<Backend> backend_;
+  AxisSet group_;
+  AxisSet tokenAxes_;
+  char placement_ = 'S';
+  bool ok_ = false;
+};
+
+// The expert: row * (global id + 1), exact on the test's small integers.
+std::vector<float> expertOutput(const std::vector<float>& recvX, const std::vector<std::int64_t>& experts,
+                                std::int64_t H) {
+  std::vector<float> out(recvX.size());
+  for (std::size_t r = 0; r < experts.size(); ++r) {
+    for (std::int64_t h = 0; h < H; ++h) out[r * H + h] = recvX[r * H + h] * static_cast<float>(experts[r] + 1);
+  }
+  return out;
+}
+
+float gradOfY(int key, std::int64_t t, std::int64_t h) {
+  return static_cast<float>(patternHash(99, key, static_cast<std::size_t>(t * 131 + h)) % 8) - 4.0f;
+}
+
+// Runs dispatch, receive, combine and both backwards of `c` and checks each against the
+// reference; returns whether this rank passed (then agreed by the caller).
+bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
+  World w(c);
+  if (!allRanksAgree(w.ok())) return false;
+  RoutedExchangeOptions options;
+  options.numExperts = c.experts;
+  options.topK = c.topK;
+  options.hidden = c.hidden;
+  options.group = w.group();
+  options.tokenLayout = c.layout;
+  options.program = c.program;
+  options.capacity = c.capacity;
+  std::unique_ptr<RoutedExchange> exchange;
+  bool ok = RoutedExchange::create(w.backend(), options, exchange).isOk();
+  if (!allRanksAgree(ok)) return false;
+  const int me = worldRank();
+  const Source s = w.source(me);
+  const std::vector<float> x = w.input(me);
+  const std::int64_t H = c.hidden;
+  const int K = c.topK;
+  RoutedDispatch handle;
+  Status st = exchange->dispatch(x.data(), s.ids.data(), s.weights.data(), s.tokens, handle);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  if (!allRanksAgree(st.isOk())) return false;
+  if (dispatchStats != nullptr) *dispatchStats = handle.stats();
+  const std::int64_t rows = handle.rows();
+  std::vector<float> recvX(static_cast<std::size_t>(rows * H)), recvW(static_cast<std::size_t>(rows));
+  std::vector<std::int64_t> recvE(static_cast<std::size_t>(rows));
+  ok = exchange->receive(handle, recvX.data(), recvE.data(), recvW.data()).isOk();
+  // Rows: exactly the expected (expert, source token) rows, grouped by local expert in order.
+  const auto expected = w.expectedRows(exchange->splitsReplicas(), exchange->oncePerRank());
+  EXPECT_EQ(static_cast<std::size_t>(rows), expected.size());
+  ok = ok && static_cast<std::size_t>(rows) == expected.size();
+  const std::int64_t perRank = c.experts / w.mesh().groupSize(w.group());
+  for (std::size_t r = 0; ok && r < expected.size(); ++r) {
+    const Source src = w.source(expected[r].src);
+    ok = recvE[r] == expected[r].expert && recvW[r] == expected[r].weight;
+    for (std::int64_t h = 0; ok && h < H; ++h)
+      ok = recvX[r * H + h] == src.x[static_cast<std::size_t>(expected[r].token * H + h)];
+    EXPECT_TRUE(ok) << "row " << r << " expert " << recvE[r] << " vs " << expected[r].expert << " weight " << recvW[r]
+                    << " vs " << expected[r].weight << " rows " << rows;
+  }
+  std::int64_t counted = 0;
+  for (std::int64_t e = 0; e < perRank; ++e) {
+    const auto n = std::count_if(expected.begin(), expected.end(),
+                                 [&](const World::Row& row) { return row.expert % perRank == e; });
+    ok = ok && handle.tokensPerExpert()[static_cast<std::size_t>(e)] == n;
+    counted += n;
+  }
+  EXPECT_EQ(counted, rows);
+  // Combine: y[t] = sum_k w[t,k] * x[t] * (id + 1), over the pairs that were kept.
+  const std::vector<float> out = expertOutput(recvX, recvE, H);
+  std::vector<float> y(static_cast<std::size_t>(s.tokens * H), -1.0f);
+  st = exchange->combine(out.data(), recvW.data(), handle, y.data());
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  ok = ok && st.isOk();
+  const bool split = exchange->splitsReplicas();
+  const bool once = exchange->oncePerRank();
+  for (std::int64_t t = 0; ok && t < s.tokens; ++t) {
+    for (std::int64_t h = 0; ok && h < H; ++h) {
+      float ref = 0;
+      for (int k = 0; k < K; ++k) {
+        if (!w.kept(me, s, split, once, t, k)) continue;
+        const std::size_t p = static_cast<std::size_t>(t * K + k);
+        ref += s.weights[p] * (s.x[static_cast<std::size_t>(t * H + h)] * static_cast<float>(s.ids[p] + 1));
+      }
+      ok = y[static_cast<std::size_t>(t * H + h)] == ref;
+      EXPECT_TRUE(ok) << "y[" << t << "," << h << "] = " << y[static_cast<std::size_t>(t * H + h)] << " vs " << ref;
+    }
+  }
+  // Combine backward: grad expert_out = w dy, grad w_row = <dy, expert_out row>.
+  std::vector<float> dy(static_cast<std::size_t>(s.tokens * H));
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    for (std::int64_t h = 0; h < H; ++h) dy[static_cast<std::size_t>(t * H + h)] = gradOfY(w.key(me), t, h);
+  std::vector<float> gOut(static_cast<std::size_t>(rows * H)), gRowW(static_cast<std::size_t>(rows));
+  st = exchange->combineBackward(dy.data(), out.data(), recvW.data(), handle, gOut.data(), gRowW.data());
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  ok = ok && st.isOk();
+  for (std::size_t r = 0; ok && r < expected.size(); ++r) {
+    float dot = 0;
+    for (std::int64_t h = 0; h < H; ++h) {
+      const float g = gradOfY(w.key(expected[r].src), expected[r].token, h);
+      ok = ok && gOut[r * H + h] == expected[r].weight * g;
+      dot += g * out[r * H + h];
+    }
+    ok = ok && gRowW[r] == dot;
+    EXPECT_TRUE(ok) << "combine backward row " << r;
+  }
+  // Dispatch backward of (grad recv_x = row * 2 + expert, grad recv_weight = expert id).
+  std::vector<float> gRecv(static_cast<std::size_t>(rows * H)), gW(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t h = 0; h < H; ++h)
+      gRecv[static_cast<std::size_t>(r * H + h)] =
+          recvX[static_cast<std::size_t>(r * H + h)] * 2 + static_cast<float>(recvE[r]);
+    gW[static_cast<std::size_t>(r)] = static_cast<float>(recvE[r]);
+  }
+  std::vector<float> gx(static_cast<std::size_t>(s.tokens * H), -1), gTopk(static_cast<std::size_t>(s.tokens * K), -1);
+  st = exchange->dispatchBackward(gRecv.data(), gW.data(), handle, gx.data(), gTopk.data());
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  ok = ok && st.isOk();
+  for (std::int64_t t = 0; ok && t < s.tokens; ++t) {
+    for (std::int64_t h = 0; ok && h < H; ++h) {
+      float ref = 0;
+      for (int k = 0; k < K; ++k) {
+        if (!w.kept(me, s, split, once, t, k)) continue;
+        ref += s.x[static_cast<std::size_t>(t * H + h)] * 2 +
+               static_cast<float>(s.ids[static_cast<std::size_t>(t * K + k)]);
+      }
+      ok = gx[static_cast<std::size_t>(t * H + h)] == ref;
+      EXPECT_TRUE(ok) << "grad x[" << t << "," << h << "]";
+    }
+    for (int k = 0; ok && k < K; ++k) {
+      const std::size_t p = static_cast<std::size_t>(t * K + k);
+      const float ref = w.kept(me, s, split, once, t, k) ? static_cast<float>(s.ids[p]) : 0.0f;
+      ok = gTopk[p] == ref;
+      EXPECT_TRUE(ok) << "grad w[" << t << "," << k << "]";
+    }
+  }
+  return ok;
+}
+
+int size() { return worldSize(); }
+
+// "ep=N" over the world, or the case's mesh when the world has its size.
+std::string flatMesh() { return "ep=" + std::to_string(size()); }
+
+Case meshCase(std::string mesh) {
+  Case c;
+  c.mesh = std::move(mesh);
+  return c;
+}
+
+TEST(RoutedExchange, FlatGroupEveryProgramAndRouting) {
+  const int R = size();
+  for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert, RoutedProgram::Planned}) {
+    for (Routing routing : {Routing::Uniform, Routing::Skewed, Routing::OneExpert}) {
+      for (auto [experts, topK] : {std::pair<std::int64_t, int>{R, 1}, {2 * R, 2}, {4 * R, 3}, {8 * R, 8}}) {
+        Case c;
+        c.mesh = flatMesh();
+        c.experts = experts;
+        c.topK = topK;
+        c.routing = routing;
+        c.program = program;
+        c.seed = static_cast<std::uint32_t>(experts * 10 + topK);
+        EXPECT_TRUE(allRanksAgree(runCase(c))) << "E=" << experts << " K=" << topK << " routing "
+                                               << static_cast<int>(routing) << " program " << static_cast<int>(program);
+      }
+    }
+  }
+}
+
+TEST(RoutedExchange, FoldedGroupAndTokenLayouts) {
+  if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const std::string mesh = "tp=2,ep=" + std::to_string(size() / 2);
+  for (const char* layout : {"tp=S0", "tp=R", "tp=P"}) {
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert, RoutedProgram::Planned}) {
+      for (const char* group : {"ep+tp", "ep"}) {
+        Case c;
+        c.mesh = mesh;
+        c.group = group;
+        c.layout = layout;
+        c.experts = 2 * size();
+        c.topK = 3;
+        c.program = program;
+        c.seed = 5;
+        EXPECT_TRUE(allRanksAgree(runCase(c)))
+            << layout << " group " << group << " program " << static_cast<int>(program);
+      }
+    }
+  }
+}
+
+TEST(RoutedExchange, CapacityDropsAndCountsPadding) {
+  for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+    Case c;
+    c.mesh = flatMesh();
+    c.experts = 2 * size();
+    c.topK = 2;
+    c.routing = Routing::Skewed;
+    c.capacity = 2;
+    c.program = program;
+    RoutedStats stats;
+    EXPECT_TRUE(allRanksAgree(runCase(c, &stats)));
+    EXPECT_EQ(stats.countBytes, 0u);  // no count exchange in capacity mode
+  }
+}
+
+// Bytes of the fused dispatch: exactly the off-rank (token, destination rank) pairs x H x 4,
+// headers within 3 %, the count exchange 4 bytes per peer (<= 4E), one round besides the data.
+TEST(RoutedExchange, BytesSentArePairsTimesRow) {
+  Case c;
+  c.mesh = flatMesh();
+  c.experts = 8 * size();
+  c.topK = 8;
+  c.hidden = 1024;
+  RoutedStats stats;
+  EXPECT_TRUE(allRanksAgree(runCase(c, &stats)));
+  World w(c);
+  const int me = worldRank();
+  const Source s = w.source(me);
+  const std::int64_t perRank = c.experts / size();
+  std::uint64_t pairs = 0;
+  for (std::int64_t t = 0; t < s.tokens; ++t) {
+    std::vector<bool> seen(static_cast<std::size_t>(size()), false);
+    for (int k = 0; k < c.topK; ++k) {
+      const auto d = static_cast<std::size_t>(s.ids[static_cast<std::size_t>(t * c.topK + k)] / perRank);
+      if (!seen[d] && static_cast<int>(d) != me) ++pairs;
+      seen[d] = true;
+    }
+  }
+  bool ok = stats.payloadBytes == pairs * 1024 * 4;
+  EXPECT_EQ(stats.payloadBytes, pairs * 1024 * 4);
+  if (pairs > 0) {
+    EXPECT_LE(static_cast<double>(stats.headerBytes), 0.03 * static_cast<double>(stats.payloadBytes));
+    ok = ok && static_cast<double>(stats.headerBytes) <= 0.03 * static_cast<double>(stats.payloadBytes);
+  }
+  EXPECT_EQ(stats.countBytes, 4u * static_cast<std::uint64_t>(size() - 1));
+  EXPECT_LE(stats.countBytes, 4u * static_cast<std::uint64_t>(c.experts));
+  EXPECT_EQ(stats.rounds, 2);  // the count exchange and the records
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// All tokens of every rank to expert 0 at T=4096, H=1024: the receiver's scratch is sized by
+// the counts (128 MiB of rows here) and the run completes.
+TEST(RoutedExchange, EveryTokenToOneExpert) {
+  World w(meshCase(flatMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  RoutedExchangeOptions options;
+  options.numExperts = size();
+  options.topK = 1;
+  options.hidden = 1024;
+  std::unique_ptr<RoutedExchange> exchange;
+  ASSERT_TRUE(allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk()));
+  const std::int64_t T = 4096;
+  std::vector<float> x(static_cast<std::size_t>(T * 1024), 1.0f), weights(static_cast<std::size_t>(T), 1.0f);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T), 0);
+  RoutedDispatch handle;
+  const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  const std::int64_t expected = worldRank() == 0 ? T * size() : 0;
+  EXPECT_TRUE(allRanksAgree(st.isOk() && handle.rows() == expected));
+}
+
+// A dispatch whose scratch would pass the configured limit fails with a message naming it.
+TEST(RoutedExchange, ScratchLimitIsAClearErrorOnTheSender) {
+  World w(meshCase(flatMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  RoutedExchangeOptions options;
+  options.numExperts = size();
+  options.topK = 1;
+  options.hidden = 256;
+  options.scratchLimitBytes = 1 << 20;
+  std::unique_ptr<RoutedExchange> exchange;
+  ASSERT_TRUE(allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk()));
+  // Every rank sends 2048 rows of 1 KiB to itself only: 2 MiB of send plus receive scratch.
+  const std::int64_t T = 1024;
+  std::vector<float> x(static_cast<std::size_t>(T * 256), 1.0f), weights(static_cast<std::size_t>(T), 1.0f);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T), worldRank());
+  RoutedDispatch handle;
+  const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+  EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(st.message().find("over the limit"), std::string::npos) << st.toString();
+  EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::InvalidArgument));
+}
+
+// Mismatched routing metadata: an error on every rank, never a hang or garbage.
+TEST(RoutedExchange, MismatchedMetadataFailsEveryRank) {
+  World w(meshCase(flatMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  const int me = worldRank();
+  const int odd = size() - 1;
+  const std::int64_t T = 5;
+  std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), weights(static_cast<std::size_t>(T * 4), 0.5f);
+  const auto make = [&](int topK, std::unique_ptr<RoutedExchange>& out) {
+    RoutedExchangeOptions options;
+    options.numExperts = 2 * size();
+    options.topK = topK;
+    options.hidden = 4;
+    return RoutedExchange::create(w.backend(), options, out);
+  };
+  // An expert id out of range on one rank.
+  {
+    std::unique_ptr<RoutedExchange> exchange;
+    ASSERT_TRUE(allRanksAgree(make(2, exchange).isOk()));
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % 2 == 0 ? 0 : 3);
+    if (me == odd) ids[3] = 2 * size();
+    RoutedDispatch handle;
+    const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+    const StatusCode want = me == odd ? StatusCode::InvalidArgument : StatusCode::Mismatch;
+    EXPECT_EQ(st.code(), want) << st.toString();
+    EXPECT_TRUE(allRanksAgree(st.code() == want));
+  }
+  // K different on one rank (another exchange: other record sizes).
+  {
+    std::unique_ptr<RoutedExchange> exchange;
+    const int topK = me == odd ? 3 : 2;
+    ASSERT_TRUE(allRanksAgree(make(topK, exchange).isOk()));
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * topK));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % static_cast<std::size_t>(topK));
+    RoutedDispatch handle;
+    const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+    EXPECT_EQ(st.code(), StatusCode::Mismatch) << st.toString();
+    EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::Mismatch));
+  }
+  // A local failure in combine (a binding's size check) on one rank.
+  {
+    std::unique_ptr<RoutedExchange> exchange;
+    ASSERT_TRUE(allRanksAgree(make(2, exchange).isOk()));
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      ids[i] = static_cast<std::int64_t>((i * 5) % (2 * size()) / 2 * 2 + i % 2);
+    RoutedDispatch handle;
+    ASSERT_TRUE(allRanksAgree(exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle).isOk()));
+    std::vector<float> rows(static_cast<std::size_t>(handle.rows() * 4), 1.0f), y(static_cast<std::size_t>(T * 4));
+    const Status local = me == odd ? Status::invalidArgument("expert_out has 3 rows, the handle 4") : Status::ok();
+    const Status st = exchange->combine(rows.data(), nullptr, handle, y.data(), nullptr, local);
+    const StatusCode want = me == odd ? StatusCode::InvalidArgument : StatusCode::Mismatch;
+    EXPECT_EQ(st.code(), want) << st.toString();
+    EXPECT_TRUE(allRanksAgree(st.code() == want));
+  }
+}
+
+TEST(RoutedExchange, CapacityOverflowErrorFailsEveryRank) {
+  World w(meshCase(flatMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  RoutedExchangeOptions options;
+  options.numExperts = size();
+  options.topK = 1;
+  options.hidden = 2;
+  options.capacity = 3;
+  options.overflow = CapacityOverflow::Error;
+  std::unique_ptr<RoutedExchange> exchange;
+  ASSERT_TRUE(allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk()));
+  const std::int64_t T = worldRank() == 0 ? 4 : 3;  // rank 0 overflows its capacity for rank 0
+  std::vector<float> x(static_cast<std::size_t>(T * 2), 1.0f), weights(static_cast<std::size_t>(T), 1.0f);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T), 0);
+  RoutedDispatch handle;
+  const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+  EXPECT_FALSE(st.isOk());
+  EXPECT_TRUE(allRanksAgree(!st.isOk()));
+}
+
+// The C API: every token of every rank to expert (rank + 1) % R and to expert rank, weights 1
+// and 2; the identity expert gives y = 3 x.
+TEST(RoutedExchange, CApiDispatchCombine) {
+  chimeraComm_t comm = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraCommInitMpi(&comm, flatMesh().c_str()) == chimeraSuccess));
+  chimeraRoutedOptions_t options{};
+  options.numExperts = size();
+  options.topK = size() > 1 ? 2 : 1;
+  options.hidden = 3;
+  options.datatype = chimeraFloat32;
+  options.weightType = chimeraFloat32;
+  chimeraRoutedExchange_t exchange = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &options, &exchange) == chimeraSuccess));
+  const int me = worldRank();
+  const std::int64_t T = 4;
+  std::vector<float> x(T * 3), weights, y(T * 3);
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < T * 3; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(me * 100 + i);
+  for (std::int64_t t = 0; t < T; ++t) {
+    ids.insert(ids.end(), {(me + 1) % size(), me});
+    weights.insert(weights.end(), {1.0f, 2.0f});
+  }
+  chimeraRoutedHandle_t dispatch = nullptr;
+  std::int64_t rows = 0;
+  bool ok =
+      chimeraRoutedDispatch(exchange, x.data(), ids.data(), weights.data(), T, &dispatch, &rows) == chimeraSuccess;
+  ok = ok && rows == 2 * T;
+  std::vector<float> recvX(static_cast<std::size_t>(rows * 3)), recvW(static_cast<std::size_t>(rows));
+  std::vector<std::int64_t> perExpert(1);
+  ok = ok && chimeraRoutedReceive(exchange, dispatch, recvX.data(), nullptr, recvW.data(), perExpert.data()) ==
+                 chimeraSuccess;
+  ok = ok && perExpert[0] == 2 * T;
+  ok = ok && chimeraRoutedCombine(exchange, dispatch, recvX.data(), recvW.data(), y.data()) == chimeraSuccess;
+  for (std::size_t i = 0; ok && i < y.size(); ++i) ok = y[i] == 3 * x[i];
+  std::uint64_t bytes = 0;
+  ok = ok && chimeraRoutedHandleBytes(dispatch, &bytes) == chimeraSuccess && bytes > 0;
+  EXPECT_TRUE(ok) << chimeraGetLastError();
+  EXPECT_TRUE(allRanksAgree(ok));
+  chimeraRoutedHandleDestroy(dispatch);
+  chimeraRoutedExchangeDestroy(exchange);
+  chimeraCommDestroy(comm);
+}
+
+}  // namespace
+}  // namespace chimera

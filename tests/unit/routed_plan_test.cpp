@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed exchange's fusion rules and their prices: the expected distinct destination
+// ranks, which rule is taken when (and not taken when it does not pay), the byte ratios of the
+// issue's targets, and the errors of requests that do not fit the mesh.
+#include <gtest/gtest.h>
+
+#include "chimera/planning/routed_plan.hpp"
+#include "chimera/planning/topology.hpp"
+
+namespace chimera {
+namespace {
+
+RoutedRequest request(const char* meshText, const char* group, std::int64_t experts, int topK, std::int64_t hidden,
+                      TokenPlacement placement = TokenPlacement::Owned, const char* tokenAxes = nullptr) {
+  RoutedRequest r;
+  EXPECT_TRUE(Mesh::parse(meshText, r.mesh).isOk());
+  EXPECT_TRUE(r.mesh.parseAxes(group, r.group).isOk());
+  if (tokenAxes != nullptr) {
+    EXPECT_TRUE(r.mesh.parseAxes(tokenAxes, r.tokenAxes).isOk());
+  }
+  r.placement = placement;
+  r.tokens = 4096;
+  r.hidden = hidden;
+  r.experts = experts;
+  r.topK = topK;
+  return r;
+}
+
+TEST(RoutedPlan, ExpectedDistinctRanksUnderUniformRouting) {
+  EXPECT_NEAR(expectedDistinctRanks(64, 8, 8), 5.43, 0.01);
+  EXPECT_NEAR(expectedDistinctRanks(64, 8, 2), 1.89, 0.01);
+  EXPECT_NEAR(expectedDistinctRanks(8, 8, 2), 2.0, 1e-12);
+  EXPECT_NEAR(expectedDistinctRanks(8, 8, 1), 1.0, 1e-12);
+  EXPECT_NEAR(expectedDistinctRanks(64, 8, 64), 8.0, 1e-12);  // every expert: every rank
+}
+
+TEST(RoutedPlan, OncePerRankIsTakenWhenTokensShareRanks) {
+  RoutedDecision d;
+  ASSERT_TRUE(planRouted(request("ep=8", "ep", 64, 8, 1024), nullptr, d).isOk());
+  EXPECT_TRUE(d.oncePerRank);
+  // The target: >= 1.4x fewer bytes at (64, 8) uniform.
+  EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 1.4);
+  ASSERT_EQ(d.explanation.size(), 1u);
+  EXPECT_NE(d.explanation[0].find("taken"), std::string::npos);
+}
+
+TEST(RoutedPlan, RulesThatDoNotPayAreNotTaken) {
+  RoutedDecision d;
+  // K = 1: every token reaches one rank either way; equal cost keeps the chain as issued.
+  ASSERT_TRUE(planRouted(request("ep=8", "ep", 8, 1, 1024), nullptr, d).isOk());
+  EXPECT_FALSE(d.oncePerRank);
+  // Rows of 4 elements: the larger record headers outweigh the rows saved.
+  ASSERT_TRUE(planRouted(request("ep=4", "ep", 8, 2, 4), nullptr, d).isOk());
+  EXPECT_FALSE(d.oncePerRank);
+  EXPECT_NE(d.explanation[0].find("not taken"), std::string::npos);
+}
+
+TEST(RoutedPlan, ReplicasSplitAndPartialTokensReduceScatter) {
+  RoutedDecision d;
+  // Against the TP-replicated chain at tp=2 (every replica dispatching): the split halves the
+  // dispatch, and the AllGather that keeps the output replicated costs (tp-1)/tp T H b.
+  ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep+tp", 64, 8, 1024, TokenPlacement::Replicated, "tp"), nullptr, d)
+                  .isOk());
+  EXPECT_TRUE(d.splitReplicas);
+  EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 2.0);
+  ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep+tp", 64, 2, 1024, TokenPlacement::Replicated, "tp"), nullptr, d)
+                  .isOk());
+  EXPECT_TRUE(d.splitReplicas);
+  EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 1.6);
+  ASSERT_TRUE(
+      planRouted(request("tp=2,ep=4", "ep", 64, 2, 1024, TokenPlacement::Partial, "tp"), nullptr, d).isOk());
+  EXPECT_TRUE(d.splitReplicas);
+  EXPECT_EQ(d.fused.program.front().kind, StepKind::ReduceScatter);
+  EXPECT_EQ(d.baseline.program.front().kind, StepKind::AllReduce);
+  EXPECT_LT(d.fused.bytesPerRank, d.baseline.bytesPerRank);
+}
+
+TEST(RoutedPlan, TopologyCostDecides) {
+  Topology topology;
+  ASSERT_TRUE(loadTopology("pcie-4080x8", topology).isOk());
+  const CostModel model(topology);
+  RoutedDecision d;
+  ASSERT_TRUE(planRouted(request("ep=8", "ep", 64, 8, 1024), &model, d).isOk());
+  EXPECT_TRUE(d.oncePerRank);
+  EXPECT_LT(d.fused.seconds, d.baseline.seconds);
+  EXPECT_GT(d.baseline.seconds, 0);
+}
+
+TEST(RoutedPlan, RequestsThatDoNotFitAreErrors) {
+  RoutedDecision d;
+  EXPECT_EQ(planRouted(request("ep=8", "ep", 12, 2, 64), nullptr, d).code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(planRouted(request("ep=8", "ep", 8, 9, 64), nullptr, d).code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(planRouted(request("dp=2,tp=2,ep=2", "ep+tp", 8, 2, 64, TokenPlacement::Replicated, "dp+tp"), nullptr, d)
+                .code(),
+            StatusCode::InvalidArgument);
+}
+
+}  // namespace
+}  // namespace chimera
