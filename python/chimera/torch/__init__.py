@@ -2,8 +2,9 @@
 """chimera for PyTorch.
 
 ``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
-chimera's MPI backend) and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor
-redistribution through chimera; see docs/torch.md.
+chimera's MPI backend under an MPI launch, on gloo bootstrapped from the c10d Store otherwise)
+and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor redistribution through chimera;
+see docs/torch.md.
 """
 
 from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
