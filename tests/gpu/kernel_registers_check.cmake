@@ -16,7 +16,7 @@ if(NOT gencode)
 endif()
 execute_process(
   COMMAND ${NVCC} -std=c++17 --expt-relaxed-constexpr -O3 -Xptxas -v ${gencode}
-          -I${SOURCE_DIR}/kernels -I${SOURCE_DIR}/src -I${SOURCE_DIR}/include
+          -I${SOURCE_DIR} -I${SOURCE_DIR}/src -I${SOURCE_DIR}/include
           -c ${SOURCE_DIR}/kernels/pack.cu -o ${OUT}
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE failed)
 if(failed)
