@@ -10,7 +10,8 @@ import chimera.torch  # noqa: F401  (registers the backend, loading _C)
 from chimera.torch import _extension
 
 # What the process group needs from Python: creating it, MPI's world and thread level, CUDA support, teardown.
-PROCESS_GROUP_API = {"create_backend", "mpi_world", "mpi_thread_multiple", "cuda_supported", "finalize_mpi"}
+PROCESS_GROUP_API = {"create_backend", "named_process_group", "mpi_world", "mpi_thread_multiple", "cuda_supported",
+                     "finalize_mpi"}
 
 
 def test_one_libchimera_is_loaded():
