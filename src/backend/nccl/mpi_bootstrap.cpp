@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_util.hpp"
@@ -16,13 +17,20 @@
 namespace chimera::detail {
 namespace {
 
+// Buffers of collectives abandoned on a Timeout, never freed; the list keeps them reachable (not
+// a leak) until the process exits.
+std::vector<void*>& abandonedBuffers() {
+  static auto* buffers = new std::vector<void*>();  // never destroyed: outlives every backend
+  return *buffers;
+}
+
 // Waits for `request`, whose buffers `buffers` holds. A collective abandoned on a Timeout may
 // still be completed by a late rank, and MPI then writes into its buffers: they are kept
 // (never freed) in that case, freed otherwise.
 template <typename T>
 Status waitKeeping(const MpiGroup& world, MPI_Request& request, std::unique_ptr<T[]>& buffers, std::string_view what) {
   const Status status = waitOne(world, request, kWholeGroup, what);
-  if (status.code() == StatusCode::Timeout) static_cast<void>(buffers.release());
+  if (status.code() == StatusCode::Timeout) abandonedBuffers().push_back(buffers.release());
   return status;
 }
 
