@@ -161,9 +161,9 @@ def weighted_sum(weights, rows):
     return y
 
 
-class PerExpertDispatcher:
-    """One row per (token, expert) in an uneven all-to-all, as Megatron-core's alltoall
-    dispatcher and torchtitan issue it (see the module docstring)."""
+class _Dispatcher:
+    """What both flat-group dispatchers hold: the group, its size, E, the experts per rank and the
+    bytes sent so far."""
 
     def __init__(self, num_experts: int, group=None):
         self.comm = as_comm(group)
@@ -171,6 +171,11 @@ class PerExpertDispatcher:
         self.num_experts = num_experts
         self.local = num_experts // self.n
         self.bytes_sent = 0
+
+
+class PerExpertDispatcher(_Dispatcher):
+    """One row per (token, expert) in an uneven all-to-all, as Megatron-core's alltoall
+    dispatcher and torchtitan issue it (see the module docstring)."""
 
     def dispatch(self, x, topk_idx, topk_weights):
         _check_routing(x, topk_idx, topk_weights, self.num_experts, self.n)
@@ -206,17 +211,10 @@ class PerExpertDispatcher:
         return weighted_sum(topk_weights, per_token)
 
 
-class AllGatherDispatcher:
+class AllGatherDispatcher(_Dispatcher):
     """AllGather of every token over the group, each rank keeps its experts' rows; combine is a
     ReduceScatter, as Megatron-core's allgather dispatcher issues it. Ranks with fewer tokens
     pad to the group's largest T (the padding is sent and counted)."""
-
-    def __init__(self, num_experts: int, group=None):
-        self.comm = as_comm(group)
-        self.rank, self.n = self.comm.rank, self.comm.size
-        self.num_experts = num_experts
-        self.local = num_experts // self.n
-        self.bytes_sent = 0
 
     def dispatch(self, x, topk_idx, topk_weights):
         _check_routing(x, topk_idx, topk_weights, self.num_experts, self.n)
