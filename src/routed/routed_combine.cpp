@@ -29,6 +29,15 @@ std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received, const
   return words;
 }
 
+// Where the record `rec` this rank sent comes back in `received`: in the block of the peer it
+// went to, at the same position, records `recordBytes` apart.
+const std::byte* returnedRecord(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset,
+                                const RoutedDispatch::State& st, std::size_t rec, std::size_t recordBytes) {
+  const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), rec) -
+                                             st.sendFirst.begin() - 1);
+  return received.data() + offset[peer] + kBlockWordBytes + (rec - st.sendFirst[peer]) * recordBytes;
+}
+
 }  // namespace
 
 Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local,
@@ -125,11 +134,7 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
           const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
           const std::int64_t rec = st.pairRecord[pair];
           if (rec < 0 || st.pairFirst[pair] == 0) continue;
-          const auto peer = static_cast<std::size_t>(
-              std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), static_cast<std::size_t>(rec)) -
-              st.sendFirst.begin() - 1);
-          const std::byte* row = m.back.data() + recvOffset[peer] + kBlockWordBytes +
-                                 (static_cast<std::size_t>(rec) - st.sendFirst[peer]) * m.rowBytes;
+          const std::byte* row = returnedRecord(m.back, recvOffset, st, static_cast<std::size_t>(rec), m.rowBytes);
           detail::addRow(out, reinterpret_cast<const T*>(row), H);
         }
       }
@@ -258,9 +263,7 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
           if (gradWeights != nullptr) detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
           if (rec < 0) continue;
           const auto u = static_cast<std::size_t>(rec);
-          const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) -
-                                                     st.sendFirst.begin() - 1);
-          const std::byte* in = m.back.data() + recvOffset[peer] + kBlockWordBytes + (u - st.sendFirst[peer]) * record;
+          const std::byte* in = returnedRecord(m.back, recvOffset, st, u, record);
           if (st.pairFirst[pair] != 0) detail::addRow(gx, reinterpret_cast<const T*>(in), H);
           if (gradWeights == nullptr) continue;
           for (std::size_t s = 0; s < S; ++s) {
