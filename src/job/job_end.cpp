@@ -6,6 +6,7 @@
 #include <mpi.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,16 +20,22 @@ namespace chimera::detail {
 
 Status abortOnTimeoutFromEnv(bool& out) { return readEnvSwitch("CHIMERA_ABORT_ON_TIMEOUT", out, out); }
 
-void endJob(std::string_view subsystem, int rank, const Status& failure) {
+std::chrono::milliseconds jobEndGrace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout + std::chrono::milliseconds(1000), std::chrono::milliseconds(1000),
+                    std::chrono::milliseconds(5000));
+}
+
+void endJob(std::string_view subsystem, int rank, const Status& failure, std::chrono::milliseconds timeout) {
   const auto log = logger(subsystem);
   log->critical("rank {} cannot go on: {}; ending the job (exit status {}; abortOnTimeout, CHIMERA_ABORT_ON_TIMEOUT)",
                 rank, failure.toString(), kJobAbortExitCode);
   log->flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  // The peers that wait on the same stalled rank time out within moments of this one: let
-  // them log theirs before the launcher tears the job down.
-  std::this_thread::sleep_for(kJobEndGrace);
+  // The peers that wait on the same stalled rank, or on this one now that it has stopped
+  // serving them, time out within one timeout: let them log theirs before the launcher tears
+  // the job down.
+  std::this_thread::sleep_for(jobEndGrace(timeout));
 #if defined(CHIMERA_HAS_MPI)
   int initialized = 0;
   int finalized = 0;

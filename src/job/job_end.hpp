@@ -16,14 +16,18 @@ namespace chimera::detail {
 /// unset. InvalidArgument naming the variable when malformed.
 [[nodiscard]] Status abortOnTimeoutFromEnv(bool& out);
 
-/// How long endJob waits between its log line and the abort.
-inline constexpr std::chrono::milliseconds kJobEndGrace{1000};
+/// How long endJob waits between its log line and the abort, for a caller whose waits give up
+/// after `timeout` without progress: the timeout plus 1 s, at most 5 s. A peer whose own
+/// progress stopped when this rank stopped serving it (this rank no longer drives MPI) gives
+/// up within one timeout, and logs its own line before the abort tears it down.
+[[nodiscard]] std::chrono::milliseconds jobEndGrace(std::chrono::milliseconds timeout);
 
 /// Logs `failure` (critical, flushed, naming the rank, the call, the group and the ranks it
-/// waited for, as the failure says them), waits kJobEndGrace so that peers giving up on the
-/// same stall log theirs too, and ends the job: MPI_Abort(MPI_COMM_WORLD,
+/// waited for, as the failure says them), waits jobEndGrace(timeout) so that peers giving up
+/// on the same stall log theirs too, and ends the job: MPI_Abort(MPI_COMM_WORLD,
 /// kJobAbortExitCode) when MPI is initialised, else _Exit(kJobAbortExitCode), which a launcher
 /// such as torchrun turns into the end of the job. Makes no other call into MPI or NCCL.
-[[noreturn]] void endJob(std::string_view subsystem, int rank, const Status& failure);
+[[noreturn]] void endJob(std::string_view subsystem, int rank, const Status& failure,
+                         std::chrono::milliseconds timeout);
 
 }  // namespace chimera::detail

@@ -53,7 +53,8 @@ void StallWatchdog::watch() {
              Status::timeout(
                  fmt::format("{}{} made no progress for {} ms (the tool's limit: CHIMERA_TIMEOUT_MS + 2 s); "
                              "a peer stalled in it or never joined it",
-                             what_, iteration_ >= 0 ? fmt::format(", iteration {},", iteration_) : "", ms.count())));
+                             what_, iteration_ >= 0 ? fmt::format(", iteration {},", iteration_) : "", ms.count())),
+             limit_);
     }
     wake_.wait_until(lock, deadline);
   }

@@ -87,7 +87,7 @@ Status MpiBackend::unusable() const {
 
 Status MpiBackend::fail(std::string_view call, const Status& status) {
   failure_ = Status(status.code(), fmt::format("{}: {}", call, status.message()));
-  if (options_.abortOnTimeout) endJob("mpi", rank_, failure_);
+  if (options_.abortOnTimeout) endJob("mpi", rank_, failure_, std::chrono::milliseconds(options_.timeoutMs));
   CHIMERA_LOG_ERROR("mpi", "{}", failure_.toString());
   return failure_;
 }

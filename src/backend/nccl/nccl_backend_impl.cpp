@@ -164,7 +164,7 @@ Status NcclBackend::settle(ncclResult_t result, std::span<const ncclComm_t> comm
   CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
   abortAll();
   const Status failed(status.code(), fmt::format("NCCL {}; communicators aborted", abortReason_));
-  if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+  if (options_.abortOnTimeout) endJob(kLog, rank_, failed, options_.timeout);
   return failed;
 }
 
@@ -551,7 +551,7 @@ Status NcclBackend::synchronize(Stream stream) {
         const Status error = ncclStatus(asyncError, "asynchronous NCCL operation");
         abortReason_ = fmt::format("group {}: {}", mesh_.axesName(AxisSet::fromBits(bits)), error.message());
         abortAll();
-        if (options_.abortOnTimeout) endJob(kLog, rank_, Status::backendError(abortReason_));
+        if (options_.abortOnTimeout) endJob(kLog, rank_, Status::backendError(abortReason_), options_.timeout);
         return Status::backendError(abortReason_);
       }
     }
@@ -560,7 +560,7 @@ Status NcclBackend::synchronize(Stream stream) {
       CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
       abortAll();
       const Status failed = Status::timeout(fmt::format("NCCL {}; communicators aborted", abortReason_));
-      if (options_.abortOnTimeout) endJob(kLog, rank_, failed);
+      if (options_.abortOnTimeout) endJob(kLog, rank_, failed, options_.timeout);
       return failed;
     }
     std::this_thread::sleep_for(pause);
