@@ -135,20 +135,29 @@ std::string stretchName(const Options& options, const RowCase& row, std::string_
                      variant);
 }
 
-/// The barrier between warm-up and the timed loop.
-Status barrier() { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+/// The barrier between warm-up and the timed loop: a one-element AllReduce of the world through
+/// our backend, so that a peer that stalls before it is reported (and ends the job) under the
+/// backend's timeout, naming the ranks it waited for; MPI_Barrier would wait without end.
+Status barrier(Backend& backend) {
+  const std::int32_t arrived = 1;
+  std::int32_t all = 0;
+  CHIMERA_RETURN_IF_ERROR(
+      backend.allReduce(&arrived, &all, 1, DataType::I32, ReduceOp::Sum, backend.mesh().allAxes(), Stream{}));
+  return backend.synchronize(Stream{});
+}
 
 double statistic(TimeStatistic stat, const TimingSamples& samples) {
   return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
 }
 
 /// Times ours, then the baseline (unless it could not run), each after its own warm-up.
-Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& row, const RowBuffers& buffers,
-               LocalRow& local) {
+Status timeRow(const Options& options, Backend& backend, CollectiveRunner& runner, const RowCase& row,
+               const RowBuffers& buffers, LocalRow& local) {
+  const auto worldBarrier = [&] { return barrier(backend); };
   TimingSamples samples;
   const std::string ours = stretchName(options, row, "chimera");
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
-      ours, options.warmupIters, options.iters, barrier,
+      ours, options.warmupIters, options.iters, worldBarrier,
       [&] { return runner.runOurs(row, buffers.send(), buffers.recv()); }, samples)));
   local.seconds = statistic(options.stat, samples);
   if (!local.baselineRan) return Status::ok();
@@ -156,7 +165,7 @@ Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& 
   const std::string baseline = stretchName(options, row, "plain MPI baseline");
   CHIMERA_RETURN_IF_ERROR(
       statusWithoutUnsupported(agreeOnStatus(timeLoop(
-                                   baseline, options.warmupIters, options.iters, barrier,
+                                   baseline, options.warmupIters, options.iters, worldBarrier,
                                    [&] { return runner.runBaseline(row, buffers.send(), buffers.recv()); }, samples)),
                                unsupported));
   local.baselineRan = !unsupported;
@@ -168,13 +177,13 @@ Status timeRow(const Options& options, CollectiveRunner& runner, const RowCase& 
 /// written fresh first, but every iteration then overwrites it with its result, so later
 /// iterations reduce already-reduced data: fine for timing (nccl-tests does the same); the
 /// check (checkInPlace) always runs on fresh input.
-Status timeInPlace(const Options& options, CollectiveRunner& runner, const InputPattern& inputs,
+Status timeInPlace(const Options& options, Backend& backend, CollectiveRunner& runner, const InputPattern& inputs,
                    const InPlaceCall& call, int groupIndex, LocalRow& local) {
   writeInPlaceInputOf(call, inputs, groupIndex);
   TimingSamples samples;
   const std::string what = stretchName(options, call.row, "chimera in place");
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(timeLoop(
-      what, options.warmupIters, options.iters, barrier,
+      what, options.warmupIters, options.iters, [&] { return barrier(backend); },
       [&] { return runner.runOurs(call.row, call.send(), call.recv()); }, samples)));
   local.inPlaceSeconds = statistic(options.stat, samples);
   local.inPlaceRan = true;
@@ -183,15 +192,15 @@ Status timeInPlace(const Options& options, CollectiveRunner& runner, const Input
 
 /// Checks (-c 1) and times one row: ours out of place, the baseline, then ours in place
 /// when the collective has an in-place form.
-Status measureRow(const Options& options, CollectiveRunner& runner, const InputPattern& inputs, const RowCase& row,
-                  const RowBuffers& buffers, int groupIndex, LocalRow& local) {
+Status measureRow(const Options& options, Backend& backend, CollectiveRunner& runner, const InputPattern& inputs,
+                  const RowCase& row, const RowBuffers& buffers, int groupIndex, LocalRow& local) {
   if (options.check) CHIMERA_RETURN_IF_ERROR(checkRow(runner, inputs, row, buffers, local));
-  CHIMERA_RETURN_IF_ERROR(timeRow(options, runner, row, buffers, local));
+  CHIMERA_RETURN_IF_ERROR(timeRow(options, backend, runner, row, buffers, local));
   const std::optional<InPlaceLayout> layout = inPlaceLayout(options.collective, row.shape, groupIndex);
   if (!layout) return Status::ok();
   const InPlaceCall call{row, *layout, buffers.inPlace()};
   if (options.check) CHIMERA_RETURN_IF_ERROR(checkInPlace(runner, inputs, call, groupIndex, local));
-  return timeInPlace(options, runner, inputs, call, groupIndex, local);
+  return timeInPlace(options, backend, runner, inputs, call, groupIndex, local);
 }
 
 /// Times: max over ranks; wrong elements: sum over ranks (collective over the world).
@@ -282,7 +291,8 @@ Status runCollectiveSweep(const Options& options, BenchContext& context, SweepOu
     fillBuffer(buffers.send(), row.dtype, row.shape.sendCount,
                [&](std::size_t i) { return inputs.value(group.groupIndex, i); });
     LocalRow local;
-    CHIMERA_RETURN_IF_ERROR(measureRow(options, *runner, inputs, row, buffers, group.groupIndex, local));
+    CHIMERA_RETURN_IF_ERROR(
+        measureRow(options, *group.backend, *runner, inputs, row, buffers, group.groupIndex, local));
     const ResultRow result = agreeRow(options, row, local, group.groupSize());
     print(rank, tableRow(result));
     if (result.baselineWrong.value_or(0) > 0) {
