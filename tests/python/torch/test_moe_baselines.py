@@ -36,6 +36,17 @@ def _groups(n, size, gloo):
     return mine
 
 
+def _group_of_case(world, size, e):
+    """A test's group for `size` ("world": all ranks; "pairs": groups of 2): its size, the group,
+    its world ranks and this rank's index in it; skips when the ranks or the e experts do not split."""
+    rank, n, gloo = world
+    group_size = n if size == "world" else 2
+    if n % group_size or e % group_size:
+        pytest.skip(f"{e} experts or {n} ranks do not split into groups of {group_size}")
+    group, ranks = _groups(n, group_size, gloo)
+    return group_size, group, ranks, ranks.index(rank)
+
+
 def inputs(ranks, j, e, k, kind, seed, tokens=None):
     """Group rank j's x, topk_idx, topk_weights and the gradient of its combine output."""
     t = TOKENS[j % 4] if tokens is None else tokens
@@ -65,13 +76,9 @@ def same(a, b):
 @pytest.mark.parametrize("size", ["world", "pairs"])
 @pytest.mark.parametrize("case", CASES, ids=[f"e{e}k{k}-{r}" for e, k, r in CASES])
 def test_baseline_matches_local_computation(world, baseline, size, case):
-    rank, n, gloo = world
+    gloo = world[2]
     e, k, kind = case
-    group_size = n if size == "world" else 2
-    if n % group_size or e % group_size:
-        pytest.skip(f"{e} experts or {n} ranks do not split into groups of {group_size}")
-    group, ranks = _groups(n, group_size, gloo)
-    me = ranks.index(rank)
+    group_size, group, ranks, me = _group_of_case(world, size, e)
     seed = 17 + e + k
     data = [inputs(ranks, j, e, k, kind, seed) for j in range(group_size)]
     got_recv, got_y, got_dx, got_dw = run(BASELINES[baseline](e, group), *data[me])
@@ -140,13 +147,9 @@ class Chimera:
 @pytest.mark.parametrize("size", ["world", "pairs"])
 @pytest.mark.parametrize("case", CASES, ids=[f"e{e}k{k}-{r}" for e, k, r in CASES])
 def test_chimera_matches_the_per_expert_baseline(world, program, size, case):
-    rank, n, gloo = world
+    gloo = world[2]
     e, k, kind = case
-    group_size = n if size == "world" else 2
-    if n % group_size or e % group_size:
-        pytest.skip(f"{e} experts or {n} ranks do not split into groups of {group_size}")
-    group, ranks = _groups(n, group_size, gloo)
-    me = ranks.index(rank)
+    _, group, ranks, me = _group_of_case(world, size, e)
     data = inputs(ranks, me, e, k, kind, 31 + e + k)
     want = run(PerExpertDispatcher(e, group), *data)
     got = run(Chimera(e, group=None if size == "world" else group, program=program), *data)
