@@ -48,7 +48,7 @@ import torch.distributed as dist
 
 import chimera.torch as ct
 from chimera.torch import moe_routings
-from chimera.torch.moe_baselines import AllGatherDispatcher, MpiComm, PerExpertDispatcher, TorchComm, \
+from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, MpiComm, PerExpertDispatcher, TorchComm, \
     TPChainDispatcher
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
@@ -93,28 +93,13 @@ class Comms:
                     self.tp = TorchComm(g)
 
 
-class ChimeraDispatcher:
+def chimera_dispatcher(num_experts: int, mesh: dict, program: str) -> ChimeraDispatcher:
     """chimera.torch.moe over the whole world: on ``tp=T,ep=M`` the mesh ``ep=M,tp=T`` (tp
     innermost), the folded group ``ep+tp`` and the tokens the ``tp=S0`` shards; ``bytes_sent``
     from the exchange's own counters (payload, headers, counts)."""
-
-    def __init__(self, num_experts: int, mesh: dict, program: str):
-        from chimera.torch import moe
-
-        self.moe, self.num_experts, self.program = moe, num_experts, program
-        self.where = {} if mesh["tp"] == 1 else {"mesh": f"ep={mesh['ep']},tp={mesh['tp']}", "group": "ep+tp",
-                                                 "layout": "tp=S0"}
-        self.bytes_sent = 0
-
-    def dispatch(self, x, idx, w):
-        out = self.moe.dispatch(x, idx, w, self.num_experts, program=self.program, **self.where)
-        self.bytes_sent += out[4].stats["bytes_sent"]
-        return out
-
-    def combine(self, expert_out, handle):
-        y = self.moe.combine(expert_out, handle)
-        self.bytes_sent += handle.combine_stats["bytes_sent"]
-        return y
+    where = {} if mesh["tp"] == 1 else {"mesh": f"ep={mesh['ep']},tp={mesh['tp']}", "group": "ep+tp",
+                                        "layout": "tp=S0"}
+    return ChimeraDispatcher(num_experts, program, **where)
 
 
 def has_chimera_moe() -> bool:
@@ -123,17 +108,6 @@ def has_chimera_moe() -> bool:
     except ImportError:
         return False
     return True
-
-
-def forward_backward(d, x, idx, w, grad_y):
-    """Received rows, combine output, gradients of x and of the weights."""
-    x = x.clone().requires_grad_(True)
-    w = w.clone().requires_grad_(True)
-    recv_x, recv_expert, recv_w, per_expert, handle = d.dispatch(x, idx, w)
-    y = d.combine(moe_routings.expert_fn(recv_x, recv_expert), handle)
-    (y * grad_y).sum().backward()
-    zeros = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)  # noqa: E731
-    return [recv_x.detach(), recv_expert, recv_w.detach(), per_expert, y.detach(), zeros(x), zeros(w)]
 
 
 def same(a, b) -> bool:
@@ -204,13 +178,13 @@ def bench_row(args, mesh, comms, e, k, kind):
     if mesh["tp"] > 1:
         dispatchers["tp_chain"] = TPChainDispatcher(e, comms.world, comms.tp)
     if has_chimera_moe():
-        dispatchers = {"chimera": ChimeraDispatcher(e, mesh, args.program), **dispatchers}
+        dispatchers = {"chimera": chimera_dispatcher(e, mesh, args.program), **dispatchers}
     exact = True
     if not args.no_check:
-        want = forward_backward(dispatchers["per_expert"], x, idx, w, grad_y)
+        want = moe_routings.forward_backward(dispatchers["per_expert"], x, idx, w, grad_y)
         for name, d in dispatchers.items():
             if name != "per_expert":
-                exact = exact and all(same(a, b) for a, b in zip(forward_backward(d, x, idx, w, grad_y), want))
+                exact = exact and all(same(a, b) for a, b in zip(moe_routings.forward_backward(d, x, idx, w, grad_y), want))
         del want
     flag = torch.tensor([1 if exact else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)

@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 import chimera.torch as ct
 from chimera.torch.layers import ColumnParallelLinear, ParallelContext, RowParallelLinear
-from chimera.torch.moe_baselines import PerExpertDispatcher
+from chimera.torch.moe_baselines import ChimeraDispatcher, PerExpertDispatcher
 
 
 def check_shapes(args, axes) -> None:
@@ -289,35 +289,15 @@ def batch(args, step):
 SETTINGS = [("fusion_off", "chimera", False), ("fusion_on", "chimera", True), ("gloo", "torch", True)]
 
 
-class ChimeraMoE:
-    """chimera.torch.moe over the world: the planner's program (fusion on: each token once per
-    destination rank) or ``per_expert`` (fusion off: one row per (token, expert), as issued)."""
-
-    def __init__(self, num_experts: int, fusion: bool):
-        from chimera.torch import moe
-
-        self.moe, self.num_experts = moe, num_experts
-        self.program = "planned" if fusion else "per_expert"
-        self.bytes_sent = 0
-
-    def dispatch(self, x, idx, w):
-        out = self.moe.dispatch(x, idx, w, self.num_experts, program=self.program)
-        self.bytes_sent += out[4].stats["bytes_sent"]
-        return out
-
-    def combine(self, expert_out, handle):
-        y = self.moe.combine(expert_out, handle)
-        self.bytes_sent += handle.combine_stats["bytes_sent"]
-        return y
-
-
 def moe_dispatcher(args, comm, fusion):
     """The MoE layers' exchange: chimera.torch.moe, or for ``comm="torch"`` the per-(token,
     expert) all_to_all_single with splits on the default (gloo) group, as torchtitan issues it.
     Backward exchanges are not counted in ``bytes_sent``."""
     if comm == "torch":
         return PerExpertDispatcher(args.moe_experts)
-    return ChimeraMoE(args.moe_experts, fusion)
+    # Fusion on: the planner's program (each token once per destination rank); off: one row per
+    # (token, expert), as issued.
+    return ChimeraDispatcher(args.moe_experts, "planned" if fusion else "per_expert")
 
 
 class Trainer:

@@ -21,6 +21,8 @@ interface as ``moe.dispatch`` / ``moe.combine``::
   ``Shard(1) -> Replicate``), each TP rank dispatches its 1/tp of the tokens per (token,
   expert) over the whole expert group, combine, the output scattered into the replicated
   positions (``Partial``) and ReduceScattered over TP (``Partial -> Shard(1)``).
+* :class:`ChimeraDispatcher`: :mod:`chimera.torch.moe` itself behind the same interface, so
+  that it runs side by side with the others.
 
 Conventions shared with ``moe.dispatch``: experts sit in contiguous blocks of E / n over the n
 ranks of the group; ``recv_x`` holds one row per (received token, local expert), grouped by
@@ -283,3 +285,25 @@ class TPChainDispatcher:
         partial = torch.nn.functional.pad(y, (0, 0, self.tp_rank * t, (self.tp - 1 - self.tp_rank) * t))
         self.tp_bytes += (self.tp - 1) * t * y.shape[1] * y.element_size()
         return _ReduceScatter.apply(partial, self.tp_comm)  # Partial -> Shard(1)
+
+
+class ChimeraDispatcher:
+    """:mod:`chimera.torch.moe` behind the dispatcher interface: ``program`` and ``where``
+    (``group``, ``mesh``, ``layout``) are ``moe.dispatch``'s keywords; ``bytes_sent`` adds up
+    the exchange's own counters (payload, headers, counts) of each dispatch and combine."""
+
+    def __init__(self, num_experts: int, program: str = "planned", **where):
+        from chimera.torch import moe  # here, not at the top: the baselines run without it
+
+        self.moe, self.num_experts, self.program, self.where = moe, num_experts, program, where
+        self.bytes_sent = 0
+
+    def dispatch(self, x, topk_idx, topk_weights):
+        out = self.moe.dispatch(x, topk_idx, topk_weights, self.num_experts, program=self.program, **self.where)
+        self.bytes_sent += out[4].stats["bytes_sent"]
+        return out
+
+    def combine(self, expert_out, handle):
+        y = self.moe.combine(expert_out, handle)
+        self.bytes_sent += handle.combine_stats["bytes_sent"]
+        return y

@@ -61,6 +61,20 @@ def expert_fn(recv_x, recv_expert):
     return recv_x * (1 + recv_expert % 4).to(recv_x.dtype).unsqueeze(1)
 
 
+def forward_backward(dispatcher, x, topk_idx, topk_weights, grad_y):
+    """One step through ``dispatcher`` (the interface of :mod:`chimera.torch.moe_baselines`):
+    dispatch, :func:`expert_fn`, combine, and the backward of ``sum(y * grad_y)``. Returns
+    ``[recv_x, recv_expert, recv_weight, tokens_per_expert, y, grad_x, grad_weights]`` (a
+    gradient that did not flow reads as zeros), for comparing dispatchers bit for bit."""
+    x = x.clone().requires_grad_(True)
+    w = topk_weights.clone().requires_grad_(True)
+    recv_x, recv_expert, recv_w, per_expert, handle = dispatcher.dispatch(x, topk_idx, w)
+    y = dispatcher.combine(expert_fn(recv_x, recv_expert), handle)
+    (y * grad_y).sum().backward()
+    grad = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)  # noqa: E731
+    return [recv_x.detach(), recv_expert, recv_w.detach(), per_expert, y.detach(), grad(x), grad(w)]
+
+
 def load_imbalance(topk_idx_per_rank, num_experts: int, ranks: int):
     """(expert, rank) max / mean load, the load counted in (token, expert) rows over all the
     owners' routings given (a list of [T, K] tensors), experts in contiguous blocks over

@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from chimera.torch import moe, moe_routings
-from chimera.torch.moe_baselines import AllGatherDispatcher, PerExpertDispatcher, TPChainDispatcher
+from chimera.torch import moe_routings
+from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, PerExpertDispatcher, TPChainDispatcher
 from conftest import agree
 from moe_expected import combined, received
 
@@ -57,17 +57,6 @@ def inputs(ranks, j, e, k, kind, seed, tokens=None):
     return x, idx, w, grad_y
 
 
-def run(d, x, idx, w, grad_y):
-    """Dispatch, the expert stand-in, combine and backward: every output and gradient."""
-    x = x.clone().requires_grad_(True)
-    w = w.clone().requires_grad_(True)
-    recv_x, recv_expert, recv_w, per_expert, handle = d.dispatch(x, idx, w)
-    y = d.combine(moe_routings.expert_fn(recv_x, recv_expert), handle)
-    (y * grad_y).sum().backward()
-    grad = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)  # noqa: E731
-    return (recv_x.detach(), recv_expert, recv_w.detach(), per_expert), y.detach(), grad(x), grad(w)
-
-
 def same(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
@@ -81,7 +70,7 @@ def test_baseline_matches_local_computation(world, baseline, size, case):
     group_size, group, ranks, me = _group_of_case(world, size, e)
     seed = 17 + e + k
     data = [inputs(ranks, j, e, k, kind, seed) for j in range(group_size)]
-    got_recv, got_y, got_dx, got_dw = run(BASELINES[baseline](e, group), *data[me])
+    *got_recv, got_y, got_dx, got_dw = moe_routings.forward_backward(BASELINES[baseline](e, group), *data[me])
     want_recv = received([d[0] for d in data], [d[1] for d in data], [d[2] for d in data], e, group_size, me)
     want_y, want_dx, want_dw = combined(*data[me])
     ok = all(same(a, b) for a, b in zip(got_recv, want_recv))
@@ -115,7 +104,7 @@ def test_tp_chain_matches_local_computation(world, case):
     tp_group, _ = _groups(n, 2, gloo)
     seed = 5 + e + k
     x, idx, w, grad_y = inputs(list(range(n)), rank, e, k, kind, seed, tokens=6)  # equal shards over TP
-    _, got_y, got_dx, got_dw = run(TPChainDispatcher(e, gloo, tp_group), x, idx, w, grad_y)
+    got_y, got_dx, got_dw = moe_routings.forward_backward(TPChainDispatcher(e, gloo, tp_group), x, idx, w, grad_y)[4:]
     want_y, want_dx, want_dw = combined(x, idx, w, grad_y)
     ok = same(got_y, want_y) and same(got_dx, want_dx) and same(got_dw, want_dw)
     agree(bool(ok), gloo, f"tp chain e{e} k{k} {kind}")
@@ -130,19 +119,6 @@ def test_zipf_routing_is_skewed():
         assert all(len(set(row.tolist())) == k for row in idx[0]), "experts of a token must be distinct"
 
 
-class Chimera:
-    """chimera.torch.moe with the dispatcher interface of the baselines."""
-
-    def __init__(self, num_experts, **where):
-        self.num_experts, self.where = num_experts, where
-
-    def dispatch(self, x, idx, w):
-        return moe.dispatch(x, idx, w, self.num_experts, **self.where)
-
-    def combine(self, expert_out, handle):
-        return moe.combine(expert_out, handle)
-
-
 @pytest.mark.parametrize("program", ["fused", "per_expert", "planned"])
 @pytest.mark.parametrize("size", ["world", "pairs"])
 @pytest.mark.parametrize("case", CASES, ids=[f"e{e}k{k}-{r}" for e, k, r in CASES])
@@ -151,11 +127,11 @@ def test_chimera_matches_the_per_expert_baseline(world, program, size, case):
     e, k, kind = case
     _, group, ranks, me = _group_of_case(world, size, e)
     data = inputs(ranks, me, e, k, kind, 31 + e + k)
-    want = run(PerExpertDispatcher(e, group), *data)
-    got = run(Chimera(e, group=None if size == "world" else group, program=program), *data)
-    ok = all(same(a, b) for a, b in zip(got[0], want[0])) and all(same(a, b) for a, b in zip(got[1:], want[1:]))
-    agree(bool(ok), gloo, f"chimera {program} {size} e{e} k{k} {kind}: recv {[same(a, b) for a, b in zip(got[0], want[0])]}"
-          f" y/dx/dw {[same(a, b) for a, b in zip(got[1:], want[1:])]}")
+    want = moe_routings.forward_backward(PerExpertDispatcher(e, group), *data)
+    got = moe_routings.forward_backward(ChimeraDispatcher(e, program, group=None if size == "world" else group), *data)
+    ok = all(same(a, b) for a, b in zip(got[:4], want[:4])) and all(same(a, b) for a, b in zip(got[4:], want[4:]))
+    agree(bool(ok), gloo, f"chimera {program} {size} e{e} k{k} {kind}: recv {[same(a, b) for a, b in zip(got[:4], want[:4])]}"
+          f" y/dx/dw {[same(a, b) for a, b in zip(got[4:], want[4:])]}")
 
 
 @pytest.mark.parametrize("case", [(8, 2, "uniform"), (8, 1, "one_expert"), (16, 4, "zipf")],
@@ -169,10 +145,11 @@ def test_chimera_sequence_shards_match_the_tp_chain(world, case):
         pytest.skip(f"needs an even world whose size divides {e}")
     tp_group, _ = _groups(n, 2, gloo)
     data = inputs(list(range(n)), rank, e, k, kind, 9 + e + k, tokens=6)
-    want = run(TPChainDispatcher(e, gloo, tp_group), *data)
-    got = run(Chimera(e, mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=S0", program="planned"), *data)
-    ok = all(same(a, b) for a, b in zip(got[1:], want[1:]))
-    agree(bool(ok), gloo, f"chimera tp=S0 e{e} k{k} {kind}: y/dx/dw {[same(a, b) for a, b in zip(got[1:], want[1:])]}")
+    want = moe_routings.forward_backward(TPChainDispatcher(e, gloo, tp_group), *data)
+    got = moe_routings.forward_backward(ChimeraDispatcher(e, "planned", mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=S0"),
+                                       *data)
+    ok = all(same(a, b) for a, b in zip(got[4:], want[4:]))
+    agree(bool(ok), gloo, f"chimera tp=S0 e{e} k{k} {kind}: y/dx/dw {[same(a, b) for a, b in zip(got[4:], want[4:])]}")
 
 
 @pytest.mark.parametrize("program", ["fused", "per_expert"])
@@ -185,7 +162,7 @@ def test_chimera_replicated_tokens_combine_to_every_replica(world, program):
         pytest.skip(f"needs an even world whose size divides {e}")
     pair = list(range(rank - rank % 2, rank - rank % 2 + 2))
     x, idx, w, grad_y = inputs(pair, 0, e, k, "uniform", 41, tokens=7)  # the pair's first rank's data on both
-    y = Chimera(e, mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=R", program=program)
+    y = ChimeraDispatcher(e, program, mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=R")
     recv_x, recv_expert, _, _, handle = y.dispatch(x, idx, w)
     got = y.combine(moe_routings.expert_fn(recv_x, recv_expert), handle)
     want, _, _ = combined(x, idx, w, grad_y)
