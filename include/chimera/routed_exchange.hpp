@@ -40,9 +40,10 @@ struct RoutedExchangeOptions {
   int topK = 0;
   /// H, the elements of one token row.
   std::int64_t hidden = 0;
-  /// Element type of token rows (F32 or F64).
+  /// Element type of token rows (F32, F64, F16 or BF16; 16-bit rows are summed in float and
+  /// rounded after every product and sum).
   DataType dtype = DataType::F32;
-  /// Element type of the routing weights (F32 or F64).
+  /// Element type of the routing weights (F32, F64, F16 or BF16).
   DataType weightDtype = DataType::F32;
   /// The dispatch group ("ep", or "ep+tp" folded); empty: every axis of the mesh.
   AxisSet group;
@@ -57,8 +58,11 @@ struct RoutedExchangeOptions {
   std::int64_t capacity = 0;
   /// Capacity mode's overflow policy.
   CapacityOverflow overflow = CapacityOverflow::Drop;
-  /// Most bytes of scratch one dispatch may hold (send and receive records); a dispatch past it
-  /// fails with InvalidArgument naming both. 0: CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB.
+  /// Most bytes of send scratch, and of receive scratch, one dispatch may hold on a rank. So that
+  /// the receive side is known to fit before any data moves, one sender's block to one rank may
+  /// hold scratchLimitBytes / R; a dispatch past that fails with InvalidArgument on the sender
+  /// (naming both numbers) and Mismatch on its peers, in the count exchange (capacity mode:
+  /// create fails). 0: CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB.
   std::size_t scratchLimitBytes = 0;
   /// Which program to run.
   RoutedProgram program = RoutedProgram::Planned;

@@ -4,6 +4,7 @@
 // takes part in the exchange with its failure, so that every rank of the group raises instead
 // of waiting for it.
 #include <fmt/format.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -39,6 +40,10 @@ class Checks {
       return TensorView{};
     }
     return v;
+  }
+  // A failure the caller found before the call (e.g. a shape check in Python): kept, no view read.
+  void fail(const std::string& message) {
+    if (status_.isOk()) status_ = Status::invalidArgument(message);
   }
   const Status& status() const { return status_; }
   // Raises the kept check failure (after the exchange ran), else the exchange's error.
@@ -146,11 +151,13 @@ void bindRouted(nb::module_& m) {
                    [](PyRoutedExchange& self) { return self.get("splits_replicas").splitsReplicas(); })
       .def(
           "dispatch",
-          [](PyRoutedExchange& self, nb::handle x, nb::handle topkIdx, nb::handle topkWeights, std::int64_t tokens) {
+          [](PyRoutedExchange& self, nb::handle x, nb::handle topkIdx, nb::handle topkWeights, std::int64_t tokens,
+             const std::optional<std::string>& error) {
             constexpr const char* kCall = "RoutedExchange.dispatch";
             RoutedExchange& ex = self.get(kCall);
             const RoutedExchangeOptions& o = ex.options();
             Checks checks(kCall, self.space());
+            if (error.has_value()) checks.fail(*error);
             const auto T = static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0));
             const TensorView vx = checks.view(x, "x", o.dtype, T * static_cast<std::size_t>(o.hidden));
             const TensorView vi = checks.view(topkIdx, "topk_idx", DataType::I64, T * static_cast<std::size_t>(o.topK));
@@ -166,8 +173,11 @@ void bindRouted(nb::module_& m) {
             checks.raise(st);
             return out.release();
           },
-          nb::arg("x"), nb::arg("topk_idx"), nb::arg("topk_weights"), nb::arg("tokens"), nb::rv_policy::take_ownership,
-          "Count exchange and records out; returns the handle (its rows, tokens_per_expert).")
+          nb::arg("x").none(), nb::arg("topk_idx").none(), nb::arg("topk_weights").none(), nb::arg("tokens"),
+          nb::arg("error").none() = nb::none(), nb::rv_policy::take_ownership,
+          "Count exchange and records out; returns the handle (its rows, tokens_per_expert). `error`: this rank's "
+          "own failure found before the call; the rank still takes part, raises InvalidArgument with it, and every "
+          "peer raises Mismatch naming this rank.")
       .def(
           "receive",
           [](PyRoutedExchange& self, PyRoutedDispatch& d, nb::handle recvX, nb::handle recvExpert,

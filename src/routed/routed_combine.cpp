@@ -193,8 +193,8 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
           detail::accumulateRow(static_cast<T*>(gradExpertOut) + row * H, dy,
                                 detail::readWeight(rowWeights, m.options.weightDtype, row), H, true);
           if (gradRowWeights != nullptr) {
-            const T dot = detail::dotRow(dy, static_cast<const T*>(expertOut) + row * H, H);
-            detail::writeWeight(gradRowWeights, m.options.weightDtype, row, static_cast<double>(dot));
+            detail::writeWeight(gradRowWeights, m.options.weightDtype, row,
+                                detail::dotRow(dy, static_cast<const T*>(expertOut) + row * H, H));
           }
         }
       }

@@ -3,6 +3,7 @@
 // exchange, one uneven all-to-all of records, and the expansion of received records into rows
 // grouped by local expert.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "core/check.hpp"
 #include "routed/exchange_blocks.hpp"
 #include "routed/routed_impl.hpp"
+#include "routed/row_math.hpp"
 
 namespace chimera {
 
@@ -47,40 +49,70 @@ void RoutedExchange::Impl::count(RoutedStats& stats, std::span<const std::size_t
   stats.rounds += 1;
 }
 
-Status RoutedExchange::Impl::checkScratch(std::size_t bytes) const {
-  CHIMERA_CHECK_ARG(bytes <= options.scratchLimitBytes,
-                    "routed exchange: this dispatch needs {} bytes of scratch on rank {}, over the limit of {} bytes "
-                    "(RoutedExchangeOptions::scratchLimitBytes, CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES)",
-                    bytes, backend.rank(), options.scratchLimitBytes);
+Status RoutedExchange::Impl::checkSendScratch(std::span<const std::size_t> records, std::size_t perRecord) const {
+  // Each block may hold 1/R of the limit, so that no rank receives more than the limit either:
+  // the receive side is then known to fit before any data moves.
+  const std::size_t perBlock = options.scratchLimitBytes / static_cast<std::size_t>(ranks);
+  for (std::size_t p = 0; p < records.size(); ++p) {
+    const std::size_t bytes = kBlockWordBytes + records[p] * perRecord;
+    CHIMERA_CHECK_ARG(bytes <= perBlock,
+                      "routed dispatch: rank {} would send {} bytes to rank {}, over the limit of {} bytes per peer "
+                      "(scratchLimitBytes {} / {} ranks; RoutedExchangeOptions::scratchLimitBytes, "
+                      "CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES)",
+                      backend.rank(), bytes, groupRanks[p], perBlock, options.scratchLimitBytes, ranks);
+  }
   return Status::ok();
 }
 
-Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows,
+Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows,
                                            std::int64_t& firstRow, RoutedStats& stats) {
   const auto H = static_cast<std::size_t>(options.hidden);
   const auto T = static_cast<std::size_t>(tokens);
+  const std::size_t elementBytes = dataTypeSize(options.dtype);
   firstRow = 0;
+  bool replicaFailed = false;
   if (!split) {  // AllReduce, then every replica dispatches every token
     rowScratch.resize(std::max<std::size_t>(1, T * rowBytes));
-    CHIMERA_RETURN_IF_ERROR(backend.allReduce(x, rowScratch.data(), T * H, options.dtype, ReduceOp::Sum, tokenAxes));
-    stats.reduceBytes += 2 * (tokenSize - 1) * T * rowBytes / tokenSize;
-    stats.rounds += 1;
+    if (failed) std::memset(rowScratch.data(), 0, rowScratch.size());
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(failed ? rowScratch.data() : x, rowScratch.data(), T * H, options.dtype,
+                                              ReduceOp::Sum, tokenAxes));
+    // Whether a replica failed: one summed word (no row carries it without a copy of x).
+    std::int32_t failures = failed ? 1 : 0;
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(&failures, &failures, 1, DataType::I32, ReduceOp::Sum, tokenAxes));
+    replicaFailed = failures > 0;
+    stats.reduceBytes += 2 * (tokenSize - 1) * (T * rowBytes + sizeof(failures)) / tokenSize;
+    stats.rounds += 2;
     rows = rowScratch.data();
-    return Status::ok();
+  } else {
+    // ReduceScatter of blocks of ceil(T / tp) rows (the last ones padded with zero rows), each
+    // block followed by one element that counts the replicas that failed.
+    const std::size_t block = (T + tokenSize - 1) / tokenSize;
+    const std::size_t stride = block * rowBytes + elementBytes;
+    const auto n = static_cast<std::size_t>(tokenSize);
+    rowScratch.resize((n + 1) * stride);
+    std::memset(rowScratch.data(), 0, rowScratch.size());
+    std::byte* send = rowScratch.data();
+    for (std::size_t m = 0; m < n; ++m) {
+      const std::size_t first = std::min(T, m * block);
+      const std::size_t count = std::min(T, first + block) - first;
+      if (!failed && count > 0)
+        std::memcpy(send + m * stride, static_cast<const std::byte*>(x) + first * rowBytes, count * rowBytes);
+      if (failed) detail::writeWeight(send + m * stride + block * rowBytes, options.dtype, 0, 1.0);
+    }
+    std::byte* mine = rowScratch.data() + n * stride;
+    CHIMERA_RETURN_IF_ERROR(
+        backend.reduceScatter(send, mine, stride / elementBytes, options.dtype, ReduceOp::Sum, tokenAxes));
+    replicaFailed = detail::readWeight(mine + block * rowBytes, options.dtype, 0) != 0.0;
+    stats.reduceBytes += (tokenSize - 1) * stride;
+    stats.rounds += 1;
+    rows = mine;
+    firstRow = static_cast<std::int64_t>(block) * tokenIndex;
   }
-  // ReduceScatter of blocks of ceil(T / tp) rows (the last ones padded with zero rows).
-  const std::size_t block = (T + tokenSize - 1) / tokenSize;
-  const std::size_t padded = block * static_cast<std::size_t>(tokenSize);
-  rowScratch.resize(std::max<std::size_t>(1, (padded + block) * rowBytes));
-  std::byte* send = rowScratch.data();
-  if (T > 0) std::memcpy(send, x, T * rowBytes);
-  std::memset(send + T * rowBytes, 0, (padded - T) * rowBytes);
-  std::byte* mine = rowScratch.data() + padded * rowBytes;
-  CHIMERA_RETURN_IF_ERROR(backend.reduceScatter(send, mine, block * H, options.dtype, ReduceOp::Sum, tokenAxes));
-  stats.reduceBytes += (tokenSize - 1) * block * rowBytes;
-  stats.rounds += 1;
-  rows = mine;
-  firstRow = static_cast<std::int64_t>(block) * tokenIndex;
+  if (replicaFailed && !failed)
+    return Status::mismatch(fmt::format(
+        "routed dispatch: a replica of this rank's partial tokens (token layout '{}', ranks {}) reported an error "
+        "(see its message)",
+        options.tokenLayout, fmt::join(tokenRanks, ", ")));
   return Status::ok();
 }
 
@@ -220,25 +252,27 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   if (local.isOk() && tokens < 0) local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens", tokens));
   if (local.isOk() && tokens > 0 && (x == nullptr || topkIdx == nullptr || topkWeights == nullptr))
     local = Status::invalidArgument("routed dispatch: null x, top-k ids or weights with tokens > 0");
-  if (!local.isOk()) tokens = 0;
-  st.tokens = tokens;
-  (void)m.ownRange(tokens, st.ownBegin, st.ownEnd);
-
-  // Partial tokens are reduced over the token axes first (a collective every replica joins).
+  // Partial tokens are reduced over the token axes first (a collective every replica joins):
+  // a replica that already failed takes part with zeros of its T rows, and the others learn
+  // that it failed.
   const std::byte* rows = static_cast<const std::byte*>(x);
   std::int64_t firstRow = 0;
   if (m.placement == TokenPlacement::Partial) {
-    // Every replica takes part, with zeros when it already failed, so that none waits.
-    CHIMERA_RETURN_IF_ERROR(m.reducePartial(local.isOk() ? x : nullptr, tokens, rows, firstRow, st.stats));
+    const Status replicas =
+        m.reducePartial(x, std::max<std::int64_t>(tokens, 0), !local.isOk(), rows, firstRow, st.stats);
+    if (local.isOk()) local = replicas;
   }
+  if (!local.isOk()) tokens = 0;
+  st.tokens = tokens;
+  (void)m.ownRange(tokens, st.ownBegin, st.ownEnd);
   if (local.isOk()) local = m.buildSendTable(topkIdx, st);
+  // The count exchange (dropless), or fixed capacity blocks.
+  const std::size_t record = m.headerBytes + m.rowBytes;
+  if (local.isOk() && m.options.capacity == 0) local = m.checkSendScratch(st.sendCount, record);
   if (!local.isOk()) {
     st.sendCount.assign(static_cast<std::size_t>(m.ranks), 0);
     st.sendFirst.assign(static_cast<std::size_t>(m.ranks), 0);
   }
-
-  // The count exchange (dropless), or fixed capacity blocks.
-  const std::size_t record = m.headerBytes + m.rowBytes;
   std::vector<std::size_t> recvCount;
   std::vector<std::size_t> expected;
   if (m.options.capacity == 0) {
@@ -269,11 +303,8 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
       m.options.capacity == 0 ? st.sendCount : recvCount;  // capacity mode sends full blocks
   m.blocks(sendSlots, record, sendOffset, sendBytes);
   m.blocks(recvCount, record, unused, recvBytes);
-  std::size_t sendTotal = 0, recvTotal = 0;
+  std::size_t sendTotal = 0;
   for (std::size_t b : sendBytes) sendTotal += b;
-  for (std::size_t b : recvBytes) recvTotal += b;
-  Status scratch = m.checkScratch(sendTotal + recvTotal);
-  if (!scratch.isOk()) return scratch;  // peers past the count exchange time out (docs/moe.md)
   m.sendScratch.resize(sendTotal);
   std::memset(m.sendScratch.data(), 0xff, sendTotal);  // empty slots read as local expert -1
   const auto S = static_cast<std::size_t>(m.slots);

@@ -47,8 +47,9 @@ Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, 
 }
 
 Status checkDtype(DataType dtype, const char* what) {
-  CHIMERA_CHECK_ARG(dtype == DataType::F32 || dtype == DataType::F64,
-                    "routed exchange: {} dtype {} is not supported (f32, f64)", what, dataTypeName(dtype));
+  CHIMERA_CHECK_ARG(
+      dtype == DataType::F32 || dtype == DataType::F64 || dtype == DataType::F16 || dtype == DataType::BF16,
+      "routed exchange: {} dtype {} is not supported (f32, f64, f16, bf16)", what, dataTypeName(dtype));
   return Status::ok();
 }
 
@@ -120,6 +121,11 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   if (m.options.scratchLimitBytes == 0) {
     m.options.scratchLimitBytes = kDefaultScratchLimit;
     CHIMERA_RETURN_IF_ERROR(detail::readEnvSize("CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES", m.options.scratchLimitBytes));
+  }
+  if (options.capacity > 0) {  // fixed blocks: their size is known now, on every rank alike
+    const std::vector<std::size_t> blocks(static_cast<std::size_t>(m.ranks),
+                                          static_cast<std::size_t>(options.capacity));
+    CHIMERA_RETURN_IF_ERROR(m.checkSendScratch(blocks, m.headerBytes + m.rowBytes));
   }
   detail::Hasher hasher;
   hasher.add(static_cast<std::uint64_t>(options.numExperts))

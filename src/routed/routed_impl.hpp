@@ -46,10 +46,14 @@ struct RoutedExchange::Impl {
 
   // dispatch's steps.
   Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
-  Status reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows, std::int64_t& firstRow,
+  // tp=P: the reduction of this rank's T partial rows over the token axes (`failed`: this
+  // rank takes part with zeros); Mismatch when another replica failed.
+  Status reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows, std::int64_t& firstRow,
                        RoutedStats& stats);
   Status buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
-  Status checkScratch(std::size_t bytes) const;
+  // InvalidArgument when a block of `records[p]` records of `perRecord` bytes to member p
+  // passes the limit per peer (scratchLimitBytes / R).
+  Status checkSendScratch(std::span<const std::size_t> records, std::size_t perRecord) const;
   Status receivedTable(RoutedDispatch::State& st) const;
   // The block layout of one exchange: `perRecord` bytes per record, `counts` records per member.
   void blocks(std::span<const std::size_t> counts, std::size_t perRecord, std::vector<std::size_t>& offset,

@@ -2,11 +2,13 @@
 // The routed exchange on real MPI ranks: dispatch, receive, combine and both backwards against
 // a reference every rank computes locally from (seed, rank, index), for flat and folded
 // groups, owned / replicated / partial tokens, uneven, skewed, one-expert and empty routings,
-// capacity mode, the bytes each program sends, and the errors of mismatched routing metadata.
+// capacity mode, 16-bit rows, the bytes each program sends, and the errors of mismatched
+// routing metadata.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "chimera/chimera.h"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/routed_exchange.hpp"
+#include "common/half.hpp"
 #include "mpi_test_util.hpp"
 
 namespace chimera {
@@ -37,7 +40,40 @@ struct Case {
   RoutedProgram program = RoutedProgram::Fused;
   std::int64_t capacity = 0;
   std::uint32_t seed = 1;
+  DataType dtype = DataType::F32;  // rows and weights
 };
+
+// 16-bit cases draw smaller values, so that every product, sum and dot product the exchange
+// and the reference form is exact in the row type and the float reference still holds bit for bit.
+bool sixteenBit(DataType dtype) { return dtype == DataType::F16 || dtype == DataType::BF16; }
+
+// Values as the exchange reads them: `v` in `dtype`.
+std::vector<std::byte> encode(const std::vector<float>& v, DataType dtype) {
+  std::vector<std::byte> out(v.size() * dataTypeSize(dtype));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DataType::F32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const std::uint16_t bits = dtype == DataType::BF16 ? detail::floatToBf16(v[i]) : detail::floatToHalf(v[i]);
+      std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode(const std::vector<std::byte>& b, DataType dtype) {
+  std::vector<float> out(b.size() / dataTypeSize(dtype));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (dtype == DataType::F32) {
+      std::memcpy(&out[i], b.data() + 4 * i, 4);
+    } else {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, b.data() + 2 * i, 2);
+      out[i] = dtype == DataType::BF16 ? detail::bf16ToFloat(bits) : detail::halfToFloat(bits);
+    }
+  }
+  return out;
+}
 
 // The tokens of one source: the same on every replica of the token axes ("tp=R", "tp=P").
 struct Source {
@@ -89,12 +125,17 @@ class World {
         }
         if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
       }
+      const bool small = sixteenBit(c_.dtype);
       for (int j = 0; j < c_.topK; ++j) {
         s.ids.push_back(chosen[static_cast<std::size_t>(j)]);
-        s.weights.push_back(0.25f * static_cast<float>(1 + patternHash(c_.seed + 7, k, t * 8 + j) % 4));
+        const std::uint32_t weightDraw = patternHash(c_.seed + 7, k, t * 8 + j);
+        s.weights.push_back(small ? 0.5f * static_cast<float>(1 + weightDraw % 2)
+                                  : 0.25f * static_cast<float>(1 + weightDraw % 4));
       }
-      for (std::int64_t h = 0; h < c_.hidden; ++h)
-        s.x.push_back(static_cast<float>(patternHash(c_.seed + 3, k, t * 97 + h) % 16) - 8.0f);
+      for (std::int64_t h = 0; h < c_.hidden; ++h) {
+        const std::uint32_t valueDraw = patternHash(c_.seed + 3, k, t * 97 + h);
+        s.x.push_back(small ? static_cast<float>(valueDraw % 5) - 2.0f : static_cast<float>(valueDraw % 16) - 8.0f);
+      }
     }
     return s;
   }
@@ -202,18 +243,20 @@ class World {
   bool ok_ = false;
 };
 
-// The expert: row * (global id + 1), exact on the test's small integers.
+// The expert: row * (global id + 1) (16-bit: (id % 2) + 1), exact on the test's small integers.
 std::vector<float> expertOutput(const std::vector<float>& recvX, const std::vector<std::int64_t>& experts,
-                                std::int64_t H) {
+                                std::int64_t H, bool small) {
   std::vector<float> out(recvX.size());
   for (std::size_t r = 0; r < experts.size(); ++r) {
-    for (std::int64_t h = 0; h < H; ++h) out[r * H + h] = recvX[r * H + h] * static_cast<float>(experts[r] + 1);
+    const float factor = static_cast<float>((small ? experts[r] % 2 : experts[r]) + 1);
+    for (std::int64_t h = 0; h < H; ++h) out[r * H + h] = recvX[r * H + h] * factor;
   }
   return out;
 }
 
-float gradOfY(int key, std::int64_t t, std::int64_t h) {
-  return static_cast<float>(patternHash(99, key, static_cast<std::size_t>(t * 131 + h)) % 8) - 4.0f;
+float gradOfY(int key, std::int64_t t, std::int64_t h, bool small) {
+  const std::uint32_t draw = patternHash(99, key, static_cast<std::size_t>(t * 131 + h));
+  return small ? static_cast<float>(draw % 5) - 2.0f : static_cast<float>(draw % 8) - 4.0f;
 }
 
 // Runs dispatch, receive, combine and both backwards of `c` and checks each against the
@@ -229,6 +272,11 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   options.tokenLayout = c.layout;
   options.program = c.program;
   options.capacity = c.capacity;
+  options.dtype = c.dtype;
+  options.weightDtype = c.dtype;
+  const bool small = sixteenBit(c.dtype);
+  const auto in = [&](const std::vector<float>& v) { return encode(v, c.dtype); };
+  const auto out = [&](std::size_t elements) { return std::vector<std::byte>(elements * dataTypeSize(c.dtype)); };
   std::unique_ptr<RoutedExchange> exchange;
   bool ok = RoutedExchange::create(w.backend(), options, exchange).isOk();
   if (!allRanksAgree(ok)) return false;
@@ -238,14 +286,15 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   const std::int64_t H = c.hidden;
   const int K = c.topK;
   RoutedDispatch handle;
-  Status st = exchange->dispatch(x.data(), s.ids.data(), s.weights.data(), s.tokens, handle);
+  Status st = exchange->dispatch(in(x).data(), s.ids.data(), in(s.weights).data(), s.tokens, handle);
   EXPECT_TRUE(st.isOk()) << st.toString();
   if (!allRanksAgree(st.isOk())) return false;
   if (dispatchStats != nullptr) *dispatchStats = handle.stats();
   const std::int64_t rows = handle.rows();
-  std::vector<float> recvX(static_cast<std::size_t>(rows * H)), recvW(static_cast<std::size_t>(rows));
+  std::vector<std::byte> recvXBytes = out(static_cast<std::size_t>(rows * H)), recvWBytes = out(rows);
   std::vector<std::int64_t> recvE(static_cast<std::size_t>(rows));
-  ok = exchange->receive(handle, recvX.data(), recvE.data(), recvW.data()).isOk();
+  ok = exchange->receive(handle, recvXBytes.data(), recvE.data(), recvWBytes.data()).isOk();
+  const std::vector<float> recvX = decode(recvXBytes, c.dtype), recvW = decode(recvWBytes, c.dtype);
   // Rows: exactly the expected (expert, source token) rows, grouped by local expert in order.
   const auto expected = w.expectedRows(exchange->splitsReplicas(), exchange->oncePerRank());
   EXPECT_EQ(static_cast<std::size_t>(rows), expected.size());
@@ -268,9 +317,10 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   }
   EXPECT_EQ(counted, rows);
   // Combine: y[t] = sum_k w[t,k] * x[t] * (id + 1), over the pairs that were kept.
-  const std::vector<float> out = expertOutput(recvX, recvE, H);
-  std::vector<float> y(static_cast<std::size_t>(s.tokens * H), -1.0f);
-  st = exchange->combine(out.data(), recvW.data(), handle, y.data());
+  const std::vector<float> expertOut = expertOutput(recvX, recvE, H, small);
+  std::vector<std::byte> yBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * H), -1.0f));
+  st = exchange->combine(in(expertOut).data(), recvWBytes.data(), handle, yBytes.data());
+  const std::vector<float> y = decode(yBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
   const bool split = exchange->splitsReplicas();
@@ -281,7 +331,8 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
       for (int k = 0; k < K; ++k) {
         if (!w.kept(me, s, split, once, t, k)) continue;
         const std::size_t p = static_cast<std::size_t>(t * K + k);
-        ref += s.weights[p] * (s.x[static_cast<std::size_t>(t * H + h)] * static_cast<float>(s.ids[p] + 1));
+        const float factor = static_cast<float>((small ? s.ids[p] % 2 : s.ids[p]) + 1);
+        ref += s.weights[p] * (s.x[static_cast<std::size_t>(t * H + h)] * factor);
       }
       ok = y[static_cast<std::size_t>(t * H + h)] == ref;
       EXPECT_TRUE(ok) << "y[" << t << "," << h << "] = " << y[static_cast<std::size_t>(t * H + h)] << " vs " << ref;
@@ -290,17 +341,19 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   // Combine backward: grad expert_out = w dy, grad w_row = <dy, expert_out row>.
   std::vector<float> dy(static_cast<std::size_t>(s.tokens * H));
   for (std::int64_t t = 0; t < s.tokens; ++t)
-    for (std::int64_t h = 0; h < H; ++h) dy[static_cast<std::size_t>(t * H + h)] = gradOfY(w.key(me), t, h);
-  std::vector<float> gOut(static_cast<std::size_t>(rows * H)), gRowW(static_cast<std::size_t>(rows));
-  st = exchange->combineBackward(dy.data(), out.data(), recvW.data(), handle, gOut.data(), gRowW.data());
+    for (std::int64_t h = 0; h < H; ++h) dy[static_cast<std::size_t>(t * H + h)] = gradOfY(w.key(me), t, h, small);
+  std::vector<std::byte> gOutBytes = out(static_cast<std::size_t>(rows * H)), gRowWBytes = out(rows);
+  st = exchange->combineBackward(in(dy).data(), in(expertOut).data(), recvWBytes.data(), handle, gOutBytes.data(),
+                                 gRowWBytes.data());
+  const std::vector<float> gOut = decode(gOutBytes, c.dtype), gRowW = decode(gRowWBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
   for (std::size_t r = 0; ok && r < expected.size(); ++r) {
     float dot = 0;
     for (std::int64_t h = 0; h < H; ++h) {
-      const float g = gradOfY(w.key(expected[r].src), expected[r].token, h);
+      const float g = gradOfY(w.key(expected[r].src), expected[r].token, h, small);
       ok = ok && gOut[r * H + h] == expected[r].weight * g;
-      dot += g * out[r * H + h];
+      dot += g * expertOut[r * H + h];
     }
     ok = ok && gRowW[r] == dot;
     EXPECT_TRUE(ok) << "combine backward row " << r;
@@ -313,8 +366,10 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
           recvX[static_cast<std::size_t>(r * H + h)] * 2 + static_cast<float>(recvE[r]);
     gW[static_cast<std::size_t>(r)] = static_cast<float>(recvE[r]);
   }
-  std::vector<float> gx(static_cast<std::size_t>(s.tokens * H), -1), gTopk(static_cast<std::size_t>(s.tokens * K), -1);
-  st = exchange->dispatchBackward(gRecv.data(), gW.data(), handle, gx.data(), gTopk.data());
+  std::vector<std::byte> gxBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * H), -1));
+  std::vector<std::byte> gTopkBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * K), -1));
+  st = exchange->dispatchBackward(in(gRecv).data(), in(gW).data(), handle, gxBytes.data(), gTopkBytes.data());
+  const std::vector<float> gx = decode(gxBytes, c.dtype), gTopk = decode(gTopkBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
   for (std::int64_t t = 0; ok && t < s.tokens; ++t) {
@@ -384,6 +439,32 @@ TEST(RoutedExchange, FoldedGroupAndTokenLayouts) {
         c.seed = 5;
         EXPECT_TRUE(allRanksAgree(runCase(c)))
             << layout << " group " << group << " program " << static_cast<int>(program);
+      }
+    }
+  }
+}
+
+// 16-bit rows and weights (as a bf16 or fp16 training run routes them): every program, flat
+// and folded with each token layout, bit for bit against the float reference on values exact
+// in 16 bits.
+TEST(RoutedExchange, SixteenBitRowsAndWeights) {
+  for (DataType dtype : {DataType::BF16, DataType::F16}) {
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      Case c;
+      c.mesh = flatMesh();
+      c.experts = 4 * size();
+      c.topK = 3;
+      c.routing = Routing::Skewed;
+      c.program = program;
+      c.dtype = dtype;
+      EXPECT_TRUE(allRanksAgree(runCase(c))) << dataTypeName(dtype) << " program " << static_cast<int>(program);
+      if (size() % 2 != 0) continue;
+      for (const char* layout : {"tp=S0", "tp=R", "tp=P"}) {
+        c.mesh = "tp=2,ep=" + std::to_string(size() / 2);
+        c.group = "ep+tp";
+        c.layout = layout;
+        c.experts = 2 * size();
+        EXPECT_TRUE(allRanksAgree(runCase(c))) << dataTypeName(dtype) << " " << layout;
       }
     }
   }
@@ -460,26 +541,38 @@ TEST(RoutedExchange, EveryTokenToOneExpert) {
   EXPECT_TRUE(allRanksAgree(st.isOk() && handle.rows() == expected));
 }
 
-// A dispatch whose scratch would pass the configured limit fails with a message naming it.
-TEST(RoutedExchange, ScratchLimitIsAClearErrorOnTheSender) {
+// A sender whose block to one rank passes the limit per peer (scratchLimitBytes / R) fails
+// with a message naming both numbers, and its peers learn it in the count exchange (Mismatch
+// naming it), before any data moves; blocks within the limit that all land on one rank pass.
+TEST(RoutedExchange, ScratchLimitFailsEveryRankBeforeData) {
   World w(meshCase(flatMesh()));
   ASSERT_TRUE(allRanksAgree(w.ok()));
   RoutedExchangeOptions options;
   options.numExperts = size();
   options.topK = 1;
-  options.hidden = 256;
-  options.scratchLimitBytes = 1 << 20;
+  options.hidden = 256;                                                // 1 KiB rows, records of 1032 bytes
+  options.scratchLimitBytes = static_cast<std::size_t>(size()) << 17;  // 128 KiB per peer
   std::unique_ptr<RoutedExchange> exchange;
   ASSERT_TRUE(allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk()));
-  // Every rank sends 2048 rows of 1 KiB to itself only: 2 MiB of send plus receive scratch.
-  const std::int64_t T = 1024;
-  std::vector<float> x(static_cast<std::size_t>(T * 256), 1.0f), weights(static_cast<std::size_t>(T), 1.0f);
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(T), worldRank());
-  RoutedDispatch handle;
-  const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
-  EXPECT_EQ(st.code(), StatusCode::InvalidArgument);
-  EXPECT_NE(st.message().find("over the limit"), std::string::npos) << st.toString();
-  EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::InvalidArgument));
+  const int odd = size() - 1;
+  for (const bool over : {false, true}) {
+    // Every rank sends 120 rows to rank 0 (124 KiB, within the limit); with `over`, rank `odd` 160.
+    const std::int64_t T = over && worldRank() == odd ? 160 : 120;
+    std::vector<float> x(static_cast<std::size_t>(T * 256), 1.0f), weights(static_cast<std::size_t>(T), 1.0f);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T), 0);
+    RoutedDispatch handle;
+    const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+    if (!over) {
+      EXPECT_TRUE(st.isOk()) << st.toString();
+      EXPECT_TRUE(allRanksAgree(st.isOk() && handle.rows() == (worldRank() == 0 ? 120 * size() : 0)));
+      continue;
+    }
+    const StatusCode want = worldRank() == odd ? StatusCode::InvalidArgument : StatusCode::Mismatch;
+    const std::string names = worldRank() == odd ? "per peer" : "rank " + std::to_string(odd);
+    EXPECT_EQ(st.code(), want) << st.toString();
+    EXPECT_NE(st.message().find(names), std::string::npos) << st.toString();
+    EXPECT_TRUE(allRanksAgree(st.code() == want && st.message().find(names) != std::string::npos));
+  }
 }
 
 // Mismatched routing metadata: an error on every rank, never a hang or garbage.
@@ -537,6 +630,40 @@ TEST(RoutedExchange, MismatchedMetadataFailsEveryRank) {
     const StatusCode want = me == odd ? StatusCode::InvalidArgument : StatusCode::Mismatch;
     EXPECT_EQ(st.code(), want) << st.toString();
     EXPECT_TRUE(allRanksAgree(st.code() == want));
+  }
+}
+
+// A local failure on one replica of partial tokens ("tp=P"): the replica still joins the
+// reduction over tp with zeros, and every rank fails (its replicas learn it there, the rest of
+// the group in the count exchange), with tp inside and outside the dispatch group, split or not.
+TEST(RoutedExchange, PartialReplicaFailureFailsEveryRank) {
+  if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  World w(meshCase("tp=2,ep=" + std::to_string(size() / 2)));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  const int odd = size() - 1;
+  const std::int64_t T = 4;
+  std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), weights(static_cast<std::size_t>(T * 2), 0.5f);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % 2 == 0 ? 0 : size() - 1);
+  for (const char* group : {"ep+tp", "ep"}) {
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      RoutedExchangeOptions options;
+      options.numExperts = size();
+      options.topK = 2;
+      options.hidden = 4;
+      options.tokenLayout = "tp=P";
+      options.program = program;
+      ASSERT_TRUE(w.mesh().parseAxes(group, options.group).isOk());
+      std::unique_ptr<RoutedExchange> exchange;
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk()));
+      const Status local =
+          worldRank() == odd ? Status::invalidArgument("x has 3 columns, the exchange 4") : Status::ok();
+      RoutedDispatch handle;
+      const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle, local);
+      const StatusCode want = worldRank() == odd ? StatusCode::InvalidArgument : StatusCode::Mismatch;
+      EXPECT_EQ(st.code(), want) << group << " " << static_cast<int>(program) << ": " << st.toString();
+      EXPECT_TRUE(allRanksAgree(st.code() == want)) << group << " " << static_cast<int>(program);
+    }
   }
 }
 

@@ -86,6 +86,43 @@ def _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capac
     return _EXCHANGES[key]
 
 
+_ROW_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _problem(x, topk_idx, topk_weights, layout, mesh) -> Optional[str]:
+    """What is wrong with one rank's dispatch arguments, or None."""
+    if x.dim() != 2 or topk_idx.dim() != 2 or topk_weights.shape != topk_idx.shape or x.shape[0] != topk_idx.shape[0]:
+        return (f"moe.dispatch: x {tuple(x.shape)}, topk_idx {tuple(topk_idx.shape)} and topk_weights "
+                f"{tuple(topk_weights.shape)} must be [T, H], [T, K], [T, K]")
+    if topk_idx.dtype != torch.int64:
+        return f"moe.dispatch: topk_idx must be int64, not {topk_idx.dtype}"
+    if x.dtype not in _ROW_DTYPES or topk_weights.dtype not in _ROW_DTYPES:
+        return (f"moe.dispatch: x ({x.dtype}) and topk_weights ({topk_weights.dtype}) must be float32, float64, "
+                f"float16 or bfloat16")
+    if layout and mesh is None:
+        return "moe.dispatch: a token layout names mesh axes: pass mesh= (e.g. 'tp=2,ep=4') too"
+    return None
+
+
+def _fail_collectively(problem, x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow,
+                       program, topology, scratch_limit):
+    """Takes part in the dispatch with `problem` as this rank's failure, on an exchange of the
+    call's shapes where they are well-formed (so that replicas of partial tokens reduce the same
+    T x H), and raises: InvalidArgument here, Mismatch on the peers. With partial tokens, a rank
+    whose x itself is malformed (shape or dtype) reduces another size than its replicas: they
+    fail with the backend's Timeout instead."""
+    if x.dim() == 2 and x.shape[1] > 0:
+        rows = x if x.dtype in _ROW_DTYPES else torch.empty(x.shape)
+    else:
+        rows = torch.empty((0, 1))
+    k = topk_idx.shape[1] if topk_idx.dim() == 2 and 1 <= topk_idx.shape[1] <= num_experts else 1
+    weights = torch.empty((0, k), dtype=topk_weights.dtype if topk_weights.dtype in _ROW_DTYPES else rows.dtype)
+    exchange = _exchange(rows, torch.empty((0, k), dtype=torch.int64), weights, num_experts, mesh, group, layout,
+                         capacity, overflow, program, topology, scratch_limit)
+    exchange.dispatch(None, None, None, rows.shape[0], error=problem)
+    raise ValueError(problem)  # the exchange raises InvalidArgument first; no bad call goes on
+
+
 class _Dispatch(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, topk_weights, topk_idx, exchange, box):  # noqa: D102
@@ -153,16 +190,18 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     Returns (recv_x, recv_expert, recv_weight, tokens_per_expert, handle): recv_x one row per
     (received token, local expert), grouped by local expert in order; recv_expert their global
     ids; recv_weight their routing weights; tokens_per_expert rows per local expert (int64).
+
+    A malformed call on one rank (shapes, dtypes) raises ValueError (chimera.InvalidArgument)
+    there and chimera.Mismatch naming that rank on every other rank of the group: the rank still
+    takes part in the exchange with its failure, so that no peer waits for it.
     """
-    if x.dim() != 2 or topk_idx.dim() != 2 or topk_weights.shape != topk_idx.shape or x.shape[0] != topk_idx.shape[0]:
-        raise ValueError(f"moe.dispatch: x {tuple(x.shape)}, topk_idx {tuple(topk_idx.shape)} and topk_weights "
-                         f"{tuple(topk_weights.shape)} must be [T, H], [T, K], [T, K]")
-    if topk_idx.dtype != torch.int64:
-        raise ValueError(f"moe.dispatch: topk_idx must be int64, not {topk_idx.dtype}")
+    problem = _problem(x, topk_idx, topk_weights, layout, mesh)
     if mesh is None:
-        if layout:
-            raise ValueError("moe.dispatch: a token layout names mesh axes: pass mesh= (e.g. 'tp=2,ep=4') too")
         mesh, group = _group_mesh(group)
+        layout = ""
+    if problem is not None:
+        _fail_collectively(problem, x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow,
+                           program, topology, scratch_limit)
     exchange = _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow, program,
                          topology, scratch_limit)
     box: list = []

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # chimera.torch.moe: dispatch / combine forward and backward against a plain torch reference
 # computed locally from all-gathered inputs (one row per (token, expert), summed in k order),
-# bit for bit on values whose sums are exact; bytes, caching, token layouts and errors.
+# bit for bit on values whose sums are exact (in f32, and in bf16 / f16 on smaller values);
+# bytes, caching, token layouts and errors.
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,12 +13,18 @@ from conftest import agree
 
 
 
-def _inputs(rank, world, experts, topk, hidden, seed, routing="uniform"):
+SIXTEEN_BIT = (torch.bfloat16, torch.float16)
+
+
+def _inputs(rank, world, experts, topk, hidden, seed, routing="uniform", dtype=torch.float32):
     """This rank's tokens: T in 0..10 (0 on every third rank), small-integer x, weights in
-    quarters, distinct top-k ids."""
+    quarters, distinct top-k ids; 16-bit: x in -2..2 and weights 1/2 or 1, so that every sum
+    is exact in the row type."""
+    small = dtype in SIXTEEN_BIT
     g = torch.Generator().manual_seed(seed * 1000 + rank)
     tokens = 0 if rank % 3 == 1 else int(torch.randint(3, 11, (1,), generator=g))
-    x = torch.randint(-8, 8, (tokens, hidden), generator=g).float()
+    x = torch.randint(-2, 3, (tokens, hidden), generator=g) if small else torch.randint(-8, 8, (tokens, hidden),
+                                                                                          generator=g)
     if routing == "one_expert":
         rest = torch.stack([torch.randperm(experts - 1, generator=g)[: topk - 1] + 1 for _ in range(tokens)]) \
             if topk > 1 and tokens else torch.empty((tokens, topk - 1), dtype=torch.int64)
@@ -25,8 +32,9 @@ def _inputs(rank, world, experts, topk, hidden, seed, routing="uniform"):
     else:
         idx = torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(tokens)]) if tokens \
             else torch.empty((0, topk), dtype=torch.int64)
-    w = torch.randint(1, 5, (tokens, topk), generator=g).float() / 4
-    return x, idx.to(torch.int64), w
+    w = torch.randint(1, 3, (tokens, topk), generator=g) / 2 if small else \
+        torch.randint(1, 5, (tokens, topk), generator=g) / 4
+    return x.to(dtype), idx.to(torch.int64), w.to(dtype)
 
 
 def _gather(obj, gloo):
@@ -35,19 +43,25 @@ def _gather(obj, gloo):
     return out
 
 
+def _factor(experts, dtype):
+    """The stand-in expert's factor per expert id: id + 1 (16-bit: id % 2 + 1)."""
+    return ((experts % 2 if dtype in SIXTEEN_BIT else experts) + 1).to(dtype)
+
+
 def _expert(rows, experts):
-    return rows * (experts.unsqueeze(1) + 1).to(rows.dtype)
+    return rows * _factor(experts, rows.dtype).unsqueeze(1)
 
 
-def _check_case(world, experts, topk, hidden, seed, program="planned", routing="uniform"):
+def _check_case(world, experts, topk, hidden, seed, program="planned", routing="uniform", dtype=torch.float32):
     rank, size, gloo = world
-    x, idx, w = _inputs(rank, size, experts, topk, hidden, seed, routing)
+    x, idx, w = _inputs(rank, size, experts, topk, hidden, seed, routing, dtype)
     x.requires_grad_(True)
     w.requires_grad_(True)
     recv_x, recv_e, recv_w, per_expert, handle = moe.dispatch(x, idx, w, experts, program=program)
     out = _expert(recv_x, recv_e)
     y = moe.combine(out, handle)
-    grad_y = torch.randint(-4, 4, y.shape, generator=torch.Generator().manual_seed(seed + rank)).float()
+    grad_y = torch.randint(-2 if dtype in SIXTEEN_BIT else -4, 3 if dtype in SIXTEEN_BIT else 4, y.shape,
+                           generator=torch.Generator().manual_seed(seed + rank)).to(dtype)
     (y * grad_y).sum().backward()
 
     # The reference: every rank's inputs, one row per (token, expert).
@@ -65,10 +79,11 @@ def _check_case(world, experts, topk, hidden, seed, program="planned", routing="
     wr = w.detach().clone().requires_grad_(True)
     yr = torch.zeros_like(xr)
     for k in range(topk):
-        yr = yr + wr[:, k:k + 1] * (xr * (idx[:, k:k + 1] + 1).float())
+        yr = yr + wr[:, k:k + 1] * (xr * _factor(idx[:, k:k + 1], dtype))
     (yr * grad_y).sum().backward()
-    ok = ok and torch.equal(y.detach(), yr.detach()) and torch.equal(x.grad, xr.grad) and torch.equal(w.grad, wr.grad)
-    agree(ok, gloo, f"moe E={experts} K={topk} program={program} routing={routing}")
+    ok = ok and y.dtype == dtype and torch.equal(y.detach(), yr.detach()) and torch.equal(x.grad, xr.grad) and \
+        torch.equal(w.grad, wr.grad)
+    agree(ok, gloo, f"moe E={experts} K={topk} program={program} routing={routing} dtype={dtype}")
     return handle, idx
 
 
@@ -77,6 +92,13 @@ def _check_case(world, experts, topk, hidden, seed, program="planned", routing="
 def test_dispatch_combine_match_reference(world, program, experts_per_rank, topk):
     _, size, _ = world
     _check_case(world, experts_per_rank * size, topk, 6, seed=experts_per_rank * 10 + topk, program=program)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+@pytest.mark.parametrize("program", ["fused", "per_expert"])
+def test_sixteen_bit_rows_match_reference(world, program, dtype):
+    _, size, _ = world
+    _check_case(world, 4 * size, 3, 6, seed=17, program=program, dtype=dtype)
 
 
 def test_one_expert_routing(world):
@@ -143,3 +165,39 @@ def test_out_of_range_expert_fails_every_rank(world):
         raised = type(error)
     want = chimera.InvalidArgument if rank == size - 1 else chimera.Mismatch
     agree(raised is want, gloo, f"raised {raised}, wanted {want}")
+
+
+@pytest.mark.parametrize("fault", ["x_rows", "weights_shape", "idx_dtype", "row_dtype"])
+@pytest.mark.parametrize("layout", ["", "tp=P"])
+def test_malformed_call_on_one_rank_fails_every_rank(world, fault, layout):
+    """One rank's arguments fail moe.dispatch's checks: it raises ValueError, every peer Mismatch
+    naming it, at once (no peer waits for the timeout), also when its replicas reduce over tp."""
+    rank, size, gloo = world
+    if layout and size % 2:
+        pytest.skip("needs an even world")
+    if layout and fault == "x_rows":
+        pytest.skip("replicas of partial tokens cannot reduce a malformed x with the right size (docs/moe.md)")
+    x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=43)  # the same tokens on every rank
+    odd = size - 1
+    if rank == odd:
+        if fault == "x_rows":
+            x = x[1:]
+        elif fault == "weights_shape":
+            w = w[:, :1]
+        elif fault == "idx_dtype":
+            idx = idx.to(torch.int32)
+        else:
+            x = x.to(torch.int32)
+    where = {"mesh": f"tp=2,ep={size // 2}", "group": "ep", "layout": layout} if layout else {}
+    try:
+        moe.dispatch(x, idx, w, 2 * size, **where)
+        raised = None
+    except chimera.Error as error:
+        raised = error
+    except ValueError as error:
+        raised = error
+    if rank == odd:
+        ok = isinstance(raised, ValueError)
+    else:
+        ok = isinstance(raised, chimera.Mismatch) and (layout or f"rank {odd}" in str(raised))
+    agree(ok, gloo, f"{fault} {layout}: raised {type(raised).__name__}: {raised}")
