@@ -11,8 +11,10 @@ declaration of what the next computation reads; the Session fuses where that pay
 * the sequence-parallel input of a column-parallel matmul (and the backward of a row-parallel
   one): ``allgather:tp``;
 * the pipeline hand-off ``allreduce:tp`` + ``send:pp`` with the next stage reading its rows:
-  ReduceScatter + a many-to-many of the shards (:func:`pipeline_handoff`);
-* MoE token dispatch/combine: AllToAll over ``ep`` (:func:`moe_dispatch`, :func:`moe_combine`).
+  ReduceScatter + a many-to-many of the shards (:meth:`ParallelContext.pipeline_send`, and per
+  rank :meth:`ParallelContext.stage_send` / :meth:`ParallelContext.stage_recv`).
+
+MoE token dispatch and combine are :mod:`chimera.torch.moe` (the routed exchange).
 
 With ``fusion=False`` the same calls run exactly as recorded (an AllReduce, then a local slice).
 Tokens are rows of 2-D activations ``[tokens, features]``, sharded over ``dp`` (when the mesh has
@@ -370,41 +372,6 @@ class ParallelContext:
         self.comm_seconds += _now() - start
         return out
 
-    # --- MoE token dispatch / combine ---------------------------------------------------------
-    def _token_layout(self, axis: str, expert_sharded: bool) -> str:
-        others = [a for a in self.names if a != axis]
-        if expert_sharded:
-            return ",".join(filter(None, ["+".join(others) + "=S1" if others else "", f"{axis}=S0"]))
-        return "+".join(others + [axis]) + "=S1"
-
-    def all_to_all_slots(self, x, axis: str, dispatch: bool):
-        """Dispatch: [E, C, f] (this rank's C slots for every expert) -> [E/n, n*C, f] (this rank's
-        experts, the slots of every rank of `axis`); combine: the inverse. alltoall on the Session."""
-        n = self.size(axis)
-        x = x.contiguous()
-        if dispatch:
-            e, c = x.shape[0], x.shape[1]
-            out = torch.empty((e // n, c * n) + tuple(x.shape[2:]), dtype=x.dtype)
-            logical = [e, c * self.axes_product()] + list(x.shape[2:])
-            src, fro, to = self._token_layout(axis, False), 1, 0
-        else:
-            el, cn = x.shape[0], x.shape[1]
-            out = torch.empty((el * n, cn // n) + tuple(x.shape[2:]), dtype=x.dtype)
-            logical = [el * n, cn // n * self.axes_product()] + list(x.shape[2:])
-            src, fro, to = self._token_layout(axis, True), 0, 1
-        start = _now()
-        h = self._tensor(x, logical, src)
-        self.session.all_to_all(h, axis, fro, to, out)
-        self.session.flush()
-        self.comm_seconds += _now() - start
-        return out
-
-    def axes_product(self) -> int:
-        total = 1
-        for s in self.axes.values():
-            total *= s
-        return total
-
     def stats(self) -> dict:
         """The Session's counters (bytes as recorded vs sent, fused chains, windows)."""
         return dict(self.session.stats()) if self.session is not None else {}
@@ -490,37 +457,3 @@ class RowParallelLinear(torch.nn.Module):
 
     def forward(self, x_cols):
         return _RowParallel.apply(x_cols, self.weight, self.pctx) + self.bias
-
-
-class _Dispatch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, slots, pctx, axis):
-        ctx.pctx, ctx.axis = pctx, axis
-        return pctx.all_to_all_slots(slots, axis, dispatch=True)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=False), None, None
-
-
-class _Combine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, expert_out, pctx, axis):
-        ctx.pctx, ctx.axis = pctx, axis
-        return pctx.all_to_all_slots(expert_out, axis, dispatch=False)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.pctx.all_to_all_slots(grad, ctx.axis, dispatch=True), None, None
-
-
-def moe_dispatch(pctx, slots, axis: str = "ep"):
-    """MoE token dispatch: ``slots`` [experts, capacity, f] (this rank's tokens placed in each
-    expert's slots) -> [experts / n, n * capacity, f] for this rank's experts (n = size of
-    `axis`). One AllToAll on the Session; its backward is the combine."""
-    return _Dispatch.apply(slots, pctx, axis)
-
-
-def moe_combine(pctx, expert_out, axis: str = "ep"):
-    """The inverse of :func:`moe_dispatch` (backward: the dispatch)."""
-    return _Combine.apply(expert_out, pctx, axis)
