@@ -112,14 +112,20 @@ def main():
     for rank in range(RANKS):
         if rank == STOPPED or problems:
             continue
-        # The missing rank by number where chimera knows it (its own algorithms, point-to-point, the
-        # argument check); inside the MPI library's own collective MPI does not say which member is
-        # late, and the line names the group's members instead.
+        # The missing rank by number: chimera's own algorithms, point-to-point and the argument check
+        # know it; inside the MPI library's own collective the members that gave up hold a roll call,
+        # and the stopped rank is among those silent in it (a rank may also name a live peer it waits
+        # on, itself waiting for the stopped one). Only when every member answered does the line
+        # name the group's members instead.
         logged = [l for l in lines if re.search(
             rf"rank {rank} cannot go on: .* on .* still waiting for (world ranks? [0-9]|a member of the group's "
             r"library collective \(world ranks [0-9])", l)]
         if logged:
             print(f"rank {rank} logged: {logged[0].strip()[:300]}")
+            roll = re.search(r"world ranks? ([0-9, ]+) of the group's library collective \(silent in a roll call",
+                             logged[0])
+            if roll and str(STOPPED) not in [r.strip() for r in roll.group(1).split(",")]:
+                problems.append(f"rank {rank}'s roll call did not name the stopped rank {STOPPED}: {logged[0]}")
         else:
             problems.append(f"rank {rank} logged no line naming its call, its group and the rank it waited for")
     for problem in problems:

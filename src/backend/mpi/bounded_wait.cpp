@@ -17,6 +17,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int kRollCallTag = 0x524c;  // 'RL'
+// How long a roll call listens: long enough for the members that gave up on the same
+// collective a little later, short enough to end the job within the timeout plus a few seconds.
+constexpr std::chrono::milliseconds kRollCallWindow{2000};
+
 Clock::duration budget(const MpiGroup& group) { return std::chrono::milliseconds(group.timeoutMs); }
 
 int worldRankOf(const MpiGroup& group, int index) {
@@ -31,7 +36,43 @@ std::string joined(const std::vector<int>& values) {
   return text;
 }
 
-// "world rank 2", "world ranks 1, 3", or the whole group when a collective is pending.
+// The world ranks of the members that do not answer a roll call within the window. Every member
+// that gives up on a library collective sends an empty message to every other member, then
+// listens: members that gave up too answer each other; a member that is stopped, dead or busy
+// elsewhere does not. MPI itself does not say which member of a collective is late.
+std::vector<int> silentMembers(const MpiGroup& group, std::chrono::milliseconds window) {
+  std::vector<char> heard(static_cast<std::size_t>(group.size), 0);
+  heard[static_cast<std::size_t>(group.index)] = 1;
+  for (int p = 0; p < group.size; ++p) {
+    if (p == group.index) continue;
+    MPI_Request request = MPI_REQUEST_NULL;  // empty: no buffer to keep; freed, never waited on
+    if (MPI_Isend(nullptr, 0, MPI_BYTE, p, kRollCallTag, group.comm, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+  int missing = group.size - 1;
+  const Clock::time_point deadline = Clock::now() + window;
+  while (missing > 0 && Clock::now() < deadline) {
+    int found = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, group.comm, &found, &status) != MPI_SUCCESS) break;
+    if (found == 0) {
+      std::this_thread::yield();
+      continue;
+    }
+    MPI_Recv(nullptr, 0, MPI_BYTE, status.MPI_SOURCE, kRollCallTag, group.comm, MPI_STATUS_IGNORE);
+    char& answered = heard[static_cast<std::size_t>(status.MPI_SOURCE)];
+    if (answered == 0) --missing;
+    answered = 1;
+  }
+  std::vector<int> silent;
+  for (int p = 0; p < group.size; ++p) {
+    if (heard[static_cast<std::size_t>(p)] == 0) silent.push_back(worldRankOf(group, p));
+  }
+  return silent;
+}
+
+// "world rank 2", "world ranks 1, 3"; for a pending library collective, the members silent in
+// a roll call (or the whole group, when every member answered).
 std::string missingPeers(const MpiGroup& group, std::span<const MPI_Request> requests, std::span<const int> peers) {
   std::vector<int> late;
   bool collective = false;
@@ -50,8 +91,17 @@ std::string missingPeers(const MpiGroup& group, std::span<const MPI_Request> req
   if (!late.empty()) text = fmt::format("world rank{} {}", late.size() == 1 ? "" : "s", joined(late));
   if (collective) {
     if (!text.empty()) text += " and ";
-    text += fmt::format("a member of the group's library collective (world ranks {}; MPI does not say which)",
-                        joined(group.members));
+    const auto window = std::min(kRollCallWindow, std::chrono::milliseconds(group.timeoutMs));
+    const std::vector<int> silent = silentMembers(group, window);
+    if (silent.empty()) {
+      text += fmt::format(
+          "a member of the group's library collective (world ranks {}; every member answered a roll call, so one "
+          "of them waits in another call)",
+          joined(group.members));
+    } else {
+      text += fmt::format("world rank{} {} of the group's library collective (silent in a roll call of {} ms)",
+                          silent.size() == 1 ? "" : "s", joined(silent), window.count());
+    }
   }
   return text;
 }
