@@ -21,44 +21,6 @@
 namespace chimera::python {
 namespace {
 
-// The checks of one call: each view's failure is kept as a Status for the exchange to carry.
-class Checks {
- public:
-  Checks(const char* call, MemorySpace space) : call_(call), space_(space) {}
-  // The view of `obj` with `elements` elements of `dtype` (None: a null view), or a null view
-  // and the failure kept.
-  TensorView view(nb::handle obj, const char* name, DataType dtype, std::size_t elements, bool optional = false) {
-    TensorView v;
-    if (!status_.isOk() || (optional && obj.is_none())) return v;
-    try {
-      v = viewObject(obj, call_, name, space_);
-      expectDtype(v, dtype, call_, name, std::string(dataTypeName(dtype)));
-      expectBytes(v, elements * dataTypeSize(dtype), call_, name, fmt::format("{} elements", elements));
-    } catch (nb::python_error& e) {
-      status_ = Status::invalidArgument(e.what());
-      error_ = std::make_unique<nb::python_error>(std::move(e));
-      return TensorView{};
-    }
-    return v;
-  }
-  // A failure the caller found before the call (e.g. a shape check in Python): kept, no view read.
-  void fail(const std::string& message) {
-    if (status_.isOk()) status_ = Status::invalidArgument(message);
-  }
-  const Status& status() const { return status_; }
-  // Raises the kept check failure (after the exchange ran), else the exchange's error.
-  void raise(const Status& exchanged) {
-    if (error_ != nullptr) throw std::move(*error_);
-    check(exchanged);
-  }
-
- private:
-  const char* call_;
-  MemorySpace space_;
-  Status status_;
-  std::unique_ptr<nb::python_error> error_;
-};
-
 nb::dict statsDict(const RoutedStats& s) {
   nb::dict d;
   d["payload_bytes"] = s.payloadBytes;
@@ -118,11 +80,81 @@ class PyRoutedExchange : public Resource {
   std::unique_ptr<RoutedExchange> exchange_;
 };
 
+// One call of the binding on an exchange: its arrays' checks, each failure kept as a Status for
+// the exchange to carry, and the exchange run without the GIL.
+class RoutedCall {
+ public:
+  RoutedCall(PyRoutedExchange& self, const char* call)
+      : exchange(self.get(call)), options(exchange.options()), call_(call), space_(self.space()) {}
+
+  // The view of `obj` with `elements` elements of `dtype` (None: a null view), or a null view
+  // and the failure kept.
+  TensorView view(nb::handle obj, const char* name, DataType dtype, std::size_t elements, bool optional = false) {
+    TensorView v;
+    if (!status_.isOk() || (optional && obj.is_none())) return v;
+    try {
+      v = viewObject(obj, call_, name, space_);
+      expectDtype(v, dtype, call_, name, std::string(dataTypeName(dtype)));
+      expectBytes(v, elements * dataTypeSize(dtype), call_, name, fmt::format("{} elements", elements));
+    } catch (nb::python_error& e) {
+      status_ = Status::invalidArgument(e.what());
+      error_ = std::make_unique<nb::python_error>(std::move(e));
+      return TensorView{};
+    }
+    return v;
+  }
+  // The view of `count` rows of `hidden` elements of the row dtype.
+  TensorView rows(nb::handle obj, const char* name, std::size_t count, bool optional = false) {
+    return view(obj, name, options.dtype, count * static_cast<std::size_t>(options.hidden), optional);
+  }
+  // The view of `count` weights of the weight dtype.
+  TensorView weights(nb::handle obj, const char* name, std::size_t count, bool optional = false) {
+    return view(obj, name, options.weightDtype, count, optional);
+  }
+  // A failure the caller found before the call (e.g. a shape check in Python): kept, no view read.
+  void fail(const std::string& message) {
+    if (status_.isOk()) status_ = Status::invalidArgument(message);
+  }
+  // Raises the kept check failure, if any.
+  void raise() { raiseFirst(Status::ok()); }
+  // Runs the exchange `call(localError)` without the GIL, this rank's check failure as its local
+  // error, then raises the check failure, else the exchange's error.
+  template <typename Call>
+  void run(Call&& call) {
+    Status exchanged;
+    {
+      nb::gil_scoped_release release;
+      exchanged = call(status_);
+    }
+    raiseFirst(exchanged);
+  }
+  // run for a call that reports its stats (`call(stats, localError)`); returns them as a dict.
+  template <typename Call>
+  nb::dict runWithStats(Call&& call) {
+    RoutedStats stats;
+    run([&](const Status& local) { return call(&stats, local); });
+    return statsDict(stats);
+  }
+
+  RoutedExchange& exchange;
+  const RoutedExchangeOptions& options;
+
+ private:
+  // Raises the kept check failure, else `exchanged`'s error.
+  void raiseFirst(const Status& exchanged) {
+    if (error_ != nullptr) throw std::move(*error_);
+    check(exchanged);
+  }
+
+  const char* call_;
+  MemorySpace space_;
+  Status status_;
+  std::unique_ptr<nb::python_error> error_;
+};
+
 struct PyRoutedDispatch {
   RoutedDispatch handle;
 };
-
-std::size_t rowsOf(const RoutedDispatch& h, std::int64_t hidden) { return static_cast<std::size_t>(h.rows() * hidden); }
 
 }  // namespace
 
@@ -153,24 +185,18 @@ void bindRouted(nb::module_& m) {
           "dispatch",
           [](PyRoutedExchange& self, nb::handle x, nb::handle topkIdx, nb::handle topkWeights, std::int64_t tokens,
              const std::optional<std::string>& error) {
-            constexpr const char* kCall = "RoutedExchange.dispatch";
-            RoutedExchange& ex = self.get(kCall);
-            const RoutedExchangeOptions& o = ex.options();
-            Checks checks(kCall, self.space());
-            if (error.has_value()) checks.fail(*error);
+            RoutedCall c(self, "RoutedExchange.dispatch");
+            if (error.has_value()) c.fail(*error);
             const auto T = static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0));
-            const TensorView vx = checks.view(x, "x", o.dtype, T * static_cast<std::size_t>(o.hidden));
-            const TensorView vi = checks.view(topkIdx, "topk_idx", DataType::I64, T * static_cast<std::size_t>(o.topK));
-            const TensorView vw =
-                checks.view(topkWeights, "topk_weights", o.weightDtype, T * static_cast<std::size_t>(o.topK));
+            const auto pairs = T * static_cast<std::size_t>(c.options.topK);
+            const TensorView vx = c.rows(x, "x", T);
+            const TensorView vi = c.view(topkIdx, "topk_idx", DataType::I64, pairs);
+            const TensorView vw = c.weights(topkWeights, "topk_weights", pairs);
             auto out = std::make_unique<PyRoutedDispatch>();
-            Status st;
-            {
-              nb::gil_scoped_release release;
-              st = ex.dispatch(vx.data, static_cast<const std::int64_t*>(vi.data), vw.data, tokens, out->handle,
-                               checks.status());
-            }
-            checks.raise(st);
+            c.run([&](const Status& local) {
+              return c.exchange.dispatch(vx.data, static_cast<const std::int64_t*>(vi.data), vw.data, tokens,
+                                         out->handle, local);
+            });
             return out.release();
           },
           nb::arg("x").none(), nb::arg("topk_idx").none(), nb::arg("topk_weights").none(), nb::arg("tokens"),
@@ -182,37 +208,25 @@ void bindRouted(nb::module_& m) {
           "receive",
           [](PyRoutedExchange& self, PyRoutedDispatch& d, nb::handle recvX, nb::handle recvExpert,
              nb::handle recvWeight) {
-            constexpr const char* kCall = "RoutedExchange.receive";
-            RoutedExchange& ex = self.get(kCall);
-            const RoutedExchangeOptions& o = ex.options();
-            Checks checks(kCall, self.space());
+            RoutedCall c(self, "RoutedExchange.receive");
             const auto rows = static_cast<std::size_t>(d.handle.rows());
-            const TensorView vx = checks.view(recvX, "recv_x", o.dtype, rowsOf(d.handle, o.hidden));
-            const TensorView ve = checks.view(recvExpert, "recv_expert", DataType::I64, rows);
-            const TensorView vw = checks.view(recvWeight, "recv_weight", o.weightDtype, rows);
-            checks.raise(Status::ok());
-            check(ex.receive(d.handle, vx.data, static_cast<std::int64_t*>(ve.data), vw.data));
+            const TensorView vx = c.rows(recvX, "recv_x", rows);
+            const TensorView ve = c.view(recvExpert, "recv_expert", DataType::I64, rows);
+            const TensorView vw = c.weights(recvWeight, "recv_weight", rows);
+            c.raise();
+            check(c.exchange.receive(d.handle, vx.data, static_cast<std::int64_t*>(ve.data), vw.data));
           },
           nb::arg("handle"), nb::arg("recv_x"), nb::arg("recv_expert"), nb::arg("recv_weight"))
       .def(
           "combine",
           [](PyRoutedExchange& self, nb::handle expertOut, nb::handle rowWeights, PyRoutedDispatch& d, nb::handle y) {
-            constexpr const char* kCall = "RoutedExchange.combine";
-            RoutedExchange& ex = self.get(kCall);
-            const RoutedExchangeOptions& o = ex.options();
-            Checks checks(kCall, self.space());
-            const auto rows = static_cast<std::size_t>(d.handle.rows());
-            const TensorView vo = checks.view(expertOut, "expert_out", o.dtype, rowsOf(d.handle, o.hidden));
-            const TensorView vw = checks.view(rowWeights, "row_weights", o.weightDtype, rows, true);
-            const TensorView vy = checks.view(y, "y", o.dtype, static_cast<std::size_t>(d.handle.tokens() * o.hidden));
-            RoutedStats stats;
-            Status st;
-            {
-              nb::gil_scoped_release release;
-              st = ex.combine(vo.data, vw.data, d.handle, vy.data, &stats, checks.status());
-            }
-            checks.raise(st);
-            return statsDict(stats);
+            RoutedCall c(self, "RoutedExchange.combine");
+            const TensorView vo = c.rows(expertOut, "expert_out", static_cast<std::size_t>(d.handle.rows()));
+            const TensorView vw = c.weights(rowWeights, "row_weights", static_cast<std::size_t>(d.handle.rows()), true);
+            const TensorView vy = c.rows(y, "y", static_cast<std::size_t>(d.handle.tokens()));
+            return c.runWithStats([&](RoutedStats* stats, const Status& local) {
+              return c.exchange.combine(vo.data, vw.data, d.handle, vy.data, stats, local);
+            });
           },
           nb::arg("expert_out"), nb::arg("row_weights").none(), nb::arg("handle"), nb::arg("y"),
           "y[t] = sum_k w[t,k] * expert_out[row of (t,k)]; returns the combine's stats.")
@@ -220,25 +234,16 @@ void bindRouted(nb::module_& m) {
           "combine_backward",
           [](PyRoutedExchange& self, nb::handle gradY, nb::handle expertOut, nb::handle rowWeights, PyRoutedDispatch& d,
              nb::handle gradExpertOut, nb::handle gradRowWeights) {
-            constexpr const char* kCall = "RoutedExchange.combine_backward";
-            RoutedExchange& ex = self.get(kCall);
-            const RoutedExchangeOptions& o = ex.options();
-            Checks checks(kCall, self.space());
+            RoutedCall c(self, "RoutedExchange.combine_backward");
             const auto rows = static_cast<std::size_t>(d.handle.rows());
-            const auto tokenElements = static_cast<std::size_t>(d.handle.tokens() * o.hidden);
-            const TensorView vg = checks.view(gradY, "grad_y", o.dtype, tokenElements);
-            const TensorView vo = checks.view(expertOut, "expert_out", o.dtype, rowsOf(d.handle, o.hidden), true);
-            const TensorView vw = checks.view(rowWeights, "row_weights", o.weightDtype, rows, true);
-            const TensorView vgo = checks.view(gradExpertOut, "grad_expert_out", o.dtype, rowsOf(d.handle, o.hidden));
-            const TensorView vgw = checks.view(gradRowWeights, "grad_row_weights", o.weightDtype, rows, true);
-            RoutedStats stats;
-            Status st;
-            {
-              nb::gil_scoped_release release;
-              st = ex.combineBackward(vg.data, vo.data, vw.data, d.handle, vgo.data, vgw.data, &stats, checks.status());
-            }
-            checks.raise(st);
-            return statsDict(stats);
+            const TensorView vg = c.rows(gradY, "grad_y", static_cast<std::size_t>(d.handle.tokens()));
+            const TensorView vo = c.rows(expertOut, "expert_out", rows, true);
+            const TensorView vw = c.weights(rowWeights, "row_weights", rows, true);
+            const TensorView vgo = c.rows(gradExpertOut, "grad_expert_out", rows);
+            const TensorView vgw = c.weights(gradRowWeights, "grad_row_weights", rows, true);
+            return c.runWithStats([&](RoutedStats* stats, const Status& local) {
+              return c.exchange.combineBackward(vg.data, vo.data, vw.data, d.handle, vgo.data, vgw.data, stats, local);
+            });
           },
           nb::arg("grad_y"), nb::arg("expert_out").none(), nb::arg("row_weights").none(), nb::arg("handle"),
           nb::arg("grad_expert_out"), nb::arg("grad_row_weights").none())
@@ -246,25 +251,17 @@ void bindRouted(nb::module_& m) {
           "dispatch_backward",
           [](PyRoutedExchange& self, nb::handle gradRecvX, nb::handle gradRowWeights, PyRoutedDispatch& d,
              nb::handle gradX, nb::handle gradWeights) {
-            constexpr const char* kCall = "RoutedExchange.dispatch_backward";
-            RoutedExchange& ex = self.get(kCall);
-            const RoutedExchangeOptions& o = ex.options();
-            Checks checks(kCall, self.space());
+            RoutedCall c(self, "RoutedExchange.dispatch_backward");
             const auto rows = static_cast<std::size_t>(d.handle.rows());
             const auto T = static_cast<std::size_t>(d.handle.tokens());
-            const TensorView vg = checks.view(gradRecvX, "grad_recv_x", o.dtype, rowsOf(d.handle, o.hidden));
-            const TensorView vgw = checks.view(gradRowWeights, "grad_recv_weight", o.weightDtype, rows, true);
-            const TensorView vx = checks.view(gradX, "grad_x", o.dtype, T * static_cast<std::size_t>(o.hidden));
+            const TensorView vg = c.rows(gradRecvX, "grad_recv_x", rows);
+            const TensorView vgw = c.weights(gradRowWeights, "grad_recv_weight", rows, true);
+            const TensorView vx = c.rows(gradX, "grad_x", T);
             const TensorView vw =
-                checks.view(gradWeights, "grad_weights", o.weightDtype, T * static_cast<std::size_t>(o.topK), true);
-            RoutedStats stats;
-            Status st;
-            {
-              nb::gil_scoped_release release;
-              st = ex.dispatchBackward(vg.data, vgw.data, d.handle, vx.data, vw.data, &stats, checks.status());
-            }
-            checks.raise(st);
-            return statsDict(stats);
+                c.weights(gradWeights, "grad_weights", T * static_cast<std::size_t>(c.options.topK), true);
+            return c.runWithStats([&](RoutedStats* stats, const Status& local) {
+              return c.exchange.dispatchBackward(vg.data, vgw.data, d.handle, vx.data, vw.data, stats, local);
+            });
           },
           nb::arg("grad_recv_x"), nb::arg("grad_recv_weight").none(), nb::arg("handle"), nb::arg("grad_x"),
           nb::arg("grad_weights").none())

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <vector>
 
 #include "core/check.hpp"
 #include "routed/exchange_blocks.hpp"
@@ -36,6 +38,89 @@ const std::byte* returnedRecord(const std::vector<std::byte>& received, const st
   const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), rec) -
                                              st.sendFirst.begin() - 1);
   return received.data() + offset[peer] + kBlockWordBytes + (rec - st.sendFirst[peer]) * recordBytes;
+}
+
+using Impl = RoutedExchange::Impl;
+using State = RoutedDispatch::State;
+
+// The block layout of one exchange, both ways.
+struct RecordBlocks {
+  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
+};
+
+// Lays out `sendCounts` / `recvCounts` records of `perRecord` bytes and zeroes the send scratch.
+RecordBlocks layOutBlocks(Impl& m, std::span<const std::size_t> sendCounts, std::span<const std::size_t> recvCounts,
+                          std::size_t perRecord) {
+  RecordBlocks b;
+  m.blocks(sendCounts, perRecord, b.sendOffset, b.sendBytes);
+  m.blocks(recvCounts, perRecord, b.recvOffset, b.recvBytes);
+  std::size_t total = 0;
+  for (std::size_t bytes : b.sendBytes) total += bytes;
+  m.sendScratch.assign(total, std::byte{0});
+  return b;
+}
+
+// Sends the send scratch's blocks over the group; the peers' blocks land in m.back.
+Status exchangeRecords(Impl& m, RecordBlocks& b) {
+  return detail::exchangeBlocks(m.backend, m.group, m.sendScratch, b.sendOffset, b.sendBytes, b.recvBytes, m.back,
+                                b.recvOffset);
+}
+
+// A record that carries nothing but its row.
+struct RowOnly {
+  void operator()(auto&&...) const {}
+};
+
+// Expert side: each source's block gets its word and, per record, the record's slot rows of `rows`
+// times `weights` (null: 1) summed in slot order; `slotExtra(record, s, row)` adds the rest.
+template <typename SlotExtra = RowOnly>
+void sumRecordRows(Impl& m, const State& st, std::span<const std::size_t> sendOffset, std::size_t recordBytes,
+                   const void* rows, const void* weights, const Status& local, SlotExtra slotExtra = {}) {
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::int64_t H = m.options.hidden;
+  detail::withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+      std::byte* block = m.sendScratch.data() + sendOffset[p];
+      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
+      std::memcpy(block, &word, 8);
+      if (!local.isOk()) continue;
+      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+        std::byte* record = block + kBlockWordBytes + r * recordBytes;
+        bool first = true;
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+          if (row < 0) continue;
+          detail::accumulateRow(reinterpret_cast<T*>(record), static_cast<const T*>(rows) + row * H,
+                                detail::readWeight(weights, m.options.weightDtype, row), H, first);
+          first = false;
+          slotExtra(record, s, row);
+        }
+      }
+    }
+  });
+}
+
+// Source side: out[t] = the rows returned in m.back for token t's records, summed in k order;
+// `pairExtra(t, k, rec, record)` reads the rest of a pair's record (rec < 0, null: dropped).
+template <typename PairExtra = RowOnly>
+void sumReturnedRows(const Impl& m, const State& st, const std::vector<std::size_t>& recvOffset,
+                     std::size_t recordBytes, void* out, PairExtra pairExtra = {}) {
+  const int K = m.options.topK;
+  const std::int64_t H = m.options.hidden;
+  detail::withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
+      T* sum = static_cast<T*>(out) + t * H;
+      std::memset(sum, 0, m.rowBytes);
+      for (int k = 0; k < K; ++k) {
+        const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
+        const std::int64_t rec = st.pairRecord[pair];
+        const std::byte* record =
+            rec < 0 ? nullptr : returnedRecord(m.back, recvOffset, st, static_cast<std::size_t>(rec), recordBytes);
+        if (record != nullptr && st.pairFirst[pair] != 0) detail::addRow(sum, reinterpret_cast<const T*>(record), H);
+        pairExtra(t, k, rec, record);
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -91,55 +176,14 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
   if (local.isOk() && st.tokens > 0 && y == nullptr) local = Status::invalidArgument("routed combine: null output");
   RoutedStats own;
   // Each received record goes back as one row: its slots' rows weighted and summed in slot order.
-  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
-  m.blocks(st.recvCount, m.rowBytes, sendOffset, sendBytes);
-  m.blocks(st.sendCount, m.rowBytes, recvOffset, recvBytes);
-  std::size_t total = 0;
-  for (std::size_t b : sendBytes) total += b;
-  m.sendScratch.assign(total, std::byte{0});
-  const auto S = static_cast<std::size_t>(m.slots);
-  const std::int64_t H = m.options.hidden;
-  detail::withRowType(m.options.dtype, [&]<typename T>() {
-    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-      std::byte* block = m.sendScratch.data() + sendOffset[p];
-      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
-      std::memcpy(block, &word, 8);
-      if (!local.isOk()) continue;
-      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
-        T* out = reinterpret_cast<T*>(block + kBlockWordBytes + r * m.rowBytes);
-        bool first = true;
-        for (std::size_t s = 0; s < S; ++s) {
-          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
-          if (row < 0) continue;
-          detail::accumulateRow(out, static_cast<const T*>(expertOut) + row * H,
-                                detail::readWeight(rowWeights, m.options.weightDtype, row), H, first);
-          first = false;
-        }
-      }
-    }
-  });
-  CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, m.rowBytes);
+  sumRecordRows(m, st, b.sendOffset, m.rowBytes, expertOut, rowWeights, local);
+  CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
   m.count(own, st.recvCount, m.rowBytes, 0);
   Status verdict =
-      detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local, "routed combine");
+      detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local, "routed combine");
   // A token's rows from every destination, summed at the source in k order.
-  const int K = m.options.topK;
-  if (verdict.isOk()) {
-    detail::withRowType(m.options.dtype, [&]<typename T>() {
-      for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
-        T* out = static_cast<T*>(y) + t * H;
-        std::memset(out, 0, m.rowBytes);
-        for (int k = 0; k < K; ++k) {
-          const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
-          const std::int64_t rec = st.pairRecord[pair];
-          if (rec < 0 || st.pairFirst[pair] == 0) continue;
-          const std::byte* row = returnedRecord(m.back, recvOffset, st, static_cast<std::size_t>(rec), m.rowBytes);
-          detail::addRow(out, reinterpret_cast<const T*>(row), H);
-        }
-      }
-    });
-  }
+  if (verdict.isOk()) sumReturnedRows(m, st, b.recvOffset, m.rowBytes, y);
   if (m.split) CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(y, st.tokens, m.rowBytes, verdict, own));
   if (stats != nullptr) *stats = own;
   return verdict;
@@ -158,14 +202,9 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
     local = Status::invalidArgument("routed combine backward: null expert output or its gradient with rows > 0");
   RoutedStats own;
   // dy of each sent record's token goes the dispatch's way, once per record.
-  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
-  m.blocks(st.sendCount, m.rowBytes, sendOffset, sendBytes);
-  m.blocks(st.recvCount, m.rowBytes, recvOffset, recvBytes);
-  std::size_t total = 0;
-  for (std::size_t b : sendBytes) total += b;
-  m.sendScratch.assign(total, std::byte{0});
+  RecordBlocks b = layOutBlocks(m, st.sendCount, st.recvCount, m.rowBytes);
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
-    std::byte* block = m.sendScratch.data() + sendOffset[p];
+    std::byte* block = m.sendScratch.data() + b.sendOffset[p];
     const std::uint64_t word = detail::blockWord(st.sendCount[p], m.tag, !local.isOk());
     std::memcpy(block, &word, 8);
     if (!local.isOk()) continue;
@@ -175,18 +214,17 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
                   static_cast<const std::byte*>(gradY) + static_cast<std::size_t>(t) * m.rowBytes, m.rowBytes);
     }
   }
-  CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
   m.count(own, st.sendCount, m.rowBytes, 0);
   if (stats != nullptr) *stats = own;
-  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.recvCount, m.tag, local,
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.recvCount, m.tag, local,
                                                "routed combine backward"));
   const auto S = static_cast<std::size_t>(m.slots);
   const std::int64_t H = m.options.hidden;
   detail::withRowType(m.options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
       for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
-        const T* dy = reinterpret_cast<const T*>(m.back.data() + recvOffset[p] + kBlockWordBytes + r * m.rowBytes);
+        const T* dy = reinterpret_cast<const T*>(m.back.data() + b.recvOffset[p] + kBlockWordBytes + r * m.rowBytes);
         for (std::size_t s = 0; s < S; ++s) {
           const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
           if (row < 0) continue;
@@ -217,63 +255,32 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
   // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.rowBytes + S * m.weightBytes;
-  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
-  m.blocks(st.recvCount, record, sendOffset, sendBytes);
-  m.blocks(st.sendCount, record, recvOffset, recvBytes);
-  std::size_t total = 0;
-  for (std::size_t b : sendBytes) total += b;
-  m.sendScratch.assign(total, std::byte{0});
-  const std::int64_t H = m.options.hidden;
-  detail::withRowType(m.options.dtype, [&]<typename T>() {
-    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-      std::byte* block = m.sendScratch.data() + sendOffset[p];
-      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
-      std::memcpy(block, &word, 8);
-      if (!local.isOk()) continue;
-      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
-        std::byte* out = block + kBlockWordBytes + r * record;
-        bool first = true;
-        for (std::size_t s = 0; s < S; ++s) {
-          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
-          if (row < 0) continue;
-          detail::accumulateRow(reinterpret_cast<T*>(out), static_cast<const T*>(gradRecvX) + row * H, 1.0, H, first);
-          first = false;
-          if (gradRowWeights != nullptr)
-            std::memcpy(out + m.rowBytes + s * m.weightBytes,
-                        static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
-                        m.weightBytes);
-        }
-      }
-    }
-  });
-  CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
+  sumRecordRows(
+      m, st, b.sendOffset, record, gradRecvX, nullptr, local, [&](std::byte* out, std::size_t s, std::int64_t row) {
+        if (gradRowWeights == nullptr) return;
+        std::memcpy(out + m.rowBytes + s * m.weightBytes,
+                    static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
+                    m.weightBytes);
+      });
+  CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
   m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
-  Status verdict = detail::blockVerdict(wordsOf(m.back, recvOffset), m.groupRanks, st.sendCount, m.tag, local,
+  Status verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,
                                         "routed dispatch backward");
   const int K = m.options.topK;
+  // A token's weight gradient for k is its record's slot that carries k (0 when dropped).
   if (verdict.isOk()) {
-    detail::withRowType(m.options.dtype, [&]<typename T>() {
-      for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
-        T* gx = static_cast<T*>(gradX) + t * H;
-        std::memset(gx, 0, m.rowBytes);
-        for (int k = 0; k < K; ++k) {
-          const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
-          const std::int64_t rec = st.pairRecord[pair];
-          if (gradWeights != nullptr) detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
-          if (rec < 0) continue;
-          const auto u = static_cast<std::size_t>(rec);
-          const std::byte* in = returnedRecord(m.back, recvOffset, st, u, record);
-          if (st.pairFirst[pair] != 0) detail::addRow(gx, reinterpret_cast<const T*>(in), H);
-          if (gradWeights == nullptr) continue;
+    sumReturnedRows(
+        m, st, b.recvOffset, record, gradX, [&](std::int64_t t, int k, std::int64_t rec, const std::byte* in) {
+          if (gradWeights == nullptr) return;
+          detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
+          if (rec < 0) return;
           for (std::size_t s = 0; s < S; ++s) {
-            if (st.recordK[u * S + s] != k) continue;
+            if (st.recordK[static_cast<std::size_t>(rec) * S + s] != k) continue;
             std::memcpy(static_cast<std::byte*>(gradWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
                         in + m.rowBytes + s * m.weightBytes, m.weightBytes);
           }
-        }
-      }
-    });
+        });
   }
   if (m.split) {
     CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(gradX, st.tokens, m.rowBytes, verdict, own));
