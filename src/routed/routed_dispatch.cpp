@@ -65,12 +65,10 @@ Status RoutedExchange::Impl::checkSendScratch(std::span<const std::size_t> recor
 }
 
 Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows,
-                                           std::int64_t& firstRow, RoutedStats& stats) {
+                                           std::int64_t& firstRow, bool& replicaFailed, RoutedStats& stats) {
   const auto H = static_cast<std::size_t>(options.hidden);
   const auto T = static_cast<std::size_t>(tokens);
-  const std::size_t elementBytes = dataTypeSize(options.dtype);
   firstRow = 0;
-  bool replicaFailed = false;
   if (!split) {  // AllReduce, then every replica dispatches every token
     rowScratch.resize(std::max<std::size_t>(1, T * rowBytes));
     if (failed) std::memset(rowScratch.data(), 0, rowScratch.size());
@@ -86,6 +84,7 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, b
   } else {
     // ReduceScatter of blocks of ceil(T / tp) rows (the last ones padded with zero rows), each
     // block followed by one element that counts the replicas that failed.
+    const std::size_t elementBytes = dataTypeSize(options.dtype);
     const std::size_t block = (T + tokenSize - 1) / tokenSize;
     const std::size_t stride = block * rowBytes + elementBytes;
     const auto n = static_cast<std::size_t>(tokenSize);
@@ -108,11 +107,6 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, b
     rows = mine;
     firstRow = static_cast<std::int64_t>(block) * tokenIndex;
   }
-  if (replicaFailed && !failed)
-    return Status::mismatch(fmt::format(
-        "routed dispatch: a replica of this rank's partial tokens (token layout '{}', ranks {}) reported an error "
-        "(see its message)",
-        options.tokenLayout, fmt::join(tokenRanks, ", ")));
   return Status::ok();
 }
 
@@ -258,9 +252,14 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   const std::byte* rows = static_cast<const std::byte*>(x);
   std::int64_t firstRow = 0;
   if (m.placement == TokenPlacement::Partial) {
-    const Status replicas =
-        m.reducePartial(x, std::max<std::int64_t>(tokens, 0), !local.isOk(), rows, firstRow, st.stats);
-    if (local.isOk()) local = replicas;
+    bool replicaFailed = false;
+    CHIMERA_RETURN_IF_ERROR(
+        m.reducePartial(x, std::max<std::int64_t>(tokens, 0), !local.isOk(), rows, firstRow, replicaFailed, st.stats));
+    if (local.isOk() && replicaFailed)
+      local = Status::mismatch(fmt::format(
+          "routed dispatch: a replica of this rank's partial tokens (token layout '{}', ranks {}) reported an error "
+          "(see its message)",
+          m.options.tokenLayout, fmt::join(m.tokenRanks, ", ")));
   }
   if (!local.isOk()) tokens = 0;
   st.tokens = tokens;

@@ -47,9 +47,10 @@ struct RoutedExchange::Impl {
   // dispatch's steps.
   Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
   // tp=P: the reduction of this rank's T partial rows over the token axes (`failed`: this
-  // rank takes part with zeros); Mismatch when another replica failed.
+  // rank takes part with zeros); `replicaFailed` says whether any replica taking part failed.
+  // Returns only the backend's errors.
   Status reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows, std::int64_t& firstRow,
-                       RoutedStats& stats);
+                       bool& replicaFailed, RoutedStats& stats);
   Status buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
   // InvalidArgument when a block of `records[p]` records of `perRecord` bytes to member p
   // passes the limit per peer (scratchLimitBytes / R).
