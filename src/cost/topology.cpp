@@ -36,19 +36,30 @@ bool finitePositive(double x) { return std::isfinite(x) && x > 0; }
 
 bool usesCrossLink(Fabric fabric) { return fabric == Fabric::PcieDomains || fabric == Fabric::NvSwitchMultiNode; }
 
-// This machine: 8 MPI processes on 2 cores, exchanging through one memory system. Fitted
-// here to chimera's MPI backend at 1-16 MiB (docs/cost_model.md, "host"); the alpha is
-// mostly scheduling delay of an oversubscribed ring round, not wire latency. Recalibrate
-// with chimera-bench --calibrate on a quiet machine.
+// This machine: 8 MPI processes on 2 cores, exchanging through one memory system. The median
+// of four chimera-bench --calibrate runs on the quiet machine (docs/cost_model.md, "host"):
+// per-primitive factors, a fixed step cost (mostly the scheduling delay of a step whose
+// ranks take turns on 2 cores), the reductions inside the reducing primitives' factors, and
+// the memory bandwidth of a pack on every rank at once, which prices the executor's local
+// passes.
 Topology hostPreset(int processes) {
   Topology t;
   t.name = processes == 8 ? "host" : fmt::format("host:{}", processes);
   t.fabric = Fabric::SharedMemory;
   t.ranks = processes;
   t.ranksPerDomain = processes;
-  t.local = {us(910), 2.3 * kGB};
-  t.reduceSecondsPerByte = 0.26 / 1e9;
+  t.local = {us(13), 6.4 * kGB};
   t.computeSlots = 2;
+  t.stepSeconds = us(160);
+  const auto factor = [&t](OpKind kind, double value) {
+    t.transferFactors.values[static_cast<std::size_t>(transferKindIndex(kind))] = value;
+  };
+  factor(OpKind::AllReduce, 0.98);
+  factor(OpKind::ReduceScatter, 1.06);
+  factor(OpKind::AllGather, 0.97);
+  factor(OpKind::AllToAll, 1.13);
+  factor(OpKind::ManyToMany, 0.87);
+  t.device.memoryBytesPerSecond = 2.1 * kGB;
   return t;
 }
 

@@ -171,21 +171,23 @@ TEST(Calibration, ScalesEveryLinkClassOfAPresetAndKeepsTheirRatio) {
 }
 
 TEST(Calibration, KeepsTheBaseReductionCostWhenNoSampleReduces) {
-  Topology truth = preset("host");
+  Topology host = preset("host");
+  host.reduceSecondsPerByte = 0.26e-9;  // a base that prices reductions apart from the transfers
+  Topology truth = host;
   truth.local = {5e-6, 6e9};
   std::vector<CalibrationSample> gathers;
   for (const CalibrationSample& s : synthesise(truth, 0.0, 3)) {
     if (s.primitive == StepKind::AllGather || s.primitive == StepKind::AllToAll) gathers.push_back(s);
   }
-  const Topology base = preset("host");
+  const Topology base = host;
   Topology fitted;
   FitReport report;
   ASSERT_TRUE(fitProfile(base, gathers, fitted, &report).isOk());
   EXPECT_FALSE(report.reduceFitted);
   EXPECT_FALSE(report.reduceAbsorbed);
   EXPECT_EQ(fitted.reduceSecondsPerByte, base.reduceSecondsPerByte);
-  // Unmeasured primitives keep the base's factor of 1 and take the links' bandwidth.
-  EXPECT_EQ(fitted.transferFactors.of(StepKind::AllReduce), 1.0);
+  // Unmeasured primitives keep the base's factor and take the links' bandwidth.
+  EXPECT_EQ(fitted.transferFactors.of(StepKind::AllReduce), base.transferFactors.of(StepKind::AllReduce));
   EXPECT_NEAR(fitted.local.bytesPerSecond, truth.local.bytesPerSecond, 1e-6 * truth.local.bytesPerSecond);
 }
 

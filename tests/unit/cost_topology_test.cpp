@@ -70,7 +70,9 @@ TEST(Topology, EveryPresetIsValidAndDescribesItsMachine) {
   ASSERT_TRUE(loadTopology("host:4", t).isOk());
   EXPECT_EQ(t.ranks, 4);
   EXPECT_EQ(t.name, "host:4");
-  EXPECT_GT(t.reduceSecondsPerByte, 0.0);
+  EXPECT_EQ(t.computeSlots, 2);                   // 2 cores shared by every rank
+  EXPECT_GT(t.device.memoryBytesPerSecond, 0.0);  // the executor's local passes are priced
+  EXPECT_GT(t.stepSeconds, 0.0);
 }
 
 TEST(Topology, ProfileJsonRoundTripsEveryPresetExactly) {
