@@ -64,49 +64,60 @@ Status RoutedExchange::Impl::checkSendScratch(std::span<const std::size_t> recor
   return Status::ok();
 }
 
-Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows,
-                                           std::int64_t& firstRow, bool& replicaFailed, RoutedStats& stats) {
+Status RoutedExchange::Impl::agreeReplicas(std::int64_t tokens, Status& local, RoutedStats& stats) {
+  // MAX of {failed, T, -T}: whether any replica failed, and the largest and smallest T.
+  std::int64_t words[3] = {local.isOk() ? 0 : 1, tokens, -tokens};
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(words, words, 3, DataType::I64, ReduceOp::Max, tokenAxes));
+  stats.countBytes +=
+      2 * static_cast<std::uint64_t>(tokenSize - 1) * sizeof(words) / static_cast<std::uint64_t>(tokenSize);
+  stats.rounds += 1;
+  if (!local.isOk()) return Status::ok();
+  if (words[0] > 0) {
+    local = Status::mismatch(fmt::format(
+        "routed dispatch: a replica of this rank's tokens (token layout '{}', ranks {}) reported an error (see its "
+        "message)",
+        options.tokenLayout, fmt::join(tokenRanks, ", ")));
+  } else if (words[1] != -words[2]) {
+    local = Status::mismatch(
+        fmt::format("routed dispatch: the replicas of this rank's tokens (token layout '{}', ranks {}) pass from {} to "
+                    "{} tokens; each must pass the same T",
+                    options.tokenLayout, fmt::join(tokenRanks, ", "), -words[2], words[1]));
+  }
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows,
+                                           std::int64_t& firstRow, RoutedStats& stats) {
   const auto H = static_cast<std::size_t>(options.hidden);
   const auto T = static_cast<std::size_t>(tokens);
+  const auto n = static_cast<std::size_t>(tokenSize);
   firstRow = 0;
   if (!split) {  // AllReduce, then every replica dispatches every token
     rowScratch.resize(std::max<std::size_t>(1, T * rowBytes));
-    if (failed) std::memset(rowScratch.data(), 0, rowScratch.size());
-    CHIMERA_RETURN_IF_ERROR(backend.allReduce(failed ? rowScratch.data() : x, rowScratch.data(), T * H, options.dtype,
-                                              ReduceOp::Sum, tokenAxes));
-    // Whether a replica failed: one summed word (no row carries it without a copy of x).
-    std::int32_t failures = failed ? 1 : 0;
-    CHIMERA_RETURN_IF_ERROR(backend.allReduce(&failures, &failures, 1, DataType::I32, ReduceOp::Sum, tokenAxes));
-    replicaFailed = failures > 0;
-    stats.reduceBytes += 2 * (tokenSize - 1) * (T * rowBytes + sizeof(failures)) / tokenSize;
-    stats.rounds += 2;
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(x, rowScratch.data(), T * H, options.dtype, ReduceOp::Sum, tokenAxes));
+    stats.reduceBytes += 2 * (n - 1) * T * rowBytes / n;
     rows = rowScratch.data();
   } else {
-    // ReduceScatter of blocks of ceil(T / tp) rows (the last ones padded with zero rows), each
-    // block followed by one element that counts the replicas that failed.
-    const std::size_t elementBytes = dataTypeSize(options.dtype);
-    const std::size_t block = (T + tokenSize - 1) / tokenSize;
-    const std::size_t stride = block * rowBytes + elementBytes;
-    const auto n = static_cast<std::size_t>(tokenSize);
-    rowScratch.resize((n + 1) * stride);
-    std::memset(rowScratch.data(), 0, rowScratch.size());
-    std::byte* send = rowScratch.data();
-    for (std::size_t m = 0; m < n; ++m) {
-      const std::size_t first = std::min(T, m * block);
-      const std::size_t count = std::min(T, first + block) - first;
-      if (!failed && count > 0)
-        std::memcpy(send + m * stride, static_cast<const std::byte*>(x) + first * rowBytes, count * rowBytes);
-      if (failed) detail::writeWeight(send + m * stride + block * rowBytes, options.dtype, 0, 1.0);
+    // ReduceScatter of blocks of ceil(T / tp) rows, straight from x when they fill it; else
+    // from a copy whose last rows are padded with zeros.
+    const std::size_t block = (T + n - 1) / n;
+    const std::size_t stride = block * rowBytes;
+    const bool padded = block * n != T;
+    rowScratch.resize(std::max<std::size_t>(1, (padded ? n + 1 : 1) * stride));
+    const void* send = x;
+    std::byte* mine = rowScratch.data();
+    if (padded) {
+      std::memcpy(rowScratch.data(), x, T * rowBytes);
+      std::memset(rowScratch.data() + T * rowBytes, 0, n * stride - T * rowBytes);
+      send = rowScratch.data();
+      mine = rowScratch.data() + n * stride;
     }
-    std::byte* mine = rowScratch.data() + n * stride;
-    CHIMERA_RETURN_IF_ERROR(
-        backend.reduceScatter(send, mine, stride / elementBytes, options.dtype, ReduceOp::Sum, tokenAxes));
-    replicaFailed = detail::readWeight(mine + block * rowBytes, options.dtype, 0) != 0.0;
-    stats.reduceBytes += (tokenSize - 1) * stride;
-    stats.rounds += 1;
+    CHIMERA_RETURN_IF_ERROR(backend.reduceScatter(send, mine, block * H, options.dtype, ReduceOp::Sum, tokenAxes));
+    stats.reduceBytes += (n - 1) * stride;
     rows = mine;
     firstRow = static_cast<std::int64_t>(block) * tokenIndex;
   }
+  stats.rounds += 1;
   return Status::ok();
 }
 
@@ -246,21 +257,15 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   if (local.isOk() && tokens < 0) local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens", tokens));
   if (local.isOk() && tokens > 0 && (x == nullptr || topkIdx == nullptr || topkWeights == nullptr))
     local = Status::invalidArgument("routed dispatch: null x, top-k ids or weights with tokens > 0");
-  // Partial tokens are reduced over the token axes first (a collective every replica joins):
-  // a replica that already failed takes part with zeros of its T rows, and the others learn
-  // that it failed.
+  // Replicas of the tokens (tp=R, tp=P) agree first, before any row moves: a replica that
+  // failed, or replicas that pass different T, fail the dispatch on every replica, and the
+  // count exchange tells the other ranks. Partial tokens are then reduced over the token axes.
   const std::byte* rows = static_cast<const std::byte*>(x);
   std::int64_t firstRow = 0;
-  if (m.placement == TokenPlacement::Partial) {
-    bool replicaFailed = false;
-    CHIMERA_RETURN_IF_ERROR(
-        m.reducePartial(x, std::max<std::int64_t>(tokens, 0), !local.isOk(), rows, firstRow, replicaFailed, st.stats));
-    if (local.isOk() && replicaFailed)
-      local = Status::mismatch(fmt::format(
-          "routed dispatch: a replica of this rank's partial tokens (token layout '{}', ranks {}) reported an error "
-          "(see its message)",
-          m.options.tokenLayout, fmt::join(m.tokenRanks, ", ")));
-  }
+  if (m.placement != TokenPlacement::Owned && m.tokenSize > 1)
+    CHIMERA_RETURN_IF_ERROR(m.agreeReplicas(tokens, local, st.stats));
+  if (m.placement == TokenPlacement::Partial && local.isOk())
+    CHIMERA_RETURN_IF_ERROR(m.reducePartial(x, tokens, rows, firstRow, st.stats));
   if (!local.isOk()) tokens = 0;
   st.tokens = tokens;
   (void)m.ownRange(tokens, st.ownBegin, st.ownEnd);

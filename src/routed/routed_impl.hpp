@@ -46,11 +46,13 @@ struct RoutedExchange::Impl {
 
   // dispatch's steps.
   Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
-  // tp=P: the reduction of this rank's T partial rows over the token axes (`failed`: this
-  // rank takes part with zeros); `replicaFailed` says whether any replica taking part failed.
-  // Returns only the backend's errors.
-  Status reducePartial(const void* x, std::int64_t tokens, bool failed, const std::byte*& rows, std::int64_t& firstRow,
-                       bool& replicaFailed, RoutedStats& stats);
+  // tp=R, tp=P: the replicas agree (one MAX AllReduce of three words over the token axes)
+  // whether one of them failed and on T; either sets `local` to Mismatch on the others. Returns
+  // only the backend's errors.
+  Status agreeReplicas(std::int64_t tokens, Status& local, RoutedStats& stats);
+  // tp=P: the reduction of this rank's T partial rows over the token axes (the replicas agreed).
+  Status reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows, std::int64_t& firstRow,
+                       RoutedStats& stats);
   Status buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
   // InvalidArgument when a block of `records[p]` records of `perRecord` bytes to member p
   // passes the limit per peer (scratchLimitBytes / R).

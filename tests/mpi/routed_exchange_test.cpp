@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -659,6 +660,34 @@ TEST(RoutedExchange, PartialReplicaFailureFailsEveryRank) {
       expectFailedAt(odd, exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle, local),
                      std::string(group) + " program " + std::to_string(static_cast<int>(program)));
     }
+  }
+}
+
+// A replica of tp=R or tp=P tokens that passes another T than its replicas (T = 3 against 4:
+// the same ceil(T/2) blocks, so the rows alone would not show it): the replicas' agreement fails
+// them, and the count exchange tells the others. Every rank returns Mismatch; none waits.
+TEST(RoutedExchange, ReplicasWithDifferentTokenCountsFailEveryRank) {
+  if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  World w(meshCase(foldedMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  const int odd = size() - 1;
+  const std::int64_t T = worldRank() == odd ? 3 : 4;
+  std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), weights(static_cast<std::size_t>(T * 2), 0.5f);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % 2 == 0 ? 0 : size() - 1);
+  for (const auto& [layout, group] : {std::pair{"tp=P", "ep+tp"}, {"tp=P", "ep"}, {"tp=R", "ep+tp"}, {"tp=R", "ep"}}) {
+    RoutedExchangeOptions options = exchangeOptions(size(), 2, 4);
+    options.tokenLayout = layout;
+    ASSERT_TRUE(w.mesh().parseAxes(group, options.group).isOk());
+    std::unique_ptr<RoutedExchange> exchange;
+    ASSERT_TRUE(createOnEveryRank(w, options, exchange));
+    RoutedDispatch handle;
+    const auto start = std::chrono::steady_clock::now();
+    const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+    const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(st.code(), StatusCode::Mismatch) << layout << " " << group << ": " << st.toString();
+    EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::Mismatch)) << layout << " " << group;
+    EXPECT_LT(seconds, 5.0) << layout << " " << group << ": waited for the timeout";
   }
 }
 

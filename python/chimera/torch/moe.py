@@ -107,10 +107,9 @@ def _problem(x, topk_idx, topk_weights, layout, mesh) -> Optional[str]:
 def _fail_collectively(problem, x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow,
                        program, topology, scratch_limit):
     """Takes part in the dispatch with `problem` as this rank's failure, on an exchange of the
-    call's shapes where they are well-formed (so that replicas of partial tokens reduce the same
-    T x H), and raises: InvalidArgument here, Mismatch on the peers. With partial tokens, a rank
-    whose x itself is malformed (shape or dtype) reduces another size than its replicas: they
-    fail with the backend's Timeout instead."""
+    call's shapes where they are well-formed (so that its options match its peers'), and raises:
+    InvalidArgument here, Mismatch on the peers (replicas learn it in their agreement before any
+    row moves, the others in the count exchange)."""
     if x.dim() == 2 and x.shape[1] > 0:
         rows = x if x.dtype in _ROW_DTYPES else torch.empty(x.shape)
     else:
