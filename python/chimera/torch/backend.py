@@ -52,22 +52,22 @@ def mesh_backend(mesh_text: str, ranks) -> chimera.Backend:
     initialised. On the host transport of ``transport()``: the MPI backend when MPI launched the
     world with torch's ranks as MPI's, else the gloo mesh backend, whose groups (one gloo process
     group per group of axes, made by its members) meet in torch's default store under a prefix
-    naming the mesh, bounded by the default group's timeout."""
+    naming the mesh; every wait is bounded by ``CHIMERA_TIMEOUT_MS`` (default 600000), as chimera's
+    MPI backend's."""
     ranks = [int(r) for r in ranks]
     world = dist.get_world_size()
     if transport(world) == "mpi" and chimera.world() == (dist.get_rank(), world):
         return chimera.mpi_backend(chimera.Mesh(mesh_text), ranks=None if ranks == list(range(world)) else ranks)
     from torch.distributed import distributed_c10d as c10d
 
-    timeout = c10d._get_default_timeout("gloo")  # noqa: SLF001 (torch has no public accessor)
-    store = c10d._get_default_store()  # noqa: SLF001
+    timeout_ms = int(os.environ.get("CHIMERA_TIMEOUT_MS", "600000"))
+    store = c10d._get_default_store()  # noqa: SLF001 (torch has no public accessor)
 
-    def make_group(prefix: str, rank: int, size: int, timeout_ms: int):
+    def make_group(prefix: str, rank: int, size: int, wait_ms: int):
         return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
-                                     datetime.timedelta(milliseconds=timeout_ms))
+                                     datetime.timedelta(milliseconds=wait_ms))
 
-    capsule = _extension.load().gloo_mesh_backend(mesh_text, ranks, dist.get_rank(), store, make_group,
-                                                  int(timeout.total_seconds() * 1000))
+    capsule = _extension.load().gloo_mesh_backend(mesh_text, ranks, dist.get_rank(), store, make_group, timeout_ms)
     return chimera._chimera._adopt_backend(capsule)  # noqa: SLF001 (the package's own hand-over)
 
 

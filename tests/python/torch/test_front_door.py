@@ -61,3 +61,10 @@ def test_gloo_mesh_backend_reaches_chimera_once():
     assert backend.name == "gloo" and torch.equal(backend.all_reduce(x.clone(), axes="b"), x)
     assert torch.equal(backend.all_reduce(x.clone()), x)
     backend.close()
+
+
+def test_gloo_mesh_backend_waits_a_bounded_time():
+    """A mesh whose other rank never comes: Timeout after the given bound, naming the mesh."""
+    store = dist.HashStore()
+    with pytest.raises(chimera.Timeout, match="gloo mesh backend of mesh a=2 over torch ranks 0,1"):
+        _extension.load().gloo_mesh_backend("a=2", [0, 1], 0, store, _gloo_group(store), 500)

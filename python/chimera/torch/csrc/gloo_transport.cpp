@@ -365,7 +365,9 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
   // generation: a rank finishes creation g only after every member counted itself in for g
   // (they all meet in the whole-mesh group next), so members agree on g without talking.
   const std::string name = "chimera/gloo_mesh/" + mesh.toString() + "@" + ranks;
-  return guarded("creating the gloo mesh backend", [&] {
+  const std::string what = "creating the gloo mesh backend of mesh " + mesh.toString() + " over torch ranks " + ranks +
+                           " (this is rank " + std::to_string(globalRank) + "; every rank must create it)";
+  return guarded(what.c_str(), [&] {
     const std::int64_t arrivals = store->add(name + "/creations", 1);
     const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
     GroupFactory factory = [makeGroup, prefix, mesh, index, timeoutMs](AxisSet axes) {
