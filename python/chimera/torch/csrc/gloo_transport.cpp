@@ -75,7 +75,7 @@ class GlooHostBackend final : public chimera::Backend {
  public:
   // Over `mesh`, as its rank `rank`: `whole` is the gloo backend of the whole mesh (every
   // collective over all axes, and point-to-point by mesh rank); `factory` makes the others
-  // (none: the whole mesh is the only group).
+  // (none: `mesh` has one axis, whose group is `whole`).
   GlooHostBackend(Mesh mesh, int rank, c10::intrusive_ptr<c10d::Backend> whole, GroupFactory factory,
                   std::int64_t timeoutMs)
       : mesh_(std::move(mesh)), rank_(rank), factory_(std::move(factory)), timeout_(timeoutMs) {
@@ -239,12 +239,7 @@ class GlooHostBackend final : public chimera::Backend {
   Status createGroups(std::span<const AxisSet> groups) override {
     for (AxisSet axes : groups) {
       if (Status s = checkAxes(axes, "createGroups"); !s.isOk()) return s;
-      if (hasGroup(axes)) continue;
-      if (!factory_)
-        return Status::invalidArgument(
-            "createGroups: the gloo transport of a process group serves that group only, "
-            "not axes " +
-            mesh_.axesName(axes));
+      if (hasGroup(axes)) continue;  // always, without a factory: the mesh has one axis then
       c10::intrusive_ptr<c10d::Backend> gloo;
       const std::string what = "creating the gloo group of axes " + mesh_.axesName(axes);
       if (Status s = guarded(what.c_str(), [&] { gloo = factory_(axes); }); !s.isOk()) return s;
