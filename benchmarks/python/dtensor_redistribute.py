@@ -2,17 +2,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """DTensor's own redistribute (gloo) vs chimera.torch.redistribute, side by side in one run.
 
-Run under MPI with as many ranks as the mesh has (the default process group is gloo, so DTensor
-moves data exactly as it would without chimera; chimera runs on its MPI backend)::
+Run with as many ranks as the mesh has, under MPI or torchrun (the default process group is gloo,
+so DTensor moves data exactly as it would without chimera; chimera runs on its MPI backend under
+mpirun, on its gloo mesh backend under torchrun: the ``transport`` of each row)::
 
     mpirun -np 8 python benchmarks/python/dtensor_redistribute.py --mesh 2x4 --json out.json
+    torchrun --standalone --nproc-per-node 8 benchmarks/python/dtensor_redistribute.py --mesh 2x4
 
 Per transition: bytes sent over all ranks (DTensor: its collectives, counted as they are issued,
 by the same bandwidth-optimal formulas chimera's planner uses; chimera: its plan's bytes), the
 median wall time of each over --iters runs (each timed between barriers, max over ranks), and
 whether both results are equal. DTensor is also timed on the same mesh with its groups on the
-"chimera" c10d backend (its own collectives on chimera's MPI transport), which separates the
-gain of the fused plan from that of the transport. DTensor's own call is also made inside
+"chimera" c10d backend (its own collectives on chimera's host transport, the same as chimera's
+plans use), which separates the gain of the fused plan from that of the transport. DTensor's own call is also made inside
 ``fused_redistribute()`` (with ``async_op=True``): how many of those redistributions chimera
 planned ends the output (``routed_planned`` / ``routed_total`` per row). One JSON row per
 transition (--json FILE).
@@ -32,7 +34,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import chimera.torch as ct
-from chimera.torch.redistribute import Unplannable, bytes_of
+from chimera.torch.redistribute import Unplannable, bytes_of, runtime_for
 
 P, R = Partial(), Replicate()
 S = Shard
@@ -122,23 +124,23 @@ def text(placements):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mesh", default="2x2", help="mesh sizes, e.g. 2x4 (product = MPI ranks)")
+    parser.add_argument("--mesh", default="2x2", help="mesh sizes, e.g. 2x4 (product = ranks)")
     parser.add_argument("--shape", default="1024x1024", help="global tensor shape, e.g. 1024x1024")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--json", help="write the rows here (rank 0)")
     args = parser.parse_args()
-    ct.mpi_environment()
-    dist.init_process_group("gloo")
+    ct.init_process_group("gloo")  # the rendezvous from an MPI launch, else torchrun's environment
     sizes = tuple(int(s) for s in args.mesh.split("x"))
     shape = tuple(int(s) for s in args.shape.split("x"))
     dtype = getattr(torch, args.dtype)
     names = tuple(f"d{i}" for i in range(len(sizes)))
     mesh = init_device_mesh("cpu", sizes, mesh_dim_names=names)
     # The same mesh with its groups on the "chimera" c10d backend: DTensor's own collectives on
-    # chimera's MPI transport, which separates the planning gain from the transport's.
-    on_mpi = init_device_mesh("cpu", sizes, mesh_dim_names=names,
+    # chimera's host transport, which separates the planning gain from the transport's.
+    on_chimera = init_device_mesh("cpu", sizes, mesh_dim_names=names,
                               backend_override={i: "chimera" for i in range(len(sizes))})
+    transport = runtime_for(mesh).backend.name
     rows = []
     for src, dst in TRANSITIONS:
         d = make(mesh, src, shape, dtype)
@@ -162,31 +164,31 @@ def main():
         equal = torch.tensor([int(torch.equal(ours.to_local(), ref.to_local())
                                   and torch.equal(routed.to_local(), ref.to_local()))])
         dist.all_reduce(equal, op=dist.ReduceOp.MIN)
-        d_mpi = DTensor.from_local(d.to_local(), on_mpi, d.placements, run_check=False, shape=d.shape,
+        d_chimera = DTensor.from_local(d.to_local(), on_chimera, d.placements, run_check=False, shape=d.shape,
                                    stride=d.stride())
-        ref_mpi = d_mpi.redistribute(on_mpi, dst)
-        equal_mpi = torch.tensor([int(torch.equal(ref_mpi.to_local(), ref.to_local()))])
-        dist.all_reduce(equal_mpi, op=dist.ReduceOp.MIN)
+        ref_chimera = d_chimera.redistribute(on_chimera, dst)
+        equal_chimera = torch.tensor([int(torch.equal(ref_chimera.to_local(), ref.to_local()))])
+        dist.all_reduce(equal_chimera, op=dist.ReduceOp.MIN)
         dt_ms = timed(lambda: d.redistribute(mesh, dst), args.iters)
-        dt_mpi_ms = timed(lambda: d_mpi.redistribute(on_mpi, dst), args.iters)
+        dt_chimera_ms = timed(lambda: d_chimera.redistribute(on_chimera, dst), args.iters)
         ch_ms = timed(lambda: ct.redistribute(d, dst), args.iters)
-        row = {"mesh": args.mesh, "transition": f"{text(src)} -> {text(dst)}", "shape": args.shape,
+        row = {"mesh": args.mesh, "transport": transport, "transition": f"{text(src)} -> {text(dst)}", "shape": args.shape,
                "dtype": args.dtype, "dtensor_bytes": int(dt_bytes.item()), "dtensor_collectives": counter.calls,
                "chimera_bytes": ch_bytes, "dtensor_ms": round(dt_ms, 3),
-               "dtensor_on_chimera_backend_ms": round(dt_mpi_ms, 3), "chimera_ms": round(ch_ms, 3),
-               "speedup": round(dt_ms / ch_ms, 2), "speedup_same_transport": round(dt_mpi_ms / ch_ms, 2),
-               "equal": bool(equal.item() and equal_mpi.item()), "chimera_plan": plan.strip(),
+               "dtensor_on_chimera_backend_ms": round(dt_chimera_ms, 3), "chimera_ms": round(ch_ms, 3),
+               "speedup": round(dt_ms / ch_ms, 2), "speedup_same_transport": round(dt_chimera_ms / ch_ms, 2),
+               "equal": bool(equal.item() and equal_chimera.item()), "chimera_plan": plan.strip(),
                "routed_planned": planned_routed, "routed_total": routed_total}
         rows.append(row)
         if dist.get_rank() == 0:
             print(f"{row['transition']:<28} dtensor {row['dtensor_bytes']:>10} B {dt_ms:8.2f} ms "
-                  f"(on chimera's backend {dt_mpi_ms:8.2f} ms)   "
+                  f"(on chimera's backend {dt_chimera_ms:8.2f} ms)   "
                   f"chimera {ch_bytes if ch_bytes is not None else '-':>10} B {ch_ms:8.2f} ms   "
                   f"x{row['speedup']:<5} (x{row['speedup_same_transport']:<5}) equal={row['equal']}", flush=True)
     planned = sum(r["routed_planned"] for r in rows)
     total = sum(r["routed_total"] for r in rows)
     if dist.get_rank() == 0:
-        print(f"fused_redistribute(): chimera planned {planned} of {total} redistributions "
+        print(f"chimera on its {transport} backend; fused_redistribute(): chimera planned {planned} of {total} redistributions "
               f"({planned / max(total, 1):.0%})", flush=True)
     if args.json and dist.get_rank() == 0:
         with open(args.json, "w") as f:

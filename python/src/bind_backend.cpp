@@ -189,6 +189,20 @@ PyBackend* mpiBackend(nb::handle meshObj, const std::optional<std::vector<int>>&
 #endif
 }
 
+// Takes over the Backend a capsule named "chimera.Backend" holds (made by another extension
+// module linking the same libchimera, e.g. chimera.torch's gloo mesh backend); the capsule is
+// marked so that it no longer frees it. InvalidArgument for anything else or a second adoption.
+PyBackend* adoptBackend(nb::handle capsule) {
+  if (PyCapsule_IsValid(capsule.ptr(), "chimera.Backend") == 0)
+    raiseStatus(Status::invalidArgument("_adopt_backend: expected a capsule named chimera.Backend"));
+  if (PyCapsule_GetContext(capsule.ptr()) != nullptr)
+    raiseStatus(Status::invalidArgument("_adopt_backend: this backend was adopted already"));
+  auto* backend = static_cast<Backend*>(PyCapsule_GetPointer(capsule.ptr(), "chimera.Backend"));
+  static int adopted = 0;
+  PyCapsule_SetContext(capsule.ptr(), &adopted);
+  return new PyBackend(std::unique_ptr<Backend>(backend));
+}
+
 PyBackend* ncclBackendMpi(nb::handle meshObj) {
 #ifdef CHIMERA_HAS_CUDA
   const Mesh mesh = toMesh(meshObj);
@@ -297,6 +311,7 @@ void bindBackend(nb::module_& m) {
 
   m.def("_mpi_backend", &mpiBackend, nb::arg("mesh"), nb::arg("ranks").none() = nb::none());
   m.def("_nccl_backend_mpi", &ncclBackendMpi, nb::arg("mesh"));
+  m.def("_adopt_backend", &adoptBackend, nb::arg("capsule"));
   m.def("_nccl_backend", &ncclBackendWithId, nb::arg("mesh"), nb::arg("rank"), nb::arg("device"), nb::arg("unique_id"));
   m.def("nccl_unique_id", &ncclUniqueId, "A fresh NCCL unique id (bytes) to share with every rank.");
   m.def("world", &mpiWorldRankSize, "(rank, size) of the MPI world, initialising MPI if nobody has.");

@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The torch.distributed backend "chimera": registration, the choice of host transport, and an
-MPI-launch helper."""
+"""The torch.distributed backend "chimera": registration, the choice of host transport, chimera's
+own Backend over a mesh of torch ranks on that transport, and an MPI-launch helper."""
 
 from __future__ import annotations
 
 import atexit
+import datetime
 import hashlib
 import os
 
@@ -42,6 +43,32 @@ def _mpi_launch_size() -> int | None:
         if value.isdigit():
             return int(value)
     return None
+
+
+def mesh_backend(mesh_text: str, ranks) -> chimera.Backend:
+    """chimera's host Backend laid out as ``mesh_text`` (``"dp=2,tp=4"``) over the torch global
+    ranks ``ranks``: mesh coordinate i (row-major) is torch rank ``ranks[i]``, in any order (a
+    DeviceMesh's ranks, a sub-mesh). Collective over those ranks; torch.distributed must be
+    initialised. On the host transport of ``transport()``: the MPI backend when MPI launched the
+    world with torch's ranks as MPI's, else the gloo mesh backend, whose groups (one gloo process
+    group per group of axes, made by its members) meet in torch's default store under a prefix
+    naming the mesh; every wait is bounded by ``CHIMERA_TIMEOUT_MS`` (default 600000), as chimera's
+    MPI backend's."""
+    ranks = [int(r) for r in ranks]
+    world = dist.get_world_size()
+    if transport(world) == "mpi" and chimera.world() == (dist.get_rank(), world):
+        return chimera.mpi_backend(chimera.Mesh(mesh_text), ranks=None if ranks == list(range(world)) else ranks)
+    from torch.distributed import distributed_c10d as c10d
+
+    timeout_ms = int(os.environ.get("CHIMERA_TIMEOUT_MS", "600000"))
+    store = c10d._get_default_store()  # noqa: SLF001 (torch has no public accessor)
+
+    def make_group(prefix: str, rank: int, size: int, wait_ms: int):
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
+                                     datetime.timedelta(milliseconds=wait_ms))
+
+    capsule = _extension.load().gloo_mesh_backend(mesh_text, ranks, dist.get_rank(), store, make_group, timeout_ms)
+    return chimera._chimera._adopt_backend(capsule)  # noqa: SLF001 (the package's own hand-over)
 
 
 def _create_backend(dist_opts, _backend_options):

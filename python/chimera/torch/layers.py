@@ -24,14 +24,19 @@ it) and, in sequence-parallel regions, over ``tp`` inside it.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 import chimera
 
+from . import backend as _backend
+
 
 class ParallelContext:
-    """A mesh (e.g. ``{"dp": 2, "tp": 4}``, row-major over the MPI world) and the chimera Session
-    the layers record on (``.session``: a ``chimera.Session`` on ``chimera.mpi_backend``, the
-    tensors crossing by DLPack). ``comm="torch"`` issues the same collectives with
+    """A mesh (e.g. ``{"dp": 2, "tp": 4}``, row-major over the world: torch.distributed's when it
+    is initialised, else the MPI world's) and the chimera Session the layers record on
+    (``.session``: a ``chimera.Session`` on the world's host backend, the tensors crossing by
+    DLPack: ``chimera.torch.backend.mesh_backend``, so MPI under an MPI launch and gloo under
+    torchrun; ``chimera.mpi_backend`` without torch.distributed). ``comm="torch"`` issues the same collectives with
     torch.distributed on groups of the current default backend instead (the unfused reference,
     e.g. gloo).
 
@@ -48,12 +53,12 @@ class ParallelContext:
         self.names = list(self.axes)
         self.comm = comm
         self.per_rank = per_rank
-        rank, size = chimera.world()
+        rank, size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else chimera.world()
         total = 1
         for s in self.axes.values():
             total *= s
         if total != size:
-            raise chimera.InvalidArgument(f"mesh {self.axes} has {total} ranks but the MPI world has {size}")
+            raise chimera.InvalidArgument(f"mesh {self.axes} has {total} ranks but the world has {size}")
         self.rank = rank
         self.coords = {}
         rest = rank
@@ -70,7 +75,11 @@ class ParallelContext:
         self.comm_seconds = 0.0
 
     def _session(self, fusion: bool):
-        backend = chimera.mpi_backend(chimera.Mesh(",".join(f"{a}={s}" for a, s in self.axes.items())))
+        text = ",".join(f"{a}={s}" for a, s in self.axes.items())
+        if dist.is_initialized():
+            backend = _backend.mesh_backend(text, range(dist.get_world_size()))
+        else:
+            backend = chimera.mpi_backend(chimera.Mesh(text))
         if self.per_rank:
             # Per-rank recording cannot create a communicator later: every group of axes now.
             groups = [[a for i, a in enumerate(self.names) if bits >> i & 1] for bits in range(1, 1 << len(self.names))]
@@ -109,7 +118,6 @@ class ParallelContext:
         return more if layout.endswith("=R") else f"{layout},{more}"
 
     def _torch_group(self, axis: str):
-        import torch.distributed as dist
 
         if axis not in self._groups:
             mine = None
@@ -143,7 +151,6 @@ class ParallelContext:
         partial = partial.contiguous()
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             out = torch.empty((rows,) + tuple(partial.shape[1:]), dtype=partial.dtype)
             dist.reduce_scatter_tensor(out, partial, group=self._torch_group("tp"))
@@ -167,7 +174,6 @@ class ParallelContext:
         out = torch.empty((rows.shape[0] * tp,) + tuple(rows.shape[1:]), dtype=rows.dtype)
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             dist.all_gather_into_tensor(out, rows, group=self._torch_group("tp"))
         else:
@@ -186,7 +192,6 @@ class ParallelContext:
             return
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             for axis in axes:
                 group = self._torch_group(axis)
@@ -289,7 +294,6 @@ class ParallelContext:
         tp = self.size("tp")
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             rows = partial
             if tp > 1:
@@ -313,7 +317,6 @@ class ParallelContext:
         rows = shape[0] // tp
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             out = torch.empty((rows,) + tuple(shape[1:]), dtype=dtype)
             dist.recv(out, self._pp_peer(-1))
@@ -336,7 +339,6 @@ class ParallelContext:
         shape = [grad_rows.shape[0] * tp] + list(grad_rows.shape[1:])
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             dist.send(grad_rows, self._pp_peer(-1))
         else:
@@ -355,7 +357,6 @@ class ParallelContext:
         tp = self.size("tp")
         start = _now()
         if self.session is None:
-            import torch.distributed as dist
 
             rows = torch.empty((shape[0] // tp,) + tuple(shape[1:]), dtype=dtype)
             dist.recv(rows, self._pp_peer(1))

@@ -36,6 +36,8 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 import chimera
 from chimera import placements as _placements
 
+from . import backend as _backend
+
 log = logging.getLogger("chimera.torch")
 
 _RUNTIMES: dict = {}
@@ -53,13 +55,15 @@ def mesh_axis_names(mesh) -> list[str]:
 
 
 class MeshRuntime:
-    """chimera's Executor on an MPI backend laid out as one DeviceMesh: Python over the package
-    `chimera`, the DTensor's local tensors crossing by DLPack. `ranks`: the world ranks of the
-    mesh in row-major order (None: the whole world in order)."""
+    """chimera's Executor on a host Backend laid out as one DeviceMesh (see
+    chimera.torch.backend.mesh_backend: MPI under an MPI launch, gloo otherwise): Python over
+    the package `chimera`, the DTensor's local tensors crossing by DLPack. `ranks`: the torch
+    global ranks of the mesh in row-major order."""
 
-    def __init__(self, mesh_text: str, ranks=None):
+    def __init__(self, mesh_text: str, ranks):
         self.mesh = chimera.Mesh(mesh_text)
-        self.executor = chimera.Executor(chimera.mpi_backend(self.mesh, ranks=ranks))
+        self.backend = _backend.mesh_backend(mesh_text, ranks)
+        self.executor = chimera.Executor(self.backend)
 
     def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
         """(bytes over all ranks, of the busiest rank, plan text) of source -> target; nothing runs.
@@ -75,27 +79,14 @@ class MeshRuntime:
         return self.executor.redistribute(local, source, target, out, spec=spec)
 
 
-def _torch_rank_is_mpi_rank() -> bool:
-    """Whether torch's global ranks are MPI's (as under mpirun with ct.init_process_group()):
-    chimera's backends name their members by MPI world rank. Asked once."""
-    if "same" not in _RUNTIMES:
-        rank, size = chimera.world()
-        _RUNTIMES["same"] = (rank, size) == (dist.get_rank(), dist.get_world_size())
-    return _RUNTIMES["same"]
-
-
 def runtime_for(mesh) -> MeshRuntime:
     """The MeshRuntime laid out as `mesh`, over the mesh's own ranks in its order (any sub-mesh,
-    any order); created once, collectively over those ranks, and cached by ranks and axis names.
-    Unplannable when torch's ranks are not MPI's."""
-    if not _torch_rank_is_mpi_rank():
-        raise Unplannable("torch's global ranks are not the MPI world's (chimera needs an MPI launch)")
+    any order); created once, collectively over those ranks, and cached by ranks and axis names."""
     ranks = tuple(int(r) for r in mesh.mesh.flatten().tolist())
     text = ",".join(f"{name}={int(size)}" for name, size in zip(mesh_axis_names(mesh), mesh.mesh.shape))
     key = (ranks, text)
     if key not in _RUNTIMES:
-        world = ranks == tuple(range(dist.get_world_size()))
-        _RUNTIMES[key] = MeshRuntime(text, None if world else ranks)
+        _RUNTIMES[key] = MeshRuntime(text, ranks)
     return _RUNTIMES[key]
 
 
@@ -152,7 +143,7 @@ def plan_specs(current_spec, target_spec, dtype):
     if target_spec.mesh != mesh:
         raise Unplannable("source and target are on different meshes")
     if mesh.device_type != "cpu":
-        raise Unplannable(f"device {mesh.device_type} (chimera's MPI backend runs CPU tensors)")
+        raise Unplannable(f"device {mesh.device_type} (chimera's host backends run CPU tensors)")
     if current_spec.tensor_meta is None:
         raise Unplannable("a spec without tensor metadata")
     ndim = len(current_spec.tensor_meta.shape)

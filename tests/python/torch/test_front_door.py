@@ -1,17 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 # chimera.torch is a layer over the package `chimera`: its compiled part _C holds only the c10d
-# process group, shares the one libchimera chimera._chimera loads, and raises the exceptions of
+# process group and its gloo transport (also as a chimera Backend over a mesh), shares the one libchimera chimera._chimera loads, and raises the exceptions of
 # chimera's hierarchy. One process, no communication.
+import datetime
+
 import pytest
+import torch
 import torch.distributed as dist
 
 import chimera
 import chimera.torch  # noqa: F401  (registers the backend, loading _C)
 from chimera.torch import _extension
 
-# What the process group needs from Python: creating it, MPI's world and thread level, CUDA support, teardown.
+# What the process group needs from Python: creating it, MPI's world and thread level, CUDA support, teardown;
+# and its gloo transport as chimera's Backend over a mesh.
 PROCESS_GROUP_API = {"create_backend", "named_process_group", "mpi_world", "mpi_thread_multiple", "cuda_supported",
-                     "finalize_mpi"}
+                     "finalize_mpi", "gloo_mesh_backend"}
 
 
 def test_one_libchimera_is_loaded():
@@ -33,3 +37,34 @@ def test_extension_errors_are_chimeras():
     with pytest.raises(chimera.InvalidArgument, match="3 global ranks"):
         _extension.load().create_backend(0, 2, [0, 1, 2], 2, "group", store)
 
+
+
+def _gloo_group(store):
+    def make(prefix, rank, size, timeout_ms):
+        return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
+                                     datetime.timedelta(milliseconds=timeout_ms))
+
+    return make
+
+
+def test_gloo_mesh_backend_reaches_chimera_once():
+    """A one-rank mesh on gloo: its Backend is adopted by chimera once, runs, and names errors."""
+    store = dist.HashStore()
+    extension = _extension.load()
+    with pytest.raises(chimera.InvalidArgument, match="rank 2 is not one of the mesh's ranks 0,1"):
+        extension.gloo_mesh_backend("a=2", [0, 1], 2, store, _gloo_group(store), 10000)
+    capsule = extension.gloo_mesh_backend("a=1,b=1", [0], 0, store, _gloo_group(store), 10000)
+    backend = chimera._chimera._adopt_backend(capsule)  # noqa: SLF001
+    with pytest.raises(chimera.InvalidArgument, match="adopted already"):
+        chimera._chimera._adopt_backend(capsule)  # noqa: SLF001
+    x = torch.arange(6, dtype=torch.float32)
+    assert backend.name == "gloo" and torch.equal(backend.all_reduce(x.clone(), axes="b"), x)
+    assert torch.equal(backend.all_reduce(x.clone()), x)
+    backend.close()
+
+
+def test_gloo_mesh_backend_waits_a_bounded_time():
+    """A mesh whose other rank never comes: Timeout after the given bound, naming the mesh."""
+    store = dist.HashStore()
+    with pytest.raises(chimera.Timeout, match="gloo mesh backend of mesh a=2 over torch ranks 0,1"):
+        _extension.load().gloo_mesh_backend("a=2", [0, 1], 0, store, _gloo_group(store), 500)

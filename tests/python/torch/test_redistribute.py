@@ -1,18 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 # chimera.torch.redistribute against DTensor's own redistribute on a 2x2 mesh (4 ranks; the
 # mesh's groups run on the "chimera" c10d backend): equal values and placements for every
-# transition, on integer-valued data so sums are exact; fallbacks and the context manager.
+# transition, on integer-valued data so sums are exact, each planned by chimera; fallbacks and
+# the context manager; meshes whose ranks are in any order, and sub-meshes. Under mpirun chimera
+# runs on its MPI backend, under torchrun on its gloo mesh backend (CHIMERA_EXPECT_TRANSPORT).
+import importlib
 import itertools
 import logging
+import os
 
 import pytest
 import torch
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
+import chimera
 import chimera.torch as ct
 from chimera.torch.redistribute import bytes_of
 from conftest import agree
+
+# The module, not the function chimera.torch exports under the same name.
+routing = importlib.import_module("chimera.torch.redistribute")
 
 P, R, S0, S1 = Partial(), Replicate(), Shard(0), Shard(1)
 TRANSITIONS = [
@@ -56,11 +64,13 @@ def test_matches_dtensor(world, mesh, src, dst, dtype):
     rank, n, gloo = world
     d = make(mesh, src, dtype)
     bytes_of(d, dst)  # chimera plans it (raises Unplannable on a fallback)
+    ct.reset_stats()
     ours = ct.redistribute(d, dst)
+    planned = ct.stats()
     ref = d.redistribute(mesh, dst)
     ok = tuple(ours.placements) == tuple(ref.placements) and ours.shape == ref.shape and torch.equal(
-        ours.to_local(), ref.to_local())
-    agree(ok, gloo, f"{src}->{dst} {dtype}: {ours.placements} {ours.to_local()} vs {ref.to_local()}")
+        ours.to_local(), ref.to_local()) and planned["planned"] == 1 and planned["fallback"] == 0
+    agree(ok, gloo, f"{src}->{dst} {dtype}: {ours.placements} {ours.to_local()} vs {ref.to_local()}, stats {planned}")
 
 
 def test_plans_one_program_with_fewer_bytes(world, mesh):
@@ -129,3 +139,87 @@ def test_nested_shard_order(world, mesh, dst):
     ref = d.redistribute(mesh, dst).to_local()
     agree(torch.equal(ours.to_local(), expect) and torch.equal(ref, expect), gloo,
           f"nested order -> {dst}: {ours.to_local()} vs {expect}")
+
+
+def test_host_transport(world, mesh):
+    """The mesh's runtime runs on the transport the launch calls for: MPI under mpirun, gloo
+    under torchrun."""
+    rank, n, gloo = world
+    expected = os.environ.get("CHIMERA_EXPECT_TRANSPORT", "mpi")
+    name = routing.runtime_for(mesh).backend.name
+    agree(name == expected, gloo, f"the mesh runtime runs on {name}, expected {expected}")
+
+
+def local_part(full, mesh, placements):
+    """This rank's part of `full` under Shard/Replicate `placements`, cut by its mesh coordinate
+    (not by DTensor's collectives, whose groups order ranks by number)."""
+    part = full
+    for dim, p in enumerate(placements):
+        if isinstance(p, Shard):
+            part = part.chunk(mesh.size(dim), p.dim)[mesh.get_coordinate()[dim]]
+    return part.contiguous()
+
+
+ORDERS = {"scrambled": [[3, 1], [2, 0]], "column_major": [[0, 2], [1, 3]]}
+ORDER_TRANSITIONS = [((S0, S1), (S1, S0)), ((S0, S1), (R, S0)), ((S0, S0), (R, R)), ((S1, R), (S0, S1))]
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=str)
+def test_mesh_ranks_in_any_order(world, order):
+    """A 2x2 DeviceMesh over the ranks in any order: every result is the exact part of the full
+    tensor at the rank's coordinate, each transition planned by chimera."""
+    rank, n, gloo = world
+    mesh = DeviceMesh("cpu", torch.tensor(ORDERS[order]), mesh_dim_names=("x", "y"))
+    full = torch.arange(8 * 12, dtype=torch.float32).reshape(8, 12)
+    results = []
+    for src, dst in ORDER_TRANSITIONS:
+        d = DTensor.from_local(local_part(full, mesh, src), mesh, src, run_check=False, shape=full.shape,
+                               stride=full.stride())
+        ct.reset_stats()
+        ours = ct.redistribute(d, dst)
+        results.append(torch.equal(ours.to_local(), local_part(full, mesh, dst)) and ct.stats()["planned"] == 1)
+    agree(all(results), gloo, f"mesh {ORDERS[order]}: {results}")
+
+
+@pytest.mark.parametrize("src,dst", [((S0,), (S1,)), ((P,), (R,)), ((P,), (S0,))],
+                         ids=lambda t: "".join(str(p) for p in t))
+def test_sub_mesh(world, mesh, src, dst):
+    """On mesh["b"] (ranks {0, 1} and {2, 3}: two runtimes at once), equal to DTensor's own."""
+    rank, n, gloo = world
+    sub = mesh["b"]
+    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 11 - 5
+    d = distribute_tensor(full, sub, [R if isinstance(src[0], Partial) else src[0]])
+    if isinstance(src[0], Partial):  # every rank holds (rank + 1) * the tensor: exact sums
+        d = DTensor.from_local(d.to_local() * (rank + 1), sub, src, run_check=False)
+    ct.reset_stats()
+    ours = ct.redistribute(d, dst)
+    planned = ct.stats()["planned"]
+    ref = d.redistribute(sub, dst)
+    agree(torch.equal(ours.to_local(), ref.to_local()) and planned == 1, gloo,
+          f"{src}->{dst} on the sub-mesh b: planned {planned}")
+
+
+def test_gloo_mesh_groups(world, mesh):
+    """The gloo mesh backend: a group not created is InvalidArgument naming it; a second backend
+    over the same mesh meets in fresh store keys and reduces exactly along each axis."""
+    rank, n, gloo = world
+    if os.environ.get("CHIMERA_EXPECT_TRANSPORT") != "gloo":
+        pytest.skip("the gloo mesh backend is the transport of launches without MPI (torchrun)")
+    from chimera.torch.backend import mesh_backend
+
+    ranks = mesh.mesh.flatten().tolist()
+    results = []
+    for _ in range(2):
+        backend = mesh_backend("a=2,b=2", ranks)
+        with pytest.raises(chimera.InvalidArgument, match="gloo group of axes b .* was not created"):
+            backend.all_reduce(torch.ones(3), axes="b")
+        backend.create_groups(["a", "b"])
+        x = torch.full((5,), float(rank + 1))
+        a, b = mesh.get_coordinate()
+        along_a = backend.all_reduce(x.clone(), axes="a")  # ranks b and b + 2
+        along_b = backend.all_reduce(x.clone(), axes="b")  # ranks 2a and 2a + 1
+        whole = backend.all_reduce(x.clone())
+        results.append(torch.equal(along_a, torch.full((5,), float(b + 1 + b + 3))) and torch.equal(
+            along_b, torch.full((5,), float(2 * a + 1 + 2 * a + 2))) and torch.equal(whole, torch.full((5,), 10.0)))
+        backend.close()
+    agree(all(results), gloo, f"gloo mesh groups: {results}")

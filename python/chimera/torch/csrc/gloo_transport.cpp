@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // The gloo host transport (see host_transport.hpp): a chimera Backend whose collectives are
-// c10d calls on a gloo backend of the same group, made from the group's Store, so a launch
-// without MPI (torchrun, a fork-based harness) runs chimera's process group and plans on CPU
-// tensors. Buffers are wrapped as tensors without copies; each call waits for its Work.
+// c10d calls on gloo backends made from a c10d Store, so a launch without MPI (torchrun, a
+// fork-based harness) runs chimera's process group and plans on CPU tensors. Over a process
+// group it serves that group alone (one axis); over a mesh (a DeviceMesh's ranks, any order)
+// each group along an axis set gets its own gloo backend, made by its members under a store
+// prefix naming the mesh, its creation and the group. Buffers are wrapped as tensors without
+// copies; each call waits for its Work, bounded by the timeout.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,77 +54,111 @@ at::Tensor wrap(const void* data, std::size_t count, DataType dtype) {
                        at::TensorOptions().dtype(scalarTypeOf(dtype)).device(at::kCPU));
 }
 
+// Runs `body`, turning a c10 error (a gloo failure, its timeout) into a Status.
+template <typename F>
+Status guarded(const char* what, F&& body) {
+  try {
+    body();
+    return Status::ok();
+  } catch (const std::exception& error) {
+    const std::string message = std::string(what) + " over gloo: " + error.what();
+    if (message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos)
+      return Status::timeout(message);
+    return Status::backendError(message);
+  }
+}
+
+// Makes the gloo backend of this rank's group along `axes` (collective over its members).
+using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(AxisSet axes)>;
+
 class GlooHostBackend final : public chimera::Backend {
  public:
-  GlooHostBackend(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs)
-      : gloo_(std::move(gloo)), mesh_(Mesh::flat(gloo_->getSize(), "group")), timeout_(timeoutMs) {}
+  // Over `mesh`, as its rank `rank`: `whole` is the gloo backend of the whole mesh (every
+  // collective over all axes, and point-to-point by mesh rank); `factory` makes the others
+  // (none: `mesh` has one axis, whose group is `whole`).
+  GlooHostBackend(Mesh mesh, int rank, c10::intrusive_ptr<c10d::Backend> whole, GroupFactory factory,
+                  std::int64_t timeoutMs)
+      : mesh_(std::move(mesh)), rank_(rank), factory_(std::move(factory)), timeout_(timeoutMs) {
+    groups_.emplace(mesh_.allAxes().bits(), std::move(whole));
+  }
 
   std::string_view name() const override { return "gloo"; }
   const Mesh& mesh() const override { return mesh_; }
-  int rank() const override { return gloo_->getRank(); }
+  int rank() const override { return rank_; }
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
                    Stream) override {
-    if (Status s = checkGroup(axes, "allReduce"); !s.isOk()) return s;
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "allReduce", gloo); !s.isOk()) return s;
     if (count == 0) return Status::ok();
     if (send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    if (gloo == nullptr) return Status::ok();
     return guarded("allReduce", [&] {
       std::vector<at::Tensor> tensors{wrap(recv, count, dtype)};
       c10d::AllreduceOptions options;
       options.reduceOp = c10dOp(op);
-      wait(gloo_->allreduce(tensors, options));
-      if (op == ReduceOp::Avg) tensors[0].div_(gloo_->getSize());
+      wait(gloo->allreduce(tensors, options));
+      if (op == ReduceOp::Avg) tensors[0].div_(gloo->getSize());
     });
   }
   Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
                        Stream) override {
-    if (Status s = checkGroup(axes, "reduceScatter"); !s.isOk()) return s;
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "reduceScatter", gloo); !s.isOk()) return s;
     if (recvCount == 0) return Status::ok();
+    if (gloo == nullptr) return copy(recv, send, recvCount * elementBytes(dtype), nullptr);
     return guarded("reduceScatter", [&] {
       // gloo reduces in place: reduce a copy of the whole input, keep this rank's block.
-      at::Tensor all = wrap(send, recvCount * static_cast<std::size_t>(gloo_->getSize()), dtype).clone();
+      at::Tensor all = wrap(send, recvCount * static_cast<std::size_t>(gloo->getSize()), dtype).clone();
       std::vector<at::Tensor> tensors{all};
       c10d::AllreduceOptions options;
       options.reduceOp = c10dOp(op);
-      wait(gloo_->allreduce(tensors, options));
-      if (op == ReduceOp::Avg) all.div_(gloo_->getSize());
+      wait(gloo->allreduce(tensors, options));
+      if (op == ReduceOp::Avg) all.div_(gloo->getSize());
       const auto count = static_cast<int64_t>(recvCount);
-      wrap(recv, recvCount, dtype).copy_(all.narrow(0, rank() * count, count));
+      wrap(recv, recvCount, dtype).copy_(all.narrow(0, gloo->getRank() * count, count));
     });
   }
   Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes, Stream) override {
-    if (Status s = checkGroup(axes, "allGather"); !s.isOk()) return s;
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "allGather", gloo); !s.isOk()) return s;
     if (sendCount == 0) return Status::ok();
+    if (gloo == nullptr) return copy(recv, send, sendCount * elementBytes(dtype), nullptr);
     return guarded("allGather", [&] {
       at::Tensor input = wrap(send, sendCount, dtype).clone();  // send may alias recv (in place)
-      at::Tensor output = wrap(recv, sendCount * static_cast<std::size_t>(gloo_->getSize()), dtype);
-      wait(gloo_->_allgather_base(output, input, c10d::AllgatherOptions()));
+      at::Tensor output = wrap(recv, sendCount * static_cast<std::size_t>(gloo->getSize()), dtype);
+      wait(gloo->_allgather_base(output, input, c10d::AllgatherOptions()));
     });
   }
   Status allToAll(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes,
                   Stream) override {
-    if (Status s = checkGroup(axes, "allToAll"); !s.isOk()) return s;
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "allToAll", gloo); !s.isOk()) return s;
     if (countPerPeer == 0) return Status::ok();
+    if (gloo == nullptr) return copy(recv, send, countPerPeer * elementBytes(dtype), nullptr);
     return guarded("allToAll", [&] {
-      const std::size_t total = countPerPeer * static_cast<std::size_t>(gloo_->getSize());
+      const std::size_t total = countPerPeer * static_cast<std::size_t>(gloo->getSize());
       at::Tensor input = wrap(send, total, dtype);
       at::Tensor output = wrap(recv, total, dtype);
       std::vector<int64_t> splits;
-      wait(gloo_->alltoall_base(output, input, splits, splits, c10d::AllToAllOptions()));
+      wait(gloo->alltoall_base(output, input, splits, splits, c10d::AllToAllOptions()));
     });
   }
   Status broadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root, AxisSet axes,
                    Stream) override {
-    if (Status s = checkGroup(axes, "broadcast"); !s.isOk()) return s;
-    if (root < 0 || root >= gloo_->getSize())
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "broadcast", gloo); !s.isOk()) return s;
+    const int size = mesh_.groupSize(axes);
+    if (root < 0 || root >= size)
       return Status::invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of the group");
     if (count == 0) return Status::ok();
-    if (rank() == root && send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    if (mesh_.groupIndex(rank_, axes) == root && send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    if (gloo == nullptr) return Status::ok();
     return guarded("broadcast", [&] {
       std::vector<at::Tensor> tensors{wrap(recv, count, dtype)};
       c10d::BroadcastOptions options;
       options.rootRank = root;
-      wait(gloo_->broadcast(tensors, options));
+      wait(gloo->broadcast(tensors, options));
     });
   }
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream) override {
@@ -130,8 +171,9 @@ class GlooHostBackend final : public chimera::Backend {
   }
   Status groupedP2P(std::span<const P2POp> ops, Stream) override {
     for (const P2POp& op : ops)
-      if (op.peer < 0 || op.peer >= gloo_->getSize() || op.peer == rank())
+      if (op.peer < 0 || op.peer >= mesh_.size() || op.peer == rank_)
         return Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
+    c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     return guarded("groupedP2P", [&] {
       // Every transfer is posted before any is waited for: gloo's send and recv do not block.
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -139,8 +181,8 @@ class GlooHostBackend final : public chimera::Backend {
         if (op.count == 0) continue;
         std::vector<at::Tensor> tensors{wrap(op.buffer, op.count, op.dtype)};
         const int tag = kPlanTagTop - op.channel;
-        works.push_back(op.kind == P2POp::Kind::Send ? gloo_->send(tensors, op.peer, tag)
-                                                     : gloo_->recv(tensors, op.peer, tag));
+        works.push_back(op.kind == P2POp::Kind::Send ? whole.send(tensors, op.peer, tag)
+                                                     : whole.recv(tensors, op.peer, tag));
       }
       for (auto& work : works) wait(work);
     });
@@ -192,12 +234,22 @@ class GlooHostBackend final : public chimera::Backend {
     });
   }
   Status synchronize(Stream) override { return Status::ok(); }
+  // Each rank makes the gloo backend of its own group along each axis set, in the order given;
+  // the members of a group meet in the store (bounded by the timeout).
   Status createGroups(std::span<const AxisSet> groups) override {
-    for (AxisSet axes : groups)
-      if (Status s = checkGroup(axes, "createGroups"); !s.isOk()) return s;
+    for (AxisSet axes : groups) {
+      if (Status s = checkAxes(axes, "createGroups"); !s.isOk()) return s;
+      if (hasGroup(axes)) continue;  // always, without a factory: the mesh has one axis then
+      c10::intrusive_ptr<c10d::Backend> gloo;
+      const std::string what = "creating the gloo group of axes " + mesh_.axesName(axes);
+      if (Status s = guarded(what.c_str(), [&] { gloo = factory_(axes); }); !s.isOk()) return s;
+      groups_.emplace(axes.bits(), std::move(gloo));
+    }
     return Status::ok();
   }
-  bool hasGroup(AxisSet axes) const override { return axes == AxisSet::single(0); }
+  bool hasGroup(AxisSet axes) const override {
+    return checkAxes(axes, "hasGroup").isOk() && (mesh_.groupSize(axes) == 1 || groups_.count(axes.bits()) != 0);
+  }
 
  private:
   static c10d::ReduceOp c10dOp(ReduceOp op) {
@@ -211,9 +263,29 @@ class GlooHostBackend final : public chimera::Backend {
     }
     TORCH_CHECK(false, "reduce op ", static_cast<int>(op), " is not supported over gloo");
   }
-  Status checkGroup(AxisSet axes, const char* what) const {
-    if (axes == AxisSet::single(0)) return Status::ok();
-    return Status::invalidArgument(std::string(what) + ": the gloo transport serves its whole group only (axis 0)");
+  Status checkAxes(AxisSet axes, const char* what) const {
+    if (!axes.empty() && (axes.bits() & ~mesh_.allAxes().bits()) == 0) return Status::ok();
+    return Status::invalidArgument(std::string(what) + ": axis set 0x" + hexBits(axes) + " is not a group of mesh " +
+                                   mesh_.toString());
+  }
+  // The gloo backend of this rank's group along `axes`; nullptr for a group of one rank (the
+  // collective is a local copy). InvalidArgument naming the group when it was not created.
+  Status groupOf(AxisSet axes, const char* what, c10d::Backend*& out) const {
+    if (Status s = checkAxes(axes, what); !s.isOk()) return s;
+    out = nullptr;
+    if (auto it = groups_.find(axes.bits()); it != groups_.end()) {
+      out = it->second.get();
+      return Status::ok();
+    }
+    if (mesh_.groupSize(axes) == 1) return Status::ok();
+    return Status::invalidArgument(std::string(what) + ": the gloo group of axes " + mesh_.axesName(axes) + " (mesh " +
+                                   mesh_.toString() + ") was not created on rank " + std::to_string(rank_) +
+                                   ": call Backend::createGroups with it first");
+  }
+  static std::string hexBits(AxisSet axes) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%x", axes.bits());
+    return text;
   }
   void wait(const c10::intrusive_ptr<c10d::Work>& work) const { work->wait(timeout_); }
   at::Tensor boxOf(const void* tensor, std::span<const std::int64_t> shape, const Box& box, DataType dtype) const {
@@ -225,22 +297,10 @@ class GlooHostBackend final : public chimera::Backend {
       region = region.narrow(static_cast<int64_t>(d), box.offset[d], box.extent[d]);
     return region;
   }
-  // Runs `body`, turning a c10 error (a gloo failure, its timeout) into a Status.
-  template <typename F>
-  Status guarded(const char* what, F&& body) const {
-    try {
-      body();
-      return Status::ok();
-    } catch (const std::exception& error) {
-      const std::string message = std::string(what) + " over gloo: " + error.what();
-      if (message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos)
-        return Status::timeout(message);
-      return Status::backendError(message);
-    }
-  }
-
-  c10::intrusive_ptr<c10d::Backend> gloo_;
   Mesh mesh_;
+  int rank_;
+  std::map<std::uint32_t, c10::intrusive_ptr<c10d::Backend>> groups_;  // by axis-set bits
+  GroupFactory factory_;
   std::chrono::milliseconds timeout_;
 };
 
@@ -269,9 +329,50 @@ class GlooHostPointToPoint final : public HostPointToPoint {
 Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs, HostTransport& out) {
   if (!gloo) return Status::invalidArgument("gloo transport: no gloo backend");
   if (timeoutMs <= 0) timeoutMs = 30 * 60 * 1000;
-  out.backend = std::make_unique<GlooHostBackend>(gloo, timeoutMs);
+  const int rank = gloo->getRank();
+  out.backend = std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs);
   out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
   return Status::ok();
+}
+
+Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks, int globalRank,
+                             c10::intrusive_ptr<c10d::Store> store, const GlooGroupMaker& makeGroup,
+                             std::int64_t timeoutMs, std::unique_ptr<chimera::Backend>& out) {
+  if (!store || !makeGroup) return Status::invalidArgument("gloo mesh backend: no store or no group maker");
+  if (static_cast<int>(globalRanks.size()) != mesh.size())
+    return Status::invalidArgument("gloo mesh backend: " + std::to_string(globalRanks.size()) + " ranks for mesh " +
+                                   mesh.toString() + " of " + std::to_string(mesh.size()));
+  int index = -1;
+  std::set<int> seen;
+  std::string ranks;
+  for (std::size_t i = 0; i < globalRanks.size(); ++i) {
+    const int r = globalRanks[i];
+    if (r < 0 || !seen.insert(r).second)
+      return Status::invalidArgument("gloo mesh backend: rank " + std::to_string(r) + " is negative or listed twice");
+    if (r == globalRank) index = static_cast<int>(i);
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (index < 0)
+    return Status::invalidArgument("gloo mesh backend: rank " + std::to_string(globalRank) +
+                                   " is not one of the mesh's ranks " + ranks);
+  if (timeoutMs <= 0) timeoutMs = std::int64_t{30} * 60 * 1000;
+  // The mesh's name in the store (its axes and ranks). Each creation over it takes the next
+  // generation: a rank finishes creation g only after every member counted itself in for g
+  // (they all meet in the whole-mesh group next), so members agree on g without talking.
+  const std::string name = "chimera/gloo_mesh/" + mesh.toString() + "@" + ranks;
+  const std::string what = "creating the gloo mesh backend of mesh " + mesh.toString() + " over torch ranks " + ranks +
+                           " (this is rank " + std::to_string(globalRank) + "; every rank must create it)";
+  return guarded(what.c_str(), [&] {
+    const std::int64_t arrivals = store->add(name + "/creations", 1);
+    const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
+    GroupFactory factory = [makeGroup, prefix, mesh, index, timeoutMs](AxisSet axes) {
+      // One prefix per group: the axes, and the colour its members share.
+      const std::string group = prefix + mesh.axesName(axes) + "/" + std::to_string(mesh.groupColor(index, axes)) + "/";
+      return makeGroup(group, mesh.groupIndex(index, axes), mesh.groupSize(axes), timeoutMs);
+    };
+    c10::intrusive_ptr<c10d::Backend> whole = factory(mesh.allAxes());
+    out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs);
+  });
 }
 
 }  // namespace chimera::torch_ext

@@ -6,13 +6,17 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "chimera/backend.hpp"
+#include "chimera/mesh.hpp"
 
 namespace chimera::torch_ext {
 
@@ -46,5 +50,25 @@ struct HostTransport {
 /// Store by the caller). Collectives on the backend are c10d calls on `gloo`, waited for.
 [[nodiscard]] Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs,
                                          HostTransport& out);
+
+/// Makes a gloo backend of `size` ranks, this one `rank`, whose members meet in the store
+/// under `storePrefix`, waiting at most `timeoutMs` (c10d's ProcessGroupGloo, made where gloo's
+/// headers are: torch's Python side). Throws on failure.
+using GlooGroupMaker = std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& storePrefix, int rank,
+                                                                       int size, std::int64_t timeoutMs)>;
+
+/// A chimera Backend over `mesh` on gloo, without MPI: mesh rank i (row-major) is torch global
+/// rank `globalRanks[i]` (any order; a DeviceMesh's ranks), this process is `globalRank`.
+/// Collective over those ranks. Each gloo group is made by `makeGroup` under a store prefix
+/// naming the mesh, this creation of it (a count in `store`, shared by every rank) and the
+/// group, so other meshes and later backends over the same mesh never collide. The whole
+/// mesh's group is made now (collectives over all axes, point-to-point by mesh rank); each
+/// other group along an axis set by createGroups, by its members (a group not created is
+/// InvalidArgument naming it). Every wait is bounded by `timeoutMs` (<= 0: 30 minutes).
+/// InvalidArgument when the ranks and the mesh differ in size, a rank repeats or the caller is
+/// not one of them; Timeout / BackendError when the members do not meet.
+[[nodiscard]] Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks, int globalRank,
+                                           c10::intrusive_ptr<c10d::Store> store, const GlooGroupMaker& makeGroup,
+                                           std::int64_t timeoutMs, std::unique_ptr<chimera::Backend>& out);
 
 }  // namespace chimera::torch_ext

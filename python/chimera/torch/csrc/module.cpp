@@ -112,6 +112,46 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
   return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(host), std::move(store), asyncCpu, bound);
 }
 
+// The capsule that hands a chimera Backend to the package `chimera` (chimera._chimera's
+// _adopt_backend takes it over and marks the capsule with a context); a capsule never adopted
+// frees the backend itself.
+py::capsule backendCapsule(std::unique_ptr<chimera::Backend> backend) {
+  PyObject* capsule = PyCapsule_New(backend.get(), "chimera.Backend", [](PyObject* self) {
+    if (PyCapsule_GetContext(self) == nullptr)
+      delete static_cast<chimera::Backend*>(PyCapsule_GetPointer(self, "chimera.Backend"));
+  });
+  if (capsule == nullptr) throw py::error_already_set();
+  (void)backend.release();
+  return py::reinterpret_steal<py::capsule>(capsule);
+}
+
+// chimera's Backend over the mesh `meshText` of the torch global ranks `globalRanks` on gloo
+// (see createGlooMeshBackend), as a capsule for chimera._chimera._adopt_backend. `makeGroup`
+// (store prefix, rank, size, timeout_ms) -> a ProcessGroupGloo, called with the GIL held
+// whenever the backend creates a group (also later, from createGroups without the GIL).
+py::capsule glooMeshBackend(const std::string& meshText, const std::vector<int>& globalRanks, int globalRank,
+                            c10::intrusive_ptr<c10d::Store> store, py::function makeGroup, std::int64_t timeoutMs) {
+  Mesh mesh;
+  check("gloo mesh backend", Mesh::parse(meshText, mesh));
+  // The callable outlives this call inside the backend, which may be freed without the GIL.
+  std::shared_ptr<py::function> maker(new py::function(std::move(makeGroup)), [](py::function* f) {
+    py::gil_scoped_acquire acquire;
+    delete f;
+  });
+  const GlooGroupMaker make = [maker](const std::string& prefix, int rank, int size, std::int64_t timeout) {
+    py::gil_scoped_acquire acquire;
+    return (*maker)(prefix, rank, size, timeout).cast<c10::intrusive_ptr<c10d::Backend>>();
+  };
+  std::unique_ptr<chimera::Backend> backend;
+  Status status;
+  {
+    py::gil_scoped_release release;
+    status = createGlooMeshBackend(mesh, globalRanks, globalRank, std::move(store), make, timeoutMs, backend);
+  }
+  check("gloo mesh backend", status);
+  return backendCapsule(std::move(backend));
+}
+
 // torch's ProcessGroup of a chimera group, named "chimera": a plugin's group is otherwise
 // named "custom" (ProcessGroup::getBackendName), which is what DDP's logging would report.
 class NamedProcessGroup final : public c10d::ProcessGroup {
@@ -132,6 +172,11 @@ PYBIND11_MODULE(_C, m) {
         py::arg("gloo") = py::none(),
         "Creates the c10d backend of one process group (collective over its members): its host transport over "
         "`gloo` (a gloo backend of the same group) when given, else over MPI.");
+  m.def("gloo_mesh_backend", &chimera::torch_ext::glooMeshBackend, py::arg("mesh"), py::arg("global_ranks"),
+        py::arg("global_rank"), py::arg("store"), py::arg("make_group"), py::arg("timeout_ms") = 0,
+        "chimera's Backend over a mesh of torch global ranks on gloo (collective over them; `make_group(prefix, "
+        "rank, size, timeout_ms)` makes each gloo group, `store` counts the mesh's creations), as a capsule for "
+        "chimera._chimera._adopt_backend.");
   m.def(
       "named_process_group",
       [](c10::intrusive_ptr<c10d::Store> store, int rank, int size) -> c10::intrusive_ptr<c10d::ProcessGroup> {
