@@ -48,6 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--pp", type=int, default=2, help="pipeline stages")
     p.add_argument("--dp-shard", type=int, default=2, help="FSDP degree")
     p.add_argument("--tp", type=int, default=2, help="tensor (+ sequence) parallel degree")
+    p.add_argument("--model", default="llama3", choices=["llama3", "deepseek_v3"],
+                   help="torchtitan's debug model: llama3 (dense) or deepseek_v3 (MoE)")
+    p.add_argument("--ep", type=int, default=1, help="expert parallel degree (deepseek_v3; torchtitan takes it "
+                   "out of dp_shard x tp)")
     p.add_argument("--schedule", default="Interleaved1F1B", help="torchtitan's pipeline schedule")
     p.add_argument("--layers", type=int, default=6, help="transformer blocks of the debug model (it has 6)")
     p.add_argument("--seq", type=int, default=256, help="sequence length")
@@ -64,11 +68,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def make_config(args, tokenizer: Path, data: Path, dump: Path):
-    """torchtitan's llama3 debug-model configuration, sized and placed for this run."""
+    """torchtitan's debug-model configuration (llama3 or deepseek_v3), sized and placed for this run."""
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
-    from torchtitan.models.llama3.config_registry import llama3_debugmodel
+    if args.model == "llama3":
+        from torchtitan.models.llama3.config_registry import llama3_debugmodel as debugmodel
+    else:
+        from torchtitan.models.deepseek_v3.config_registry import deepseek_v3_debugmodel as debugmodel
 
-    config = llama3_debugmodel()
+    config = debugmodel()
     config.model_spec.model.layers = config.model_spec.model.layers[:args.layers]
     config.hf_assets_path = str(tokenizer)
     config.dump_folder = str(dump)
@@ -81,6 +88,7 @@ def make_config(args, tokenizer: Path, data: Path, dump: Path):
     config.parallelism.data_parallel_shard_degree = args.dp_shard
     config.parallelism.tensor_parallel_degree = args.tp
     config.parallelism.pipeline_parallel_degree = args.pp
+    config.parallelism.expert_parallel_degree = args.ep
     config.parallelism.pipeline_parallel_schedule = args.schedule
     config.parallelism.spmd_backend = args.spmd_backend
     config.activation_checkpoint = None
@@ -192,7 +200,8 @@ def main(argv=None) -> int:
             print(f"{backend}: losses {' '.join(f'{x:.6f}' for x in r['losses'])}; "
                   f"median step {statistics.median(r['step_ms']):.0f} ms", flush=True)
     if rank == 0:
-        out = {"mesh": {"pp": args.pp, "dp_shard": args.dp_shard, "tp": args.tp}, "steps": args.steps,
+        out = {"model": args.model, "mesh": {"pp": args.pp, "dp_shard": args.dp_shard, "tp": args.tp, "ep": args.ep},
+               "steps": args.steps,
                "layers": args.layers, "seq": args.seq, "batch": args.batch, "spmd_backend": args.spmd_backend}
         for backend, r in results.items():
             out[f"losses_{backend}"] = r["losses"]
