@@ -24,3 +24,17 @@ def agree(ok: bool, gloo, what: str) -> None:
     dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=gloo)
     assert ok, f"rank {dist.get_rank()}: {what}"
     assert flag.item() == 1, f"another rank failed: {what}"
+
+
+def sub_mesh_input(sub_mesh, placement, rank: int):
+    """An 8 x 12 float64 DTensor on `sub_mesh` with `placement` (one of Shard, Replicate,
+    Partial): small integers; a Partial one holds (rank + 1) times the tensor, so its sums are
+    exact."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate, distribute_tensor
+
+    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 11 - 5
+    partial = isinstance(placement, Partial)
+    d = distribute_tensor(full, sub_mesh, [Replicate() if partial else placement])
+    if partial:
+        d = DTensor.from_local(d.to_local() * (rank + 1), sub_mesh, [placement], run_check=False)
+    return d

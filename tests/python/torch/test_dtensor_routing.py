@@ -18,7 +18,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 import chimera.torch as ct
-from conftest import agree
+from conftest import agree, sub_mesh_input
 
 # The module, not the function chimera.torch exports under the same name.
 routing = importlib.import_module("chimera.torch.redistribute")
@@ -101,10 +101,7 @@ def test_sub_mesh(world, world_mesh, src, dst):
     """On world_mesh["tp"] (ranks 0-3 and 4-7), explicit and with async_op=True."""
     rank, n, gloo = world
     tp = world_mesh["tp"]
-    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 11 - 5
-    d = distribute_tensor(full, tp, [R if isinstance(src[0], Partial) else src[0]])
-    if isinstance(src[0], Partial):  # every rank holds (rank + 1) * the tensor: exact sums
-        d = DTensor.from_local(d.to_local() * (rank + 1), tp, src, run_check=False)
+    d = sub_mesh_input(tp, src[0], rank)
     ref = d.redistribute(tp, dst)
     ct.reset_stats()
     with ct.fused_redistribute():

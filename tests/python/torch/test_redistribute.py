@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distrib
 import chimera
 import chimera.torch as ct
 from chimera.torch.redistribute import bytes_of
-from conftest import agree
+from conftest import agree, sub_mesh_input
 
 # The module, not the function chimera.torch exports under the same name.
 routing = importlib.import_module("chimera.torch.redistribute")
@@ -187,10 +187,7 @@ def test_sub_mesh(world, mesh, src, dst):
     """On mesh["b"] (ranks {0, 1} and {2, 3}: two runtimes at once), equal to DTensor's own."""
     rank, n, gloo = world
     sub = mesh["b"]
-    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 11 - 5
-    d = distribute_tensor(full, sub, [R if isinstance(src[0], Partial) else src[0]])
-    if isinstance(src[0], Partial):  # every rank holds (rank + 1) * the tensor: exact sums
-        d = DTensor.from_local(d.to_local() * (rank + 1), sub, src, run_check=False)
+    d = sub_mesh_input(sub, src[0], rank)
     ct.reset_stats()
     ours = ct.redistribute(d, dst)
     planned = ct.stats()["planned"]
