@@ -20,8 +20,17 @@ using detail::kBlockWordBytes;
 
 namespace {
 
-Status checkHandle(const RoutedDispatch::State& st, const char* call) {
+// The opening of every call on a completed dispatch: InvalidArgument (returned) when the handle
+// holds none; else this rank's verdict `local`, which the call carries into its exchange:
+// `localError`, or InvalidArgument naming a null buffer that the handle's rows or tokens need.
+Status openCall(const RoutedDispatch::State& st, const char* call, const Status& localError, bool rowBufferNull,
+                const char* rowBuffer, bool tokenBufferNull, const char* tokenBuffer, Status& local) {
   CHIMERA_CHECK_ARG(st.complete, "{}: the handle holds no completed dispatch", call);
+  local = localError;
+  if (local.isOk() && st.rows > 0 && rowBufferNull)
+    local = Status::invalidArgument(fmt::format("{}: null {} with {} rows", call, rowBuffer, st.rows));
+  if (local.isOk() && st.tokens > 0 && tokenBufferNull)
+    local = Status::invalidArgument(fmt::format("{}: null {} with {} tokens", call, tokenBuffer, st.tokens));
   return Status::ok();
 }
 
@@ -169,11 +178,9 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
                                RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
-  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed combine"));
-  Status local = localError;
-  if (local.isOk() && st.rows > 0 && expertOut == nullptr)
-    local = Status::invalidArgument("routed combine: null expert output with rows > 0");
-  if (local.isOk() && st.tokens > 0 && y == nullptr) local = Status::invalidArgument("routed combine: null output");
+  Status local;
+  CHIMERA_RETURN_IF_ERROR(
+      openCall(st, "routed combine", localError, expertOut == nullptr, "expert output", y == nullptr, "output", local));
   RoutedStats own;
   // Each received record goes back as one row: its slots' rows weighted and summed in slot order.
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, m.rowBytes);
@@ -194,12 +201,10 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
                                        RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
-  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed combine backward"));
-  Status local = localError;
-  if (local.isOk() && st.tokens > 0 && gradY == nullptr)
-    local = Status::invalidArgument("routed combine backward: null gradient");
-  if (local.isOk() && st.rows > 0 && (gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr)))
-    local = Status::invalidArgument("routed combine backward: null expert output or its gradient with rows > 0");
+  Status local;
+  CHIMERA_RETURN_IF_ERROR(openCall(st, "routed combine backward", localError,
+                                   gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr),
+                                   "expert output or its gradient", gradY == nullptr, "gradient of y", local));
   RoutedStats own;
   // dy of each sent record's token goes the dispatch's way, once per record.
   RecordBlocks b = layOutBlocks(m, st.sendCount, st.recvCount, m.rowBytes);
@@ -245,12 +250,9 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
                                         void* gradX, void* gradWeights, RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
-  CHIMERA_RETURN_IF_ERROR(checkHandle(st, "routed dispatch backward"));
-  Status local = localError;
-  if (local.isOk() && st.rows > 0 && gradRecvX == nullptr)
-    local = Status::invalidArgument("routed dispatch backward: null gradient of the received rows");
-  if (local.isOk() && st.tokens > 0 && gradX == nullptr)
-    local = Status::invalidArgument("routed dispatch backward: null gradient of x");
+  Status local;
+  CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, gradRecvX == nullptr,
+                                   "gradient of the received rows", gradX == nullptr, "gradient of x", local));
   RoutedStats own;
   // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
   const auto S = static_cast<std::size_t>(m.slots);
