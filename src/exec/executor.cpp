@@ -74,7 +74,7 @@ struct Executor::Impl {
   std::shared_ptr<detail::ScratchPool> scratch;  // the backend's; declared first, destroyed after the plans
   BytesCost bytesCost;
   const PlanCost* cost;
-  std::unordered_map<std::string, std::unique_ptr<ChainEntry>> chains;
+  std::unordered_map<detail::ChainKey, std::unique_ptr<ChainEntry>, detail::ChainKeyHash> chains;
   std::unordered_map<std::string, std::unique_ptr<RedistributionEntry>> redistributions;
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
   detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
@@ -145,14 +145,16 @@ Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::Prepare
 
 Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Stream stream, ChainEntry*& out) {
   Status local = detail::checkRequestMesh(request, backend.mesh());
-  const std::string signature =
-      local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
+  detail::ChainKey key;
   if (local.isOk()) {
-    if (auto it = chains.find(signature); it != chains.end()) {
+    key = detail::chainKey(request);
+    if (auto it = chains.find(key); it != chains.end()) {
       out = it->second.get();
       return Status::ok();
     }
   }
+  const std::string signature =
+      local.isOk() ? detail::chainSignature(request, cost->name()) : "invalid request: " + local.message();
   auto entry = std::make_unique<ChainEntry>();
   if (local.isOk()) {
     ++passes;
@@ -171,7 +173,7 @@ Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Strea
                       p.baseline.toString(), p.fused.toString());
   }
   out = entry.get();
-  chains.emplace(signature, std::move(entry));
+  chains.emplace(std::move(key), std::move(entry));
   return Status::ok();
 }
 

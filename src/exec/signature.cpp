@@ -4,9 +4,34 @@
 
 #include <fmt/format.h>
 
+#include "common/hash.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
+namespace {
+
+// A layout as words: per axis its placement, then the nesting order of every dimension that
+// several axes split (the only part the placements leave open).
+void addLayout(std::vector<std::int64_t>& words, const Layout& layout) {
+  const int axes = layout.mesh().numAxes();
+  for (int axis = 0; axis < axes; ++axis) {
+    const Placement& p = layout.placement(axis);
+    words.push_back(static_cast<std::int64_t>(p.kind) | (static_cast<std::int64_t>(p.dim) << 8) |
+                    (static_cast<std::int64_t>(p.op) << 24) | (static_cast<std::int64_t>(p.stage) << 32));
+  }
+  for (int dim = 0; dim <= layout.maxShardDim(); ++dim) {
+    int splitting = 0;
+    for (int axis = 0; axis < axes; ++axis) {
+      const Placement& p = layout.placement(axis);
+      splitting += p.isShard() && p.dim == dim ? 1 : 0;
+    }
+    if (splitting < 2) continue;
+    words.push_back(-1 - dim);
+    for (const int axis : layout.splitAxes(dim)) words.push_back(axis);
+  }
+}
+
+}  // namespace
 
 Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh) {
   CHIMERA_CHECK_ARG(request.from.mesh().axesEqual(mesh), "the start layout {} is on mesh {}, the backend on {}",
@@ -24,6 +49,30 @@ Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh) {
                       mesh.toString());
   }
   return Status::ok();
+}
+
+ChainKey chainKey(const ChainRequest& request) {
+  ChainKey key;
+  std::vector<std::int64_t>& words = key.words;
+  words.reserve(16 + request.spec.shape.size() + 7 * request.chain.ops.size());
+  words.push_back(static_cast<std::int64_t>(request.spec.dtype));
+  words.push_back(static_cast<std::int64_t>(request.spec.shape.size()));
+  words.insert(words.end(), request.spec.shape.begin(), request.spec.shape.end());
+  addLayout(words, request.from);
+  words.push_back(static_cast<std::int64_t>(request.chain.ops.size()));
+  for (const ChainOp& op : request.chain.ops) {
+    words.insert(words.end(), {static_cast<std::int64_t>(op.kind), static_cast<std::int64_t>(op.axes.bits()), op.dim,
+                               op.toDim, op.root, op.stageStep});
+  }
+  words.push_back(request.consume ? 1 : 0);
+  if (request.consume) addLayout(words, *request.consume);
+  return key;
+}
+
+std::size_t ChainKeyHash::operator()(const ChainKey& key) const {
+  Hasher hasher;
+  for (const std::int64_t word : key.words) hasher.add(static_cast<std::uint64_t>(word));
+  return static_cast<std::size_t>(hasher.value());
 }
 
 std::string chainSignature(const ChainRequest& request, std::string_view costName) {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Cache keys of the executor: the text that identifies a chain request, a redistribution
-// or an explicit plan, and the hash ranks compare to agree on it.
+// Cache keys of the executor: the words and the text that identify a chain request, the text
+// of a redistribution or an explicit plan, and the hash ranks compare to agree on it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chimera/executor.hpp"
 
@@ -15,8 +17,21 @@ namespace chimera::detail {
 /// or a chain op naming an axis the mesh lacks (its position and the mesh in the message).
 [[nodiscard]] Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh);
 
-/// "chain|<mesh>|<shape dtype>|<from>|<chain>|<consume or ->|<cost>". Precondition:
-/// checkRequestMesh succeeded.
+/// The executor's cache key of a chain request: its shape, dtype, start layout, ops and
+/// consumed layout as words, equal exactly when the requests are (the mesh and the cost are
+/// the executor's own). Built on every run of a cached chain, so it formats no text.
+/// Precondition: checkRequestMesh succeeded.
+struct ChainKey {
+  std::vector<std::int64_t> words;
+  bool operator==(const ChainKey& other) const = default;
+};
+ChainKey chainKey(const ChainRequest& request);
+struct ChainKeyHash {
+  std::size_t operator()(const ChainKey& key) const;
+};
+
+/// "chain|<mesh>|<shape dtype>|<from>|<chain>|<consume or ->|<cost>": what a rank planned, for
+/// the agreement and the messages. Precondition: checkRequestMesh succeeded.
 std::string chainSignature(const ChainRequest& request, std::string_view costName);
 
 /// "redistribute|<mesh>|<shape dtype>|<from>|<to>|<cost>".

@@ -131,8 +131,11 @@ Status Session::Impl::record(TensorHandle in, const ChainOp& op, void* output, s
     value.declared = value.layout;
     value.storage = window.storages++;
   } else {
-    CHIMERA_RETURN_IF_ERROR(
-        checkBuffer(value.layout, value.spec, backend.rank(), output, outputBytes, op.toString(mesh)));
+    // The call's text is formatted only for a message: this runs on every recorded call.
+    if (Status sized = checkBuffer(value.layout, value.spec, backend.rank(), output, outputBytes, "its output");
+        !sized.isOk()) {
+      return Status(sized.code(), fmt::format("{}: {}", op.toString(mesh), sized.message()));
+    }
     CHIMERA_CHECK_ARG(!detail::overlaps(input.buffer, input.bytes, output, outputBytes),
                       "{}: the output buffer overlaps the input buffer (out-of-place call)", op.toString(mesh));
     value.buffer = output;
