@@ -9,12 +9,14 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -234,12 +236,20 @@ class GlooHostBackend final : public chimera::Backend {
     });
   }
   Status synchronize(Stream) override { return Status::ok(); }
-  // Each rank makes the gloo backend of its own group along each axis set, in the order given;
-  // the members of a group meet in the store (bounded by the timeout).
+  // Each rank makes the gloo backend of its own group along each axis set it lacks, in the order
+  // given; the members of a group meet in the store (bounded by the timeout). Nothing is sent
+  // when every group exists (always, without a factory: the mesh has one axis then). Otherwise
+  // the ranks of the mesh first agree on the groups they are about to make, so that ranks asking
+  // for different groups at once all fail with Mismatch instead of waiting in the store.
   Status createGroups(std::span<const AxisSet> groups) override {
+    std::vector<AxisSet> missing;
     for (AxisSet axes : groups) {
       if (Status s = checkAxes(axes, "createGroups"); !s.isOk()) return s;
-      if (hasGroup(axes)) continue;  // always, without a factory: the mesh has one axis then
+      if (!hasGroup(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
+    }
+    if (missing.empty()) return Status::ok();
+    if (Status s = agreeOnNewGroups(missing); !s.isOk()) return s;
+    for (AxisSet axes : missing) {
       c10::intrusive_ptr<c10d::Backend> gloo;
       const std::string what = "creating the gloo group of axes " + mesh_.axesName(axes);
       if (Status s = guarded(what.c_str(), [&] { gloo = factory_(axes); }); !s.isOk()) return s;
@@ -252,6 +262,40 @@ class GlooHostBackend final : public chimera::Backend {
   }
 
  private:
+  // One MIN AllReduce over the whole mesh of the new groups' count, a hash of their axis sets
+  // in order, and the first and last axis set, each with its negation (the range across ranks).
+  Status agreeOnNewGroups(const std::vector<AxisSet>& groups) {
+    std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the axis sets in order
+    for (AxisSet axes : groups) hash = (hash ^ axes.bits()) * 1099511628211ull;
+    const std::int64_t words[] = {static_cast<std::int64_t>(groups.size()), static_cast<std::int64_t>(hash >> 2),
+                                  groups.front().bits(), groups.back().bits()};
+    constexpr std::size_t n = std::size(words);
+    std::int64_t range[2 * n];
+    for (std::size_t i = 0; i < n; ++i) {
+      range[i] = words[i];
+      range[n + i] = -words[i];
+    }
+    const std::string names = axesNames(groups);
+    if (Status s = allReduce(range, range, 2 * n, DataType::I64, ReduceOp::Min, mesh_.allAxes(), nullptr); !s.isOk())
+      return Status(s.code(), "agreeing on the new gloo groups " + names + " (mesh " + mesh_.toString() + ", rank " +
+                                  std::to_string(rank_) + "): " + s.message());
+    bool agreed = true;
+    for (std::size_t i = 0; i < n; ++i) agreed = agreed && range[i] == -range[n + i];
+    if (agreed) return Status::ok();
+    const auto low = [&](std::size_t i) { return AxisSet::fromBits(static_cast<std::uint32_t>(range[i])); };
+    const auto high = [&](std::size_t i) { return AxisSet::fromBits(static_cast<std::uint32_t>(-range[n + i])); };
+    return Status::mismatch("rank " + std::to_string(rank_) + " of mesh " + mesh_.toString() +
+                            ": the ranks create different gloo groups at once (this rank: " + names +
+                            "; across the ranks: " + std::to_string(range[0]) + " to " + std::to_string(-range[n]) +
+                            " groups, the first of axes " + mesh_.axesName(low(2)) + " to " + mesh_.axesName(high(2)) +
+                            "); every rank must create the same groups together "
+                            "(Backend::createGroups at setup); none was created");
+  }
+  std::string axesNames(const std::vector<AxisSet>& groups) const {
+    std::string names;
+    for (AxisSet axes : groups) names += (names.empty() ? "[" : ", ") + mesh_.axesName(axes);
+    return names + "]";
+  }
   static c10d::ReduceOp c10dOp(ReduceOp op) {
     switch (op) {
       case ReduceOp::Sum:
