@@ -130,7 +130,10 @@ class RoutedDispatch {
 /// group (Mismatch on the ranks that learn it from a peer), never a hang or garbage.
 class RoutedExchange {
  public:
-  /// Checks `options` against `backend`'s mesh and decides the program (no communication).
+  /// Checks `options` against `backend`'s mesh and decides the program. Creates the
+  /// communicators of the dispatch group and of the token axes that do not exist yet
+  /// (Backend::createGroups: collective over the mesh, as every rank creates the exchange with
+  /// the same group and layout); no communication when they exist.
   [[nodiscard]] static Status create(Backend& backend, const RoutedExchangeOptions& options,
                                      std::unique_ptr<RoutedExchange>& out);
   ~RoutedExchange();

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 #include "chimera/planning/topology.hpp"
 #include "common/env.hpp"
@@ -53,6 +54,24 @@ Status checkDtype(DataType dtype, const char* what) {
   return Status::ok();
 }
 
+// The communicators of the dispatch group and the token axes, made now rather than by a first
+// collective: a transport without lazy creation (the gloo mesh backend) has none until then,
+// and one whose creation is collective over the world (MPI) makes them here at a point every
+// rank reaches together. Nothing to do (no communication) when they exist.
+Status createGroups(Backend& backend, AxisSet group, AxisSet tokenAxes) {
+  std::vector<AxisSet> missing;
+  for (AxisSet axes : {group, tokenAxes}) {
+    if (!axes.empty() && !backend.hasGroup(axes) && (missing.empty() || missing.front() != axes))
+      missing.push_back(axes);
+  }
+  if (missing.empty()) return Status::ok();
+  const Status st = backend.createGroups(missing);
+  if (st.isOk()) return st;
+  return Status(st.code(),
+                fmt::format("routed exchange over group {} (token axes {}): {}", backend.mesh().axesName(group),
+                            tokenAxes.empty() ? "none" : backend.mesh().axesName(tokenAxes), st.message()));
+}
+
 }  // namespace
 
 Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& options,
@@ -77,6 +96,7 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
   m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
   if (m.tokenSize == 1 && m.placement != TokenPlacement::Partial) m.placement = TokenPlacement::Owned;
+  CHIMERA_RETURN_IF_ERROR(createGroups(backend, m.group, m.tokenAxes));
 
   RoutedRequest request;
   request.mesh = mesh;
