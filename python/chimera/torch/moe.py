@@ -26,6 +26,8 @@ import torch.distributed as dist
 
 import chimera
 
+from .backend import mesh_backend
+
 _BACKENDS: dict = {}
 _EXCHANGES: dict = {}
 
@@ -47,8 +49,11 @@ def _group_mesh(group) -> tuple[str, str]:
 
 
 def _backend(mesh: str):
+    """chimera's host backend laid out as `mesh` over the world (the MPI backend under an MPI
+    launch, the gloo mesh backend otherwise: chimera.torch.backend.mesh_backend); made once per
+    mesh, collectively over the world."""
     if mesh not in _BACKENDS:
-        _BACKENDS[mesh] = chimera.mpi_backend(chimera.Mesh(mesh))
+        _BACKENDS[mesh] = mesh_backend(mesh, range(dist.get_world_size()))
     return _BACKENDS[mesh]
 
 

@@ -2,7 +2,11 @@
 # chimera.torch.moe: dispatch / combine forward and backward against a plain torch reference
 # computed locally from all-gathered inputs (one row per (token, expert), summed in k order),
 # bit for bit on values whose sums are exact (in f32, and in bf16 / f16 on smaller values);
-# bytes, caching, token layouts and errors.
+# bytes, caching, token layouts and errors. Under mpirun on chimera's MPI backend, under torchrun
+# on its gloo mesh backend (CHIMERA_EXPECT_TRANSPORT=gloo).
+import os
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -10,8 +14,6 @@ import torch.distributed as dist
 import chimera
 from chimera.torch import moe
 from conftest import agree
-
-
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
@@ -199,3 +201,40 @@ def test_malformed_call_on_one_rank_fails_every_rank(world, fault, layout):
     else:
         ok = isinstance(raised, chimera.Mismatch) and (layout or f"rank {odd}" in str(raised))
     agree(ok, gloo, f"{fault} {layout}: raised {type(raised).__name__}: {raised}")
+
+
+def test_backend_of_the_launch(world):
+    """moe's backend is the launch's host transport: MPI under mpirun, the gloo mesh backend
+    under torchrun; one per mesh, made once."""
+    rank, size, gloo = world
+    x, idx, w = _inputs(rank, size, size, 1, 4, seed=51)
+    moe.dispatch(x, idx, w, size)
+    made = len(moe._BACKENDS)
+    moe.dispatch(x, idx, w, size)
+    names = {b.name for b in moe._BACKENDS.values()}
+    want = "gloo" if os.environ.get("CHIMERA_EXPECT_TRANSPORT") == "gloo" else "mpi"
+    agree(names == {want} and len(moe._BACKENDS) == made, gloo, f"moe backends {names}, wanted {want}")
+
+
+def test_ranks_creating_different_groups_fail_every_rank(world):
+    """The first dispatch over a mesh makes the gloo groups it needs; a rank whose layout needs
+    another group than its peers' (here the token axis sp) fails with every peer at once:
+    Mismatch on every rank, naming the groups, no wait for the timeout; no group is made, so a
+    consistent call afterwards works."""
+    rank, size, gloo = world
+    if os.environ.get("CHIMERA_EXPECT_TRANSPORT") != "gloo" or size % 2:
+        pytest.skip("the gloo mesh backend's group agreement (torchrun, an even world)")
+    mesh = f"ep={size // 2},sp=2"  # a mesh no other test uses: none of its groups exists yet
+    x, idx, w = _inputs(rank // 2 * 2, size, 2 * size, 2, 4, seed=53)
+    start = time.monotonic()
+    try:
+        moe.dispatch(x, idx, w, 2 * size, mesh=mesh, group="ep", layout="sp=R" if rank == size - 1 else "")
+        raised = None
+    except chimera.Error as error:
+        raised = error
+    seconds = time.monotonic() - start
+    ok = isinstance(raised, chimera.Mismatch) and "different gloo groups" in str(raised) and seconds < 10
+    recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, 2 * size, mesh=mesh, group="ep", layout="sp=R")
+    y = moe.combine(_expert(recv_x, recv_e), handle)
+    yr = sum(w[:, k:k + 1] * (x * (idx[:, k:k + 1] + 1).float()) for k in range(2)) if x.shape[0] else y
+    agree(ok and torch.equal(y, yr), gloo, f"raised {type(raised).__name__}: {raised} after {seconds:.1f} s")
