@@ -3,9 +3,13 @@
 """Routed MoE dispatch + combine: chimera against the dispatchers frameworks use, on the same
 routing in the same run.
 
-Run under MPI with as many ranks as each mesh has::
+Run with as many ranks as each mesh has, under MPI or under torchrun::
 
     mpirun -np 8 python benchmarks/python/moe_dispatch.py --json moe.json
+    torchrun --standalone --nproc-per-node 8 benchmarks/python/moe_dispatch.py --json moe.json
+
+chimera runs on the host backend of the launch (chimera.torch.backend.mesh_backend): its MPI
+backend under mpirun, its gloo mesh backend under torchrun.
 
 Per (mesh, E, K, routing): T tokens of H features per rank (``--tokens``, ``--hidden``), routed
 top-K over E experts in contiguous blocks over the expert group (the whole world: ``ep=8``, or
@@ -22,7 +26,8 @@ them). Dispatchers, each over the whole expert group (chimera.torch.moe_baseline
   expert) dispatch of this TP rank's share, combine, ReduceScatter over TP.
 
 The baselines run on MPI through mpi4py (``--transport mpi``, the transport chimera's MPI
-backend uses) or on gloo (``--transport gloo``). As in nccl-tests: ``-w`` warm-up iterations,
+backend uses; the default under mpirun) or on gloo (``--transport gloo``; the default
+otherwise, the transport chimera's gloo mesh backend uses). As in nccl-tests: ``-w`` warm-up iterations,
 then ``-n`` timed ones; each exchange is timed between barriers, the max over ranks taken, and
 the median over iterations reported (dispatch + combine, forward, the expert stand-in not
 counted); the dispatchers run interleaved per iteration so they share the machine's load alike.
@@ -48,6 +53,7 @@ import torch.distributed as dist
 
 import chimera.torch as ct
 from chimera.torch import moe_routings
+from chimera.torch.backend import transport
 from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, MpiComm, PerExpertDispatcher, TorchComm, \
     TPChainDispatcher
 
@@ -63,7 +69,7 @@ def parse_mesh(text: str, world: int) -> dict[str, int]:
         axes[name] = int(size)
     axes.setdefault("tp", 1)
     if "ep" not in axes or axes["tp"] * axes["ep"] != world:
-        raise SystemExit(f"--meshes: '{text}' needs tp x ep = {world} ranks (the MPI world)")
+        raise SystemExit(f"--meshes: '{text}' needs tp x ep = {world} ranks (the world)")
     return axes
 
 
@@ -230,7 +236,8 @@ def main():
     parser.add_argument("-w", "--warmup", type=int, default=2)
     parser.add_argument("-n", "--iters", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--transport", choices=["mpi", "gloo"], default="mpi", help="the baselines' transport")
+    parser.add_argument("--transport", choices=["mpi", "gloo"],
+                        help="the baselines' transport (default: chimera's, mpi under an MPI launch, else gloo)")
     parser.add_argument("--program", choices=["planned", "fused", "per_expert"], default="planned",
                         help="chimera's program (moe.dispatch program=)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
@@ -241,6 +248,7 @@ def main():
     torch.set_num_threads(args.threads)
     ct.init_process_group("gloo")
     world = dist.get_world_size()
+    args.transport = args.transport or transport(world)
     meshes = [parse_mesh(m, world) for m in args.meshes]
     configs = [parse_config(c) for c in args.configs]
     for mesh in meshes:
