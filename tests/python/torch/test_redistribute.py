@@ -197,8 +197,9 @@ def test_sub_mesh(world, mesh, src, dst):
 
 
 def test_gloo_mesh_groups(world, mesh):
-    """The gloo mesh backend: a group not created is InvalidArgument naming it; a second backend
-    over the same mesh meets in fresh store keys and reduces exactly along each axis."""
+    """The gloo mesh backend: a group not created is InvalidArgument naming it; ranks asking for
+    different new groups all fail with Mismatch and none is made; a second backend over the same
+    mesh meets in fresh store keys and reduces exactly along each axis."""
     rank, n, gloo = world
     if os.environ.get("CHIMERA_EXPECT_TRANSPORT") != "gloo":
         pytest.skip("the gloo mesh backend is the transport of launches without MPI (torchrun)")
@@ -210,6 +211,10 @@ def test_gloo_mesh_groups(world, mesh):
         backend = mesh_backend("a=2,b=2", ranks)
         with pytest.raises(chimera.InvalidArgument, match="gloo group of axes b .* was not created"):
             backend.all_reduce(torch.ones(3), axes="b")
+        with pytest.raises(chimera.Mismatch, match="create different gloo groups"):
+            backend.create_groups(["a", "b"] if rank == n - 1 else ["a"])
+        with pytest.raises(chimera.InvalidArgument, match="gloo group of axes a .* was not created"):
+            backend.all_reduce(torch.ones(3), axes="a")
         backend.create_groups(["a", "b"])
         x = torch.full((5,), float(rank + 1))
         a, b = mesh.get_coordinate()
