@@ -12,7 +12,8 @@ outputs on the expert rank first and sends one row back per (token, rank):
 ``y[t] = sum_k topk_weights[t, k] * expert_out[row of (t, topk_idx[t, k])]``. Both are autograd
 functions: gradients reach ``x`` and ``topk_weights``, and each backward runs the routed
 exchange the other way on the dispatch's handle (no second count exchange). CPU tensors on
-chimera's MPI backend; chimera is reached through ``chimera._chimera`` (DLPack, no copies
+the launch's host backend (chimera.torch.backend.mesh_backend: MPI under mpirun, the gloo mesh
+backend under torchrun); chimera is reached through ``chimera._chimera`` (DLPack, no copies
 besides making inputs contiguous).
 """
 
