@@ -4,6 +4,7 @@
 // for different groups without caching a wrong communicator.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,6 +121,34 @@ TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {
     EXPECT_EQ(data[0], expected) << mesh.axesName(axes);
     EXPECT_EQ(data[63], expected) << mesh.axesName(axes);
   }
+  EXPECT_TRUE(allRanksAgree(!::testing::Test::HasFailure()));
+}
+
+// createGroups with different lists (the last rank asks for tp and pp, the others for tp alone):
+// Mismatch on every rank at once, none created (tp neither, though every rank asked for it);
+// then the same list everywhere creates both.
+TEST(MpiReliability, CreateGroupsWithDifferentListsCreatesNothing) {
+  if (worldSize() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("pp=2,tp=" + std::to_string(worldSize() / 2), worldSize(), mesh).isOk());
+  AxisSet tp, pp;
+  ASSERT_TRUE(mesh.parseAxes("tp", tp).isOk());
+  ASSERT_TRUE(mesh.parseAxes("pp", pp).isOk());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 20000;
+  auto backend = makeBackend(mesh, options);
+  ASSERT_TRUE(allRanksAgree(backend != nullptr));
+  const std::vector<AxisSet> both = {tp, pp};
+  const std::vector<AxisSet> one = {tp};
+  const auto start = std::chrono::steady_clock::now();
+  const Status wrong = backend->createGroups(worldRank() == worldSize() - 1 ? both : one);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(wrong.code(), StatusCode::Mismatch) << wrong.toString();
+  EXPECT_TRUE(contains(wrong, "create different communicators")) << wrong.toString();
+  EXPECT_LT(seconds, 10.0) << "waited for the timeout";
+  EXPECT_FALSE(backend->hasGroup(tp));
+  EXPECT_TRUE(backend->createGroups(both).isOk());
+  EXPECT_TRUE(backend->hasGroup(tp) && backend->hasGroup(pp));
   EXPECT_TRUE(allRanksAgree(!::testing::Test::HasFailure()));
 }
 

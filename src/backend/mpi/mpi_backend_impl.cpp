@@ -431,13 +431,7 @@ Status MpiBackend::allocate(std::size_t bytes, void** out) {
 
 void MpiBackend::deallocate(void* ptr) { memory_.release(ptr); }
 
-Status MpiBackend::createGroups(std::span<const AxisSet> groups) {
-  for (AxisSet axes : groups) {
-    const MpiGroup* group = nullptr;
-    CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
-  }
-  return Status::ok();
-}
+Status MpiBackend::createGroups(std::span<const AxisSet> groups) { return groups_.createAll(groups); }
 
 Status MpiBackend::copy(void* dst, const void* src, std::size_t bytes, Stream /*stream*/) {
   if (bytes == 0) return Status::ok();

@@ -2,17 +2,20 @@
 // Implements the MPI backend's communicators, one per mesh axis group.
 #include "backend/mpi/mpi_group.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/word_agreement.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
 namespace {
 
-constexpr int kAxesAgreementTag = 0x4158;  // 'AX'
+constexpr int kAxesAgreementTag = 0x4158;       // 'AX'
+constexpr int kNewGroupsAgreementTag = 0x4E47;  // 'NG'
 
 }  // namespace
 
@@ -69,6 +72,50 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
                     group.index);
   out = &groups_.emplace(axes.bits(), group).first->second;
   return Status::ok();
+}
+
+Status MpiGroupCache::createAll(std::span<const AxisSet> groups) {
+  std::vector<AxisSet> missing;
+  Status local = Status::ok();
+  for (AxisSet axes : groups) {
+    if (local.isOk() && (axes.empty() || (axes.bits() & ~mesh_.allAxes().bits()) != 0))
+      local = Status::invalidArgument(
+          fmt::format("createGroups: axis set 0x{:x} is not a group of mesh {}", axes.bits(), mesh_.toString()));
+    if (!contains(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
+  }
+  if (missing.empty()) return local;
+  CHIMERA_RETURN_IF_ERROR(agreeOnNewGroups(missing, local));
+  for (AxisSet axes : missing) {
+    const MpiGroup* group = nullptr;
+    CHIMERA_RETURN_IF_ERROR(get(axes, group));
+  }
+  return Status::ok();
+}
+
+Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing, const Status& local) {
+  Hasher hasher;
+  std::string names;
+  for (AxisSet axes : missing) {
+    hasher.add(axes.bits());
+    names += (names.empty() ? "" : ", ") + (local.isOk() ? mesh_.axesName(axes) : fmt::format("0x{:x}", axes.bits()));
+  }
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  SignatureVerdict verdict;
+  CHIMERA_RETURN_IF_ERROR(agreeOnSignature(
+      hasher.agreementValue(), !local.isOk(), {},
+      groupMin(world, kNewGroupsAgreementTag,
+               fmt::format("creating the communicators of axes [{}] (every rank must create the same groups together)",
+                           names)),
+      verdict));
+  if (!local.isOk()) return local;
+  if (verdict.anyFailed)
+    return Status::invalidArgument(fmt::format(
+        "createGroups: another rank passed axes mesh {} does not have; no communicator was created", mesh_.toString()));
+  if (verdict.sameHash()) return Status::ok();
+  return Status::mismatch(fmt::format(
+      "rank {} of mesh {}: the ranks create different communicators at once (this rank: [{}]); every rank must "
+      "create the same groups together (Backend::createGroups at setup); none was created",
+      rank_, mesh_.toString(), names));
 }
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -52,6 +53,12 @@ class MpiGroupCache {
   /// The group along `axes` containing this rank, creating its communicator on first use.
   /// InvalidArgument when `axes` is empty or names axes the mesh lacks; BackendError when MPI fails.
   [[nodiscard]] Status get(AxisSet axes, const MpiGroup*& out);
+  /// Creates the communicators along each of `groups` that do not exist yet, in the order
+  /// given. Collective over the world when one is missing here: the ranks first agree (bounded)
+  /// on the list of new groups, so that ranks asking for different lists all return Mismatch
+  /// (or InvalidArgument, when one passed axes the mesh lacks) and none is created. Nothing is
+  /// sent when every group exists.
+  [[nodiscard]] Status createAll(std::span<const AxisSet> groups);
   /// True when the communicator along `axes` exists.
   bool contains(AxisSet axes) const { return groups_.contains(axes.bits()); }
 
@@ -62,6 +69,9 @@ class MpiGroupCache {
  private:
   // Bounded agreement over the world on `axes` before a split.
   Status agreeOnAxes(AxisSet axes);
+  // Bounded agreement over the world on the list of new groups `missing` (or on this rank's
+  // failure `local`) before createAll splits any.
+  Status agreeOnNewGroups(std::span<const AxisSet> missing, const Status& local);
 
   MPI_Comm world_;
   Mesh mesh_;
