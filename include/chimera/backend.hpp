@@ -189,8 +189,11 @@ class Backend {
   /// its process groups at initialisation. Callers that record per rank (a Session with
   /// `SessionOptions::perRank`) need every group they use created this way: a group's
   /// communicator is otherwise made on first use, collectively over the world, which a
-  /// call made by one pipeline stage alone cannot do. InvalidArgument for an empty axis set
-  /// or axes the mesh lacks; BackendError when the transport fails.
+  /// call made by one pipeline stage alone cannot do. The MPI backend and the gloo mesh
+  /// backend (chimera.torch) first agree on the list of groups to make: ranks passing
+  /// different lists all return Mismatch and none is made. Nothing is sent when every group
+  /// exists. InvalidArgument for an empty axis set or axes the mesh lacks; BackendError when
+  /// the transport fails.
   [[nodiscard]] virtual Status createGroups(std::span<const AxisSet> groups) = 0;
   /// True when the communicator of the group along `axes` exists on this rank (a single-rank
   /// group always counts as existing). Local.
