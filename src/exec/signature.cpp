@@ -8,30 +8,6 @@
 #include "core/check.hpp"
 
 namespace chimera::detail {
-namespace {
-
-// A layout as words: per axis its placement, then the nesting order of every dimension that
-// several axes split (the only part the placements leave open).
-void addLayout(std::vector<std::int64_t>& words, const Layout& layout) {
-  const int axes = layout.mesh().numAxes();
-  for (int axis = 0; axis < axes; ++axis) {
-    const Placement& p = layout.placement(axis);
-    words.push_back(static_cast<std::int64_t>(p.kind) | (static_cast<std::int64_t>(p.dim) << 8) |
-                    (static_cast<std::int64_t>(p.op) << 24) | (static_cast<std::int64_t>(p.stage) << 32));
-  }
-  for (int dim = 0; dim <= layout.maxShardDim(); ++dim) {
-    int splitting = 0;
-    for (int axis = 0; axis < axes; ++axis) {
-      const Placement& p = layout.placement(axis);
-      splitting += p.isShard() && p.dim == dim ? 1 : 0;
-    }
-    if (splitting < 2) continue;
-    words.push_back(-1 - dim);
-    for (const int axis : layout.splitAxes(dim)) words.push_back(axis);
-  }
-}
-
-}  // namespace
 
 Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh) {
   CHIMERA_CHECK_ARG(request.from.mesh().axesEqual(mesh), "the start layout {} is on mesh {}, the backend on {}",
@@ -51,6 +27,25 @@ Status checkRequestMesh(const ChainRequest& request, const Mesh& mesh) {
   return Status::ok();
 }
 
+void appendLayoutWords(std::vector<std::int64_t>& words, const Layout& layout) {
+  const int axes = layout.mesh().numAxes();
+  for (int axis = 0; axis < axes; ++axis) {
+    const Placement& p = layout.placement(axis);
+    words.push_back(static_cast<std::int64_t>(p.kind) | (static_cast<std::int64_t>(p.dim) << 8) |
+                    (static_cast<std::int64_t>(p.op) << 24) | (static_cast<std::int64_t>(p.stage) << 32));
+  }
+  for (int dim = 0; dim <= layout.maxShardDim(); ++dim) {
+    int splitting = 0;
+    for (int axis = 0; axis < axes; ++axis) {
+      const Placement& p = layout.placement(axis);
+      splitting += p.isShard() && p.dim == dim ? 1 : 0;
+    }
+    if (splitting < 2) continue;
+    words.push_back(-1 - dim);
+    for (const int axis : layout.splitAxes(dim)) words.push_back(axis);
+  }
+}
+
 ChainKey chainKey(const ChainRequest& request) {
   ChainKey key;
   std::vector<std::int64_t>& words = key.words;
@@ -58,14 +53,14 @@ ChainKey chainKey(const ChainRequest& request) {
   words.push_back(static_cast<std::int64_t>(request.spec.dtype));
   words.push_back(static_cast<std::int64_t>(request.spec.shape.size()));
   words.insert(words.end(), request.spec.shape.begin(), request.spec.shape.end());
-  addLayout(words, request.from);
+  appendLayoutWords(words, request.from);
   words.push_back(static_cast<std::int64_t>(request.chain.ops.size()));
   for (const ChainOp& op : request.chain.ops) {
     words.insert(words.end(), {static_cast<std::int64_t>(op.kind), static_cast<std::int64_t>(op.axes.bits()), op.dim,
                                op.toDim, op.root, op.stageStep});
   }
   words.push_back(request.consume ? 1 : 0);
-  if (request.consume) addLayout(words, *request.consume);
+  if (request.consume) appendLayoutWords(words, *request.consume);
   return key;
 }
 

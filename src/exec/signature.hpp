@@ -26,6 +26,9 @@ struct ChainKey {
   bool operator==(const ChainKey& other) const = default;
 };
 ChainKey chainKey(const ChainRequest& request);
+/// Appends `layout` as words: per axis its placement, then the nesting order of every
+/// dimension that several axes split (all that equality compares). Also the Session's window key.
+void appendLayoutWords(std::vector<std::int64_t>& words, const Layout& layout);
 struct ChainKeyHash {
   std::size_t operator()(const ChainKey& key) const;
 };

@@ -5,22 +5,10 @@
 #include <string>
 
 #include "common/hash.hpp"
+#include "exec/signature.hpp"
 #include "session/window.hpp"
 
 namespace chimera::detail {
-namespace {
-
-// Placements only; the split order of nested shards is left to the full comparison.
-void addLayout(Hasher& hasher, const Layout& layout) {
-  for (int axis = 0; axis < layout.mesh().numAxes(); ++axis) {
-    const Placement& p = layout.placement(axis);
-    hasher.add(static_cast<std::uint64_t>(p.kind) | (static_cast<std::uint64_t>(p.dim) << 8) |
-               (static_cast<std::uint64_t>(p.op) << 24) | (static_cast<std::uint64_t>(p.stage) << 32));
-  }
-}
-
-}  // namespace
-
 bool overlaps(const void* a, std::size_t aBytes, const void* b, std::size_t bBytes) {
   if (a == nullptr || b == nullptr || aBytes == 0 || bBytes == 0) return false;
   const auto* a0 = static_cast<const std::byte*>(a);
@@ -73,7 +61,9 @@ WindowKey windowKey(const Window& window, int rank) {
   }
   Hasher hasher;
   for (std::int64_t w : key.words) hasher.add(static_cast<std::uint64_t>(w));
-  for (const Layout& l : key.layouts) addLayout(hasher, l);
+  std::vector<std::int64_t> layoutWords;
+  for (const Layout& l : key.layouts) appendLayoutWords(layoutWords, l);
+  for (std::int64_t w : layoutWords) hasher.add(static_cast<std::uint64_t>(w));
   key.sharedHash = hasher.agreementValue();
   for (std::uint8_t a : key.aliased) hasher.add(a);
   for (std::uint8_t u : key.uncovered) hasher.add(u);

@@ -27,6 +27,22 @@ std::unique_ptr<Backend> makeBackend(const Mesh& mesh, detail::MpiBackendOptions
   return backend;
 }
 
+// A pp=2 x tp=N/2 mesh, its two axes and an MPI backend over it; whether it was made.
+struct StageWorld {
+  Mesh mesh;
+  AxisSet tp, pp;
+  std::unique_ptr<Backend> backend;
+};
+bool makeStageWorld(int timeoutMs, StageWorld& w) {
+  if (!Mesh::parse("pp=2,tp=" + std::to_string(worldSize() / 2), worldSize(), w.mesh).isOk() ||
+      !w.mesh.parseAxes("tp", w.tp).isOk() || !w.mesh.parseAxes("pp", w.pp).isOk())
+    return false;
+  detail::MpiBackendOptions options;
+  options.timeoutMs = timeoutMs;
+  w.backend = makeBackend(w.mesh, options);
+  return w.backend != nullptr;
+}
+
 // The last rank never calls: every other rank gets Timeout naming the collective, the group
 // and the late rank, within the timeout, and every later call returns the stored error.
 void expectLateRankTimesOut(bool checkArgs, detail::MpiAlgorithm algorithm, const std::string& where) {
@@ -96,15 +112,11 @@ TEST(MpiReliability, LibraryCollectiveNamesTheLateRank) {
 // by agreeing calls are the right ones.
 TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {
   if (worldSize() % 2 != 0) GTEST_SKIP() << "needs an even world";
-  Mesh mesh;
-  ASSERT_TRUE(Mesh::parse("pp=2,tp=" + std::to_string(worldSize() / 2), worldSize(), mesh).isOk());
-  AxisSet tp, pp;
-  ASSERT_TRUE(mesh.parseAxes("tp", tp).isOk());
-  ASSERT_TRUE(mesh.parseAxes("pp", pp).isOk());
-  detail::MpiBackendOptions options;
-  options.timeoutMs = 5000;
-  auto backend = makeBackend(mesh, options);
-  ASSERT_TRUE(allRanksAgree(backend != nullptr));
+  StageWorld w;
+  ASSERT_TRUE(allRanksAgree(makeStageWorld(5000, w)));
+  const Mesh& mesh = w.mesh;
+  const AxisSet tp = w.tp, pp = w.pp;
+  Backend* backend = w.backend.get();
   const int rank = worldRank();
   std::vector<float> data(64, static_cast<float>(rank));
   const Status wrong =
@@ -129,15 +141,10 @@ TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {
 // then the same list everywhere creates both.
 TEST(MpiReliability, CreateGroupsWithDifferentListsCreatesNothing) {
   if (worldSize() % 2 != 0) GTEST_SKIP() << "needs an even world";
-  Mesh mesh;
-  ASSERT_TRUE(Mesh::parse("pp=2,tp=" + std::to_string(worldSize() / 2), worldSize(), mesh).isOk());
-  AxisSet tp, pp;
-  ASSERT_TRUE(mesh.parseAxes("tp", tp).isOk());
-  ASSERT_TRUE(mesh.parseAxes("pp", pp).isOk());
-  detail::MpiBackendOptions options;
-  options.timeoutMs = 20000;
-  auto backend = makeBackend(mesh, options);
-  ASSERT_TRUE(allRanksAgree(backend != nullptr));
+  StageWorld w;
+  ASSERT_TRUE(allRanksAgree(makeStageWorld(20000, w)));
+  const AxisSet tp = w.tp, pp = w.pp;
+  Backend* backend = w.backend.get();
   const std::vector<AxisSet> both = {tp, pp};
   const std::vector<AxisSet> one = {tp};
   const auto start = std::chrono::steady_clock::now();
