@@ -16,7 +16,8 @@
 
 namespace chimera::detail {
 
-inline std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset) {
+inline std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received,
+                                          const std::vector<std::size_t>& offset) {
   std::vector<std::uint64_t> words(offset.size());
   for (std::size_t p = 0; p < words.size(); ++p) std::memcpy(&words[p], received.data() + offset[p], 8);
   return words;
@@ -25,7 +26,7 @@ inline std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received
 // Where the record `rec` this rank sent comes back in `received`: in the block of the peer it
 // went to, at the same position, records `recordBytes` apart.
 inline const std::byte* returnedRecord(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset,
-                                const RoutedDispatch::State& st, std::size_t rec, std::size_t recordBytes) {
+                                       const RoutedDispatch::State& st, std::size_t rec, std::size_t recordBytes) {
   const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), rec) -
                                              st.sendFirst.begin() - 1);
   return received.data() + offset[peer] + kBlockWordBytes + (rec - st.sendFirst[peer]) * recordBytes;
@@ -37,8 +38,8 @@ struct RecordBlocks {
 };
 
 // Lays out `sendCounts` / `recvCounts` records of `perRecord` bytes and zeroes the send scratch.
-inline RecordBlocks layOutBlocks(RoutedExchange::Impl& m, std::span<const std::size_t> sendCounts, std::span<const std::size_t> recvCounts,
-                          std::size_t perRecord) {
+inline RecordBlocks layOutBlocks(RoutedExchange::Impl& m, std::span<const std::size_t> sendCounts,
+                                 std::span<const std::size_t> recvCounts, std::size_t perRecord) {
   RecordBlocks b;
   m.blocks(sendCounts, perRecord, b.sendOffset, b.sendBytes);
   m.blocks(recvCounts, perRecord, b.recvOffset, b.recvBytes);
@@ -51,7 +52,7 @@ inline RecordBlocks layOutBlocks(RoutedExchange::Impl& m, std::span<const std::s
 // Sends the send scratch's blocks over the group; the peers' blocks land in m.back.
 inline Status exchangeRecords(RoutedExchange::Impl& m, RecordBlocks& b) {
   return exchangeBlocks(m.backend, m.group, m.sendScratch, b.sendOffset, b.sendBytes, b.recvBytes, m.back,
-                                b.recvOffset);
+                        b.recvOffset);
 }
 
 // A record that carries nothing but its row.
@@ -62,8 +63,9 @@ struct RowOnly {
 // Expert side: each source's block gets its word and, per record, the record's slot rows of `rows`
 // times `weights` (null: 1) summed in slot order; `slotExtra(record, s, row)` adds the rest.
 template <typename SlotExtra = RowOnly>
-void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std::span<const std::size_t> sendOffset, std::size_t recordBytes,
-                   const void* rows, const void* weights, const Status& local, SlotExtra slotExtra = {}) {
+void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std::span<const std::size_t> sendOffset,
+                   std::size_t recordBytes, const void* rows, const void* weights, const Status& local,
+                   SlotExtra slotExtra = {}) {
   const auto S = static_cast<std::size_t>(m.slots);
   const std::int64_t H = m.options.hidden;
   withRowType(m.options.dtype, [&]<typename T>() {
@@ -79,7 +81,7 @@ void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std
           const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
           if (row < 0) continue;
           accumulateRow(reinterpret_cast<T*>(record), static_cast<const T*>(rows) + row * H,
-                                readWeight(weights, m.options.weightDtype, row), H, first);
+                        readWeight(weights, m.options.weightDtype, row), H, first);
           first = false;
           slotExtra(record, s, row);
         }
@@ -91,8 +93,9 @@ void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std
 // Source side: out[t] = the rows returned in m.back for token t's records, summed in k order;
 // `pairExtra(t, k, rec, record)` reads the rest of a pair's record (rec < 0, null: dropped).
 template <typename PairExtra = RowOnly>
-void sumReturnedRows(const RoutedExchange::Impl& m, const RoutedDispatch::State& st, const std::vector<std::size_t>& recvOffset,
-                     std::size_t recordBytes, void* out, PairExtra pairExtra = {}) {
+void sumReturnedRows(const RoutedExchange::Impl& m, const RoutedDispatch::State& st,
+                     const std::vector<std::size_t>& recvOffset, std::size_t recordBytes, void* out,
+                     PairExtra pairExtra = {}) {
   const int K = m.options.topK;
   const std::int64_t H = m.options.hidden;
   withRowType(m.options.dtype, [&]<typename T>() {
@@ -119,16 +122,17 @@ inline void sumReturnedGradients(const RoutedExchange::Impl& m, const RoutedDisp
                                  void* gradWeights) {
   const int K = m.options.topK;
   const auto S = static_cast<std::size_t>(m.slots);
-  sumReturnedRows(m, st, recvOffset, recordBytes, gradX, [&](std::int64_t t, int k, std::int64_t rec, const std::byte* in) {
-    if (gradWeights == nullptr) return;
-    writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
-    if (rec < 0) return;
-    for (std::size_t s = 0; s < S; ++s) {
-      if (st.recordK[static_cast<std::size_t>(rec) * S + s] != k) continue;
-      std::memcpy(static_cast<std::byte*>(gradWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
-                  in + m.rowBytes + s * m.weightBytes, m.weightBytes);
-    }
-  });
+  sumReturnedRows(
+      m, st, recvOffset, recordBytes, gradX, [&](std::int64_t t, int k, std::int64_t rec, const std::byte* in) {
+        if (gradWeights == nullptr) return;
+        writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
+        if (rec < 0) return;
+        for (std::size_t s = 0; s < S; ++s) {
+          if (st.recordK[static_cast<std::size_t>(rec) * S + s] != k) continue;
+          std::memcpy(static_cast<std::byte*>(gradWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
+                      in + m.rowBytes + s * m.weightBytes, m.weightBytes);
+        }
+      });
 }
 
 }  // namespace chimera::detail

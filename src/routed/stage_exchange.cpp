@@ -47,11 +47,12 @@ Status stageRound(Backend& backend, std::span<const int> peers, std::span<const 
   std::vector<P2POp> ops;
   for (std::size_t p = 0; p < sendBytes.size(); ++p) {
     if (sendBytes[p] > 0)
-      ops.push_back({P2POp::Kind::Send, const_cast<std::byte*>(send.data() + sendOffset[p]), sendBytes[p],
-                     DataType::U8, peers[p]});
+      ops.push_back({P2POp::Kind::Send, const_cast<std::byte*>(send.data() + sendOffset[p]), sendBytes[p], DataType::U8,
+                     peers[p]});
   }
   for (std::size_t p = 0; p < recvBytes.size(); ++p) {
-    if (recvBytes[p] > 0) ops.push_back({P2POp::Kind::Recv, recv.data() + recvOffset[p], recvBytes[p], DataType::U8, peers[p]});
+    if (recvBytes[p] > 0)
+      ops.push_back({P2POp::Kind::Recv, recv.data() + recvOffset[p], recvBytes[p], DataType::U8, peers[p]});
   }
   return backend.groupedP2P(ops);
 }
@@ -65,8 +66,8 @@ Status wordRound(Backend& backend, std::span<const int> peers, std::span<const s
       recvBytes(recvPerPeer == 0 ? 0 : n, recvPerPeer * 8), recvOffset;
   for (std::size_t p = 0; p < sendOffset.size(); ++p) sendOffset[p] = p * sendPerPeer * 8;
   std::vector<std::byte> in;
-  CHIMERA_RETURN_IF_ERROR(stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in,
-                                     recvOffset));
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in, recvOffset));
   recv.resize(in.size() / 8);
   if (!in.empty()) std::memcpy(recv.data(), in.data(), in.size());
   return Status::ok();
@@ -90,8 +91,8 @@ Status agreeSources(Impl& m, Status& local, RoutedStats& stats) {
   if (!local.isOk()) return Status::ok();
   if (words[0] > 0) {
     local = Status::mismatch(fmt::format(
-        "routed dispatch: a rank of stage {}'s dispatch group (ranks {}) reported an error (see its message)",
-        m.stage, fmt::join(m.groupRanks, ", ")));
+        "routed dispatch: a rank of stage {}'s dispatch group (ranks {}) reported an error (see its message)", m.stage,
+        fmt::join(m.groupRanks, ", ")));
   } else if (words[1] != -words[2]) {
     local = Status::mismatch(fmt::format(
         "routed dispatch: the ranks of stage {}'s dispatch group (ranks {}) run routed exchanges with other options",
@@ -136,7 +137,8 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   m.sendScratch.resize(total);
   std::memset(m.sendScratch.data(), 0xff, total);  // empty slots read as local expert -1
   m.packRecords(st, topkIdx, topkWeights, static_cast<const std::byte*>(x), 0, offset, !local.isOk());
-  if (bytes[static_cast<std::size_t>(m.index)] > kBlockWordBytes + st.sendCount[static_cast<std::size_t>(m.index)] * record) {
+  if (bytes[static_cast<std::size_t>(m.index)] >
+      kBlockWordBytes + st.sendCount[static_cast<std::size_t>(m.index)] * record) {
     std::byte* routing = m.sendScratch.data() + offset[static_cast<std::size_t>(m.index)] + kBlockWordBytes +
                          st.sendCount[static_cast<std::size_t>(m.index)] * record;
     const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
@@ -177,8 +179,7 @@ Status receiveStraight(Impl& m, State& st, Status local) {
     readable = readable && bytes[p] >= kBlockWordBytes;
   }
   std::vector<std::size_t> none;
-  CHIMERA_RETURN_IF_ERROR(
-      stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset));
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset));
   st.stats.rounds += 1;
   if (local.isOk() && !readable)
     local = Status::mismatch("routed dispatch: a rank of stage k announced a block without its word (corrupt)");
@@ -193,9 +194,10 @@ Status receiveStraight(Impl& m, State& st, Status local) {
   bool sized = tokens >= 0 && bytes[me] == records + routingBytes(m, tokens);
   for (std::size_t p = 0; p < R; ++p) sized = sized && (p == me || bytes[p] == kBlockWordBytes + counts[p] * record);
   if (!sized)
-    return Status::mismatch(fmt::format("routed dispatch: the blocks from stage {} (ranks {}) have other sizes than "
-                                        "their records and routing (corrupt)",
-                                        m.stage, fmt::join(m.stageRanks, ", ")));
+    return Status::mismatch(
+        fmt::format("routed dispatch: the blocks from stage {} (ranks {}) have other sizes than "
+                    "their records and routing (corrupt)",
+                    m.stage, fmt::join(m.stageRanks, ", ")));
   const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
   std::vector<std::int64_t> ids(pairs);
   if (pairs > 0) std::memcpy(ids.data(), st.received.data() + st.receivedOffset[me] + records + 8, pairs * 8);
@@ -203,8 +205,8 @@ Status receiveStraight(Impl& m, State& st, Status local) {
   st.ownBegin = 0;
   st.ownEnd = tokens;
   if (Status table = m.buildSendTable(ids.data(), st); !table.isOk())
-    return Status::mismatch(fmt::format("routed dispatch: the routing from rank {} does not hold: {}", m.stagePeer,
-                                        table.message()));
+    return Status::mismatch(
+        fmt::format("routed dispatch: the routing from rank {} does not hold: {}", m.stagePeer, table.message()));
   st.recvCount = counts;
   CHIMERA_RETURN_IF_ERROR(m.receivedTable(st));
   st.complete = true;
@@ -249,8 +251,8 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
     const std::size_t zero = 0, bytes = layout.bytes;
     std::vector<std::byte> unused;
     std::vector<std::size_t> unusedOffset;
-    CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, peer, m.sendScratch, {&zero, 1}, {&bytes, 1}, {}, unused,
-                                       unusedOffset));
+    CHIMERA_RETURN_IF_ERROR(
+        stageRound(m.backend, peer, m.sendScratch, {&zero, 1}, {&bytes, 1}, {}, unused, unusedOffset));
     st.stats.payloadBytes += static_cast<std::size_t>(tokens) * m.rowBytes;
     st.stats.headerBytes += layout.bytes - static_cast<std::size_t>(tokens) * m.rowBytes;
     st.stats.rounds += 1;
@@ -258,9 +260,8 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
   std::vector<std::uint64_t> verdict;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, verdict, 1));
   st.stats.rounds += 1;
-  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(verdict, peer, {}, m.tag, local,
-                                               fmt::format("routed dispatch (after the hand-off to stage {})",
-                                                           m.stage + 1)));
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(
+      verdict, peer, {}, m.tag, local, fmt::format("routed dispatch (after the hand-off to stage {})", m.stage + 1)));
   st.tokens = tokens;
   st.complete = true;
   return Status::ok();
@@ -284,9 +285,8 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
     st.stats.rounds += 1;
     if (message.size() >= 8) std::memcpy(&tokens, message.data(), 8);
     if (local.isOk() && (tokens < 0 || message.size() != HandOffLayout(m, tokens).bytes))
-      local = Status::mismatch(
-          fmt::format("routed hand-off: rank {} sent {} bytes, not the size of its tokens (corrupt)", m.stagePeer,
-                      message.size()));
+      local = Status::mismatch(fmt::format(
+          "routed hand-off: rank {} sent {} bytes, not the size of its tokens (corrupt)", m.stagePeer, message.size()));
   }
   if (!local.isOk()) tokens = 0;
   const HandOffLayout layout(m, tokens);
@@ -308,11 +308,10 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
 Status RoutedExchange::Impl::checkRole(const char* call, bool experts) const {
   if (role == RoutedRole::Both || role == RoutedRole::Experts) return Status::ok();
   if (role == RoutedRole::Outside)
-    return Status::invalidArgument(
-        fmt::format("{}: rank {} is on stage {} of {}; the exchange of '{}' runs on stages {} and {} only, and this "
-                    "rank makes no call",
-                    call, backend.rank(), tokenIndex, backend.mesh().axesName(tokenAxes), options.tokenLayout, stage,
-                    stage + 1));
+    return Status::invalidArgument(fmt::format(
+        "{}: rank {} is on stage {} of {}; the exchange of '{}' runs on stages {} and {} only, and this "
+        "rank makes no call",
+        call, backend.rank(), tokenIndex, backend.mesh().axesName(tokenAxes), options.tokenLayout, stage, stage + 1));
   CHIMERA_CHECK_ARG(!experts,
                     "{}: rank {} is on stage {}, which holds the tokens of '{}'; this call runs on stage {} (the "
                     "experts), and stage {} calls dispatch and dispatchBackward only",
@@ -356,14 +355,14 @@ Status RoutedExchange::Impl::dispatchBackwardStage(const void* gradRecvX, const 
     if (straight) {
       // Each received record's row gradients summed, straight back to its source on stage k.
       detail::RecordBlocks b = detail::layOutBlocks(*this, st.recvCount, st.recvCount, record);
-      detail::sumRecordRows(*this, st, b.sendOffset, record, gradRecvX, nullptr, local,
-                            [&](std::byte* out, std::size_t s, std::int64_t row) {
-                              if (gradRowWeights == nullptr) return;
-                              std::memcpy(out + rowBytes + s * weightBytes,
-                                          static_cast<const std::byte*>(gradRowWeights) +
-                                              static_cast<std::size_t>(row) * weightBytes,
-                                          weightBytes);
-                            });
+      detail::sumRecordRows(
+          *this, st, b.sendOffset, record, gradRecvX, nullptr, local,
+          [&](std::byte* out, std::size_t s, std::int64_t row) {
+            if (gradRowWeights == nullptr) return;
+            std::memcpy(out + rowBytes + s * weightBytes,
+                        static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * weightBytes,
+                        weightBytes);
+          });
       std::vector<std::byte> unused;
       CHIMERA_RETURN_IF_ERROR(
           stageRound(backend, stageRanks, sendScratch, b.sendOffset, b.sendBytes, {}, unused, none));

@@ -89,6 +89,27 @@ class Stages {
   int peerOn(int r, int stage) const { return mesh_.groupPeer(r, pp_, stage); }
   int groupSize() const { return mesh_.groupSize(group_); }
   int indexInGroup(int r) const { return mesh_.groupIndex(r, group_); }
+  // The last world rank of `stage`.
+  int lastOn(int stage) const {
+    int last = -1;
+    for (int r = 0; r < worldSize(); ++r) last = stageOf(r) == stage ? r : last;
+    return last;
+  }
+  // Dispatches this rank's side: a source its tokens (with `badId` its first id out of range), an
+  // expert rank none (or `tokens` when not 0).
+  Status dispatch(RoutedExchange& exchange, RoutedDispatch& handle, bool badId, std::int64_t tokens = 0) {
+    if (exchange.role() != RoutedRole::Source) {
+      std::vector<float> x(static_cast<std::size_t>(tokens * c_.hidden)), w(static_cast<std::size_t>(tokens * c_.topK));
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(tokens * c_.topK), 0);
+      return exchange.dispatch(x.data(), ids.data(), w.data(), tokens, handle);
+    }
+    Tokens t = tokensOf(c_, worldRank());
+    if (badId) {
+      t = tokensOf(c_, 0);  // rank 0's tokens: at least two
+      t.ids[0] = c_.experts;
+    }
+    return exchange.dispatch(t.x.data(), t.ids.data(), t.weights.data(), t.count, handle);
+  }
 
   RoutedExchangeOptions options(RoutedProgram program) const {
     RoutedExchangeOptions o;
@@ -192,8 +213,7 @@ class Stages {
     // The expert: row * (id + 1). y[t] = sum_k w * x[t] * (id_k + 1) on the owner.
     std::vector<float> expertOut(recvX.size());
     for (std::size_t r = 0; r < recvE.size(); ++r)
-      for (std::int64_t h = 0; h < H; ++h)
-        expertOut[r * H + h] = recvX[r * H + h] * static_cast<float>(recvE[r] + 1);
+      for (std::int64_t h = 0; h < H; ++h) expertOut[r * H + h] = recvX[r * H + h] * static_cast<float>(recvE[r] + 1);
     out.y.assign(static_cast<std::size_t>(mine.count * H), -1.0f);
     st = exchange->combine(expertOut.data(), recvW.data(), handle, out.y.data());
     EXPECT_TRUE(st.isOk()) << st.toString();
@@ -233,8 +253,7 @@ class Stages {
     // Dispatch backward of (grad recv_x = 2 row + id, grad recv_weight = id): the source sums them.
     std::vector<float> gradRecv(recvX.size()), gradW(recvW.size());
     for (std::size_t r = 0; r < recvE.size(); ++r) {
-      for (std::int64_t h = 0; h < H; ++h)
-        gradRecv[r * H + h] = recvX[r * H + h] * 2 + static_cast<float>(recvE[r]);
+      for (std::int64_t h = 0; h < H; ++h) gradRecv[r * H + h] = recvX[r * H + h] * 2 + static_cast<float>(recvE[r]);
       gradW[r] = static_cast<float>(recvE[r]);
     }
     st = exchange->dispatchBackward(gradRecv.data(), gradW.data(), handle, nullptr, nullptr);
@@ -339,6 +358,100 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       ok = ok && straight.dispatchStats.payloadBytes == 0;
     }
     EXPECT_TRUE(allRanksAgree(ok)) << c.mesh;
+  }
+}
+
+// Whether `st` is the verdict of a failure on world rank `failed`: InvalidArgument there,
+// Mismatch on every other rank of stages k and k+1 (the ranks of other stages made no call).
+bool failedAt(const Stages& s, const StageCase& c, int failed, const Status& st, const std::string& context) {
+  const int stage = s.stageOf(worldRank());
+  bool ok = true;
+  if (worldRank() == failed) {
+    ok = st.code() == StatusCode::InvalidArgument;
+  } else if (stage == c.stage || stage == c.stage + 1) {
+    ok = st.code() == StatusCode::Mismatch;
+  }
+  EXPECT_TRUE(ok) << context << " on rank " << worldRank() << ": " << st.toString();
+  return ok;
+}
+
+// An expert id out of range on one stage-k rank fails every rank of both stages (InvalidArgument
+// there, Mismatch elsewhere), in both programs, within a fraction of the timeout.
+TEST(RoutedStage, MalformedRoutingOnOneSourceFailsEveryRank) {
+  for (const StageCase& c : stageCases()) {
+    Stages s(c);
+    ASSERT_TRUE(allRanksAgree(s.ok())) << c.mesh;
+    const int bad = s.lastOn(c.stage);
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      std::unique_ptr<RoutedExchange> exchange;
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(s.backend(), s.options(program), exchange).isOk()));
+      const std::string context = c.mesh + (program == RoutedProgram::Fused ? " straight" : " hand-off");
+      bool ok = true;
+      if (exchange->role() != RoutedRole::Outside) {  // other stages make no call
+        RoutedDispatch handle;
+        const auto start = std::chrono::steady_clock::now();
+        const Status st = s.dispatch(*exchange, handle, worldRank() == bad);
+        const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ok = failedAt(s, c, bad, st, context) && seconds < 5.0;
+        EXPECT_LT(seconds, 5.0) << context << ": waited for the timeout";
+      }
+      EXPECT_TRUE(allRanksAgree(ok)) << context;
+    }
+  }
+}
+
+// A call outside a rank's role: tokens passed on the experts' stage fail every rank of both
+// stages; a rank of another stage, or stage k calling combine, fails alone without communicating;
+// grad x asked of the experts' stage fails it and the stage-k ranks that wait on it.
+TEST(RoutedStage, WrongCallsAreClearErrors) {
+  for (const StageCase& c : stageCases()) {
+    Stages s(c);
+    ASSERT_TRUE(allRanksAgree(s.ok())) << c.mesh;
+    const int wrong = s.lastOn(c.stage + 1);
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      const std::string context = c.mesh + (program == RoutedProgram::Fused ? " straight" : " hand-off");
+      std::unique_ptr<RoutedExchange> exchange;
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(s.backend(), s.options(program), exchange).isOk()));
+      const RoutedRole role = exchange->role();
+      RoutedDispatch handle;
+      if (role == RoutedRole::Outside) {
+        const Status st = s.dispatch(*exchange, handle, false);
+        EXPECT_EQ(st.code(), StatusCode::InvalidArgument) << st.toString();
+        EXPECT_NE(st.message().find("makes no call"), std::string::npos) << st.toString();
+        EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::InvalidArgument)) << context;
+        continue;
+      }
+      // Tokens on the experts' stage.
+      bool ok = failedAt(s, c, wrong, s.dispatch(*exchange, handle, false, worldRank() == wrong ? 2 : 0),
+                         context + ", tokens on stage k+1");
+      // A clean dispatch, then stage k calls combine: its own error, no communication.
+      Status st = s.dispatch(*exchange, handle, false);
+      EXPECT_TRUE(st.isOk()) << st.toString();
+      ok = ok && st.isOk();
+      const auto T = static_cast<std::size_t>(handle.tokens());
+      std::vector<float> gradX(T * c.hidden + 1), gradW(T * c.topK + 1), y(T * c.hidden + 1);  // never null
+      if (role == RoutedRole::Source) {
+        st = exchange->combine(nullptr, nullptr, handle, y.data());
+        EXPECT_EQ(st.code(), StatusCode::InvalidArgument) << st.toString();
+        EXPECT_NE(st.message().find("dispatch and dispatchBackward only"), std::string::npos) << st.toString();
+        ok = ok && st.code() == StatusCode::InvalidArgument;
+      }
+      // grad x asked of one expert rank: it fails, and so does every stage-k rank it returns rows to.
+      if (role == RoutedRole::Source) {
+        st = exchange->dispatchBackward(nullptr, nullptr, handle, gradX.data(), gradW.data());
+        EXPECT_EQ(st.code(), StatusCode::Mismatch) << context << ": " << st.toString();
+        ok = ok && st.code() == StatusCode::Mismatch;
+      } else {
+        std::vector<float> gradRecv(static_cast<std::size_t>(handle.rows() * c.hidden), 1.0f);
+        st = exchange->dispatchBackward(gradRecv.data(), nullptr, handle, worldRank() == wrong ? gradX.data() : nullptr,
+                                        nullptr);
+        const bool mine =
+            worldRank() == wrong ? st.code() == StatusCode::InvalidArgument : st.code() != StatusCode::InvalidArgument;
+        EXPECT_TRUE(mine) << context << ": " << st.toString();
+        ok = ok && mine;
+      }
+      EXPECT_TRUE(allRanksAgree(ok)) << context;
+    }
   }
 }
 
