@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "chimera/chimera.h"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/routed_exchange.hpp"
 #include "mpi_test_util.hpp"
@@ -453,6 +454,63 @@ TEST(RoutedStage, WrongCallsAreClearErrors) {
       EXPECT_TRUE(allRanksAgree(ok)) << context;
     }
   }
+}
+
+// The C API on pp=2,ep=N/2: stage 0 routes every token to experts (rank + 1) % E and rank % E with
+// weights 1 and 2; stage 1 learns the tokens from its handle, the identity expert gives y = 3 x
+// of its peer's tokens, and the rows' gradients (the rows themselves) give stage 0 grad x = 2 x.
+TEST(RoutedStage, CApi) {
+  if (worldSize() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const int half = worldSize() / 2;
+  const std::string mesh = "pp=2,ep=" + std::to_string(half);
+  chimeraComm_t comm = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraCommInitMpi(&comm, mesh.c_str()) == chimeraSuccess));
+  ASSERT_TRUE(allRanksAgree(chimeraCommCreateGroups(comm, "ep") == chimeraSuccess));
+  chimeraRoutedOptions_t options{};
+  options.numExperts = 2 * half;
+  options.topK = 2;
+  options.hidden = 3;
+  options.datatype = chimeraFloat32;
+  options.weightType = chimeraFloat32;
+  options.group = "ep";
+  options.tokenLayout = "pp=@0";
+  chimeraRoutedExchange_t exchange = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &options, &exchange) == chimeraSuccess));
+  const int me = worldRank();
+  const int source = me % half;  // this rank, or its peer on stage 0
+  const std::int64_t T = 4;
+  std::vector<float> x(T * 3);
+  for (std::int64_t i = 0; i < T * 3; ++i) x[static_cast<std::size_t>(i)] = static_cast<float>(source * 100 + i);
+  bool ok = true;
+  chimeraRoutedHandle_t dispatch = nullptr;
+  std::int64_t rows = 0, tokens = -1;
+  if (me < half) {
+    std::vector<float> weights, gradX(T * 3), gradW(T * 2);
+    std::vector<std::int64_t> ids;
+    for (std::int64_t t = 0; t < T; ++t) {
+      ids.insert(ids.end(), {(me + 1) % (2 * half), me});
+      weights.insert(weights.end(), {1.0f, 2.0f});
+    }
+    ok = chimeraRoutedDispatch(exchange, x.data(), ids.data(), weights.data(), T, &dispatch, &rows) == chimeraSuccess;
+    ok = ok && rows == 0 &&
+         chimeraRoutedDispatchBackward(exchange, dispatch, nullptr, nullptr, gradX.data(), gradW.data()) ==
+             chimeraSuccess;
+    for (std::size_t i = 0; ok && i < gradX.size(); ++i) ok = gradX[i] == 2 * x[i];
+  } else {
+    ok = chimeraRoutedDispatch(exchange, nullptr, nullptr, nullptr, 0, &dispatch, &rows) == chimeraSuccess;
+    ok = ok && chimeraRoutedHandleTokens(dispatch, &tokens) == chimeraSuccess && tokens == T;
+    std::vector<float> recvX(static_cast<std::size_t>(rows * 3)), recvW(static_cast<std::size_t>(rows)), y(T * 3);
+    ok = ok && chimeraRoutedReceive(exchange, dispatch, recvX.data(), nullptr, recvW.data(), nullptr) == chimeraSuccess;
+    ok = ok && chimeraRoutedCombine(exchange, dispatch, recvX.data(), recvW.data(), y.data()) == chimeraSuccess;
+    for (std::size_t i = 0; ok && i < y.size(); ++i) ok = y[i] == 3 * x[i];
+    ok = ok &&
+         chimeraRoutedDispatchBackward(exchange, dispatch, recvX.data(), nullptr, nullptr, nullptr) == chimeraSuccess;
+  }
+  EXPECT_TRUE(ok) << chimeraGetLastError();
+  EXPECT_TRUE(allRanksAgree(ok));
+  chimeraRoutedHandleDestroy(dispatch);
+  chimeraRoutedExchangeDestroy(exchange);
+  chimeraCommDestroy(comm);
 }
 
 }  // namespace
