@@ -199,3 +199,12 @@ def test_malformed_call_on_one_rank_fails_every_rank(world, fault, layout):
     else:
         ok = isinstance(raised, chimera.Mismatch) and (layout or f"rank {odd}" in str(raised))
     agree(ok, gloo, f"{fault} {layout}: raised {type(raised).__name__}: {raised}")
+
+
+def test_stage_layout_is_not_offered(world):
+    """A pipeline stage's tokens ("pp=@k") have no autograd API: every rank raises Unsupported
+    before any communication (the exchange itself: tests/python/test_routed_stage.py)."""
+    rank, size, _ = world
+    x, idx, w = _inputs(rank, size, size, 2, 4, seed=3)
+    with pytest.raises(chimera.Unsupported, match="pipeline stage"):
+        moe.dispatch(x, idx, w, size, mesh=f"pp=2,ep={size // 2}", layout="pp=@0")
