@@ -114,6 +114,21 @@ void sumReturnedRows(const RoutedExchange::Impl& m, const RoutedDispatch::State&
   });
 }
 
+// Expert side of the dispatch backward: per received record, the sum of its rows' gradients
+// (`gradRecvX` [rows, H]), then its slots' weight gradients (`gradRowWeights` [rows], or null:
+// left zero), records `recordBytes` apart in the send scratch at `sendOffset`.
+inline void sumRecordGradients(RoutedExchange::Impl& m, const RoutedDispatch::State& st,
+                               std::span<const std::size_t> sendOffset, std::size_t recordBytes, const void* gradRecvX,
+                               const void* gradRowWeights, const Status& local) {
+  sumRecordRows(
+      m, st, sendOffset, recordBytes, gradRecvX, nullptr, local, [&](std::byte* out, std::size_t s, std::int64_t row) {
+        if (gradRowWeights == nullptr) return;
+        std::memcpy(out + m.rowBytes + s * m.weightBytes,
+                    static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
+                    m.weightBytes);
+      });
+}
+
 // Source side of the dispatch backward: gradX[t] = the row gradients returned for token t's
 // records (`recordBytes` apart in m.back), summed in k order; gradWeights[t, k] (when not
 // null) the weight gradient of the record's slot that carried k, 0 when dropped.

@@ -189,13 +189,7 @@ Status RoutedExchange::Impl::dispatchBackwardGroup(const void* gradRecvX, const 
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.rowBytes + S * m.weightBytes;
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
-  sumRecordRows(
-      m, st, b.sendOffset, record, gradRecvX, nullptr, local, [&](std::byte* out, std::size_t s, std::int64_t row) {
-        if (gradRowWeights == nullptr) return;
-        std::memcpy(out + m.rowBytes + s * m.weightBytes,
-                    static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
-                    m.weightBytes);
-      });
+  detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
   CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
   m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
   Status verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,

@@ -303,6 +303,85 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
   return dispatched;
 }
 
+// The hand-off's way back: the block word, grad x (padded to 8 bytes, since the backward writes
+// grad w in place, typed), grad w.
+struct HandBackLayout {
+  std::size_t gradX = kBlockWordBytes, gradWeights = 0, bytes = 0;
+  HandBackLayout(const Impl& m, std::int64_t tokens) {
+    const auto T = static_cast<std::size_t>(tokens);
+    gradWeights = gradX + align8(T * m.rowBytes);
+    bytes = gradWeights + T * static_cast<std::size_t>(m.options.topK) * m.weightBytes;
+  }
+};
+
+// Stage k+1's dispatch backward: each received record's gradient sums straight back to its
+// source on stage k; or, after a hand-off, the ordinary backward over this stage's group and
+// grad x and grad w back to the peer.
+Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void* gradRowWeights, RoutedStats& stats,
+                     const Status& local) {
+  std::vector<std::size_t> none;
+  std::vector<std::byte> unused;
+  if (m.straight) {
+    const auto S = static_cast<std::size_t>(m.slots);
+    const std::size_t record = m.rowBytes + S * m.weightBytes;
+    detail::RecordBlocks b = detail::layOutBlocks(m, st.recvCount, st.recvCount, record);
+    detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
+    CHIMERA_RETURN_IF_ERROR(
+        stageRound(m.backend, m.stageRanks, m.sendScratch, b.sendOffset, b.sendBytes, {}, unused, none));
+    for (std::size_t c : st.recvCount) {  // every source is on the other stage
+      stats.payloadBytes += c * m.rowBytes;
+      stats.headerBytes += c * S * m.weightBytes + kBlockWordBytes;
+    }
+    stats.rounds += 1;
+    return local;
+  }
+  const HandBackLayout layout(m, st.tokens);
+  std::vector<std::byte> message(layout.bytes, std::byte{0});
+  const Status verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, message.data() + layout.gradX,
+                                                 message.data() + layout.gradWeights, stats, local);
+  const std::uint64_t word = blockWord(static_cast<std::uint64_t>(st.tokens), m.tag, !verdict.isOk());
+  std::memcpy(message.data(), &word, 8);
+  const std::size_t zero = 0;
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(m.backend, {&m.stagePeer, 1}, message, {&zero, 1}, {&layout.bytes, 1}, {}, unused, none));
+  const std::size_t rows = static_cast<std::size_t>(st.tokens) * m.rowBytes;
+  stats.payloadBytes += rows;
+  stats.headerBytes += layout.bytes - rows;
+  stats.rounds += 1;
+  return verdict;
+}
+
+// Stage k's dispatch backward: the gradients of the records it sent come back from stage k+1's
+// expert ranks and are summed per token here; or, after a hand-off, grad x and grad w come
+// back from the peer.
+Status receiveGradients(Impl& m, const State& st, void* gradX, void* gradWeights, RoutedStats& stats,
+                        const Status& local) {
+  std::vector<std::size_t> none, offset;
+  if (m.straight) {
+    const std::size_t record = m.rowBytes + static_cast<std::size_t>(m.slots) * m.weightBytes;
+    std::vector<std::size_t> bytes(st.sendCount.size());
+    for (std::size_t p = 0; p < bytes.size(); ++p) bytes[p] = kBlockWordBytes + st.sendCount[p] * record;
+    CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, m.back, offset));
+    stats.rounds += 1;
+    CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(m.back, offset), m.stageRanks, st.sendCount, m.tag,
+                                                 local, "routed dispatch backward"));
+    detail::sumReturnedGradients(m, st, offset, record, gradX, gradWeights);
+    return Status::ok();
+  }
+  const HandBackLayout layout(m, st.tokens);
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, {&m.stagePeer, 1}, {}, none, none, {&layout.bytes, 1}, m.back, offset));
+  stats.rounds += 1;
+  std::uint64_t word = 0;
+  std::memcpy(&word, m.back.data(), 8);
+  const auto T = static_cast<std::size_t>(st.tokens);
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict({&word, 1}, {&m.stagePeer, 1}, {&T, 1}, m.tag, local,
+                                               "routed dispatch backward (the hand-off back)"));
+  if (T > 0) std::memcpy(gradX, m.back.data() + layout.gradX, T * m.rowBytes);
+  if (gradWeights != nullptr && layout.bytes > layout.gradWeights)
+    std::memcpy(gradWeights, m.back.data() + layout.gradWeights, layout.bytes - layout.gradWeights);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status RoutedExchange::Impl::checkRole(const char* call, bool experts) const {
@@ -337,78 +416,13 @@ Status RoutedExchange::Impl::dispatchStage(const void* x, const std::int64_t* to
 Status RoutedExchange::Impl::dispatchBackwardStage(const void* gradRecvX, const void* gradRowWeights,
                                                    const RoutedDispatch::State& st, void* gradX, void* gradWeights,
                                                    RoutedStats& stats, Status local) {
-  const auto S = static_cast<std::size_t>(slots);
-  const std::size_t record = rowBytes + S * weightBytes;
-  const auto T = static_cast<std::size_t>(st.tokens);
-  const std::size_t pairs = T * static_cast<std::size_t>(options.topK);
-  // The hand-off's way back: the block word, grad x (padded to 8 bytes: the backward writes grad w in
-  // place, typed), grad w.
-  const std::size_t backBytes = kBlockWordBytes + align8(T * rowBytes) + pairs * weightBytes;
-  const std::span<const int> peer(&stagePeer, 1);
-  std::vector<std::size_t> none;
-  if (role == RoutedRole::Experts) {
-    if (local.isOk() && (gradX != nullptr || gradWeights != nullptr))
-      local = Status::invalidArgument(
-          fmt::format("routed dispatch backward: rank {} on stage {} forms no gradient of x or of the weights "
-                      "('{}': its peer on stage {} does); pass null",
-                      backend.rank(), stage + 1, options.tokenLayout, stage));
-    if (straight) {
-      // Each received record's row gradients summed, straight back to its source on stage k.
-      detail::RecordBlocks b = detail::layOutBlocks(*this, st.recvCount, st.recvCount, record);
-      detail::sumRecordRows(
-          *this, st, b.sendOffset, record, gradRecvX, nullptr, local,
-          [&](std::byte* out, std::size_t s, std::int64_t row) {
-            if (gradRowWeights == nullptr) return;
-            std::memcpy(out + rowBytes + s * weightBytes,
-                        static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * weightBytes,
-                        weightBytes);
-          });
-      std::vector<std::byte> unused;
-      CHIMERA_RETURN_IF_ERROR(
-          stageRound(backend, stageRanks, sendScratch, b.sendOffset, b.sendBytes, {}, unused, none));
-      for (std::size_t c : st.recvCount) {
-        stats.payloadBytes += c * rowBytes;
-        stats.headerBytes += c * S * weightBytes + kBlockWordBytes;
-      }
-      stats.rounds += 1;
-      return local;
-    }
-    // The ordinary backward over this stage's group, then grad x and grad w back to the peer.
-    std::vector<std::byte> message(backBytes, std::byte{0});
-    const Status verdict = dispatchBackwardGroup(gradRecvX, gradRowWeights, st, message.data() + kBlockWordBytes,
-                                                 message.data() + kBlockWordBytes + align8(T * rowBytes), stats, local);
-    const std::uint64_t word = blockWord(T, tag, !verdict.isOk());
-    std::memcpy(message.data(), &word, 8);
-    const std::size_t zero = 0;
-    std::vector<std::byte> unused;
-    CHIMERA_RETURN_IF_ERROR(stageRound(backend, peer, message, {&zero, 1}, {&backBytes, 1}, {}, unused, none));
-    stats.payloadBytes += T * rowBytes;
-    stats.headerBytes += backBytes - T * rowBytes;
-    stats.rounds += 1;
-    return verdict;
-  }
-  // Stage k: the gradients of the records it sent come back, summed per token here.
-  std::vector<std::size_t> offset;
-  if (straight) {
-    std::vector<std::size_t> bytes(st.sendCount.size());
-    for (std::size_t p = 0; p < bytes.size(); ++p) bytes[p] = kBlockWordBytes + st.sendCount[p] * record;
-    CHIMERA_RETURN_IF_ERROR(stageRound(backend, stageRanks, {}, none, none, bytes, back, offset));
-    stats.rounds += 1;
-    CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(back, offset), stageRanks, st.sendCount, tag, local,
-                                                 "routed dispatch backward"));
-    detail::sumReturnedGradients(*this, st, offset, record, gradX, gradWeights);
-    return Status::ok();
-  }
-  CHIMERA_RETURN_IF_ERROR(stageRound(backend, peer, {}, none, none, {&backBytes, 1}, back, offset));
-  stats.rounds += 1;
-  std::uint64_t word = 0;
-  std::memcpy(&word, back.data(), 8);
-  CHIMERA_RETURN_IF_ERROR(
-      detail::blockVerdict({&word, 1}, peer, {&T, 1}, tag, local, "routed dispatch backward (the hand-off back)"));
-  if (T > 0) std::memcpy(gradX, back.data() + kBlockWordBytes, T * rowBytes);
-  if (gradWeights != nullptr && pairs > 0)
-    std::memcpy(gradWeights, back.data() + kBlockWordBytes + align8(T * rowBytes), pairs * weightBytes);
-  return Status::ok();
+  if (role == RoutedRole::Source) return receiveGradients(*this, st, gradX, gradWeights, stats, local);
+  if (local.isOk() && (gradX != nullptr || gradWeights != nullptr))
+    local = Status::invalidArgument(
+        fmt::format("routed dispatch backward: rank {} on stage {} forms no gradient of x or of the weights "
+                    "('{}': its peer on stage {} does); pass null",
+                    backend.rank(), stage + 1, options.tokenLayout, stage));
+  return sendGradients(*this, st, gradRecvX, gradRowWeights, stats, local);
 }
 
 }  // namespace chimera
