@@ -257,7 +257,7 @@ typedef struct {
   chimeraDataType_t datatype;   /**< of the rows: chimeraFloat32 or chimeraFloat64 */
   chimeraDataType_t weightType; /**< of the weights: chimeraFloat32 or chimeraFloat64 */
   const char* group;            /**< dispatch axes ("ep", "ep+tp"); NULL: every axis */
-  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P"; NULL: "" */
+  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P", "pp=@k"; NULL: "" */
   int64_t capacity;             /**< tokens per (source, destination rank); 0: dropless */
   int dropOverflow;             /**< capacity mode: 1 drop and count, 0 fail */
   int program;                  /**< 0 planned, 1 fused, 2 per (token, expert) */
@@ -269,7 +269,8 @@ chimeraResult_t chimeraRoutedExchangeCreate(chimeraComm_t comm, const chimeraRou
 /** Frees a routed exchange (after its dispatches). NULL is a no-op. */
 chimeraResult_t chimeraRoutedExchangeDestroy(chimeraRoutedExchange_t exchange);
 /** Dispatches `tokens` rows of `x` by `topkIdx`/`topkWeights` ([tokens, K]); collective over the group.
- * `*rows` receives the number of rows this rank received. */
+ * `*rows` receives the number of rows this rank received. "pp=@k": stage k+1 passes NULL and 0
+ * (chimeraRoutedHandleTokens then says how many tokens its combine writes). */
 chimeraResult_t chimeraRoutedDispatch(chimeraRoutedExchange_t exchange, const void* x, const int64_t* topkIdx,
                                       const void* topkWeights, int64_t tokens, chimeraRoutedHandle_t* out,
                                       int64_t* rows);
@@ -284,12 +285,16 @@ chimeraResult_t chimeraRoutedCombine(chimeraRoutedExchange_t exchange, chimeraRo
 chimeraResult_t chimeraRoutedCombineBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
                                              const void* gradY, const void* expertOut, const void* rowWeights,
                                              void* gradExpertOut, void* gradRowWeights);
-/** Backward of dispatch: gradX [tokens, H], gradWeights [tokens, K] (NULL to skip). Collective. */
+/** Backward of dispatch: gradX [tokens, H], gradWeights [tokens, K] (NULL to skip). Collective.
+ * "pp=@k": stage k+1 passes NULL gradX and gradWeights, stage k NULL gradRecvX and gradRowWeights. */
 chimeraResult_t chimeraRoutedDispatchBackward(chimeraRoutedExchange_t exchange, chimeraRoutedHandle_t dispatch,
                                               const void* gradRecvX, const void* gradRowWeights, void* gradX,
                                               void* gradWeights);
 /** Bytes the dispatch sent from this rank (payload, headers, counts, padding, reductions). */
 chimeraResult_t chimeraRoutedHandleBytes(chimeraRoutedHandle_t dispatch, uint64_t* bytes);
+/** The tokens of the dispatch's combine output y and of grad x: this rank's own, or with
+ * "pp=@k" on stage k+1 those of its peer on stage k. */
+chimeraResult_t chimeraRoutedHandleTokens(chimeraRoutedHandle_t dispatch, int64_t* tokens);
 /** Frees a dispatch's state. NULL is a no-op. */
 chimeraResult_t chimeraRoutedHandleDestroy(chimeraRoutedHandle_t dispatch);
 

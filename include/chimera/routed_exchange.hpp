@@ -24,6 +24,16 @@ enum class RoutedProgram : std::uint8_t {
   PerExpert,  ///< the chain as frameworks issue it: one row per (token, expert), every replica dispatching
 };
 
+/// A rank's part in a routed exchange. Every layout but "pp=@k" has one: Both. With "pp=@k" the
+/// tokens are on pipeline stage k and the experts on stage k+1 (docs/moe.md, section 2).
+enum class RoutedRole : std::uint8_t {
+  Both,     ///< holds tokens and experts: makes every call
+  Source,   ///< stage k: holds the tokens; calls dispatch (its tokens) and dispatchBackward (writes grad x, grad w)
+  Experts,  ///< stage k+1: holds the experts and owns the tokens after the hand-off; calls dispatch (no tokens),
+            ///< receive, combine, combineBackward and dispatchBackward (its rows' gradients, no grad x)
+  Outside,  ///< another stage: makes no call (each returns InvalidArgument)
+};
+
 /// What happens to tokens beyond the capacity of a (source, destination rank) pair.
 enum class CapacityOverflow : std::uint8_t {
   Drop,   ///< dropped (their contribution to the combine is 0) and counted in RoutedStats
@@ -51,10 +61,14 @@ struct RoutedExchangeOptions {
   /// its rows), "tp=S0" / "sp=S0" (SP/TP shards: the same as owned rows, dispatched from and
   /// combined back to the owner), "tp=R" (every rank of the tp group holds the same tokens and
   /// routing), "tp=P" (partial sums over tp, e.g. a row-parallel linear's output; the routing is
-  /// replicated over tp). The token axes must lie inside `group` or outside it, never partly.
+  /// replicated over tp), "pp=@k" (held by pipeline stage k of axis pp; the experts are on the
+  /// dispatch group of stage k+1, whose ranks own the tokens after the hand-off: see RoutedRole).
+  /// The token axes must lie inside `group` or outside it, never partly; a pipeline axis outside
+  /// it (an empty `group` is then every other axis).
   std::string tokenLayout;
   /// Tokens per (source rank, destination rank) pair in capacity mode; 0 (default) is dropless.
-  /// Capacity mode sends fixed blocks (no count exchange; the padding bytes are counted).
+  /// Capacity mode sends fixed blocks (no count exchange; the padding bytes are counted). Not
+  /// with "pp=@k" (create returns Unsupported).
   std::int64_t capacity = 0;
   /// Capacity mode's overflow policy.
   CapacityOverflow overflow = CapacityOverflow::Drop;
@@ -124,6 +138,9 @@ class RoutedDispatch {
 ///
 /// Every call is collective over the dispatch group (and, for "tp=R" / "tp=P", the token axes):
 /// each rank makes the same calls in the same order. Rows are row-major with `hidden` elements.
+/// With "pp=@k" the calls are collective over the dispatch groups of stages k and k+1 together,
+/// each rank in its role (role()); a call outside the role is InvalidArgument on that rank, and
+/// in dispatch and dispatchBackward it fails the ranks it exchanges with as well.
 /// Errors: InvalidArgument for a bad argument on this rank; routing metadata that does not
 /// agree between ranks (an expert id out of range, K or H or the program different on one
 /// rank, a buffer of the wrong size reported by a binding) is an error on every rank of the
@@ -145,7 +162,9 @@ class RoutedExchange {
   /// (dropless), then one uneven all-to-all of records (token row + its local experts and
   /// weights) into scratch. `localError`, when not Ok, is this rank's own failure (a binding's
   /// check): the rank still takes part and every rank returns an error. Afterwards `handle`
-  /// says how many rows arrived; call receive to expand them.
+  /// says how many rows arrived; call receive to expand them. "pp=@k": stage k passes its
+  /// tokens; stage k+1 passes none (tokens 0, null pointers) and its handle takes the tokens of
+  /// its stage-k peer (handle.tokens()).
   [[nodiscard]] Status dispatch(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
                                 std::int64_t tokens, RoutedDispatch& handle, const Status& localError = Status::ok());
   /// Writes the received rows, grouped by local expert in order (within one expert by source
@@ -165,7 +184,8 @@ class RoutedExchange {
                                        RoutedStats* stats = nullptr, const Status& localError = Status::ok());
   /// Backward of dispatch: gradX [tokens, H] = sum of the gradients of a token's rows;
   /// gradWeights [tokens, K] from `gradRowWeights` [rows] (both of the latter may be null). One
-  /// exchange, the combine's way.
+  /// exchange, the combine's way. "pp=@k": stage k+1 passes its rows' gradients and null gradX
+  /// and gradWeights; stage k passes null gradRecvX and receives gradX and gradWeights.
   [[nodiscard]] Status dispatchBackward(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch& handle,
                                         void* gradX, void* gradWeights, RoutedStats* stats = nullptr,
                                         const Status& localError = Status::ok());
@@ -177,6 +197,11 @@ class RoutedExchange {
   const std::vector<std::string>& explain() const;
   /// Whether the token-axes fusion (tp=R split, tp=P ReduceScatter) runs.
   bool splitsReplicas() const;
+  /// Whether a stage's tokens ("pp=@k") go straight to the next stage's experts (else the
+  /// hand-off to the peer first, then the dispatch there).
+  bool straightFromStage() const;
+  /// This rank's part in the exchange.
+  RoutedRole role() const;
   /// Whether a token is sent once per destination rank (else once per expert).
   bool oncePerRank() const;
   /// Bytes of send scratch held for reuse: the largest set of blocks sent so far (it grows

@@ -181,6 +181,22 @@ void bindRouted(nb::module_& m) {
       .def_prop_ro("once_per_rank", [](PyRoutedExchange& self) { return self.get("once_per_rank").oncePerRank(); })
       .def_prop_ro("splits_replicas",
                    [](PyRoutedExchange& self) { return self.get("splits_replicas").splitsReplicas(); })
+      .def_prop_ro(
+          "straight_from_stage",
+          [](PyRoutedExchange& self) { return self.get("straight_from_stage").straightFromStage(); },
+          "'pp=@k': whether stage k sends straight to stage k+1's experts (else the hand-off, then the dispatch).")
+      .def_prop_ro(
+          "role",
+          [](PyRoutedExchange& self) {
+            switch (self.get("role").role()) {
+              case RoutedRole::Source: return "source";
+              case RoutedRole::Experts: return "experts";
+              case RoutedRole::Outside: return "outside";
+              default: return "both";
+            }
+          },
+          "This rank's part: 'both' (every layout but 'pp=@k'); for 'pp=@k' 'source' (stage k: dispatch, "
+          "dispatch_backward), 'experts' (stage k+1: every call, no tokens in dispatch), 'outside' (no call).")
       .def(
           "dispatch",
           [](PyRoutedExchange& self, nb::handle x, nb::handle topkIdx, nb::handle topkWeights, std::int64_t tokens,
@@ -189,9 +205,10 @@ void bindRouted(nb::module_& m) {
             if (error.has_value()) c.fail(*error);
             const auto T = static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0));
             const auto pairs = T * static_cast<std::size_t>(c.options.topK);
-            const TensorView vx = c.rows(x, "x", T);
-            const TensorView vi = c.view(topkIdx, "topk_idx", DataType::I64, pairs);
-            const TensorView vw = c.weights(topkWeights, "topk_weights", pairs);
+            // None passes null (the exchange refuses it with tokens: the experts' stage of "pp=@k" passes none).
+            const TensorView vx = c.rows(x, "x", T, true);
+            const TensorView vi = c.view(topkIdx, "topk_idx", DataType::I64, pairs, true);
+            const TensorView vw = c.weights(topkWeights, "topk_weights", pairs, true);
             auto out = std::make_unique<PyRoutedDispatch>();
             c.run([&](const Status& local) {
               return c.exchange.dispatch(vx.data, static_cast<const std::int64_t*>(vi.data), vw.data, tokens,
@@ -201,9 +218,10 @@ void bindRouted(nb::module_& m) {
           },
           nb::arg("x").none(), nb::arg("topk_idx").none(), nb::arg("topk_weights").none(), nb::arg("tokens"),
           nb::arg("error").none() = nb::none(), nb::rv_policy::take_ownership,
-          "Count exchange and records out; returns the handle (its rows, tokens_per_expert). `error`: this rank's "
-          "own failure found before the call; the rank still takes part, raises InvalidArgument with it, and every "
-          "peer raises Mismatch naming this rank.")
+          "Count exchange and records out; returns the handle (its rows, tokens_per_expert, tokens). `error`: this "
+          "rank's own failure found before the call; the rank still takes part, raises InvalidArgument with it, and "
+          "every peer raises Mismatch naming this rank. With layout 'pp=@k' stage k+1 passes None, None, None, 0 "
+          "and its handle takes its stage-k peer's tokens.")
       .def(
           "receive",
           [](PyRoutedExchange& self, PyRoutedDispatch& d, nb::handle recvX, nb::handle recvExpert,
@@ -254,17 +272,20 @@ void bindRouted(nb::module_& m) {
             RoutedCall c(self, "RoutedExchange.dispatch_backward");
             const auto rows = static_cast<std::size_t>(d.handle.rows());
             const auto T = static_cast<std::size_t>(d.handle.tokens());
-            const TensorView vg = c.rows(gradRecvX, "grad_recv_x", rows);
+            // None passes null: stage k of "pp=@k" has no rows, stage k+1 forms no grad x.
+            const TensorView vg = c.rows(gradRecvX, "grad_recv_x", rows, true);
             const TensorView vgw = c.weights(gradRowWeights, "grad_recv_weight", rows, true);
-            const TensorView vx = c.rows(gradX, "grad_x", T);
+            const TensorView vx = c.rows(gradX, "grad_x", T, true);
             const TensorView vw =
                 c.weights(gradWeights, "grad_weights", T * static_cast<std::size_t>(c.options.topK), true);
             return c.runWithStats([&](RoutedStats* stats, const Status& local) {
               return c.exchange.dispatchBackward(vg.data, vgw.data, d.handle, vx.data, vw.data, stats, local);
             });
           },
-          nb::arg("grad_recv_x"), nb::arg("grad_recv_weight").none(), nb::arg("handle"), nb::arg("grad_x"),
-          nb::arg("grad_weights").none())
+          nb::arg("grad_recv_x").none(), nb::arg("grad_recv_weight").none(), nb::arg("handle"),
+          nb::arg("grad_x").none(), nb::arg("grad_weights").none(),
+          "grad_x [T, H] and grad_weights [T, K] from the rows' gradients. 'pp=@k': stage k+1 passes its rows' "
+          "gradients and None for grad_x and grad_weights; stage k passes None for the rows and receives them.")
       .def("close", &PyRoutedExchange::close);
 }
 

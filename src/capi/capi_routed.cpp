@@ -124,6 +124,14 @@ chimeraResult_t chimeraRoutedHandleBytes(chimeraRoutedHandle_t dispatch, uint64_
   });
 }
 
+chimeraResult_t chimeraRoutedHandleTokens(chimeraRoutedHandle_t dispatch, int64_t* tokens) {
+  return guardedCall("chimeraRoutedHandleTokens", [&]() -> Status {
+    CHIMERA_CHECK_ARG(dispatch != nullptr && tokens != nullptr, "null dispatch or tokens to fill");
+    *tokens = dispatch->handle.tokens();
+    return Status::ok();
+  });
+}
+
 chimeraResult_t chimeraRoutedHandleDestroy(chimeraRoutedHandle_t dispatch) {
   delete dispatch;
   return chimeraSuccess;

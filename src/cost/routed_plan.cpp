@@ -10,6 +10,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <span>
 
 #include "core/check.hpp"
 
@@ -50,40 +51,83 @@ double busiestBytes(const CommProgram& program, int worldSize) {
   return most;
 }
 
-// Every group along `axes`, each ordered by group index.
-std::vector<std::vector<int>> allGroups(const Mesh& mesh, AxisSet axes) {
-  std::map<int, std::vector<int>> byColor;
-  for (int r = 0; r < mesh.size(); ++r) {
-    const int color = mesh.groupColor(r, axes);
-    if (!byColor.contains(color)) byColor[color] = mesh.groupRanks(r, axes);
-  }
-  std::vector<std::vector<int>> groups;
-  for (auto& [color, ranks] : byColor) groups.push_back(std::move(ranks));
-  return groups;
-}
-
 struct Shape {
   double tokens = 0;           // tokens each rank dispatches
   double recordsPerToken = 0;  // records per token per destination (K/R per expert, D/R per rank)
   double headerBytes = 0;      // header bytes of one record
+  double routingBytes = 0;     // routing a source sends its owner with the records (a stage's tokens)
 };
 
-// The dispatch and combine of `shape` over `group`: a count exchange, the records out, the rows back.
-void appendExchange(const RoutedRequest& request, const Shape& shape, CommProgram& program) {
-  const double rowBytes = static_cast<double>(request.hidden) * static_cast<double>(dataTypeSize(request.dtype));
+// One source of an exchange: the rank that sends a token's records, and the owner, the rank
+// whose group holds the experts and to which the combined rows return (the same rank, except
+// for a stage's tokens sent straight from stage k).
+struct Flow {
+  int src = 0;
+  int owner = 0;
+};
+
+double rowBytesOf(const RoutedRequest& request) {
+  return static_cast<double>(request.hidden) * static_cast<double>(dataTypeSize(request.dtype));
+}
+
+// The routing of one token: K ids (int64) and K weights.
+double routingBytesOf(const RoutedRequest& request) {
+  return request.topK * (8.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
+}
+
+// Every group along `axes` that holds one of `ranks`, each ordered by group index.
+std::vector<std::vector<int>> groupsOf(const Mesh& mesh, AxisSet axes, std::span<const int> ranks) {
+  std::map<int, std::vector<int>> byColor;
+  for (int r : ranks) {
+    const int color = mesh.groupColor(r, axes);
+    if (!byColor.contains(color)) byColor[color] = mesh.groupRanks(r, axes);
+  }
+  std::vector<std::vector<int>> groups;
+  for (auto& [color, members] : byColor) groups.push_back(std::move(members));
+  return groups;
+}
+
+// The dispatch and combine of `shape` for `flows`: a count exchange, each source's records out
+// to its owner's group, the rows back to the owner.
+void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<const Flow> flows,
+                    CommProgram& program) {
+  const double rowBytes = rowBytesOf(request);
   const int ranks = request.mesh.groupSize(request.group);
-  program.push_back(CommStep::collective(StepKind::AllToAll, allGroups(request.mesh, request.group),
-                                         static_cast<std::uint64_t>(4 * ranks)));
+  const double records = shape.tokens * shape.recordsPerToken;
+  std::vector<int> sources, owners;
+  bool straight = false;
+  for (const Flow& f : flows) {
+    sources.push_back(f.src);
+    owners.push_back(f.owner);
+    straight = straight || f.src != f.owner;
+  }
+  if (!straight) {
+    program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, owners),
+                                           static_cast<std::uint64_t>(4 * ranks)));
+  } else {
+    // The sources agree (three words over their group), then each tells every destination its
+    // record and byte counts (16 bytes) and hears its verdict (8 bytes).
+    program.push_back(CommStep::collective(StepKind::AllReduce, groupsOf(request.mesh, request.group, sources), 24));
+    std::vector<Transfer> words;
+    for (const Flow& f : flows) {
+      for (int dst : request.mesh.groupRanks(f.owner, request.group)) {
+        words.push_back({f.src, dst, 16});
+        words.push_back({dst, f.src, 8});
+      }
+    }
+    program.push_back(CommStep::manyToMany(std::move(words)));
+  }
   std::vector<Transfer> out, back;
-  for (int src = 0; src < request.mesh.size(); ++src) {
-    for (int dst : request.mesh.groupRanks(src, request.group)) {
-      const double records = shape.tokens * shape.recordsPerToken;
-      out.push_back({src, dst, static_cast<std::uint64_t>(std::llround(records * (rowBytes + shape.headerBytes)))});
-      back.push_back({dst, src, static_cast<std::uint64_t>(std::llround(records * rowBytes))});
+  for (const Flow& f : flows) {
+    for (int dst : request.mesh.groupRanks(f.owner, request.group)) {
+      const double routing = dst == f.owner && f.src != f.owner ? shape.tokens * shape.routingBytes : 0.0;
+      out.push_back(
+          {f.src, dst, static_cast<std::uint64_t>(std::llround(records * (rowBytes + shape.headerBytes) + routing))});
+      back.push_back({dst, f.owner, static_cast<std::uint64_t>(std::llround(records * rowBytes))});
     }
   }
   // Both sides pass every record once more (pack at the source, expansion at the receiver).
-  const auto local = static_cast<std::uint64_t>(shape.tokens * shape.recordsPerToken * ranks * rowBytes);
+  const auto local = static_cast<std::uint64_t>(records * ranks * rowBytes);
   CommStep dispatch = CommStep::manyToMany(std::move(out));
   dispatch.localBytes = 2 * local;
   dispatch.localLaunches = 2;
@@ -92,6 +136,34 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, CommProgra
   combine.localLaunches = 2;
   program.push_back(std::move(dispatch));
   program.push_back(std::move(combine));
+}
+
+// The flows of `request`: every rank its own source and owner; for a stage's tokens, the ranks
+// of stage k and their peers on stage k+1, sending straight (`straight`) or after the hand-off
+// (the owners are then their own sources).
+std::vector<Flow> flowsOf(const RoutedRequest& request, bool straight) {
+  std::vector<Flow> flows;
+  for (int r = 0; r < request.mesh.size(); ++r) {
+    if (request.placement != TokenPlacement::Stage) {
+      flows.push_back({r, r});
+    } else if (request.mesh.groupIndex(r, request.tokenAxes) == request.stage) {
+      const int owner = request.mesh.groupPeer(r, request.tokenAxes, request.stage + 1);
+      flows.push_back({straight ? r : owner, owner});
+    }
+  }
+  return flows;
+}
+
+// The pipeline hand-off of a stage's tokens: each rank of stage k sends its rows and routing to
+// its peer on stage k+1.
+CommStep handOff(const RoutedRequest& request) {
+  const double perToken = rowBytesOf(request) + routingBytesOf(request);
+  std::vector<Transfer> transfers;
+  for (const Flow& f : flowsOf(request, true)) {
+    transfers.push_back(
+        {f.src, f.owner, static_cast<std::uint64_t>(std::llround(static_cast<double>(request.tokens) * perToken))});
+  }
+  return CommStep::manyToMany(std::move(transfers));
 }
 
 Status price(const RoutedRequest& request, const CostModel* model, RoutedCandidate& candidate) {
@@ -103,38 +175,48 @@ Status price(const RoutedRequest& request, const CostModel* model, RoutedCandida
   return model->predict(candidate.program, candidate.seconds);
 }
 
-// The program with (`oncePerRank`, `split`).
-Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bool split, const CostModel* model,
+// The program with (`oncePerRank`, `fuseTokens`): replicas split (tp=R, tp=P), or a stage's
+// tokens sent straight to the next stage's experts (pp=@k).
+Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bool fuseTokens, const CostModel* model,
              RoutedCandidate& out) {
   const int ranks = request.mesh.groupSize(request.group);
-  const double rowBytes = static_cast<double>(request.hidden) * static_cast<double>(dataTypeSize(request.dtype));
+  const double rowBytes = rowBytesOf(request);
   const double slots =
       oncePerRank ? static_cast<double>(std::min<std::int64_t>(request.topK, request.experts / ranks)) : 1.0;
   const double tp = static_cast<double>(request.mesh.groupSize(request.tokenAxes));
-  const bool replicated = request.placement != TokenPlacement::Owned;
+  const bool replicated =
+      request.placement == TokenPlacement::Replicated || request.placement == TokenPlacement::Partial;
+  const bool stage = request.placement == TokenPlacement::Stage;
+  const bool split = replicated && fuseTokens;
   Shape shape;
-  shape.tokens = static_cast<double>(request.tokens) / (replicated && split ? tp : 1.0);
+  shape.tokens = static_cast<double>(request.tokens) / (split ? tp : 1.0);
   shape.recordsPerToken = (oncePerRank ? distinct : static_cast<double>(request.topK)) / ranks;
   shape.headerBytes = slots * (4.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
+  shape.routingBytes = routingBytesOf(request);
   out = {};
   out.name = fmt::format("{}{}", oncePerRank ? "once per rank" : "per (token, expert)",
-                         !replicated ? ""
-                         : split     ? ", replicas split"
-                                     : ", every replica dispatching");
+                         stage         ? (fuseTokens ? ", straight from the stage" : ", after the stage hand-off")
+                         : !replicated ? ""
+                         : split       ? ", replicas split"
+                                       : ", every replica dispatching");
   const auto full = static_cast<std::uint64_t>(static_cast<double>(request.tokens) * rowBytes);
+  const std::vector<Flow> flows = flowsOf(request, fuseTokens);
   if (replicated) {
-    const auto groups = allGroups(request.mesh, request.tokenAxes);
+    std::vector<int> all(static_cast<std::size_t>(request.mesh.size()));
+    for (int r = 0; r < request.mesh.size(); ++r) all[static_cast<std::size_t>(r)] = r;
+    const auto groups = groupsOf(request.mesh, request.tokenAxes, all);
     if (request.placement == TokenPlacement::Partial) {
       out.program.push_back(split ? CommStep::collective(StepKind::ReduceScatter, groups, full)
                                   : CommStep::collective(StepKind::AllReduce, groups, full));
     }
-    appendExchange(request, shape, out.program);
+    appendExchange(request, shape, flows, out.program);
     if (split) {
       out.program.push_back(CommStep::collective(StepKind::AllGather, groups,
                                                  static_cast<std::uint64_t>(static_cast<double>(full) / tp)));
     }
   } else {
-    appendExchange(request, shape, out.program);
+    if (stage && !fuseTokens) out.program.push_back(handOff(request));
+    appendExchange(request, shape, flows, out.program);
   }
   return price(request, model, out);
 }
@@ -176,7 +258,16 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
       "routed exchange: token axes {} lie partly inside dispatch group {}", request.mesh.axesName(request.tokenAxes),
       request.mesh.axesName(request.group));
   CHIMERA_CHECK_ARG(request.placement == TokenPlacement::Owned || !request.tokenAxes.empty(),
-                    "routed exchange: replicated or partial tokens need token axes");
+                    "routed exchange: replicated, partial or stage tokens need token axes");
+  if (request.placement == TokenPlacement::Stage) {
+    const int stages = request.mesh.groupSize(request.tokenAxes);
+    CHIMERA_CHECK_ARG((request.tokenAxes & request.group).empty(),
+                      "routed exchange: the pipeline axis {} lies inside dispatch group {}",
+                      request.mesh.axesName(request.tokenAxes), request.mesh.axesName(request.group));
+    CHIMERA_CHECK_ARG(request.stage >= 0 && request.stage + 1 < stages,
+                      "routed exchange: tokens on stage {} of {} have no next stage {} for the experts", request.stage,
+                      stages, request.stage + 1);
+  }
   const double distinct =
       request.distinctRanks > 0 ? request.distinctRanks : expectedDistinctRanks(request.experts, ranks, request.topK);
   out = {};
@@ -187,8 +278,18 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
   out.oncePerRank = perRank.seconds < out.baseline.seconds;
   out.explanation.push_back(verdict("send once per destination rank", out.baseline, perRank, out.oncePerRank, model));
   RoutedCandidate best = out.oncePerRank ? perRank : out.baseline;
+  // Rule 5: a stage's tokens straight to the next stage's experts, instead of the hand-off then
+  // the dispatch there (the stage link carries D rows per token instead of one).
+  if (request.placement == TokenPlacement::Stage) {
+    RoutedCandidate straight;
+    CHIMERA_RETURN_IF_ERROR(build(request, distinct, out.oncePerRank, true, model, straight));
+    out.straightFromStage = straight.seconds < best.seconds;
+    out.explanation.push_back(
+        verdict("dispatch straight from the stage", best, straight, out.straightFromStage, model));
+    if (out.straightFromStage) best = straight;
+  }
   // Rules 2 and 3: replicas dispatch disjoint parts (after a ReduceScatter for partial tokens).
-  if (request.placement != TokenPlacement::Owned) {
+  if (request.placement == TokenPlacement::Replicated || request.placement == TokenPlacement::Partial) {
     RoutedCandidate split;
     CHIMERA_RETURN_IF_ERROR(build(request, distinct, out.oncePerRank, true, model, split));
     out.splitReplicas = split.seconds < best.seconds;

@@ -11,12 +11,19 @@
 
 #include "core/check.hpp"
 #include "routed/exchange_blocks.hpp"
+#include "routed/record_sums.hpp"
 #include "routed/routed_impl.hpp"
 #include "routed/row_math.hpp"
 
 namespace chimera {
 
+using detail::exchangeRecords;
 using detail::kBlockWordBytes;
+using detail::layOutBlocks;
+using detail::RecordBlocks;
+using detail::sumRecordRows;
+using detail::sumReturnedRows;
+using detail::wordsOf;
 
 namespace {
 
@@ -32,104 +39,6 @@ Status openCall(const RoutedDispatch::State& st, const char* call, const Status&
   if (local.isOk() && st.tokens > 0 && tokenBufferNull)
     local = Status::invalidArgument(fmt::format("{}: null {} with {} tokens", call, tokenBuffer, st.tokens));
   return Status::ok();
-}
-
-std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset) {
-  std::vector<std::uint64_t> words(offset.size());
-  for (std::size_t p = 0; p < words.size(); ++p) std::memcpy(&words[p], received.data() + offset[p], 8);
-  return words;
-}
-
-// Where the record `rec` this rank sent comes back in `received`: in the block of the peer it
-// went to, at the same position, records `recordBytes` apart.
-const std::byte* returnedRecord(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset,
-                                const RoutedDispatch::State& st, std::size_t rec, std::size_t recordBytes) {
-  const auto peer = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), rec) -
-                                             st.sendFirst.begin() - 1);
-  return received.data() + offset[peer] + kBlockWordBytes + (rec - st.sendFirst[peer]) * recordBytes;
-}
-
-using Impl = RoutedExchange::Impl;
-using State = RoutedDispatch::State;
-
-// The block layout of one exchange, both ways.
-struct RecordBlocks {
-  std::vector<std::size_t> sendOffset, sendBytes, recvBytes, recvOffset;
-};
-
-// Lays out `sendCounts` / `recvCounts` records of `perRecord` bytes and zeroes the send scratch.
-RecordBlocks layOutBlocks(Impl& m, std::span<const std::size_t> sendCounts, std::span<const std::size_t> recvCounts,
-                          std::size_t perRecord) {
-  RecordBlocks b;
-  m.blocks(sendCounts, perRecord, b.sendOffset, b.sendBytes);
-  m.blocks(recvCounts, perRecord, b.recvOffset, b.recvBytes);
-  std::size_t total = 0;
-  for (std::size_t bytes : b.sendBytes) total += bytes;
-  m.sendScratch.assign(total, std::byte{0});
-  return b;
-}
-
-// Sends the send scratch's blocks over the group; the peers' blocks land in m.back.
-Status exchangeRecords(Impl& m, RecordBlocks& b) {
-  return detail::exchangeBlocks(m.backend, m.group, m.sendScratch, b.sendOffset, b.sendBytes, b.recvBytes, m.back,
-                                b.recvOffset);
-}
-
-// A record that carries nothing but its row.
-struct RowOnly {
-  void operator()(auto&&...) const {}
-};
-
-// Expert side: each source's block gets its word and, per record, the record's slot rows of `rows`
-// times `weights` (null: 1) summed in slot order; `slotExtra(record, s, row)` adds the rest.
-template <typename SlotExtra = RowOnly>
-void sumRecordRows(Impl& m, const State& st, std::span<const std::size_t> sendOffset, std::size_t recordBytes,
-                   const void* rows, const void* weights, const Status& local, SlotExtra slotExtra = {}) {
-  const auto S = static_cast<std::size_t>(m.slots);
-  const std::int64_t H = m.options.hidden;
-  detail::withRowType(m.options.dtype, [&]<typename T>() {
-    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-      std::byte* block = m.sendScratch.data() + sendOffset[p];
-      const std::uint64_t word = detail::blockWord(st.recvCount[p], m.tag, !local.isOk());
-      std::memcpy(block, &word, 8);
-      if (!local.isOk()) continue;
-      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
-        std::byte* record = block + kBlockWordBytes + r * recordBytes;
-        bool first = true;
-        for (std::size_t s = 0; s < S; ++s) {
-          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
-          if (row < 0) continue;
-          detail::accumulateRow(reinterpret_cast<T*>(record), static_cast<const T*>(rows) + row * H,
-                                detail::readWeight(weights, m.options.weightDtype, row), H, first);
-          first = false;
-          slotExtra(record, s, row);
-        }
-      }
-    }
-  });
-}
-
-// Source side: out[t] = the rows returned in m.back for token t's records, summed in k order;
-// `pairExtra(t, k, rec, record)` reads the rest of a pair's record (rec < 0, null: dropped).
-template <typename PairExtra = RowOnly>
-void sumReturnedRows(const Impl& m, const State& st, const std::vector<std::size_t>& recvOffset,
-                     std::size_t recordBytes, void* out, PairExtra pairExtra = {}) {
-  const int K = m.options.topK;
-  const std::int64_t H = m.options.hidden;
-  detail::withRowType(m.options.dtype, [&]<typename T>() {
-    for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
-      T* sum = static_cast<T*>(out) + t * H;
-      std::memset(sum, 0, m.rowBytes);
-      for (int k = 0; k < K; ++k) {
-        const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
-        const std::int64_t rec = st.pairRecord[pair];
-        const std::byte* record =
-            rec < 0 ? nullptr : returnedRecord(m.back, recvOffset, st, static_cast<std::size_t>(rec), recordBytes);
-        if (record != nullptr && st.pairFirst[pair] != 0) detail::addRow(sum, reinterpret_cast<const T*>(record), H);
-        pairExtra(t, k, rec, record);
-      }
-    }
-  });
 }
 
 }  // namespace
@@ -178,6 +87,7 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
                                RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
+  CHIMERA_RETURN_IF_ERROR(m.checkRole("routed combine", true));
   Status local;
   CHIMERA_RETURN_IF_ERROR(
       openCall(st, "routed combine", localError, expertOut == nullptr, "expert output", y == nullptr, "output", local));
@@ -201,6 +111,7 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
                                        RoutedStats* stats, const Status& localError) {
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
+  CHIMERA_RETURN_IF_ERROR(m.checkRole("routed combine backward", true));
   Status local;
   CHIMERA_RETURN_IF_ERROR(openCall(st, "routed combine backward", localError,
                                    gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr),
@@ -251,46 +162,46 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
   Impl& m = *impl_;
   const RoutedDispatch::State& st = handle.state();
   Status local;
-  CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, gradRecvX == nullptr,
-                                   "gradient of the received rows", gradX == nullptr, "gradient of x", local));
   RoutedStats own;
+  Status verdict;
+  if (m.placement == TokenPlacement::Stage) {
+    // Each side needs only its own buffers: the experts' rows' gradients, the source's grad x.
+    CHIMERA_RETURN_IF_ERROR(m.checkRole("routed dispatch backward", false));
+    const bool experts = m.role == RoutedRole::Experts;
+    CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, experts && gradRecvX == nullptr,
+                                     "gradient of the received rows", !experts && gradX == nullptr, "gradient of x",
+                                     local));
+    verdict = m.dispatchBackwardStage(gradRecvX, gradRowWeights, st, gradX, gradWeights, own, local);
+  } else {
+    CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, gradRecvX == nullptr,
+                                     "gradient of the received rows", gradX == nullptr, "gradient of x", local));
+    verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, gradX, gradWeights, own, local);
+  }
+  if (stats != nullptr) *stats = own;
+  return verdict;
+}
+
+Status RoutedExchange::Impl::dispatchBackwardGroup(const void* gradRecvX, const void* gradRowWeights,
+                                                   const RoutedDispatch::State& st, void* gradX, void* gradWeights,
+                                                   RoutedStats& own, const Status& local) {
+  Impl& m = *this;
   // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.rowBytes + S * m.weightBytes;
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
-  sumRecordRows(
-      m, st, b.sendOffset, record, gradRecvX, nullptr, local, [&](std::byte* out, std::size_t s, std::int64_t row) {
-        if (gradRowWeights == nullptr) return;
-        std::memcpy(out + m.rowBytes + s * m.weightBytes,
-                    static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
-                    m.weightBytes);
-      });
+  detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
   CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
   m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
   Status verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,
                                         "routed dispatch backward");
-  const int K = m.options.topK;
-  // A token's weight gradient for k is its record's slot that carries k (0 when dropped).
-  if (verdict.isOk()) {
-    sumReturnedRows(
-        m, st, b.recvOffset, record, gradX, [&](std::int64_t t, int k, std::int64_t rec, const std::byte* in) {
-          if (gradWeights == nullptr) return;
-          detail::writeWeight(gradWeights, m.options.weightDtype, t * K + k, 0.0);
-          if (rec < 0) return;
-          for (std::size_t s = 0; s < S; ++s) {
-            if (st.recordK[static_cast<std::size_t>(rec) * S + s] != k) continue;
-            std::memcpy(static_cast<std::byte*>(gradWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
-                        in + m.rowBytes + s * m.weightBytes, m.weightBytes);
-          }
-        });
-  }
+  if (verdict.isOk()) detail::sumReturnedGradients(m, st, b.recvOffset, record, gradX, gradWeights);
   if (m.split) {
+    const int K = m.options.topK;
     CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(gradX, st.tokens, m.rowBytes, verdict, own));
     if (gradWeights != nullptr)
       CHIMERA_RETURN_IF_ERROR(
           m.gatherReplicas(gradWeights, st.tokens, static_cast<std::size_t>(K) * m.weightBytes, verdict, own));
   }
-  if (stats != nullptr) *stats = own;
   return verdict;
 }
 

@@ -53,13 +53,14 @@ Status RoutedExchange::Impl::checkSendScratch(std::span<const std::size_t> recor
   // Each block may hold 1/R of the limit, so that no rank receives more than the limit either:
   // the receive side is then known to fit before any data moves.
   const std::size_t perBlock = options.scratchLimitBytes / static_cast<std::size_t>(ranks);
+  const std::vector<int>& members = role == RoutedRole::Source ? stageRanks : groupRanks;
   for (std::size_t p = 0; p < records.size(); ++p) {
     const std::size_t bytes = kBlockWordBytes + records[p] * perRecord;
     CHIMERA_CHECK_ARG(bytes <= perBlock,
                       "routed dispatch: rank {} would send {} bytes to rank {}, over the limit of {} bytes per peer "
                       "(scratchLimitBytes {} / {} ranks; RoutedExchangeOptions::scratchLimitBytes, "
                       "CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES)",
-                      backend.rank(), bytes, groupRanks[p], perBlock, options.scratchLimitBytes, ranks);
+                      backend.rank(), bytes, members[p], perBlock, options.scratchLimitBytes, ranks);
   }
   return Status::ok();
 }
@@ -121,29 +122,38 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, c
   return Status::ok();
 }
 
-Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const {
+Status RoutedExchange::Impl::checkRouting(const std::int64_t* topkIdx, std::int64_t begin, std::int64_t end) const {
   const int K = options.topK;
   const std::int64_t E = options.numExperts;
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t* ids = topkIdx + t * K;
+    for (int k = 0; k < K; ++k) {
+      CHIMERA_CHECK_ARG(ids[k] >= 0 && ids[k] < E, "routed dispatch: token {} routes to expert {}, outside 0..{}", t,
+                        ids[k], E - 1);
+      for (int j = 0; j < k; ++j) {
+        CHIMERA_CHECK_ARG(ids[j] != ids[k],
+                          "routed dispatch: token {} routes to expert {} twice (top-k ids must be "
+                          "distinct per token)",
+                          t, ids[k]);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const {
+  const int K = options.topK;
   const std::int64_t own = st.ownEnd - st.ownBegin;
   const auto S = static_cast<std::size_t>(slots);
   st.sendCount.assign(static_cast<std::size_t>(ranks), 0);
   st.pairRecord.assign(static_cast<std::size_t>(own * K), -1);
   st.pairFirst.assign(static_cast<std::size_t>(own * K), 0);
-  // Pass 1: check the routing and count the records per destination.
+  // Pass 1: count the records per destination.
+  CHIMERA_RETURN_IF_ERROR(checkRouting(topkIdx, st.ownBegin, st.ownEnd));
   std::vector<std::int64_t> dest(static_cast<std::size_t>(own * K));
   for (std::int64_t i = 0; i < own; ++i) {
     const std::int64_t* ids = topkIdx + (st.ownBegin + i) * K;
-    for (int k = 0; k < K; ++k) {
-      CHIMERA_CHECK_ARG(ids[k] >= 0 && ids[k] < E, "routed dispatch: token {} routes to expert {}, outside 0..{}",
-                        st.ownBegin + i, ids[k], E - 1);
-      for (int j = 0; j < k; ++j) {
-        CHIMERA_CHECK_ARG(ids[j] != ids[k],
-                          "routed dispatch: token {} routes to expert {} twice (top-k ids must be "
-                          "distinct per token)",
-                          st.ownBegin + i, ids[k]);
-      }
-      dest[static_cast<std::size_t>(i * K + k)] = ids[k] / localExperts;
-    }
+    for (int k = 0; k < K; ++k) dest[static_cast<std::size_t>(i * K + k)] = ids[k] / localExperts;
     for (int k = 0; k < K; ++k) {
       const std::int64_t d = dest[static_cast<std::size_t>(i * K + k)];
       bool opens = true;
@@ -246,6 +256,34 @@ Status RoutedExchange::Impl::receivedTable(RoutedDispatch::State& st) const {
   return Status::ok();
 }
 
+void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const std::int64_t* topkIdx,
+                                       const void* topkWeights, const std::byte* rows, std::int64_t firstRow,
+                                       std::span<const std::size_t> sendOffset, bool failed) {
+  const std::size_t record = headerBytes + rowBytes;
+  const auto S = static_cast<std::size_t>(slots);
+  const int K = options.topK;
+  for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
+    std::byte* block = sendScratch.data() + sendOffset[p];
+    const std::uint64_t word = detail::blockWord(st.sendCount[p], tag, failed);
+    std::memcpy(block, &word, sizeof(word));
+    for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
+      const std::size_t rec = st.sendFirst[p] + r;
+      const std::int64_t t = st.recordToken[rec];
+      std::byte* out = block + kBlockWordBytes + r * record;
+      for (std::size_t s = 0; s < S; ++s) {
+        const std::int32_t k = st.recordK[rec * S + s];
+        if (k < 0) continue;
+        const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % localExperts);
+        std::memcpy(out + s * (4 + weightBytes), &expert, 4);
+        std::memcpy(out + s * (4 + weightBytes) + 4,
+                    static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * weightBytes,
+                    weightBytes);
+      }
+      std::memcpy(out + headerBytes, rows + static_cast<std::size_t>(t - firstRow) * rowBytes, rowBytes);
+    }
+  }
+}
+
 Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
                                 std::int64_t tokens, RoutedDispatch& handle, const Status& localError) {
   Impl& m = *impl_;
@@ -257,12 +295,21 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   if (local.isOk() && tokens < 0) local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens", tokens));
   if (local.isOk() && tokens > 0 && (x == nullptr || topkIdx == nullptr || topkWeights == nullptr))
     local = Status::invalidArgument("routed dispatch: null x, top-k ids or weights with tokens > 0");
+  if (m.placement == TokenPlacement::Stage) return m.dispatchStage(x, topkIdx, topkWeights, tokens, st, local);
+  return m.dispatchGroup(x, topkIdx, topkWeights, tokens, st, local);
+}
+
+Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
+                                           std::int64_t tokens, RoutedDispatch::State& st, Status local) {
+  Impl& m = *this;
+  st.tokens = tokens;
+  st.slots = m.slots;
   // Replicas of the tokens (tp=R, tp=P) agree first, before any row moves: a replica that
   // failed, or replicas that pass different T, fail the dispatch on every replica, and the
   // count exchange tells the other ranks. Partial tokens are then reduced over the token axes.
   const std::byte* rows = static_cast<const std::byte*>(x);
   std::int64_t firstRow = 0;
-  if (m.placement != TokenPlacement::Owned && m.tokenSize > 1)
+  if ((m.placement == TokenPlacement::Replicated || m.placement == TokenPlacement::Partial) && m.tokenSize > 1)
     CHIMERA_RETURN_IF_ERROR(m.agreeReplicas(tokens, local, st.stats));
   if (m.placement == TokenPlacement::Partial && local.isOk())
     CHIMERA_RETURN_IF_ERROR(m.reducePartial(x, tokens, rows, firstRow, st.stats));
@@ -311,28 +358,7 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   for (std::size_t b : sendBytes) sendTotal += b;
   m.sendScratch.resize(sendTotal);
   std::memset(m.sendScratch.data(), 0xff, sendTotal);  // empty slots read as local expert -1
-  const auto S = static_cast<std::size_t>(m.slots);
-  const int K = m.options.topK;
-  for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
-    std::byte* block = m.sendScratch.data() + sendOffset[p];
-    const std::uint64_t word = detail::blockWord(st.sendCount[p], m.tag, !local.isOk());
-    std::memcpy(block, &word, sizeof(word));
-    for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
-      const std::size_t rec = st.sendFirst[p] + r;
-      const std::int64_t t = st.recordToken[rec];
-      std::byte* out = block + kBlockWordBytes + r * record;
-      for (std::size_t s = 0; s < S; ++s) {
-        const std::int32_t k = st.recordK[rec * S + s];
-        if (k < 0) continue;
-        const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % m.localExperts);
-        std::memcpy(out + s * (4 + m.weightBytes), &expert, 4);
-        std::memcpy(out + s * (4 + m.weightBytes) + 4,
-                    static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * m.weightBytes,
-                    m.weightBytes);
-      }
-      std::memcpy(out + m.headerBytes, rows + static_cast<std::size_t>(t - firstRow) * m.rowBytes, m.rowBytes);
-    }
-  }
+  m.packRecords(st, topkIdx, topkWeights, rows, firstRow, sendOffset, !local.isOk());
   CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
                                                  st.received, st.receivedOffset));
   m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes);
@@ -361,6 +387,7 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
 
 Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t* recvExpert, void* recvWeight) const {
   const Impl& m = *impl_;
+  CHIMERA_RETURN_IF_ERROR(m.checkRole("routed receive", true));
   RoutedDispatch::State& st = handle.state();
   CHIMERA_CHECK_ARG(st.complete, "routed receive: the handle holds no completed dispatch");
   CHIMERA_CHECK_ARG(!st.received.empty() || st.rows == 0, "routed receive: the handle's rows were received already");

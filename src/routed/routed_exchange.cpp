@@ -3,7 +3,9 @@
 // rules (src/cost/routed_plan.cpp), and the handle's accessors.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -19,14 +21,15 @@ namespace {
 
 constexpr std::size_t kDefaultScratchLimit = std::size_t{16} << 30;
 
-// "tp=S0", "sp=S0", "tp=R", "tp=P", "" -> token axes and placement.
-Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, TokenPlacement& placement) {
+// "tp=S0", "sp=S0", "tp=R", "tp=P", "pp=@k", "" -> token axes, placement and stage.
+Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, TokenPlacement& placement, int& stage) {
   axes = AxisSet();
   placement = TokenPlacement::Owned;
+  stage = 0;
   if (text.empty()) return Status::ok();
   const std::size_t eq = text.find('=');
   CHIMERA_CHECK_ARG(eq != std::string_view::npos && text.find(',') == std::string_view::npos,
-                    "token layout '{}': expected one AXES=PLACEMENT entry (tp=S0, sp=S0, tp=R, tp=P)", text);
+                    "token layout '{}': expected one AXES=PLACEMENT entry (tp=S0, sp=S0, tp=R, tp=P, pp=@k)", text);
   CHIMERA_RETURN_IF_ERROR(mesh.parseAxes(text.substr(0, eq), axes));
   const std::string_view p = text.substr(eq + 1);
   if (p == "S0") {
@@ -36,13 +39,19 @@ Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, 
   } else if (p == "P" || p == "P(sum)") {
     placement = TokenPlacement::Partial;
   } else if (!p.empty() && p.front() == '@') {
-    return Status::unsupported(fmt::format(
-        "token layout '{}': a pipeline stage hand-off straight into the dispatch is not implemented; hand the "
-        "tokens to the stage first and dispatch from there",
-        text));
+    const std::string_view digits = p.substr(1);
+    const bool number = !digits.empty() && digits.size() <= 6 &&
+                        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+    CHIMERA_CHECK_ARG(number, "token layout '{}': a pipeline stage is @k with k a stage index", text);
+    CHIMERA_CHECK_ARG(mesh.groupSize(axes) > 1 && (axes.bits() & (axes.bits() - 1)) == 0,
+                      "token layout '{}': the tokens of a stage need one pipeline axis of two stages or more", text);
+    placement = TokenPlacement::Stage;
+    stage = std::stoi(std::string(digits));
   } else {
-    return Status::invalidArgument(fmt::format(
-        "token layout '{}': placement '{}' is not one of S0 (owned shards), R (replicas), P (partial sums)", text, p));
+    return Status::invalidArgument(
+        fmt::format("token layout '{}': placement '{}' is not one of S0 (owned shards), R (replicas), P (partial "
+                    "sums), @k (pipeline stage k)",
+                    text, p));
   }
   return Status::ok();
 }
@@ -83,7 +92,12 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   auto impl = std::make_unique<Impl>(backend, options);
   Impl& m = *impl;
   const Mesh& mesh = backend.mesh();
-  m.group = options.group.empty() ? mesh.allAxes() : options.group;
+  CHIMERA_RETURN_IF_ERROR(parseTokenLayout(mesh, options.tokenLayout, m.tokenAxes, m.placement, m.stage));
+  const bool staged = m.placement == TokenPlacement::Stage;
+  // A stage's tokens dispatch over every axis but the pipeline's unless told otherwise.
+  m.group = !options.group.empty() ? options.group
+            : staged               ? AxisSet::fromBits(mesh.allAxes().bits() & ~m.tokenAxes.bits())
+                                   : mesh.allAxes();
   m.ranks = mesh.groupSize(m.group);
   m.index = mesh.groupIndex(backend.rank(), m.group);
   m.groupRanks = mesh.groupRanks(backend.rank(), m.group);
@@ -91,18 +105,24 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.weightDtype, "weight"));
   CHIMERA_CHECK_ARG(options.capacity >= 0 && options.capacity <= detail::kMaxCountRecords,
                     "routed exchange: capacity {} outside 0..{}", options.capacity, detail::kMaxCountRecords);
-  CHIMERA_RETURN_IF_ERROR(parseTokenLayout(mesh, options.tokenLayout, m.tokenAxes, m.placement));
+  if (staged && options.capacity > 0)
+    return Status::unsupported(fmt::format(
+        "routed exchange: capacity mode with the tokens of a pipeline stage ('{}') is not implemented; use dropless "
+        "(capacity 0)",
+        options.tokenLayout));
   m.tokenSize = mesh.groupSize(m.tokenAxes);
   m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
   m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
-  if (m.tokenSize == 1 && m.placement != TokenPlacement::Partial) m.placement = TokenPlacement::Owned;
-  CHIMERA_RETURN_IF_ERROR(createGroups(backend, m.group, m.tokenAxes));
+  if (m.tokenSize == 1 && m.placement != TokenPlacement::Partial && !staged) m.placement = TokenPlacement::Owned;
+  // A stage's tokens cross the pipeline axis point to point: no communicator over it is needed.
+  CHIMERA_RETURN_IF_ERROR(createGroups(backend, m.group, staged ? AxisSet() : m.tokenAxes));
 
   RoutedRequest request;
   request.mesh = mesh;
   request.group = m.group;
   request.tokenAxes = m.tokenAxes;
   request.placement = m.placement;
+  request.stage = m.stage;
   request.tokens = options.plannedTokens;
   request.hidden = options.hidden;
   request.dtype = options.dtype;
@@ -116,21 +136,38 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
     model = std::make_unique<CostModel>(std::move(topology));
   }
   CHIMERA_RETURN_IF_ERROR(planRouted(request, model.get(), m.decision));
+  if (staged) {
+    // Stage k holds the tokens, stage k+1 the experts; each rank's peer has its coordinates on
+    // the other stage, and the peer's dispatch group holds a source's destinations (or an
+    // expert rank's sources).
+    const int rank = backend.rank();
+    m.role = m.tokenIndex == m.stage       ? RoutedRole::Source
+             : m.tokenIndex == m.stage + 1 ? RoutedRole::Experts
+                                           : RoutedRole::Outside;
+    if (m.role != RoutedRole::Outside) {
+      m.stagePeer = mesh.groupPeer(rank, m.tokenAxes, m.role == RoutedRole::Source ? m.stage + 1 : m.stage);
+      m.stageRanks = mesh.groupRanks(m.stagePeer, m.group);
+    }
+  }
   m.localExperts = options.numExperts / m.ranks;
+  const bool replicated = m.placement == TokenPlacement::Replicated || m.placement == TokenPlacement::Partial;
   switch (options.program) {
     case RoutedProgram::Planned:
       m.oncePerRank = m.decision.oncePerRank;
       m.split = m.decision.splitReplicas;
+      m.straight = m.decision.straightFromStage;
       m.explanation = m.decision.explanation;
       break;
     case RoutedProgram::Fused:
       m.oncePerRank = true;
-      m.split = m.placement != TokenPlacement::Owned;
+      m.split = replicated;
+      m.straight = staged;
       m.explanation = {"every fusion forced (RoutedProgram::Fused)"};
       break;
     case RoutedProgram::PerExpert:
       m.oncePerRank = false;
       m.split = false;
+      m.straight = false;
       m.explanation = {"the chain as issued forced (RoutedProgram::PerExpert)"};
       break;
   }
@@ -158,7 +195,9 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
       .add(static_cast<std::uint64_t>(m.tokenAxes.bits()))
       .add(static_cast<std::uint64_t>(m.group.bits()))
       .add(static_cast<std::uint64_t>(m.oncePerRank))
-      .add(static_cast<std::uint64_t>(m.split));
+      .add(static_cast<std::uint64_t>(m.split))
+      .add(static_cast<std::uint64_t>(m.stage))
+      .add(static_cast<std::uint64_t>(m.straight));
   m.tag = static_cast<std::uint32_t>(hasher.value());
   out.reset(new RoutedExchange(std::move(impl)));
   return Status::ok();
@@ -171,6 +210,8 @@ const RoutedExchangeOptions& RoutedExchange::options() const { return impl_->opt
 const std::vector<std::string>& RoutedExchange::explain() const { return impl_->explanation; }
 bool RoutedExchange::splitsReplicas() const { return impl_->split; }
 bool RoutedExchange::oncePerRank() const { return impl_->oncePerRank; }
+bool RoutedExchange::straightFromStage() const { return impl_->straight; }
+RoutedRole RoutedExchange::role() const { return impl_->role; }
 std::size_t RoutedExchange::scratchBytes() const { return impl_->sendScratch.capacity() + impl_->back.capacity(); }
 
 RoutedDispatch::RoutedDispatch() : state_(std::make_unique<State>()) {}

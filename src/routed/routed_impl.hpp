@@ -33,6 +33,14 @@ struct RoutedExchange::Impl {
   std::vector<std::string> explanation;
   bool oncePerRank = true;
   bool split = false;
+  // "pp=@k": the stage k of the tokens (tokenAxes is the pipeline axis, tokenIndex this rank's
+  // stage), this rank's role, its peer on the other stage (same coordinates), and the members of
+  // the peer's dispatch group (a source's destinations, an expert rank's sources).
+  int stage = 0;
+  RoutedRole role = RoutedRole::Both;
+  bool straight = false;
+  int stagePeer = -1;
+  std::vector<int> stageRanks;
   int slots = 1;
   std::uint32_t tag = 0;
   std::size_t rowBytes = 0;            // H x element size
@@ -44,6 +52,20 @@ struct RoutedExchange::Impl {
 
   Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {}
 
+  // The calls over the dispatch group (every layout but "pp=@k", and stage k+1 of its hand-off).
+  Status dispatchGroup(const void* x, const std::int64_t* topkIdx, const void* topkWeights, std::int64_t tokens,
+                       RoutedDispatch::State& st, Status local);
+  Status dispatchBackwardGroup(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch::State& st,
+                               void* gradX, void* gradWeights, RoutedStats& stats, const Status& local);
+  // "pp=@k" (src/routed/stage_exchange.cpp): this rank's side of the dispatch and of its
+  // backward, straight or through the hand-off.
+  Status dispatchStage(const void* x, const std::int64_t* topkIdx, const void* topkWeights, std::int64_t tokens,
+                       RoutedDispatch::State& st, Status local);
+  Status dispatchBackwardStage(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch::State& st,
+                               void* gradX, void* gradWeights, RoutedStats& stats, Status local);
+  // InvalidArgument unless this rank's role makes `call` (`experts`: a call of the experts' side).
+  Status checkRole(const char* call, bool experts) const;
+
   // dispatch's steps.
   Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
   // tp=R, tp=P: the replicas agree (one MAX AllReduce of three words over the token axes)
@@ -53,10 +75,16 @@ struct RoutedExchange::Impl {
   // tp=P: the reduction of this rank's T partial rows over the token axes (the replicas agreed).
   Status reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows, std::int64_t& firstRow,
                        RoutedStats& stats);
+  // InvalidArgument naming the first token of [begin, end) with an id outside 0..E-1 or a repeated id.
+  Status checkRouting(const std::int64_t* topkIdx, std::int64_t begin, std::int64_t end) const;
   Status buildSendTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
   // InvalidArgument when a block of `records[p]` records of `perRecord` bytes to member p
   // passes the limit per peer (scratchLimitBytes / R).
   Status checkSendScratch(std::span<const std::size_t> records, std::size_t perRecord) const;
+  // Writes into sendScratch, at sendOffset[p], the word of block p (its record count, the tag,
+  // `failed`) and its records: header slots, then the row of token t at rows[t - firstRow].
+  void packRecords(const RoutedDispatch::State& st, const std::int64_t* topkIdx, const void* topkWeights,
+                   const std::byte* rows, std::int64_t firstRow, std::span<const std::size_t> sendOffset, bool failed);
   Status receivedTable(RoutedDispatch::State& st) const;
   // The block layout of one exchange: `perRecord` bytes per record, `counts` records per member.
   void blocks(std::span<const std::size_t> counts, std::size_t perRecord, std::vector<std::size_t>& offset,

@@ -85,6 +85,37 @@ TEST(RoutedPlan, TopologyCostDecides) {
   EXPECT_GT(d.baseline.seconds, 0);
 }
 
+// Rule 5, a stage's tokens straight to the next stage's experts: by bytes it pays where the
+// busiest rank of the hand-off program (stage k+1, dispatching and combining within its group:
+// 2 D (R-1)/R T H b) sends more than a stage-k rank straight (D T H b), i.e. R > 2; on a
+// topology whose stage link is the slow shared one it loses: the stage link carries D rows per
+// token instead of one.
+TEST(RoutedPlan, StageStraightPaysUnlessTheStageLinkIsSlow) {
+  RoutedDecision d;
+  RoutedRequest r = request("pp=2,ep=4", "ep", 64, 8, 1024, TokenPlacement::Stage, "pp");
+  ASSERT_TRUE(planRouted(r, nullptr, d).isOk());
+  EXPECT_TRUE(d.straightFromStage);
+  EXPECT_LT(d.fused.bytesPerRank, d.baseline.bytesPerRank);
+  ASSERT_EQ(d.explanation.size(), 2u);
+  EXPECT_NE(d.explanation[1].find("straight from the stage"), std::string::npos) << d.explanation[1];
+  EXPECT_EQ(d.baseline.program.front().kind, StepKind::ManyToMany);  // the hand-off
+  // Two expert ranks per stage: the hand-off's dispatch and combine move half their rows off-rank.
+  ASSERT_TRUE(planRouted(request("pp=2,ep=2", "ep", 64, 8, 1024, TokenPlacement::Stage, "pp"), nullptr, d).isOk());
+  EXPECT_FALSE(d.straightFromStage);
+  EXPECT_NE(d.explanation[1].find("not taken"), std::string::npos) << d.explanation[1];
+  // pcie-4080x8: stage 0 on one NUMA domain, stage 1 on the other, joined by one shared link.
+  Topology topology;
+  ASSERT_TRUE(loadTopology("pcie-4080x8", topology).isOk());
+  const CostModel model(topology);
+  ASSERT_TRUE(planRouted(r, &model, d).isOk());
+  EXPECT_FALSE(d.straightFromStage) << d.explanation[1];
+  // The last stage has no next one; the pipeline axis cannot be part of the dispatch group.
+  r.stage = 1;
+  EXPECT_EQ(planRouted(r, nullptr, d).code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(planRouted(request("pp=2,ep=4", "ep+pp", 64, 8, 1024, TokenPlacement::Stage, "pp"), nullptr, d).code(),
+            StatusCode::InvalidArgument);
+}
+
 TEST(RoutedPlan, RequestsThatDoNotFitAreErrors) {
   RoutedDecision d;
   EXPECT_EQ(planRouted(request("ep=8", "ep", 12, 2, 64), nullptr, d).code(), StatusCode::InvalidArgument);

@@ -21,15 +21,17 @@ enum class TokenPlacement : std::uint8_t {
   Owned,       ///< each rank owns its rows (flat, or "tp=S0" / "sp=S0" shards)
   Replicated,  ///< "tp=R": every rank of the token axes holds the same rows and routing
   Partial,     ///< "tp=P": partial sums over the token axes, routing replicated
+  Stage,       ///< "pp=@k": held by pipeline stage k (the token axis), experts and owners on stage k+1
 };
 
 /// A routed exchange to price: shapes, group and layout, never counts.
 struct RoutedRequest {
   Mesh mesh;
   AxisSet group;      ///< the dispatch group (R ranks)
-  AxisSet tokenAxes;  ///< the axes of the token layout (empty for owned rows)
+  AxisSet tokenAxes;  ///< the axes of the token layout (empty for owned rows; the pipeline axis for Stage)
   TokenPlacement placement = TokenPlacement::Owned;
-  std::int64_t tokens = 0;  ///< T, rows per rank (per replica group for R and P)
+  int stage = 0;            ///< Stage: k, the stage that holds the tokens (k + 1 < stages)
+  std::int64_t tokens = 0;  ///< T, rows per rank (per replica group for R and P, per stage-k rank for Stage)
   std::int64_t hidden = 0;  ///< H
   DataType dtype = DataType::F32;
   DataType weightDtype = DataType::F32;
@@ -49,10 +51,12 @@ struct RoutedCandidate {
 
 /// The decision for one routed exchange: each rule, the program as issued and the chosen one.
 struct RoutedDecision {
-  RoutedCandidate baseline;    ///< per (token, expert), every replica dispatching its copy
-  RoutedCandidate fused;       ///< the cheapest program with the rules that pay
-  bool oncePerRank = false;    ///< rule 1 taken: send a token once per destination rank
-  bool splitReplicas = false;  ///< rule 2/3 taken: replicas dispatch disjoint parts (after a ReduceScatter for P)
+  RoutedCandidate
+      baseline;  ///< per (token, expert), every replica dispatching its copy, a stage's tokens handed off first
+  RoutedCandidate fused;           ///< the cheapest program with the rules that pay
+  bool oncePerRank = false;        ///< rule 1 taken: send a token once per destination rank
+  bool splitReplicas = false;      ///< rule 2/3 taken: replicas dispatch disjoint parts (after a ReduceScatter for P)
+  bool straightFromStage = false;  ///< rule 5 taken: stage k sends straight to stage k+1's experts, no hand-off
   std::vector<std::string> explanation;  ///< one line per rule: the two prices and the verdict
 };
 
@@ -63,7 +67,7 @@ double expectedDistinctRanks(std::int64_t experts, int ranks, int topK);
 /// Prices the rules for `request` with `model` (null: bytes alone) and decides each one: a rule
 /// is taken only when the program with it is predicted strictly cheaper than without.
 /// InvalidArgument for a request that does not fit the mesh (E % R, K > E, token axes partly
-/// inside the group).
+/// inside the group; for Stage: a token axis inside the group, or k + 1 not a stage).
 [[nodiscard]] Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDecision& out);
 
 }  // namespace chimera

@@ -199,7 +199,15 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     A malformed call on one rank (shapes, dtypes) raises ValueError (chimera.InvalidArgument)
     there and chimera.Mismatch naming that rank on every other rank of the group: the rank still
     takes part in the exchange with its failure, so that no peer waits for it.
+    A pipeline stage's tokens (layout "pp=@k") are not offered here: x and grad x live on stage k,
+    y and its gradient on stage k+1, which one autograd function on one rank cannot span. Such a
+    layout raises chimera.Unsupported on every rank before any communication; the exchange itself
+    is ``chimera._chimera.RoutedExchange(..., layout="pp=@k")`` (docs/moe.md).
     """
+    if "@" in layout:  # the same on every rank, so every rank raises and none waits
+        raise chimera.Unsupported(f"moe.dispatch: token layout '{layout}' (a pipeline stage's tokens) has no "
+                                  "autograd API; use chimera._chimera.RoutedExchange, whose role says each "
+                                  "stage's calls (docs/moe.md)")
     problem = _problem(x, topk_idx, topk_weights, layout, mesh)
     if mesh is None:
         mesh, group = _group_mesh(group)

@@ -238,3 +238,12 @@ def test_ranks_creating_different_groups_fail_every_rank(world):
     y = moe.combine(_expert(recv_x, recv_e), handle)
     yr = sum(w[:, k:k + 1] * (x * (idx[:, k:k + 1] + 1).float()) for k in range(2)) if x.shape[0] else y
     agree(ok and torch.equal(y, yr), gloo, f"raised {type(raised).__name__}: {raised} after {seconds:.1f} s")
+
+
+def test_stage_layout_is_not_offered(world):
+    """A pipeline stage's tokens ("pp=@k") have no autograd API: every rank raises Unsupported
+    before any communication (the exchange itself: tests/python/test_routed_stage.py)."""
+    rank, size, _ = world
+    x, idx, w = _inputs(rank, size, size, 2, 4, seed=3)
+    with pytest.raises(chimera.Unsupported, match="pipeline stage"):
+        moe.dispatch(x, idx, w, size, mesh=f"pp=2,ep={size // 2}", layout="pp=@0")

@@ -1,0 +1,428 @@
+// SPDX-License-Identifier: Apache-2.0
+// The routed exchange of a pipeline stage's tokens ("pp=@k"): stage k holds the tokens, the
+// dispatch group of stage k+1 the experts, and each stage-k rank's peer on stage k+1 (same
+// coordinates) owns its tokens after the hand-off. Two programs, the same calls on each side:
+// straight (stage k sends its records to stage k+1's expert ranks and its routing to the peer;
+// the row gradients return straight to stage k) or the hand-off (x and routing to the peer, the
+// ordinary dispatch there, grad x and grad w back). Only ranks of stages k and k+1 take part.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "core/check.hpp"
+#include "routed/exchange_blocks.hpp"
+#include "routed/record_sums.hpp"
+#include "routed/routed_impl.hpp"
+
+namespace chimera {
+
+using detail::blockWord;
+using detail::kBlockWordBytes;
+
+namespace {
+
+using Impl = RoutedExchange::Impl;
+using State = RoutedDispatch::State;
+
+constexpr std::size_t align8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+// One round of point-to-point blocks with the other stage: block p of `send` (`sendBytes[p]`
+// bytes at `sendOffset[p]`) to world rank peers[p], and `recvBytes[p]` bytes from peers[p] into
+// `recv` (resized; `recvOffset` says where each starts). Either side may be empty: rounds that
+// only one stage sends in. Both sides know every size, so empty blocks are not posted.
+Status stageRound(Backend& backend, std::span<const int> peers, std::span<const std::byte> send,
+                  std::span<const std::size_t> sendOffset, std::span<const std::size_t> sendBytes,
+                  std::span<const std::size_t> recvBytes, std::vector<std::byte>& recv,
+                  std::vector<std::size_t>& recvOffset) {
+  recvOffset.assign(recvBytes.size(), 0);
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < recvBytes.size(); ++p) {
+    recvOffset[p] = total;
+    total += recvBytes[p];
+  }
+  recv.resize(total);
+  std::vector<P2POp> ops;
+  for (std::size_t p = 0; p < sendBytes.size(); ++p) {
+    if (sendBytes[p] > 0)
+      ops.push_back({P2POp::Kind::Send, const_cast<std::byte*>(send.data() + sendOffset[p]), sendBytes[p], DataType::U8,
+                     peers[p]});
+  }
+  for (std::size_t p = 0; p < recvBytes.size(); ++p) {
+    if (recvBytes[p] > 0)
+      ops.push_back({P2POp::Kind::Recv, recv.data() + recvOffset[p], recvBytes[p], DataType::U8, peers[p]});
+  }
+  return backend.groupedP2P(ops);
+}
+
+// One round of small words with the other stage: `send` (`sendPerPeer` words to each of `peers`,
+// in order) out, `recv` (resized to `recvPerPeer` words from each) in.
+Status wordRound(Backend& backend, std::span<const int> peers, std::span<const std::uint64_t> send,
+                 std::size_t sendPerPeer, std::vector<std::uint64_t>& recv, std::size_t recvPerPeer) {
+  const std::size_t n = peers.size();
+  std::vector<std::size_t> sendOffset(send.empty() ? 0 : n), sendBytes(send.empty() ? 0 : n, sendPerPeer * 8),
+      recvBytes(recvPerPeer == 0 ? 0 : n, recvPerPeer * 8), recvOffset;
+  for (std::size_t p = 0; p < sendOffset.size(); ++p) sendOffset[p] = p * sendPerPeer * 8;
+  std::vector<std::byte> in;
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in, recvOffset));
+  recv.resize(in.size() / 8);
+  if (!in.empty()) std::memcpy(recv.data(), in.data(), in.size());
+  return Status::ok();
+}
+
+// Bytes of the routing a source appends to its peer's block: T, then T x K ids (int64), then
+// T x K weights.
+std::size_t routingBytes(const Impl& m, std::int64_t tokens) {
+  const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
+  return 8 + pairs * (8 + m.weightBytes);
+}
+
+// Stage k's ranks of one dispatch group agree before any row moves: MAX over the group of
+// {failed, tag, -tag}. Sets `local` to Mismatch when a peer failed or runs other options.
+Status agreeSources(Impl& m, Status& local, RoutedStats& stats) {
+  std::int64_t words[3] = {local.isOk() ? 0 : 1, static_cast<std::int64_t>(m.tag), -static_cast<std::int64_t>(m.tag)};
+  CHIMERA_RETURN_IF_ERROR(m.backend.allReduce(words, words, 3, DataType::I64, ReduceOp::Max, m.group));
+  const auto n = static_cast<std::uint64_t>(m.ranks);
+  stats.countBytes += 2 * (n - 1) * sizeof(words) / n;
+  stats.rounds += 1;
+  if (!local.isOk()) return Status::ok();
+  if (words[0] > 0) {
+    local = Status::mismatch(fmt::format(
+        "routed dispatch: a rank of stage {}'s dispatch group (ranks {}) reported an error (see its message)", m.stage,
+        fmt::join(m.groupRanks, ", ")));
+  } else if (words[1] != -words[2]) {
+    local = Status::mismatch(fmt::format(
+        "routed dispatch: the ranks of stage {}'s dispatch group (ranks {}) run routed exchanges with other options",
+        m.stage, fmt::join(m.groupRanks, ", ")));
+  }
+  return Status::ok();
+}
+
+// Stage k, straight: the sources agree; each tells every destination its record count and block
+// bytes and hears its verdict; then the record blocks, the peer's with the routing appended.
+Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeights, const void* x, std::int64_t tokens,
+                    State& st, Status local) {
+  const auto R = static_cast<std::size_t>(m.ranks);
+  const std::size_t record = m.headerBytes + m.rowBytes;
+  st.ownBegin = 0;
+  st.ownEnd = tokens;
+  if (local.isOk()) local = m.buildSendTable(topkIdx, st);
+  if (local.isOk()) local = m.checkSendScratch(st.sendCount, record);
+  CHIMERA_RETURN_IF_ERROR(agreeSources(m, local, st.stats));
+  if (!local.isOk()) {
+    st.tokens = st.ownEnd = 0;
+    st.sendCount.assign(R, 0);
+    st.sendFirst.assign(R, 0);
+  }
+  std::vector<std::size_t> offset(R), bytes(R);
+  std::vector<std::uint64_t> words(2 * R);
+  std::size_t total = 0;
+  for (std::size_t p = 0; p < R; ++p) {
+    bytes[p] = kBlockWordBytes + st.sendCount[p] * record +
+               (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
+    offset[p] = total;
+    total += bytes[p];
+    words[2 * p] = blockWord(st.sendCount[p], m.tag, !local.isOk());
+    words[2 * p + 1] = bytes[p];
+  }
+  std::vector<std::uint64_t> verdicts;
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, words, 2, verdicts, 1));
+  st.stats.countBytes += 16 * R;
+  st.stats.rounds += 1;
+  local = detail::blockVerdict(verdicts, m.stageRanks, {}, m.tag, local,
+                               fmt::format("routed dispatch (the experts of stage {})", m.stage + 1));
+  m.sendScratch.resize(total);
+  std::memset(m.sendScratch.data(), 0xff, total);  // empty slots read as local expert -1
+  m.packRecords(st, topkIdx, topkWeights, static_cast<const std::byte*>(x), 0, offset, !local.isOk());
+  if (bytes[static_cast<std::size_t>(m.index)] >
+      kBlockWordBytes + st.sendCount[static_cast<std::size_t>(m.index)] * record) {
+    std::byte* routing = m.sendScratch.data() + offset[static_cast<std::size_t>(m.index)] + kBlockWordBytes +
+                         st.sendCount[static_cast<std::size_t>(m.index)] * record;
+    const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
+    std::memcpy(routing, &tokens, 8);
+    if (pairs > 0) {
+      std::memcpy(routing + 8, topkIdx, pairs * 8);
+      std::memcpy(routing + 8 + pairs * 8, topkWeights, pairs * m.weightBytes);
+    }
+    st.stats.headerBytes += routingBytes(m, tokens);
+  }
+  std::vector<std::byte> unused;
+  std::vector<std::size_t> unusedOffset;
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, m.sendScratch, offset, bytes, {}, unused, unusedOffset));
+  for (std::size_t p = 0; p < R; ++p) {  // every destination is on the other stage
+    st.stats.payloadBytes += st.sendCount[p] * m.rowBytes;
+    st.stats.headerBytes += st.sendCount[p] * m.headerBytes + kBlockWordBytes;
+  }
+  st.stats.rounds += 1;
+  st.complete = local.isOk();
+  return local;
+}
+
+// Stage k+1, straight: the counts and block bytes of every source of stage k, this rank's
+// verdict back, the record blocks; the routing in the peer's block builds the owner's table.
+Status receiveStraight(Impl& m, State& st, Status local) {
+  const auto R = static_cast<std::size_t>(m.ranks);
+  const std::size_t record = m.headerBytes + m.rowBytes;
+  std::vector<std::uint64_t> announced;
+  const std::vector<std::uint64_t> verdict(R, blockWord(0, m.tag, !local.isOk()));
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, verdict, 1, announced, 2));
+  st.stats.countBytes += 8 * R;
+  st.stats.rounds += 1;
+  std::vector<std::size_t> counts(R), bytes(R);
+  bool readable = true;  // every block holds at least its word
+  for (std::size_t p = 0; p < R; ++p) {
+    counts[p] = announced[2 * p] & 0xffffffffu;
+    bytes[p] = announced[2 * p + 1];
+    readable = readable && bytes[p] >= kBlockWordBytes;
+  }
+  std::vector<std::size_t> none;
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset));
+  st.stats.rounds += 1;
+  if (local.isOk() && !readable)
+    local = Status::mismatch("routed dispatch: a rank of stage k announced a block without its word (corrupt)");
+  if (!readable) return local;
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(st.received, st.receivedOffset), m.stageRanks, counts,
+                                               m.tag, local, "routed dispatch"));
+  // The routing of this rank's tokens, after the records of its peer's block.
+  const auto me = static_cast<std::size_t>(m.index);
+  const std::size_t records = kBlockWordBytes + counts[me] * record;
+  std::int64_t tokens = -1;
+  if (bytes[me] >= records + 8) std::memcpy(&tokens, st.received.data() + st.receivedOffset[me] + records, 8);
+  bool sized = tokens >= 0 && bytes[me] == records + routingBytes(m, tokens);
+  for (std::size_t p = 0; p < R; ++p) sized = sized && (p == me || bytes[p] == kBlockWordBytes + counts[p] * record);
+  if (!sized)
+    return Status::mismatch(
+        fmt::format("routed dispatch: the blocks from stage {} (ranks {}) have other sizes than "
+                    "their records and routing (corrupt)",
+                    m.stage, fmt::join(m.stageRanks, ", ")));
+  const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
+  std::vector<std::int64_t> ids(pairs);
+  if (pairs > 0) std::memcpy(ids.data(), st.received.data() + st.receivedOffset[me] + records + 8, pairs * 8);
+  st.tokens = tokens;
+  st.ownBegin = 0;
+  st.ownEnd = tokens;
+  if (Status table = m.buildSendTable(ids.data(), st); !table.isOk())
+    return Status::mismatch(
+        fmt::format("routed dispatch: the routing from rank {} does not hold: {}", m.stagePeer, table.message()));
+  st.recvCount = counts;
+  CHIMERA_RETURN_IF_ERROR(m.receivedTable(st));
+  st.complete = true;
+  return Status::ok();
+}
+
+// The hand-off's message: T, the ids, x, the weights. The ids are read in place (8-byte aligned);
+// the dispatch copies rows and weights bytewise, so they need no alignment.
+struct HandOffLayout {
+  std::size_t ids = 8, x = 0, weights = 0, bytes = 0;
+  HandOffLayout(const Impl& m, std::int64_t tokens) {
+    const auto T = static_cast<std::size_t>(tokens);
+    const auto pairs = T * static_cast<std::size_t>(m.options.topK);
+    x = ids + 8 * pairs;
+    weights = x + T * m.rowBytes;
+    bytes = weights + pairs * m.weightBytes;
+  }
+};
+
+// Stage k, the hand-off: x and routing to the peer (its size first), then the peer's verdict
+// on the dispatch it ran over stage k+1's group.
+Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights, const void* x, std::int64_t tokens,
+                   State& st, Status local) {
+  if (local.isOk()) local = m.checkRouting(topkIdx, 0, tokens);
+  if (!local.isOk()) tokens = 0;
+  const HandOffLayout layout(m, tokens);
+  const std::span<const int> peer(&m.stagePeer, 1);
+  const std::uint64_t header[2] = {blockWord(0, m.tag, !local.isOk()), local.isOk() ? layout.bytes : 0};
+  std::vector<std::uint64_t> nothing;
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, header, 2, nothing, 0));
+  st.stats.countBytes += 16;
+  st.stats.rounds += 1;
+  if (local.isOk()) {
+    const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
+    m.sendScratch.assign(layout.bytes, std::byte{0});
+    std::memcpy(m.sendScratch.data(), &tokens, 8);
+    if (tokens > 0) {
+      std::memcpy(m.sendScratch.data() + layout.ids, topkIdx, pairs * 8);
+      std::memcpy(m.sendScratch.data() + layout.x, x, static_cast<std::size_t>(tokens) * m.rowBytes);
+      std::memcpy(m.sendScratch.data() + layout.weights, topkWeights, pairs * m.weightBytes);
+    }
+    const std::size_t zero = 0, bytes = layout.bytes;
+    std::vector<std::byte> unused;
+    std::vector<std::size_t> unusedOffset;
+    CHIMERA_RETURN_IF_ERROR(
+        stageRound(m.backend, peer, m.sendScratch, {&zero, 1}, {&bytes, 1}, {}, unused, unusedOffset));
+    st.stats.payloadBytes += static_cast<std::size_t>(tokens) * m.rowBytes;
+    st.stats.headerBytes += layout.bytes - static_cast<std::size_t>(tokens) * m.rowBytes;
+    st.stats.rounds += 1;
+  }
+  std::vector<std::uint64_t> verdict;
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, verdict, 1));
+  st.stats.rounds += 1;
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(
+      verdict, peer, {}, m.tag, local, fmt::format("routed dispatch (after the hand-off to stage {})", m.stage + 1)));
+  st.tokens = tokens;
+  st.complete = true;
+  return Status::ok();
+}
+
+// Stage k+1, the hand-off: the peer's x and routing, the ordinary dispatch over this stage's
+// group, and its verdict back to the peer.
+Status receiveHandOff(Impl& m, State& st, Status local) {
+  const std::span<const int> peer(&m.stagePeer, 1);
+  std::vector<std::uint64_t> header;
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, header, 2));
+  st.stats.rounds += 1;
+  const bool sourceFailed = (header[0] >> 63) != 0;
+  if (local.isOk()) local = detail::blockVerdict({header.data(), 1}, peer, {}, m.tag, local, "routed hand-off");
+  std::vector<std::byte> message;
+  std::int64_t tokens = 0;
+  if (!sourceFailed) {
+    const std::size_t bytes = header[1];
+    std::vector<std::size_t> offset;
+    CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, peer, {}, {}, {}, {&bytes, 1}, message, offset));
+    st.stats.rounds += 1;
+    if (message.size() >= 8) std::memcpy(&tokens, message.data(), 8);
+    if (local.isOk() && (tokens < 0 || message.size() != HandOffLayout(m, tokens).bytes))
+      local = Status::mismatch(fmt::format(
+          "routed hand-off: rank {} sent {} bytes, not the size of its tokens (corrupt)", m.stagePeer, message.size()));
+  }
+  if (!local.isOk()) tokens = 0;
+  const HandOffLayout layout(m, tokens);
+  const std::byte* base = message.data();
+  const Status dispatched =
+      m.dispatchGroup(tokens > 0 ? base + layout.x : nullptr,
+                      tokens > 0 ? reinterpret_cast<const std::int64_t*>(base + layout.ids) : nullptr,
+                      tokens > 0 ? base + layout.weights : nullptr, tokens, st, local);
+  const std::uint64_t verdict = blockWord(0, m.tag, !dispatched.isOk());
+  std::vector<std::uint64_t> nothing;
+  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {&verdict, 1}, 1, nothing, 0));
+  st.stats.countBytes += 8;
+  st.stats.rounds += 1;
+  return dispatched;
+}
+
+// The hand-off's way back: the block word, grad x (padded to 8 bytes, since the backward writes
+// grad w in place, typed), grad w.
+struct HandBackLayout {
+  std::size_t gradX = kBlockWordBytes, gradWeights = 0, bytes = 0;
+  HandBackLayout(const Impl& m, std::int64_t tokens) {
+    const auto T = static_cast<std::size_t>(tokens);
+    gradWeights = gradX + align8(T * m.rowBytes);
+    bytes = gradWeights + T * static_cast<std::size_t>(m.options.topK) * m.weightBytes;
+  }
+};
+
+// Stage k+1's dispatch backward: each received record's gradient sums straight back to its
+// source on stage k; or, after a hand-off, the ordinary backward over this stage's group and
+// grad x and grad w back to the peer.
+Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void* gradRowWeights, RoutedStats& stats,
+                     const Status& local) {
+  std::vector<std::size_t> none;
+  std::vector<std::byte> unused;
+  if (m.straight) {
+    const auto S = static_cast<std::size_t>(m.slots);
+    const std::size_t record = m.rowBytes + S * m.weightBytes;
+    detail::RecordBlocks b = detail::layOutBlocks(m, st.recvCount, st.recvCount, record);
+    detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
+    CHIMERA_RETURN_IF_ERROR(
+        stageRound(m.backend, m.stageRanks, m.sendScratch, b.sendOffset, b.sendBytes, {}, unused, none));
+    for (std::size_t c : st.recvCount) {  // every source is on the other stage
+      stats.payloadBytes += c * m.rowBytes;
+      stats.headerBytes += c * S * m.weightBytes + kBlockWordBytes;
+    }
+    stats.rounds += 1;
+    return local;
+  }
+  const HandBackLayout layout(m, st.tokens);
+  std::vector<std::byte> message(layout.bytes, std::byte{0});
+  const Status verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, message.data() + layout.gradX,
+                                                 message.data() + layout.gradWeights, stats, local);
+  const std::uint64_t word = blockWord(static_cast<std::uint64_t>(st.tokens), m.tag, !verdict.isOk());
+  std::memcpy(message.data(), &word, 8);
+  const std::size_t zero = 0;
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(m.backend, {&m.stagePeer, 1}, message, {&zero, 1}, {&layout.bytes, 1}, {}, unused, none));
+  const std::size_t rows = static_cast<std::size_t>(st.tokens) * m.rowBytes;
+  stats.payloadBytes += rows;
+  stats.headerBytes += layout.bytes - rows;
+  stats.rounds += 1;
+  return verdict;
+}
+
+// Stage k's dispatch backward: the gradients of the records it sent come back from stage k+1's
+// expert ranks and are summed per token here; or, after a hand-off, grad x and grad w come
+// back from the peer.
+Status receiveGradients(Impl& m, const State& st, void* gradX, void* gradWeights, RoutedStats& stats,
+                        const Status& local) {
+  std::vector<std::size_t> none, offset;
+  if (m.straight) {
+    const std::size_t record = m.rowBytes + static_cast<std::size_t>(m.slots) * m.weightBytes;
+    std::vector<std::size_t> bytes(st.sendCount.size());
+    for (std::size_t p = 0; p < bytes.size(); ++p) bytes[p] = kBlockWordBytes + st.sendCount[p] * record;
+    CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, m.back, offset));
+    stats.rounds += 1;
+    CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(m.back, offset), m.stageRanks, st.sendCount, m.tag,
+                                                 local, "routed dispatch backward"));
+    detail::sumReturnedGradients(m, st, offset, record, gradX, gradWeights);
+    return Status::ok();
+  }
+  const HandBackLayout layout(m, st.tokens);
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, {&m.stagePeer, 1}, {}, none, none, {&layout.bytes, 1}, m.back, offset));
+  stats.rounds += 1;
+  std::uint64_t word = 0;
+  std::memcpy(&word, m.back.data(), 8);
+  const auto T = static_cast<std::size_t>(st.tokens);
+  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict({&word, 1}, {&m.stagePeer, 1}, {&T, 1}, m.tag, local,
+                                               "routed dispatch backward (the hand-off back)"));
+  if (T > 0) std::memcpy(gradX, m.back.data() + layout.gradX, T * m.rowBytes);
+  if (gradWeights != nullptr && layout.bytes > layout.gradWeights)
+    std::memcpy(gradWeights, m.back.data() + layout.gradWeights, layout.bytes - layout.gradWeights);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status RoutedExchange::Impl::checkRole(const char* call, bool experts) const {
+  if (role == RoutedRole::Both || role == RoutedRole::Experts) return Status::ok();
+  if (role == RoutedRole::Outside)
+    return Status::invalidArgument(fmt::format(
+        "{}: rank {} is on stage {} of {}; the exchange of '{}' runs on stages {} and {} only, and this "
+        "rank makes no call",
+        call, backend.rank(), tokenIndex, backend.mesh().axesName(tokenAxes), options.tokenLayout, stage, stage + 1));
+  CHIMERA_CHECK_ARG(!experts,
+                    "{}: rank {} is on stage {}, which holds the tokens of '{}'; this call runs on stage {} (the "
+                    "experts), and stage {} calls dispatch and dispatchBackward only",
+                    call, backend.rank(), stage, options.tokenLayout, stage + 1, stage);
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::dispatchStage(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
+                                           std::int64_t tokens, RoutedDispatch::State& st, Status local) {
+  CHIMERA_RETURN_IF_ERROR(checkRole("routed dispatch", false));
+  if (role == RoutedRole::Source)
+    return straight ? sendStraight(*this, topkIdx, topkWeights, x, tokens, st, local)
+                    : sendHandOff(*this, topkIdx, topkWeights, x, tokens, st, local);
+  if (local.isOk() && tokens != 0)
+    local = Status::invalidArgument(fmt::format(
+        "routed dispatch: rank {} on stage {} holds the experts of '{}' and passes no tokens (its peer, rank {} on "
+        "stage {}, sends them); got {}",
+        backend.rank(), stage + 1, options.tokenLayout, stagePeer, stage, tokens));
+  st.tokens = 0;
+  return straight ? receiveStraight(*this, st, local) : receiveHandOff(*this, st, local);
+}
+
+Status RoutedExchange::Impl::dispatchBackwardStage(const void* gradRecvX, const void* gradRowWeights,
+                                                   const RoutedDispatch::State& st, void* gradX, void* gradWeights,
+                                                   RoutedStats& stats, Status local) {
+  if (role == RoutedRole::Source) return receiveGradients(*this, st, gradX, gradWeights, stats, local);
+  if (local.isOk() && (gradX != nullptr || gradWeights != nullptr))
+    local = Status::invalidArgument(
+        fmt::format("routed dispatch backward: rank {} on stage {} forms no gradient of x or of the weights "
+                    "('{}': its peer on stage {} does); pass null",
+                    backend.rank(), stage + 1, options.tokenLayout, stage));
+  return sendGradients(*this, st, gradRecvX, gradRowWeights, stats, local);
+}
+
+}  // namespace chimera
