@@ -99,11 +99,11 @@ class Backend {
                                          std::span<const std::size_t> recvCounts,
                                          std::span<const std::size_t> recvOffsets, DataType dtype, AxisSet axes,
                                          Stream stream = nullptr);
-  /// The count exchange of an uneven all-to-all: `send[j]` (host memory, one entry per group
-  /// member) lands in `recv[i]` of member j, i = this rank's group index; returns once `recv`
-  /// is readable on the host. One all-to-all of 4 bytes per peer. Default: allToAll of I32 on
-  /// the host arrays (host backends); NCCL stages them through device memory and synchronizes
-  /// `stream` (the one host copy of a routed dispatch).
+  /// The count exchange of an uneven all-to-all: `send` (host memory) holds c entries per group
+  /// member, block j for member j; it lands in block i of member j's `recv` (as large), i = this
+  /// rank's group index; returns once `recv` is readable on the host. One all-to-all of 4c bytes
+  /// per peer. Default: allToAll of I32 on the host arrays (host backends); NCCL stages them
+  /// through device memory and synchronizes `stream` (the one host copy of a routed dispatch).
   [[nodiscard]] virtual Status exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv,
                                               AxisSet axes, Stream stream = nullptr);
   /// Copies the group member with index `root`'s send into every member's recv.

@@ -150,7 +150,8 @@ class RoutedExchange {
   /// Checks `options` against `backend`'s mesh and decides the program. Creates the
   /// communicators of the dispatch group and of the token axes that do not exist yet
   /// (Backend::createGroups: collective over the mesh, as every rank creates the exchange with
-  /// the same group and layout); no communication when they exist.
+  /// the same group and layout), then agrees on the options over the dispatch group (one small
+  /// AllReduce): Mismatch on every rank of the group where one rank's options differ.
   [[nodiscard]] static Status create(Backend& backend, const RoutedExchangeOptions& options,
                                      std::unique_ptr<RoutedExchange>& out);
   ~RoutedExchange();

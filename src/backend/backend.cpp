@@ -42,9 +42,10 @@ Status Backend::allToAllV(const void* send, std::span<const std::size_t> sendCou
 Status Backend::exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv, AxisSet axes,
                                Stream stream) {
   const auto n = static_cast<std::size_t>(mesh().groupSize(axes));
-  CHIMERA_CHECK_ARG(send.size() == n && recv.size() == n, "exchangeCounts over {}: {} and {} counts for {} members",
+  CHIMERA_CHECK_ARG(!send.empty() && send.size() % n == 0 && recv.size() == send.size(),
+                    "exchangeCounts over {}: {} and {} counts for {} members (the same number for each)",
                     mesh().axesName(axes), send.size(), recv.size(), n);
-  return allToAll(send.data(), recv.data(), 1, DataType::I32, axes, stream);
+  return allToAll(send.data(), recv.data(), send.size() / n, DataType::I32, axes, stream);
 }
 
 }  // namespace chimera

@@ -191,7 +191,11 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
   Shape shape;
   shape.tokens = static_cast<double>(request.tokens) / (split ? tp : 1.0);
   shape.recordsPerToken = (oncePerRank ? distinct : static_cast<double>(request.topK)) / ranks;
-  shape.headerBytes = slots * (4.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
+  // A slot's local expert id, implied with one expert per rank, and by the records' order where a
+  // record has one slot (dropless, not straight from a stage).
+  const bool implied = request.experts == ranks || (slots == 1.0 && !(stage && fuseTokens));
+  const double idBytes = implied ? 0.0 : 4.0;
+  shape.headerBytes = slots * (idBytes + static_cast<double>(dataTypeSize(request.weightDtype)));
   shape.routingBytes = routingBytesOf(request);
   out = {};
   out.name = fmt::format("{}{}", oncePerRank ? "once per rank" : "per (token, expert)",

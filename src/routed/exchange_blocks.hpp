@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The blocks of a routed exchange (private): every uneven all-to-all of the routed exchange
-// sends each peer one block that starts with an 8-byte word (its record count, the options
-// tag of the sender, an error flag), so that a rank with other options or a local failure
-// fails every rank of the group in the same round, instead of sending garbage or hanging.
+// sends each peer one block that starts with a 4-byte word (its record count, 7 bits of the
+// options tag of the sender, or an error), so that a rank with other options or a local failure
+// fails every rank of the group in the same round, instead of sending garbage or hanging. The
+// dropless dispatch's blocks carry none: the count exchange before them told the same.
 #pragma once
 
 #include <cstddef>
@@ -17,30 +18,38 @@
 namespace chimera::detail {
 
 /// Bytes of a block's leading word.
-inline constexpr std::size_t kBlockWordBytes = 8;
-/// The count-exchange word of a failed sender.
+inline constexpr std::size_t kBlockWordBytes = 4;
+/// The word of a failed sender.
 inline constexpr std::int32_t kCountError = -1;
-/// Most records one count-exchange word carries (24 bits; 7 more hold the tag).
+/// Most records one word carries (24 bits; 7 more hold the tag). A dispatch of more tokens
+/// is an error, so no count of a routed exchange exceeds it.
 inline constexpr std::int64_t kMaxCountRecords = (std::int64_t{1} << 24) - 1;
 
-/// A block word: `count` records, options `tag`, failed or not.
-std::uint64_t blockWord(std::uint64_t count, std::uint32_t tag, bool failed);
-/// A count-exchange word: `count` records and `tag`, or kCountError.
+/// A count-exchange or block word: `count` records and `tag`, or kCountError.
 std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed);
+
+/// Offsets for blocks of `bytes[p]` bytes laid one after another, each placed so that what
+/// follows its `wordBytes`-byte word starts on 8 bytes (typed rows are read in place); returns
+/// the bytes the blocks span.
+std::size_t blockOffsets(std::span<const std::size_t> bytes, std::size_t wordBytes, std::vector<std::size_t>& offset);
 
 /// One uneven all-to-all of byte blocks over `axes`: block p of `send` (at `sendOffset[p]`,
 /// `sendBytes[p]` bytes, word included) goes to group member p; `recv` is resized to hold every
-/// member's block (`recvBytes[p]`, word included) and `recvOffset` says where each starts.
+/// member's block (`recvBytes[p]`, word included, laid out by blockOffsets with `wordBytes`)
+/// and `recvOffset` says where each starts.
 [[nodiscard]] Status exchangeBlocks(Backend& backend, AxisSet axes, std::span<const std::byte> send,
                                     std::span<const std::size_t> sendOffset, std::span<const std::size_t> sendBytes,
                                     std::span<const std::size_t> recvBytes, std::vector<std::byte>& recv,
-                                    std::vector<std::size_t>& recvOffset);
+                                    std::vector<std::size_t>& recvOffset, std::size_t wordBytes = kBlockWordBytes);
+
+/// The word at the start of each block of `received` (at `offset[p]`).
+std::vector<std::int32_t> wordsOf(std::span<const std::byte> received, std::span<const std::size_t> offset);
 
 /// The verdict of a round after which every member's word is known: `local` when it is an error;
 /// otherwise Mismatch naming the first member (world rank) that failed, runs other options
 /// (`tag`), or sent another count than `expected[p]` (when `expected` is not empty).
 /// `words[p]` is member p's word; `ranks[p]` its world rank; `what` names the round.
-[[nodiscard]] Status blockVerdict(std::span<const std::uint64_t> words, std::span<const int> ranks,
+[[nodiscard]] Status blockVerdict(std::span<const std::int32_t> words, std::span<const int> ranks,
                                   std::span<const std::size_t> expected, std::uint32_t tag, const Status& local,
                                   std::string_view what);
 

@@ -16,13 +16,6 @@
 
 namespace chimera::detail {
 
-inline std::vector<std::uint64_t> wordsOf(const std::vector<std::byte>& received,
-                                          const std::vector<std::size_t>& offset) {
-  std::vector<std::uint64_t> words(offset.size());
-  for (std::size_t p = 0; p < words.size(); ++p) std::memcpy(&words[p], received.data() + offset[p], 8);
-  return words;
-}
-
 // Where the record `rec` this rank sent comes back in `received`: in the block of the peer it
 // went to, at the same position, records `recordBytes` apart.
 inline const std::byte* returnedRecord(const std::vector<std::byte>& received, const std::vector<std::size_t>& offset,
@@ -41,10 +34,8 @@ struct RecordBlocks {
 inline RecordBlocks layOutBlocks(RoutedExchange::Impl& m, std::span<const std::size_t> sendCounts,
                                  std::span<const std::size_t> recvCounts, std::size_t perRecord) {
   RecordBlocks b;
-  m.blocks(sendCounts, perRecord, b.sendOffset, b.sendBytes);
-  m.blocks(recvCounts, perRecord, b.recvOffset, b.recvBytes);
-  std::size_t total = 0;
-  for (std::size_t bytes : b.sendBytes) total += bytes;
+  const std::size_t total = m.blocks(sendCounts, perRecord, kBlockWordBytes, b.sendOffset, b.sendBytes);
+  m.blocks(recvCounts, perRecord, kBlockWordBytes, b.recvOffset, b.recvBytes);
   m.sendScratch.assign(total, std::byte{0});
   return b;
 }
@@ -71,8 +62,8 @@ void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std
   withRowType(m.options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
       std::byte* block = m.sendScratch.data() + sendOffset[p];
-      const std::uint64_t word = blockWord(st.recvCount[p], m.tag, !local.isOk());
-      std::memcpy(block, &word, 8);
+      const std::int32_t word = countWord(static_cast<std::int64_t>(st.recvCount[p]), m.tag, !local.isOk());
+      std::memcpy(block, &word, sizeof(word));
       if (!local.isOk()) continue;
       for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
         std::byte* record = block + kBlockWordBytes + r * recordBytes;

@@ -54,10 +54,11 @@ Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std
   range(tokenIndex, begin, end);
   const auto mine = static_cast<std::size_t>(end - begin) * rowSize;
   std::vector<std::byte> send(kBlockWordBytes + mine);
-  const std::uint64_t word = detail::blockWord(static_cast<std::uint64_t>(end - begin), tag, !local.isOk());
-  std::memcpy(send.data(), &word, 8);
+  const std::int32_t word = detail::countWord(end - begin, tag, !local.isOk());
+  std::memcpy(send.data(), &word, sizeof(word));
   if (mine > 0)
-    std::memcpy(send.data() + 8, static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
+    std::memcpy(send.data() + kBlockWordBytes,
+                static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
   const auto n = static_cast<std::size_t>(tokenSize);
   std::vector<std::size_t> sendOffset(n, 0), sendBytes(n, send.size()), recvBytes(n), recvOffset, expected(n);
   for (std::size_t m = 0; m < n; ++m) {
@@ -96,7 +97,7 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, m.rowBytes);
   sumRecordRows(m, st, b.sendOffset, m.rowBytes, expertOut, rowWeights, local);
   CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
-  m.count(own, st.recvCount, m.rowBytes, 0);
+  m.count(own, st.recvCount, m.rowBytes, 0, kBlockWordBytes);
   Status verdict =
       detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local, "routed combine");
   // A token's rows from every destination, summed at the source in k order.
@@ -121,8 +122,8 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
   RecordBlocks b = layOutBlocks(m, st.sendCount, st.recvCount, m.rowBytes);
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = m.sendScratch.data() + b.sendOffset[p];
-    const std::uint64_t word = detail::blockWord(st.sendCount[p], m.tag, !local.isOk());
-    std::memcpy(block, &word, 8);
+    const std::int32_t word = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk());
+    std::memcpy(block, &word, sizeof(word));
     if (!local.isOk()) continue;
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
       const std::int64_t t = st.recordToken[st.sendFirst[p] + r];
@@ -131,7 +132,7 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
     }
   }
   CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
-  m.count(own, st.sendCount, m.rowBytes, 0);
+  m.count(own, st.sendCount, m.rowBytes, 0, kBlockWordBytes);
   if (stats != nullptr) *stats = own;
   CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.recvCount, m.tag, local,
                                                "routed combine backward"));
@@ -191,7 +192,7 @@ Status RoutedExchange::Impl::dispatchBackwardGroup(const void* gradRecvX, const 
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
   detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
   CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
-  m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes);
+  m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes, kBlockWordBytes);
   Status verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,
                                         "routed dispatch backward");
   if (verdict.isOk()) detail::sumReturnedGradients(m, st, b.recvOffset, record, gradX, gradWeights);

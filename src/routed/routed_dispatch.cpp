@@ -27,24 +27,20 @@ Status RoutedExchange::Impl::ownRange(std::int64_t tokens, std::int64_t& begin, 
   return Status::ok();
 }
 
-void RoutedExchange::Impl::blocks(std::span<const std::size_t> counts, std::size_t perRecord,
-                                  std::vector<std::size_t>& offset, std::vector<std::size_t>& bytes) const {
-  offset.assign(counts.size(), 0);
+std::size_t RoutedExchange::Impl::blocks(std::span<const std::size_t> counts, std::size_t perRecord,
+                                         std::size_t wordBytes, std::vector<std::size_t>& offset,
+                                         std::vector<std::size_t>& bytes) const {
   bytes.assign(counts.size(), 0);
-  std::size_t total = 0;
-  for (std::size_t p = 0; p < counts.size(); ++p) {
-    offset[p] = total;
-    bytes[p] = kBlockWordBytes + counts[p] * perRecord;
-    total += bytes[p];
-  }
+  for (std::size_t p = 0; p < counts.size(); ++p) bytes[p] = wordBytes + counts[p] * perRecord;
+  return detail::blockOffsets(bytes, wordBytes, offset);
 }
 
 void RoutedExchange::Impl::count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,
-                                 std::size_t perHeader) const {
+                                 std::size_t perHeader, std::size_t wordBytes) const {
   for (std::size_t p = 0; p < counts.size(); ++p) {
     if (static_cast<int>(p) == index) continue;
     stats.payloadBytes += counts[p] * perRecord;
-    stats.headerBytes += counts[p] * perHeader + kBlockWordBytes;
+    stats.headerBytes += counts[p] * perHeader + wordBytes;
   }
   stats.rounds += 1;
 }
@@ -145,7 +141,9 @@ Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedD
   const int K = options.topK;
   const std::int64_t own = st.ownEnd - st.ownBegin;
   const auto S = static_cast<std::size_t>(slots);
+  const auto L = static_cast<std::size_t>(localExperts);
   st.sendCount.assign(static_cast<std::size_t>(ranks), 0);
+  st.sendExpertCount.assign(idsByOrder ? static_cast<std::size_t>(ranks) * L : 0, 0);
   st.pairRecord.assign(static_cast<std::size_t>(own * K), -1);
   st.pairFirst.assign(static_cast<std::size_t>(own * K), 0);
   // Pass 1: count the records per destination.
@@ -159,6 +157,8 @@ Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedD
       bool opens = true;
       for (int j = 0; j < k && oncePerRank; ++j) opens = opens && dest[static_cast<std::size_t>(i * K + j)] != d;
       if (opens) ++st.sendCount[static_cast<std::size_t>(d)];
+      if (opens && idsByOrder)
+        ++st.sendExpertCount[static_cast<std::size_t>(d) * L + static_cast<std::size_t>(ids[k]) % L];
     }
   }
   // Capacity: at most `capacity` records per destination; the rest are dropped (or an error).
@@ -184,18 +184,31 @@ Status RoutedExchange::Impl::buildSendTable(const std::int64_t* topkIdx, RoutedD
   st.sendCount = kept;
   st.recordToken.assign(total, 0);
   st.recordK.assign(total * S, -1);
-  // Pass 2: fill the records in token order (then k order) per destination.
-  std::vector<std::size_t> next(st.sendFirst);
+  // Pass 2: fill the records in token order (then k order) per destination, and in local expert
+  // order first where that order implies the ids: one bin per destination, or per (destination,
+  // local expert).
+  const std::size_t bins = idsByOrder ? L : 1;
+  std::vector<std::size_t> next(st.sendCount.size() * bins), end(next.size());
+  for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
+    std::size_t at = st.sendFirst[p];
+    for (std::size_t b = 0; b < bins; ++b) {
+      next[p * bins + b] = at;
+      at += idsByOrder ? st.sendExpertCount[p * L + b] : st.sendCount[p];
+      end[p * bins + b] = at;
+    }
+  }
   std::vector<std::int64_t> open(static_cast<std::size_t>(ranks), -1);  // this token's record per destination
   for (std::int64_t i = 0; i < own; ++i) {
     std::fill(open.begin(), open.end(), -1);
     for (int k = 0; k < K; ++k) {
       const auto d = static_cast<std::size_t>(dest[static_cast<std::size_t>(i * K + k)]);
+      const std::size_t bin =
+          d * bins + (idsByOrder ? static_cast<std::size_t>(topkIdx[(st.ownBegin + i) * K + k]) % L : 0);
       std::int64_t record = oncePerRank ? open[d] : -1;
       bool first = false;
       if (record < 0) {
-        if (next[d] == st.sendFirst[d] + st.sendCount[d]) continue;  // dropped by capacity
-        record = static_cast<std::int64_t>(next[d]++);
+        if (next[bin] == end[bin]) continue;  // dropped by capacity
+        record = static_cast<std::int64_t>(next[bin]++);
         open[d] = record;
         st.recordToken[static_cast<std::size_t>(record)] = st.ownBegin + i;
         first = true;
@@ -223,14 +236,18 @@ Status RoutedExchange::Impl::receivedTable(RoutedDispatch::State& st) const {
   st.slotRow.assign(total * S, -1);
   st.tokensPerExpert.assign(static_cast<std::size_t>(localExperts), 0);
   const std::size_t record = headerBytes + rowBytes;
+  const auto L = static_cast<std::size_t>(localExperts);
   for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-    const std::byte* block = st.received.data() + st.receivedOffset[p] + kBlockWordBytes;
+    const std::byte* block = st.received.data() + st.receivedOffset[p] + st.wordBytes;
+    std::int32_t implied = 0;  // the local expert of a record without ids (0 with one expert per rank)
+    std::size_t expertEnd = idsByOrder ? st.recvExpertCount[p * L] : 0;
     for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
       const std::byte* header = block + r * record;
+      while (idsByOrder && r >= expertEnd) expertEnd += st.recvExpertCount[p * L + static_cast<std::size_t>(++implied)];
       bool any = false;
       for (std::size_t s = 0; s < S; ++s) {
-        std::int32_t local = 0;
-        std::memcpy(&local, header + s * (4 + weightBytes), 4);
+        std::int32_t local = implied;
+        if (idBytes > 0) std::memcpy(&local, header + s * (idBytes + weightBytes), idBytes);
         if (local < 0) continue;
         if (local >= localExperts)
           return Status::mismatch(fmt::format("routed dispatch: rank {} sent local expert {} of {} (corrupt records)",
@@ -264,18 +281,21 @@ void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const st
   const int K = options.topK;
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = sendScratch.data() + sendOffset[p];
-    const std::uint64_t word = detail::blockWord(st.sendCount[p], tag, failed);
-    std::memcpy(block, &word, sizeof(word));
+    if (st.wordBytes > 0) {
+      const std::int32_t word = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), tag, failed);
+      std::memcpy(block, &word, sizeof(word));
+    }
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
       const std::size_t rec = st.sendFirst[p] + r;
       const std::int64_t t = st.recordToken[rec];
-      std::byte* out = block + kBlockWordBytes + r * record;
+      std::byte* out = block + st.wordBytes + r * record;
       for (std::size_t s = 0; s < S; ++s) {
         const std::int32_t k = st.recordK[rec * S + s];
         if (k < 0) continue;
         const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % localExperts);
-        std::memcpy(out + s * (4 + weightBytes), &expert, 4);
-        std::memcpy(out + s * (4 + weightBytes) + 4,
+        std::byte* slot = out + s * (idBytes + weightBytes);
+        if (idBytes > 0) std::memcpy(slot, &expert, idBytes);
+        std::memcpy(slot + idBytes,
                     static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * weightBytes,
                     weightBytes);
       }
@@ -292,7 +312,9 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   st.tokens = tokens;
   st.slots = m.slots;
   Status local = localError;
-  if (local.isOk() && tokens < 0) local = Status::invalidArgument(fmt::format("routed dispatch: {} tokens", tokens));
+  if (local.isOk() && (tokens < 0 || tokens > detail::kMaxCountRecords))
+    local = Status::invalidArgument(
+        fmt::format("routed dispatch: {} tokens, outside 0..{}", tokens, detail::kMaxCountRecords));
   if (local.isOk() && tokens > 0 && (x == nullptr || topkIdx == nullptr || topkWeights == nullptr))
     local = Status::invalidArgument("routed dispatch: null x, top-k ids or weights with tokens > 0");
   if (m.placement == TokenPlacement::Stage) return m.dispatchStage(x, topkIdx, topkWeights, tokens, st, local);
@@ -323,57 +345,54 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
   if (!local.isOk()) {
     st.sendCount.assign(static_cast<std::size_t>(m.ranks), 0);
     st.sendFirst.assign(static_cast<std::size_t>(m.ranks), 0);
+    st.sendExpertCount.assign(m.idsByOrder ? static_cast<std::size_t>(m.ranks * m.localExperts) : 0, 0);
   }
   std::vector<std::size_t> recvCount;
-  std::vector<std::size_t> expected;
   if (m.options.capacity == 0) {
-    std::vector<std::int32_t> words(static_cast<std::size_t>(m.ranks)), theirs(words.size());
-    for (std::size_t p = 0; p < words.size(); ++p)
-      words[p] = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk());
-    if (local.isOk()) {
-      for (std::size_t c : st.sendCount) {
-        if (static_cast<std::int64_t>(c) > detail::kMaxCountRecords) {
-          local = Status::invalidArgument(
-              fmt::format("routed dispatch: {} tokens for one rank, over the most of {}", c, detail::kMaxCountRecords));
-          std::fill(words.begin(), words.end(), detail::kCountError);
-        }
-      }
+    // One count per peer, or per (peer, local expert) where the records' order implies their
+    // experts. No count exceeds kMaxCountRecords: a dispatch of more tokens failed above.
+    const std::vector<std::size_t>& counts = m.idsByOrder ? st.sendExpertCount : st.sendCount;
+    const std::size_t perPeer = counts.size() / static_cast<std::size_t>(m.ranks);
+    std::vector<std::int32_t> words(counts.size()), theirs(words.size());
+    std::vector<int> from(words.size());
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      words[i] = detail::countWord(static_cast<std::int64_t>(counts[i]), m.tag, !local.isOk());
+      from[i] = m.groupRanks[i / perPeer];
     }
     CHIMERA_RETURN_IF_ERROR(m.backend.exchangeCounts(words, theirs, m.group));
-    st.stats.countBytes += static_cast<std::uint64_t>(m.ranks - 1) * sizeof(std::int32_t);
+    st.stats.countBytes += static_cast<std::uint64_t>(m.ranks - 1) * perPeer * sizeof(std::int32_t);
     st.stats.rounds += 1;
-    CHIMERA_RETURN_IF_ERROR(detail::countVerdict(theirs, m.groupRanks, m.tag, local, recvCount));
-    expected = recvCount;
+    CHIMERA_RETURN_IF_ERROR(detail::countVerdict(theirs, from, m.tag, local, recvCount));
+    if (m.idsByOrder) {
+      st.recvExpertCount = recvCount;
+      recvCount.assign(static_cast<std::size_t>(m.ranks), 0);
+      for (std::size_t i = 0; i < theirs.size(); ++i) recvCount[i / perPeer] += st.recvExpertCount[i];
+    }
   } else {
     recvCount.assign(static_cast<std::size_t>(m.ranks), static_cast<std::size_t>(m.options.capacity));
   }
 
-  // Records: [local expert id (int32), weight] x slots, then the row; one block per destination.
+  // Records: [local expert id (int32, none with one expert per rank), weight] x slots, then the
+  // row; one block per destination, after a word in capacity mode (its record count).
+  st.wordBytes = m.options.capacity == 0 ? 0 : kBlockWordBytes;
   std::vector<std::size_t> sendOffset, sendBytes, recvBytes, unused;
   const std::vector<std::size_t> sendSlots =
       m.options.capacity == 0 ? st.sendCount : recvCount;  // capacity mode sends full blocks
-  m.blocks(sendSlots, record, sendOffset, sendBytes);
-  m.blocks(recvCount, record, unused, recvBytes);
-  std::size_t sendTotal = 0;
-  for (std::size_t b : sendBytes) sendTotal += b;
-  m.sendScratch.resize(sendTotal);
-  std::memset(m.sendScratch.data(), 0xff, sendTotal);  // empty slots read as local expert -1
+  const std::size_t sendTotal = m.blocks(sendSlots, record, st.wordBytes, sendOffset, sendBytes);
+  m.blocks(recvCount, record, st.wordBytes, unused, recvBytes);
+  m.sendScratch.assign(sendTotal, std::byte{0xff});  // empty slots read as local expert -1
   m.packRecords(st, topkIdx, topkWeights, rows, firstRow, sendOffset, !local.isOk());
   CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
-                                                 st.received, st.receivedOffset));
-  m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes);
-  if (m.options.capacity > 0) {
+                                                 st.received, st.receivedOffset, st.wordBytes));
+  m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes, st.wordBytes);
+  if (m.options.capacity > 0) {  // the blocks' words tell the records each holds
     for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
       if (static_cast<int>(p) != m.index) st.stats.paddingBytes += (recvCount[p] - st.sendCount[p]) * record;
     }
-  }
-  std::vector<std::uint64_t> words(static_cast<std::size_t>(m.ranks));
-  for (std::size_t p = 0; p < words.size(); ++p)
-    std::memcpy(&words[p], st.received.data() + st.receivedOffset[p], sizeof(std::uint64_t));
-  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(words, m.groupRanks, expected, m.tag, local, "routed dispatch"));
-  if (m.options.capacity > 0) {
+    const std::vector<std::int32_t> words = detail::wordsOf(st.received, st.receivedOffset);
+    CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(words, m.groupRanks, {}, m.tag, local, "routed dispatch"));
     for (std::size_t p = 0; p < words.size(); ++p) {
-      recvCount[p] = words[p] & 0xffffffffu;
+      recvCount[p] = static_cast<std::uint32_t>(words[p]) & 0xffffffu;
       CHIMERA_CHECK_ARG(recvCount[p] <= static_cast<std::size_t>(m.options.capacity),
                         "routed dispatch: rank {} sent {} records, over the capacity {}", m.groupRanks[p], recvCount[p],
                         m.options.capacity);
@@ -394,7 +413,7 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.headerBytes + m.rowBytes;
   for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-    const std::byte* block = st.received.data() + st.receivedOffset[p] + kBlockWordBytes;
+    const std::byte* block = st.received.data() + st.receivedOffset[p] + st.wordBytes;
     for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
       const std::byte* in = block + r * record;
       for (std::size_t s = 0; s < S; ++s) {
@@ -407,8 +426,8 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
           recvExpert[u] =
               static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
         if (recvWeight != nullptr)
-          std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes, in + s * (4 + m.weightBytes) + 4,
-                      m.weightBytes);
+          std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes,
+                      in + s * (m.idBytes + m.weightBytes) + m.idBytes, m.weightBytes);
       }
     }
   }

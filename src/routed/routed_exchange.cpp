@@ -174,7 +174,9 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   m.slots = m.oncePerRank ? static_cast<int>(std::min<std::int64_t>(options.topK, m.localExperts)) : 1;
   m.rowBytes = static_cast<std::size_t>(options.hidden) * dataTypeSize(options.dtype);
   m.weightBytes = dataTypeSize(options.weightDtype);
-  m.headerBytes = static_cast<std::size_t>(m.slots) * (4 + m.weightBytes);
+  m.idsByOrder = m.slots == 1 && m.localExperts > 1 && options.capacity == 0 && !(staged && m.straight);
+  m.idBytes = m.localExperts == 1 || m.idsByOrder ? 0 : 4;  // one expert per rank: every slot's id is 0
+  m.headerBytes = static_cast<std::size_t>(m.slots) * (m.idBytes + m.weightBytes);
   if (m.options.scratchLimitBytes == 0) {
     m.options.scratchLimitBytes = kDefaultScratchLimit;
     CHIMERA_RETURN_IF_ERROR(detail::readEnvSize("CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES", m.options.scratchLimitBytes));
@@ -199,6 +201,16 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
       .add(static_cast<std::uint64_t>(m.stage))
       .add(static_cast<std::uint64_t>(m.straight));
   m.tag = static_cast<std::uint32_t>(hasher.value());
+  // The group's ranks agree on the options here, once, by the whole tag: a rank whose exchange
+  // has other options fails every rank of the group now. The words of the exchange's rounds
+  // carry 7 bits of the tag, which catch a call on another exchange object.
+  std::int64_t tags[2] = {m.tag, -static_cast<std::int64_t>(m.tag)};
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(tags, tags, 2, DataType::I64, ReduceOp::Max, m.group));
+  if (tags[0] != -tags[1])
+    return Status::mismatch(
+        fmt::format("routed exchange over group {}: its ranks create exchanges with other options (experts, top-k, "
+                    "hidden size, dtypes, capacity, token layout or program differ)",
+                    mesh.axesName(m.group)));
   out.reset(new RoutedExchange(std::move(impl)));
   return Status::ok();
 }

@@ -43,9 +43,14 @@ struct RoutedExchange::Impl {
   std::vector<int> stageRanks;
   int slots = 1;
   std::uint32_t tag = 0;
-  std::size_t rowBytes = 0;            // H x element size
-  std::size_t weightBytes = 0;         // one weight
-  std::size_t headerBytes = 0;         // slots x (4 + weight)
+  std::size_t rowBytes = 0;     // H x element size
+  std::size_t weightBytes = 0;  // one weight
+  // A record of one slot per destination in local expert order, its expert told by the count
+  // exchange's counts per (peer, local expert) (slots 1, several local experts, dropless, and not
+  // straight from a stage).
+  bool idsByOrder = false;
+  std::size_t idBytes = 4;             // a slot's local expert id: 0 where implied (one expert per rank, or by order)
+  std::size_t headerBytes = 0;         // slots x (id + weight)
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
@@ -81,21 +86,23 @@ struct RoutedExchange::Impl {
   // InvalidArgument when a block of `records[p]` records of `perRecord` bytes to member p
   // passes the limit per peer (scratchLimitBytes / R).
   Status checkSendScratch(std::span<const std::size_t> records, std::size_t perRecord) const;
-  // Writes into sendScratch, at sendOffset[p], the word of block p (its record count, the tag,
-  // `failed`) and its records: header slots, then the row of token t at rows[t - firstRow].
+  // Writes into sendScratch, at sendOffset[p], the word of block p when st.wordBytes says it has
+  // one (its record count and the tag, or `failed`) and its records: header slots, then the row
+  // of token t at rows[t - firstRow].
   void packRecords(const RoutedDispatch::State& st, const std::int64_t* topkIdx, const void* topkWeights,
                    const std::byte* rows, std::int64_t firstRow, std::span<const std::size_t> sendOffset, bool failed);
   Status receivedTable(RoutedDispatch::State& st) const;
-  // The block layout of one exchange: `perRecord` bytes per record, `counts` records per member.
-  void blocks(std::span<const std::size_t> counts, std::size_t perRecord, std::vector<std::size_t>& offset,
-              std::vector<std::size_t>& bytes) const;
+  // The block layout of one exchange: a `wordBytes` word, then `counts[p]` records of
+  // `perRecord` bytes for member p (detail::blockOffsets); returns the bytes the blocks span.
+  std::size_t blocks(std::span<const std::size_t> counts, std::size_t perRecord, std::size_t wordBytes,
+                     std::vector<std::size_t>& offset, std::vector<std::size_t>& bytes) const;
   // AllGather over the token axes of this rank's block [ownBegin, ownEnd) of `rows` rows of
   // `rowSize` bytes (replicas split), in place in `data`.
   Status gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local, RoutedStats& stats);
   // Stats of an exchange that sent `counts` records of `perRecord` payload bytes and
-  // `perHeader` header bytes to each member (other members only).
-  void count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,
-             std::size_t perHeader) const;
+  // `perHeader` header bytes, after a `wordBytes` word, to each member (other members only).
+  void count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord, std::size_t perHeader,
+             std::size_t wordBytes) const;
 };
 
 }  // namespace chimera

@@ -22,6 +22,9 @@ struct RoutedDispatch::State {
   // Send side, by destination group index: records [sendFirst[p], sendFirst[p] + sendCount[p]).
   std::vector<std::size_t> sendCount;
   std::vector<std::size_t> sendFirst;
+  // Where the local expert ids are implied by the records' order (Impl::idsByOrder): the records
+  // per (destination, local expert), each destination's in local expert order.
+  std::vector<std::size_t> sendExpertCount;
   std::vector<std::int64_t> recordToken;  // per send record: its token
   std::vector<std::int32_t> recordK;      // per send record and slot: the k it carries, -1 empty
   // Per (token - ownBegin, k): the send record carrying it (-1: dropped by capacity) and
@@ -31,12 +34,15 @@ struct RoutedDispatch::State {
 
   // Receive side, by source group index.
   std::vector<std::size_t> recvCount;
+  std::vector<std::size_t> recvExpertCount;  // per (source, local expert), where ids are implied
   std::vector<std::size_t> recvFirst;
   std::vector<std::int32_t> recvLocal;  // per received record and slot: local expert, -1 empty
   std::vector<std::int64_t> slotRow;    // per received record and slot: its row, -1 empty
   std::vector<std::int64_t> tokensPerExpert;
   std::int64_t rows = 0;
-  // The received records (block words, headers and rows) until receive() expands them.
+  // The received records (headers and rows, after each block's word of `wordBytes`: none in a
+  // dropless dispatch over the group, whose count exchange carried it) until receive() expands them.
+  std::size_t wordBytes = 0;
   std::vector<std::byte> received;
   std::vector<std::size_t> receivedOffset;  // per source: byte offset of its block in `received`
 

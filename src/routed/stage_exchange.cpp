@@ -19,7 +19,7 @@
 
 namespace chimera {
 
-using detail::blockWord;
+using detail::countWord;
 using detail::kBlockWordBytes;
 
 namespace {
@@ -29,21 +29,24 @@ using State = RoutedDispatch::State;
 
 constexpr std::size_t align8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
 
+// A block word in an 8-byte slot of a word round (its low 4 bytes), and back.
+std::uint64_t slotOf(std::int32_t word) { return static_cast<std::uint32_t>(word); }
+std::vector<std::int32_t> wordsIn(std::span<const std::uint64_t> slots) {
+  std::vector<std::int32_t> words(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) words[i] = static_cast<std::int32_t>(slots[i] & 0xffffffffu);
+  return words;
+}
+
 // One round of point-to-point blocks with the other stage: block p of `send` (`sendBytes[p]`
 // bytes at `sendOffset[p]`) to world rank peers[p], and `recvBytes[p]` bytes from peers[p] into
-// `recv` (resized; `recvOffset` says where each starts). Either side may be empty: rounds that
-// only one stage sends in. Both sides know every size, so empty blocks are not posted.
+// `recv` (resized; `recvOffset` says where each starts, laid out by detail::blockOffsets for
+// blocks that open with a `wordBytes` word). Either side may be empty: rounds that only one
+// stage sends in. Both sides know every size, so empty blocks are not posted.
 Status stageRound(Backend& backend, std::span<const int> peers, std::span<const std::byte> send,
                   std::span<const std::size_t> sendOffset, std::span<const std::size_t> sendBytes,
                   std::span<const std::size_t> recvBytes, std::vector<std::byte>& recv,
-                  std::vector<std::size_t>& recvOffset) {
-  recvOffset.assign(recvBytes.size(), 0);
-  std::size_t total = 0;
-  for (std::size_t p = 0; p < recvBytes.size(); ++p) {
-    recvOffset[p] = total;
-    total += recvBytes[p];
-  }
-  recv.resize(total);
+                  std::vector<std::size_t>& recvOffset, std::size_t wordBytes = 0) {
+  recv.resize(detail::blockOffsets(recvBytes, wordBytes, recvOffset));
   std::vector<P2POp> ops;
   for (std::size_t p = 0; p < sendBytes.size(); ++p) {
     if (sendBytes[p] > 0)
@@ -125,17 +128,17 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
                (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
     offset[p] = total;
     total += bytes[p];
-    words[2 * p] = blockWord(st.sendCount[p], m.tag, !local.isOk());
+    words[2 * p] = slotOf(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk()));
     words[2 * p + 1] = bytes[p];
   }
   std::vector<std::uint64_t> verdicts;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, words, 2, verdicts, 1));
   st.stats.countBytes += 16 * R;
   st.stats.rounds += 1;
-  local = detail::blockVerdict(verdicts, m.stageRanks, {}, m.tag, local,
+  local = detail::blockVerdict(wordsIn(verdicts), m.stageRanks, {}, m.tag, local,
                                fmt::format("routed dispatch (the experts of stage {})", m.stage + 1));
-  m.sendScratch.resize(total);
-  std::memset(m.sendScratch.data(), 0xff, total);  // empty slots read as local expert -1
+  m.sendScratch.assign(total, std::byte{0xff});  // empty slots read as local expert -1
+  st.wordBytes = kBlockWordBytes;
   m.packRecords(st, topkIdx, topkWeights, static_cast<const std::byte*>(x), 0, offset, !local.isOk());
   if (bytes[static_cast<std::size_t>(m.index)] >
       kBlockWordBytes + st.sendCount[static_cast<std::size_t>(m.index)] * record) {
@@ -167,19 +170,20 @@ Status receiveStraight(Impl& m, State& st, Status local) {
   const auto R = static_cast<std::size_t>(m.ranks);
   const std::size_t record = m.headerBytes + m.rowBytes;
   std::vector<std::uint64_t> announced;
-  const std::vector<std::uint64_t> verdict(R, blockWord(0, m.tag, !local.isOk()));
+  const std::vector<std::uint64_t> verdict(R, slotOf(countWord(0, m.tag, !local.isOk())));
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, verdict, 1, announced, 2));
   st.stats.countBytes += 8 * R;
   st.stats.rounds += 1;
   std::vector<std::size_t> counts(R), bytes(R);
   bool readable = true;  // every block holds at least its word
   for (std::size_t p = 0; p < R; ++p) {
-    counts[p] = announced[2 * p] & 0xffffffffu;
+    counts[p] = announced[2 * p] & 0xffffffu;
     bytes[p] = announced[2 * p + 1];
     readable = readable && bytes[p] >= kBlockWordBytes;
   }
   std::vector<std::size_t> none;
-  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset));
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset, kBlockWordBytes));
   st.stats.rounds += 1;
   if (local.isOk() && !readable)
     local = Status::mismatch("routed dispatch: a rank of stage k announced a block without its word (corrupt)");
@@ -208,6 +212,7 @@ Status receiveStraight(Impl& m, State& st, Status local) {
     return Status::mismatch(
         fmt::format("routed dispatch: the routing from rank {} does not hold: {}", m.stagePeer, table.message()));
   st.recvCount = counts;
+  st.wordBytes = kBlockWordBytes;
   CHIMERA_RETURN_IF_ERROR(m.receivedTable(st));
   st.complete = true;
   return Status::ok();
@@ -234,7 +239,7 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
   if (!local.isOk()) tokens = 0;
   const HandOffLayout layout(m, tokens);
   const std::span<const int> peer(&m.stagePeer, 1);
-  const std::uint64_t header[2] = {blockWord(0, m.tag, !local.isOk()), local.isOk() ? layout.bytes : 0};
+  const std::uint64_t header[2] = {slotOf(countWord(0, m.tag, !local.isOk())), local.isOk() ? layout.bytes : 0};
   std::vector<std::uint64_t> nothing;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, header, 2, nothing, 0));
   st.stats.countBytes += 16;
@@ -260,8 +265,9 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
   std::vector<std::uint64_t> verdict;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, verdict, 1));
   st.stats.rounds += 1;
-  CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(
-      verdict, peer, {}, m.tag, local, fmt::format("routed dispatch (after the hand-off to stage {})", m.stage + 1)));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::blockVerdict(wordsIn(verdict), peer, {}, m.tag, local,
+                           fmt::format("routed dispatch (after the hand-off to stage {})", m.stage + 1)));
   st.tokens = tokens;
   st.complete = true;
   return Status::ok();
@@ -274,8 +280,9 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
   std::vector<std::uint64_t> header;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, header, 2));
   st.stats.rounds += 1;
-  const bool sourceFailed = (header[0] >> 63) != 0;
-  if (local.isOk()) local = detail::blockVerdict({header.data(), 1}, peer, {}, m.tag, local, "routed hand-off");
+  const std::int32_t sourceWord = wordsIn({header.data(), 1})[0];
+  const bool sourceFailed = sourceWord < 0;
+  if (local.isOk()) local = detail::blockVerdict({&sourceWord, 1}, peer, {}, m.tag, local, "routed hand-off");
   std::vector<std::byte> message;
   std::int64_t tokens = 0;
   if (!sourceFailed) {
@@ -295,7 +302,7 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
       m.dispatchGroup(tokens > 0 ? base + layout.x : nullptr,
                       tokens > 0 ? reinterpret_cast<const std::int64_t*>(base + layout.ids) : nullptr,
                       tokens > 0 ? base + layout.weights : nullptr, tokens, st, local);
-  const std::uint64_t verdict = blockWord(0, m.tag, !dispatched.isOk());
+  const std::uint64_t verdict = slotOf(countWord(0, m.tag, !dispatched.isOk()));
   std::vector<std::uint64_t> nothing;
   CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {&verdict, 1}, 1, nothing, 0));
   st.stats.countBytes += 8;
@@ -303,10 +310,10 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
   return dispatched;
 }
 
-// The hand-off's way back: the block word, grad x (padded to 8 bytes, since the backward writes
-// grad w in place, typed), grad w.
+// The hand-off's way back: the block word (padded to 8 bytes), grad x (padded to 8 bytes), grad
+// w; the backward writes grad x and grad w in place, typed.
 struct HandBackLayout {
-  std::size_t gradX = kBlockWordBytes, gradWeights = 0, bytes = 0;
+  std::size_t gradX = align8(kBlockWordBytes), gradWeights = 0, bytes = 0;
   HandBackLayout(const Impl& m, std::int64_t tokens) {
     const auto T = static_cast<std::size_t>(tokens);
     gradWeights = gradX + align8(T * m.rowBytes);
@@ -339,8 +346,8 @@ Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void
   std::vector<std::byte> message(layout.bytes, std::byte{0});
   const Status verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, message.data() + layout.gradX,
                                                  message.data() + layout.gradWeights, stats, local);
-  const std::uint64_t word = blockWord(static_cast<std::uint64_t>(st.tokens), m.tag, !verdict.isOk());
-  std::memcpy(message.data(), &word, 8);
+  const std::int32_t word = countWord(st.tokens, m.tag, !verdict.isOk());
+  std::memcpy(message.data(), &word, sizeof(word));
   const std::size_t zero = 0;
   CHIMERA_RETURN_IF_ERROR(
       stageRound(m.backend, {&m.stagePeer, 1}, message, {&zero, 1}, {&layout.bytes, 1}, {}, unused, none));
@@ -361,7 +368,8 @@ Status receiveGradients(Impl& m, const State& st, void* gradX, void* gradWeights
     const std::size_t record = m.rowBytes + static_cast<std::size_t>(m.slots) * m.weightBytes;
     std::vector<std::size_t> bytes(st.sendCount.size());
     for (std::size_t p = 0; p < bytes.size(); ++p) bytes[p] = kBlockWordBytes + st.sendCount[p] * record;
-    CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, {}, none, none, bytes, m.back, offset));
+    CHIMERA_RETURN_IF_ERROR(
+        stageRound(m.backend, m.stageRanks, {}, none, none, bytes, m.back, offset, kBlockWordBytes));
     stats.rounds += 1;
     CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(m.back, offset), m.stageRanks, st.sendCount, m.tag,
                                                  local, "routed dispatch backward"));
@@ -371,8 +379,8 @@ Status receiveGradients(Impl& m, const State& st, void* gradX, void* gradWeights
   const HandBackLayout layout(m, st.tokens);
   CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, {&m.stagePeer, 1}, {}, none, none, {&layout.bytes, 1}, m.back, offset));
   stats.rounds += 1;
-  std::uint64_t word = 0;
-  std::memcpy(&word, m.back.data(), 8);
+  std::int32_t word = 0;
+  std::memcpy(&word, m.back.data(), sizeof(word));
   const auto T = static_cast<std::size_t>(st.tokens);
   CHIMERA_RETURN_IF_ERROR(detail::blockVerdict({&word, 1}, {&m.stagePeer, 1}, {&T, 1}, m.tag, local,
                                                "routed dispatch backward (the hand-off back)"));

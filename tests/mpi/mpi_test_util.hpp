@@ -38,6 +38,13 @@ inline bool allRanksAgree(bool ok, MPI_Comm comm = MPI_COMM_WORLD) {
   return all != 0;
 }
 
+/// The sum of `value` over the ranks of `comm`. Collective.
+inline std::uint64_t sumOverRanks(std::uint64_t value, MPI_Comm comm = MPI_COMM_WORLD) {
+  std::uint64_t sum = 0;
+  MPI_Allreduce(&value, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+  return sum;
+}
+
 /// A well-mixed 32-bit hash of (seed, rank, index).
 inline std::uint32_t patternHash(std::uint32_t seed, int rank, std::size_t index) {
   std::uint64_t x = (static_cast<std::uint64_t>(seed) << 40) ^ (static_cast<std::uint64_t>(rank) << 32) ^ index;

@@ -25,6 +25,7 @@ namespace {
 
 using testing::allRanksAgree;
 using testing::patternHash;
+using testing::sumOverRanks;
 using testing::worldRank;
 using testing::worldSize;
 
@@ -277,7 +278,7 @@ bool createOnEveryRank(World& w, const RoutedExchangeOptions& options, std::uniq
 
 // Runs dispatch, receive, combine and both backwards of `c` and checks each against the
 // reference; returns whether this rank passed (then agreed by the caller).
-bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
+bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* combineStats = nullptr) {
   World w(c);
   if (!allRanksAgree(w.ok())) return false;
   RoutedExchangeOptions options = exchangeOptions(c.experts, c.topK, c.hidden);
@@ -331,7 +332,7 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr) {
   // Combine: y[t] = sum_k w[t,k] * x[t] * (id + 1), over the pairs that were kept.
   const std::vector<float> expertOut = expertOutput(recvX, recvE, H, small);
   std::vector<std::byte> yBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * H), -1.0f));
-  st = exchange->combine(in(expertOut).data(), recvWBytes.data(), handle, yBytes.data());
+  st = exchange->combine(in(expertOut).data(), recvWBytes.data(), handle, yBytes.data(), combineStats);
   const std::vector<float> y = decode(yBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
@@ -511,13 +512,9 @@ TEST(RoutedExchange, CapacityDropsAndCountsPadding) {
   }
 }
 
-// Bytes of the fused dispatch: exactly the off-rank (token, destination rank) pairs x H x 4,
-// headers within 3 %, the count exchange 4 bytes per peer (<= 4E), one round besides the data.
-TEST(RoutedExchange, BytesSentArePairsTimesRow) {
-  Case c = flatCase(8 * size(), 8);
-  c.hidden = 1024;
-  RoutedStats stats;
-  EXPECT_TRUE(allRanksAgree(runCase(c, &stats)));
+// The (token, destination rank) pairs of this rank's tokens in `c` (flat mesh) whose
+// destination is another rank; with `perExpert`, the (token, expert) pairs.
+std::uint64_t offRankPairs(const Case& c, bool perExpert = false) {
   World w(c);
   const int me = worldRank();
   const Source s = w.source(me);
@@ -527,10 +524,21 @@ TEST(RoutedExchange, BytesSentArePairsTimesRow) {
     std::vector<bool> seen(static_cast<std::size_t>(size()), false);
     for (int k = 0; k < c.topK; ++k) {
       const auto d = static_cast<std::size_t>(s.ids[static_cast<std::size_t>(t * c.topK + k)] / perRank);
-      if (!seen[d] && static_cast<int>(d) != me) ++pairs;
+      if ((perExpert || !seen[d]) && static_cast<int>(d) != me) ++pairs;
       seen[d] = true;
     }
   }
+  return pairs;
+}
+
+// Bytes of the fused dispatch: exactly the off-rank (token, destination rank) pairs x H x 4,
+// headers within 3 %, the count exchange 4 bytes per peer (<= 4E), one round besides the data.
+TEST(RoutedExchange, BytesSentArePairsTimesRow) {
+  Case c = flatCase(8 * size(), 8);
+  c.hidden = 1024;
+  RoutedStats stats;
+  EXPECT_TRUE(allRanksAgree(runCase(c, &stats)));
+  const std::uint64_t pairs = offRankPairs(c);
   bool ok = stats.payloadBytes == pairs * 1024 * 4;
   EXPECT_EQ(stats.payloadBytes, pairs * 1024 * 4);
   if (pairs > 0) {
@@ -541,6 +549,53 @@ TEST(RoutedExchange, BytesSentArePairsTimesRow) {
   EXPECT_LE(stats.countBytes, 4u * static_cast<std::uint64_t>(c.experts));
   EXPECT_EQ(stats.rounds, 2);  // the count exchange and the records
   EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// The forward (dispatch and combine), summed over the ranks, sends no more than the per-(token,
+// expert) dispatcher on the same routing: its rows and one weight per off-rank (token, expert)
+// pair, an int64 count per local expert and peer, the rows back. A record's header holds its
+// weights alone where its local experts are implied (one expert per rank; or one slot per
+// record, ordered by local expert, the count exchange telling the records per (peer, local
+// expert)), an int32 id and the weight per slot otherwise; the dispatch's blocks carry no word
+// (the count exchange told the counts), combine's a 4-byte word per peer. Where each token
+// reaches K distinct ranks through one expert each (one expert per rank), the bytes are equal.
+TEST(RoutedExchange, NoMoreBytesThanThePerExpertDispatcher) {
+  const auto R = static_cast<std::uint64_t>(size());
+  struct Shape {
+    std::int64_t experts;
+    int topK;
+    RoutedProgram program;
+  };
+  const std::vector<Shape> shapes = {
+      {size(), 1, RoutedProgram::Planned},     {size(), std::min(2, size()), RoutedProgram::Planned},
+      {2 * size(), 1, RoutedProgram::Planned}, {4 * size(), 1, RoutedProgram::Planned},
+      {2 * size(), 2, RoutedProgram::Planned}, {2 * size(), 2, RoutedProgram::PerExpert}};
+  for (const Shape& shape : shapes) {
+    Case c = flatCase(shape.experts, shape.topK, shape.program);
+    c.hidden = 64;
+    RoutedStats dispatch, combine;
+    EXPECT_TRUE(allRanksAgree(runCase(c, &dispatch, &combine)));
+    const bool perRecord = shape.program == RoutedProgram::PerExpert;
+    const std::uint64_t pairs = offRankPairs(c, perRecord), expertPairs = offRankPairs(c, true), row = 64 * 4;
+    const std::uint64_t local = static_cast<std::uint64_t>(shape.experts) / R;
+    const std::uint64_t slots = perRecord ? 1 : std::min<std::uint64_t>(static_cast<std::uint64_t>(shape.topK), local);
+    const bool byOrder = slots == 1 && local > 1;
+    const std::uint64_t id = local == 1 || byOrder ? 0 : 4, counts = 4 * (R - 1) * (byOrder ? local : 1);
+    const std::uint64_t ours = sumOverRanks(dispatch.bytesSent() + combine.bytesSent());
+    const std::uint64_t perExpert = sumOverRanks(expertPairs * (2 * row + 4) + 8 * local * (R - 1));
+    const std::string label = "E=" + std::to_string(shape.experts) + " K=" + std::to_string(shape.topK) +
+                              (perRecord ? " per expert" : " planned");
+    EXPECT_EQ(dispatch.payloadBytes, pairs * row) << label;
+    EXPECT_EQ(dispatch.headerBytes, pairs * slots * (id + 4)) << label;
+    EXPECT_EQ(dispatch.countBytes, counts) << label;
+    EXPECT_EQ(combine.headerBytes, 4 * (R - 1)) << label;
+    EXPECT_LE(ours, perExpert) << label;
+    if (local == 1) EXPECT_EQ(ours, perExpert) << label;
+    const bool ok = dispatch.payloadBytes == pairs * row && dispatch.headerBytes == pairs * slots * (id + 4) &&
+                    dispatch.countBytes == counts && combine.headerBytes == 4 * (R - 1) && ours <= perExpert &&
+                    (local != 1 || ours == perExpert);
+    EXPECT_TRUE(allRanksAgree(ok)) << label;
+  }
 }
 
 // All tokens of every rank to expert 0 at T=4096, H=1024: the receiver's scratch is sized by
@@ -607,17 +662,13 @@ TEST(RoutedExchange, MismatchedMetadataFailsEveryRank) {
     RoutedDispatch handle;
     expectFailedAt(odd, exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle), "expert id out of range");
   }
-  // K different on one rank (another exchange: other record sizes).
+  // K different on one rank (other record sizes): the ranks' creation of the exchange fails.
   {
     std::unique_ptr<RoutedExchange> exchange;
-    const int topK = me == odd ? 3 : 2;
-    ASSERT_TRUE(make(topK, exchange));
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * topK));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % static_cast<std::size_t>(topK));
-    RoutedDispatch handle;
-    const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+    const Status st = RoutedExchange::create(w.backend(), exchangeOptions(2 * size(), me == odd ? 3 : 2, 4), exchange);
     EXPECT_EQ(st.code(), StatusCode::Mismatch) << st.toString();
-    EXPECT_TRUE(allRanksAgree(st.code() == StatusCode::Mismatch));
+    EXPECT_TRUE(
+        allRanksAgree(st.code() == StatusCode::Mismatch && st.message().find("other options") != std::string::npos));
   }
   // A local failure in combine (a binding's size check) on one rank.
   {

@@ -324,6 +324,9 @@ TEST(RoutedStage, BytesAsTheModelSays) {
     const std::int64_t perRank = c.experts / R;
     const std::uint64_t row = static_cast<std::uint64_t>(c.hidden) * 4;
     const std::uint64_t routing = 8 + 12;  // per token and k: an int64 id and an f32 weight
+    // A record's slot: a local expert id (int32; none with one expert per rank) and an f32 weight.
+    const std::uint64_t slot = (perRank == 1 ? 0 : 4) + 4;
+    const std::uint64_t words = 4 * static_cast<std::uint64_t>(R);  // a 4-byte word per block
     bool ok = true;
     if (s.stageOf(me) == c.stage) {
       const Tokens t = tokensOf(c, me);
@@ -340,13 +343,13 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       const auto slots = static_cast<std::uint64_t>(std::min<std::int64_t>(c.topK, perRank));
       const RoutedStats& f = straight.dispatchStats;
       EXPECT_EQ(f.payloadBytes, pairs * row);
-      EXPECT_EQ(f.headerBytes, pairs * slots * 8 + 8 * R + 8 + T * c.topK * (routing - 8));
+      EXPECT_EQ(f.headerBytes, pairs * slots * slot + words + 8 + T * c.topK * (routing - 8));
       EXPECT_EQ(f.rounds, 3);  // the sources' agreement, the counts, the records
       const RoutedStats& h = handOff.dispatchStats;
       EXPECT_EQ(h.payloadBytes, T * row);
       EXPECT_EQ(h.headerBytes, 8 + T * c.topK * (routing - 8));
       ok = f.payloadBytes == pairs * row && h.payloadBytes == T * row &&
-           f.headerBytes == pairs * slots * 8 + 8 * R + 8 + T * c.topK * (routing - 8);
+           f.headerBytes == pairs * slots * slot + words + 8 + T * c.topK * (routing - 8);
     } else if (s.stageOf(me) == c.stage + 1) {
       // After the hand-off this rank dispatches its peer's tokens per (token, expert) within its
       // stage: the pairs whose expert is on another rank of its group.

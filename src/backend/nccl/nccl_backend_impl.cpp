@@ -421,10 +421,11 @@ Status NcclBackend::allToAllV(const void* send, std::span<const std::size_t> sen
 Status NcclBackend::exchangeCounts(std::span<const std::int32_t> send, std::span<std::int32_t> recv, AxisSet axes,
                                    Stream stream) {
   const auto members = static_cast<std::size_t>(mesh_.groupSize(axes));
-  CHIMERA_CHECK_ARG(send.size() == members && recv.size() == members,
-                    "exchangeCounts over {}: {} and {} counts for {} members", mesh_.axesName(axes), send.size(),
-                    recv.size(), members);
-  const std::size_t bytes = 2 * members * sizeof(std::int32_t);
+  CHIMERA_CHECK_ARG(!send.empty() && send.size() % members == 0 && recv.size() == send.size(),
+                    "exchangeCounts over {}: {} and {} counts for {} members (the same number for each)",
+                    mesh_.axesName(axes), send.size(), recv.size(), members);
+  const std::size_t total = send.size();
+  const std::size_t bytes = 2 * total * sizeof(std::int32_t);
   if (bytes > countsBytes_) {
     CHIMERA_CUDA_RETURN(cudaSetDevice(device_));
     if (countsHost_ != nullptr) cudaFreeHost(countsHost_);
@@ -436,16 +437,16 @@ Status NcclBackend::exchangeCounts(std::span<const std::int32_t> send, std::span
     CHIMERA_CUDA_RETURN(cudaMalloc(reinterpret_cast<void**>(&countsDevice_), bytes));
     countsBytes_ = bytes;
   }
-  std::memcpy(countsHost_, send.data(), members * sizeof(std::int32_t));
+  std::memcpy(countsHost_, send.data(), total * sizeof(std::int32_t));
   const cudaStream_t s = cudaStreamOf(stream);
   CHIMERA_CUDA_RETURN(
-      cudaMemcpyAsync(countsDevice_, countsHost_, members * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
-  CHIMERA_RETURN_IF_ERROR(allToAll(countsDevice_, countsDevice_ + members, 1, DataType::I32, axes, stream));
+      cudaMemcpyAsync(countsDevice_, countsHost_, total * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+  CHIMERA_RETURN_IF_ERROR(allToAll(countsDevice_, countsDevice_ + total, total / members, DataType::I32, axes, stream));
   // The one host copy of a routed dispatch: the counts size the data exchange that follows.
-  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(countsHost_ + members, countsDevice_ + members, members * sizeof(std::int32_t),
+  CHIMERA_CUDA_RETURN(cudaMemcpyAsync(countsHost_ + total, countsDevice_ + total, total * sizeof(std::int32_t),
                                       cudaMemcpyDeviceToHost, s));
   CHIMERA_RETURN_IF_ERROR(synchronize(stream));
-  std::memcpy(recv.data(), countsHost_ + members, members * sizeof(std::int32_t));
+  std::memcpy(recv.data(), countsHost_ + total, total * sizeof(std::int32_t));
   return Status::ok();
 }
 
