@@ -26,7 +26,7 @@ _MPI_LAUNCH_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALN
 def transport(world_size: int) -> str:
     """The host transport of a process group in a world of ``world_size`` ranks: ``"mpi"``
     when MPI launched exactly that many processes (mpirun), else ``"gloo"`` (torchrun, a
-    fork-based harness: bootstrapped from the c10d Store). ``CHIMERA_TORCH_TRANSPORT=mpi|gloo``
+    multi-process test harness: bootstrapped from the c10d Store). ``CHIMERA_TORCH_TRANSPORT=mpi|gloo``
     overrides it."""
     forced = os.environ.get("CHIMERA_TORCH_TRANSPORT", "").strip().lower()
     if forced:

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The gloo host transport (see host_transport.hpp): a chimera Backend whose collectives are
 // c10d calls on gloo backends made from a c10d Store, so a launch without MPI (torchrun, a
-// fork-based harness) runs chimera's process group and plans on CPU tensors. Over a process
-// group it serves that group alone (one axis); over a mesh (a DeviceMesh's ranks, any order)
-// each group along an axis set gets its own gloo backend, made by its members under a store
-// prefix naming the mesh, its creation and the group. Buffers are wrapped as tensors without
+// multi-process test harness) runs chimera's process group and plans on CPU tensors. Over a
+// process group it serves that group alone (one axis); over a mesh (a DeviceMesh's ranks, any
+// order) each group along an axis set gets its own gloo backend, made by its members under a
+// store prefix naming the mesh, its creation and the group. Buffers are wrapped as tensors without
 // copies; each call waits for its Work, bounded by the timeout.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

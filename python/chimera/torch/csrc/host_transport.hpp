@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // How one process group moves CPU tensors: a chimera Backend for its collectives (what plans
 // run on) and a point-to-point channel with c10d's semantics. Two transports: MPI (under an
-// MPI launch) and gloo (bootstrapped from the c10d Store, under torchrun or a fork-based
-// harness).
+// MPI launch) and gloo (bootstrapped from the c10d Store, under torchrun or PyTorch's
+// multi-process test harness).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
