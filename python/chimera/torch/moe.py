@@ -129,16 +129,27 @@ def _fail_collectively(problem, x, topk_idx, topk_weights, num_experts, mesh, gr
 
 
 class _Dispatch(torch.autograd.Function):
+    """Dispatch and, backward, the dispatch backward. With a stage's tokens ("pp=@k") each stage
+    runs its side: stage k sends x (its recv tensors are empty) and, backward, receives grad x
+    and grad topk_weights; stage k+1 passes no tokens, receives the rows and, backward, sends
+    their gradients back. ``anchor`` (an empty tensor that requires grad) lets stage k+1's
+    backward run although its own x and weights need none."""
+
     @staticmethod
-    def forward(ctx, x, topk_weights, topk_idx, exchange, box):  # noqa: D102
+    def forward(ctx, x, topk_weights, topk_idx, exchange, box, anchor):  # noqa: D102
         tokens, hidden = x.shape
-        state = exchange.dispatch(x, topk_idx, topk_weights, tokens)
+        role = exchange.role
+        if role == "experts":
+            state = exchange.dispatch(None, None, None, 0)
+        else:
+            state = exchange.dispatch(x, topk_idx, topk_weights, tokens)
         rows = state.rows
         recv_x = x.new_empty((rows, hidden))
         recv_expert = torch.empty(rows, dtype=torch.int64)
         recv_weight = topk_weights.new_empty(rows)
-        exchange.receive(state, recv_x, recv_expert, recv_weight)
-        ctx.exchange, ctx.state, ctx.shape = exchange, state, (tokens, hidden, topk_weights.shape[1])
+        if role != "source":
+            exchange.receive(state, recv_x, recv_expert, recv_weight)
+        ctx.exchange, ctx.state, ctx.shape, ctx.role = exchange, state, (tokens, hidden, topk_weights.shape[1]), role
         ctx.dtypes = (x.dtype, topk_weights.dtype)
         ctx.mark_non_differentiable(recv_expert)
         box.append(state)
@@ -147,14 +158,21 @@ class _Dispatch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_recv_x, _grad_expert, grad_recv_weight):  # noqa: D102
         tokens, hidden, k = ctx.shape
+        if ctx.role == "source":  # the gradients come from stage k+1
+            grad_x = torch.empty((tokens, hidden), dtype=ctx.dtypes[0])
+            grad_w = torch.empty((tokens, k), dtype=ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
+            ctx.exchange.dispatch_backward(None, None, ctx.state, grad_x, grad_w)
+            return grad_x, grad_w, None, None, None, None
         if grad_recv_x is None:
             grad_recv_x = torch.zeros((ctx.state.rows, hidden), dtype=ctx.dtypes[0])
+        grad_recv_weight = None if grad_recv_weight is None else grad_recv_weight.contiguous()
+        if ctx.role == "experts":  # the gradients go to stage k, which forms grad x
+            ctx.exchange.dispatch_backward(grad_recv_x.contiguous(), grad_recv_weight, ctx.state, None, None)
+            return None, None, None, None, None, None
         grad_x = grad_recv_x.new_empty((tokens, hidden))
         grad_w = None if grad_recv_weight is None else grad_recv_weight.new_empty((tokens, k))
-        ctx.exchange.dispatch_backward(grad_recv_x.contiguous(),
-                                       None if grad_recv_weight is None else grad_recv_weight.contiguous(),
-                                       ctx.state, grad_x, grad_w)
-        return grad_x, grad_w, None, None, None
+        ctx.exchange.dispatch_backward(grad_recv_x.contiguous(), grad_recv_weight, ctx.state, grad_x, grad_w)
+        return grad_x, grad_w, None, None, None, None
 
 
 class _Combine(torch.autograd.Function):
@@ -199,15 +217,19 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     A malformed call on one rank (shapes, dtypes) raises ValueError (chimera.InvalidArgument)
     there and chimera.Mismatch naming that rank on every other rank of the group: the rank still
     takes part in the exchange with its failure, so that no peer waits for it.
-    A pipeline stage's tokens (layout "pp=@k") are not offered here: x and grad x live on stage k,
-    y and its gradient on stage k+1, which one autograd function on one rank cannot span. Such a
-    layout raises chimera.Unsupported on every rank before any communication; the exchange itself
-    is ``chimera._chimera.RoutedExchange(..., layout="pp=@k")`` (docs/moe.md).
+
+    A pipeline stage's tokens (``layout="pp=@k"`` with ``mesh="pp=P,ep=N"``, the group the
+    dispatch axes within a stage): stage k passes its tokens and gets empty recv tensors; stage
+    k+1 passes empty ones (x [0, H], topk_idx and topk_weights [0, K]) and gets the rows of its
+    stage-k peer's tokens, whose ``combine`` gives that peer's y on stage k+1. Backward, stage
+    k+1's gradients of the received rows go back to stage k when its backward reaches this
+    dispatch; stage k receives grad x and grad topk_weights when it runs the backward of its
+    empty ``recv_x`` (``recv_x.backward(torch.zeros_like(recv_x))``, in the schedule's order, as
+    torch.distributed.pipelining runs a stage's backward). The ranks of other stages get empty
+    tensors and make no exchange. Every rank of the mesh makes the first call of a configuration
+    (it creates the exchange). Rule 5 (straight to stage k+1's experts) is priced as in
+    docs/moe.md.
     """
-    if "@" in layout:  # the same on every rank, so every rank raises and none waits
-        raise chimera.Unsupported(f"moe.dispatch: token layout '{layout}' (a pipeline stage's tokens) has no "
-                                  "autograd API; use chimera._chimera.RoutedExchange, whose role says each "
-                                  "stage's calls (docs/moe.md)")
     problem = _problem(x, topk_idx, topk_weights, layout, mesh)
     if mesh is None:
         mesh, group = _group_mesh(group)
@@ -217,18 +239,30 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
                            program, topology, scratch_limit)
     exchange = _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow, program,
                          topology, scratch_limit)
+    if exchange.role == "outside":  # a stage that neither holds the tokens nor the experts
+        recv_weight = topk_weights.new_empty(0)
+        handle = Handle(exchange, None, recv_weight, 0, int(x.shape[1]), num_experts)
+        return x.new_empty((0, x.shape[1])), torch.empty(0, dtype=torch.int64), recv_weight, \
+            torch.empty(0, dtype=torch.int64), handle
+    # Stage k+1 of "pp=@k" has no input that needs a gradient, yet its backward sends one.
+    anchor = torch.empty(0, requires_grad=True) if exchange.role == "experts" else None
     box: list = []
     recv_x, recv_expert, recv_weight = _Dispatch.apply(x.contiguous(), topk_weights.contiguous(),
-                                                       topk_idx.contiguous(), exchange, box)
+                                                       topk_idx.contiguous(), exchange, box, anchor)
     state = box[0]
-    handle = Handle(exchange, state, recv_weight, int(x.shape[0]), int(x.shape[1]), num_experts, stats=state.stats)
+    handle = Handle(exchange, state, recv_weight, int(state.tokens), int(x.shape[1]), num_experts, stats=state.stats)
     tokens_per_expert = torch.tensor(state.tokens_per_expert, dtype=torch.int64)
     return recv_x, recv_expert, recv_weight, tokens_per_expert, handle
 
 
 def combine(expert_out: torch.Tensor, handle: Handle) -> torch.Tensor:
     """y [T, H] with y[t] = sum_k topk_weights[t, k] * expert_out[row of (t, topk_idx[t, k])];
-    expert_out rows align with recv_x. Dropped pairs (capacity mode) contribute 0."""
+    expert_out rows align with recv_x. Dropped pairs (capacity mode) contribute 0. With a
+    stage's tokens ("pp=@k") stage k+1 combines (y of its stage-k peer's tokens); stage k and
+    the other stages raise chimera.InvalidArgument without communicating."""
+    if handle.state is None:
+        raise chimera.InvalidArgument("moe.combine: this rank's pipeline stage takes no part in the exchange "
+                                      "(a stage's tokens 'pp=@k' move from stage k to stage k+1 only)")
     return _Combine.apply(expert_out.contiguous(), handle.recv_weight, handle)
 
 

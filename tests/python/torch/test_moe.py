@@ -240,10 +240,53 @@ def test_ranks_creating_different_groups_fail_every_rank(world):
     agree(ok and torch.equal(y, yr), gloo, f"raised {type(raised).__name__}: {raised} after {seconds:.1f} s")
 
 
-def test_stage_layout_is_not_offered(world):
-    """A pipeline stage's tokens ("pp=@k") have no autograd API: every rank raises Unsupported
-    before any communication (the exchange itself: tests/python/test_routed_stage.py)."""
-    rank, size, _ = world
-    x, idx, w = _inputs(rank, size, size, 2, 4, seed=3)
-    with pytest.raises(chimera.Unsupported, match="pipeline stage"):
-        moe.dispatch(x, idx, w, size, mesh=f"pp=2,ep={size // 2}", layout="pp=@0")
+@pytest.mark.parametrize("program", ["fused", "per_expert"])
+@pytest.mark.parametrize("stages,stage", [(2, 0), (4, 1)])
+def test_stage_tokens_through_autograd(world, program, stages, stage):
+    """A pipeline stage's tokens ("pp=@k"): stage k dispatches x, stage k+1 receives the rows of
+    its peer's tokens, combines them into that peer's y and runs the backward; stage k's backward
+    (of its empty recv_x) receives grad x and grad topk_weights. y and both gradients equal the
+    one-process reference, straight ("fused") and through the hand-off ("per_expert"); the other
+    stages get empty tensors and their combine raises."""
+    rank, size, gloo = world
+    if size % stages:
+        pytest.skip(f"needs a world of a multiple of {stages}")
+    n = size // stages
+    experts, topk, hidden = 2 * n, min(2, 2 * n), 6
+    mine = rank // n  # "pp=P,ep=N": ep innermost
+
+    def tokens(owner):
+        return _inputs(owner, size, experts, topk, hidden, seed=71)
+
+    def grad_y_of(owner, t):
+        return torch.randint(-4, 4, (t, hidden), generator=torch.Generator().manual_seed(72 + owner)).float()
+
+    def reference(x, idx, w, grad_y):
+        xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
+        yr = sum(wr[:, k:k + 1] * (xr * _factor(idx[:, k:k + 1], torch.float32)) for k in range(topk))
+        (yr * grad_y).sum().backward()
+        return yr.detach(), xr.grad, wr.grad
+
+    if mine == stage:
+        x, idx, w = tokens(rank)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+    else:
+        x, idx, w = torch.empty((0, hidden)), torch.empty((0, topk), dtype=torch.int64), torch.empty((0, topk))
+    recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, experts, mesh=f"pp={stages},ep={n}", group="ep",
+                                                layout=f"pp=@{stage}", program=program)
+    if mine == stage + 1:
+        y = moe.combine(_expert(recv_x, recv_e), handle)
+        px, pidx, pw = tokens(rank - n)
+        (y * grad_y_of(rank - n, y.shape[0])).sum().backward()
+        ok = torch.equal(y.detach(), reference(px, pidx, pw, grad_y_of(rank - n, px.shape[0]))[0])
+    elif mine == stage:
+        ok = recv_x.shape[0] == 0
+        recv_x.backward(torch.zeros_like(recv_x))
+        _, gx, gw = reference(x, idx, w, grad_y_of(rank, x.shape[0]))
+        ok = ok and torch.equal(x.grad, gx) and torch.equal(w.grad, gw)
+    else:
+        ok = recv_x.shape[0] == 0
+        with pytest.raises(chimera.InvalidArgument, match="takes no part"):
+            moe.combine(recv_x, handle)
+    agree(ok, gloo, f"pp=@{stage} of {stages} stages, {program}: stage {mine}")
