@@ -15,6 +15,11 @@ std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed) {
   return static_cast<std::int32_t>(((tag & 0x7fu) << 24) | static_cast<std::uint32_t>(count));
 }
 
+void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed) {
+  const std::int32_t word = countWord(static_cast<std::int64_t>(count), tag, failed);
+  std::memcpy(block, &word, sizeof(word));
+}
+
 std::size_t blockOffsets(std::span<const std::size_t> bytes, std::size_t wordBytes, std::vector<std::size_t>& offset) {
   offset.assign(bytes.size(), 0);
   std::size_t end = 0;

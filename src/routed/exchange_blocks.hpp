@@ -27,6 +27,8 @@ inline constexpr std::int64_t kMaxCountRecords = (std::int64_t{1} << 24) - 1;
 
 /// A count-exchange or block word: `count` records and `tag`, or kCountError.
 std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed);
+/// Writes countWord(count, tag, failed) at the start of `block`.
+void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed);
 
 /// Offsets for blocks of `bytes[p]` bytes laid one after another, each placed so that what
 /// follows its `wordBytes`-byte word starts on 8 bytes (typed rows are read in place); returns

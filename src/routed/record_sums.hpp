@@ -62,8 +62,7 @@ void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std
   withRowType(m.options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
       std::byte* block = m.sendScratch.data() + sendOffset[p];
-      const std::int32_t word = countWord(static_cast<std::int64_t>(st.recvCount[p]), m.tag, !local.isOk());
-      std::memcpy(block, &word, sizeof(word));
+      writeWord(block, st.recvCount[p], m.tag, !local.isOk());
       if (!local.isOk()) continue;
       for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
         std::byte* record = block + kBlockWordBytes + r * recordBytes;

@@ -54,8 +54,7 @@ Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std
   range(tokenIndex, begin, end);
   const auto mine = static_cast<std::size_t>(end - begin) * rowSize;
   std::vector<std::byte> send(kBlockWordBytes + mine);
-  const std::int32_t word = detail::countWord(end - begin, tag, !local.isOk());
-  std::memcpy(send.data(), &word, sizeof(word));
+  detail::writeWord(send.data(), static_cast<std::size_t>(end - begin), tag, !local.isOk());
   if (mine > 0)
     std::memcpy(send.data() + kBlockWordBytes,
                 static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
@@ -122,8 +121,7 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
   RecordBlocks b = layOutBlocks(m, st.sendCount, st.recvCount, m.rowBytes);
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = m.sendScratch.data() + b.sendOffset[p];
-    const std::int32_t word = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk());
-    std::memcpy(block, &word, sizeof(word));
+    detail::writeWord(block, st.sendCount[p], m.tag, !local.isOk());
     if (!local.isOk()) continue;
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
       const std::int64_t t = st.recordToken[st.sendFirst[p] + r];

@@ -247,7 +247,7 @@ Status RoutedExchange::Impl::receivedTable(RoutedDispatch::State& st) const {
       bool any = false;
       for (std::size_t s = 0; s < S; ++s) {
         std::int32_t local = implied;
-        if (idBytes > 0) std::memcpy(&local, header + s * (idBytes + weightBytes), idBytes);
+        if (idBytes > 0) std::memcpy(&local, header + s * slotBytes(), idBytes);
         if (local < 0) continue;
         if (local >= localExperts)
           return Status::mismatch(fmt::format("routed dispatch: rank {} sent local expert {} of {} (corrupt records)",
@@ -281,10 +281,7 @@ void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const st
   const int K = options.topK;
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = sendScratch.data() + sendOffset[p];
-    if (st.wordBytes > 0) {
-      const std::int32_t word = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), tag, failed);
-      std::memcpy(block, &word, sizeof(word));
-    }
+    if (st.wordBytes > 0) detail::writeWord(block, st.sendCount[p], tag, failed);
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
       const std::size_t rec = st.sendFirst[p] + r;
       const std::int64_t t = st.recordToken[rec];
@@ -293,7 +290,7 @@ void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const st
         const std::int32_t k = st.recordK[rec * S + s];
         if (k < 0) continue;
         const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % localExperts);
-        std::byte* slot = out + s * (idBytes + weightBytes);
+        std::byte* slot = out + s * slotBytes();
         if (idBytes > 0) std::memcpy(slot, &expert, idBytes);
         std::memcpy(slot + idBytes,
                     static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * weightBytes,
@@ -426,8 +423,8 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
           recvExpert[u] =
               static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
         if (recvWeight != nullptr)
-          std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes,
-                      in + s * (m.idBytes + m.weightBytes) + m.idBytes, m.weightBytes);
+          std::memcpy(static_cast<std::byte*>(recvWeight) + u * m.weightBytes, in + s * m.slotBytes() + m.idBytes,
+                      m.weightBytes);
       }
     }
   }

@@ -176,7 +176,7 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   m.weightBytes = dataTypeSize(options.weightDtype);
   m.idsByOrder = m.slots == 1 && m.localExperts > 1 && options.capacity == 0 && !(staged && m.straight);
   m.idBytes = m.localExperts == 1 || m.idsByOrder ? 0 : 4;  // one expert per rank: every slot's id is 0
-  m.headerBytes = static_cast<std::size_t>(m.slots) * (m.idBytes + m.weightBytes);
+  m.headerBytes = static_cast<std::size_t>(m.slots) * m.slotBytes();
   if (m.options.scratchLimitBytes == 0) {
     m.options.scratchLimitBytes = kDefaultScratchLimit;
     CHIMERA_RETURN_IF_ERROR(detail::readEnvSize("CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES", m.options.scratchLimitBytes));

@@ -49,8 +49,10 @@ struct RoutedExchange::Impl {
   // exchange's counts per (peer, local expert) (slots 1, several local experts, dropless, and not
   // straight from a stage).
   bool idsByOrder = false;
-  std::size_t idBytes = 4;             // a slot's local expert id: 0 where implied (one expert per rank, or by order)
-  std::size_t headerBytes = 0;         // slots x (id + weight)
+  std::size_t idBytes = 4;      // a slot's local expert id: 0 where implied (one expert per rank, or by order)
+  std::size_t headerBytes = 0;  // slots x slotBytes()
+  // A header slot: its local expert id (when not implied), then its weight.
+  std::size_t slotBytes() const { return idBytes + weightBytes; }
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward

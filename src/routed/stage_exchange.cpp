@@ -120,14 +120,11 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
     st.sendCount.assign(R, 0);
     st.sendFirst.assign(R, 0);
   }
-  std::vector<std::size_t> offset(R), bytes(R);
+  std::vector<std::size_t> offset, bytes(R);
   std::vector<std::uint64_t> words(2 * R);
-  std::size_t total = 0;
   for (std::size_t p = 0; p < R; ++p) {
     bytes[p] = kBlockWordBytes + st.sendCount[p] * record +
                (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
-    offset[p] = total;
-    total += bytes[p];
     words[2 * p] = slotOf(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk()));
     words[2 * p + 1] = bytes[p];
   }
@@ -137,7 +134,7 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   st.stats.rounds += 1;
   local = detail::blockVerdict(wordsIn(verdicts), m.stageRanks, {}, m.tag, local,
                                fmt::format("routed dispatch (the experts of stage {})", m.stage + 1));
-  m.sendScratch.assign(total, std::byte{0xff});  // empty slots read as local expert -1
+  m.sendScratch.assign(detail::blockOffsets(bytes, kBlockWordBytes, offset), std::byte{0xff});  // empty slots: -1
   st.wordBytes = kBlockWordBytes;
   m.packRecords(st, topkIdx, topkWeights, static_cast<const std::byte*>(x), 0, offset, !local.isOk());
   if (bytes[static_cast<std::size_t>(m.index)] >
@@ -346,8 +343,7 @@ Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void
   std::vector<std::byte> message(layout.bytes, std::byte{0});
   const Status verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, message.data() + layout.gradX,
                                                  message.data() + layout.gradWeights, stats, local);
-  const std::int32_t word = countWord(st.tokens, m.tag, !verdict.isOk());
-  std::memcpy(message.data(), &word, sizeof(word));
+  detail::writeWord(message.data(), static_cast<std::size_t>(st.tokens), m.tag, !verdict.isOk());
   const std::size_t zero = 0;
   CHIMERA_RETURN_IF_ERROR(
       stageRound(m.backend, {&m.stagePeer, 1}, message, {&zero, 1}, {&layout.bytes, 1}, {}, unused, none));
@@ -366,8 +362,8 @@ Status receiveGradients(Impl& m, const State& st, void* gradX, void* gradWeights
   std::vector<std::size_t> none, offset;
   if (m.straight) {
     const std::size_t record = m.rowBytes + static_cast<std::size_t>(m.slots) * m.weightBytes;
-    std::vector<std::size_t> bytes(st.sendCount.size());
-    for (std::size_t p = 0; p < bytes.size(); ++p) bytes[p] = kBlockWordBytes + st.sendCount[p] * record;
+    std::vector<std::size_t> bytes;
+    m.blocks(st.sendCount, record, kBlockWordBytes, offset, bytes);
     CHIMERA_RETURN_IF_ERROR(
         stageRound(m.backend, m.stageRanks, {}, none, none, bytes, m.back, offset, kBlockWordBytes));
     stats.rounds += 1;

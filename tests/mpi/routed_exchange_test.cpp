@@ -590,7 +590,9 @@ TEST(RoutedExchange, NoMoreBytesThanThePerExpertDispatcher) {
     EXPECT_EQ(dispatch.countBytes, counts) << label;
     EXPECT_EQ(combine.headerBytes, 4 * (R - 1)) << label;
     EXPECT_LE(ours, perExpert) << label;
-    if (local == 1) EXPECT_EQ(ours, perExpert) << label;
+    if (local == 1) {
+      EXPECT_EQ(ours, perExpert) << label;
+    }
     const bool ok = dispatch.payloadBytes == pairs * row && dispatch.headerBytes == pairs * slots * (id + 4) &&
                     dispatch.countBytes == counts && combine.headerBytes == 4 * (R - 1) && ours <= perExpert &&
                     (local != 1 || ours == perExpert);
