@@ -17,7 +17,7 @@
 # at GPU_CHECK_BUDGET_S seconds (default 480):
 #   1. every single-rank GPU test (gpu_tests, one process per test);
 #   2. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at 64 and
-#      128 MiB against cudaMemcpyAsync;
+#      128 MiB against cudaMemcpyAsync (GPU_CHECK_KERNEL_BENCH=0 leaves it out, for a rerun);
 #   3. the multi-process tests (chimera-rank-launch, no MPI) at 1, 2, 4 and 8 ranks on one GPU
 #      when NCCL >= 2.31 (NCCL_MULTI_RANK_GPU_ENABLE=1), or up to the number of GPUs when
 #      there are several; otherwise a line saying why multi-rank was skipped;
@@ -39,7 +39,7 @@ prepare() {
   say "configuring $build (CUDA 89-real;90, no MPI)"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCHIMERA_WITH_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="89-real;90" -DCHIMERA_WITH_MPI=OFF -DCHIMERA_BUILD_TESTS=ON \
-    -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF -DCHIMERA_BUILD_KERNEL_BENCH=ON \
+    -DCHIMERA_BUILD_BENCHMARKS=ON -DCHIMERA_BUILD_EXAMPLES=OFF -DCHIMERA_BUILD_KERNEL_BENCH=ON \
     ${CMAKE_LAUNCHER_ARGS:-} >"$build/gpu-check-configure.log" 2>&1 ||
     { tail -n 30 "$build/gpu-check-configure.log"; die "configure"; }
   cmake --build "$build" -j "$jobs" --target gpu_tests chimera-kernel-bench chimera-rank-launch \
@@ -168,7 +168,9 @@ run() {
   summarize
 
   # 2. kernel benchmark rows (before the multi-process tests: fixed, short cost).
-  if [ "$(remaining)" -gt 40 ]; then
+  if [ "${GPU_CHECK_KERNEL_BENCH:-1}" = 0 ]; then
+    record bench kernel-bench not_run reason="GPU_CHECK_KERNEL_BENCH=0"
+  elif [ "$(remaining)" -gt 40 ]; then
     local limit=$(( $(remaining) - 10 ))
     [ "$limit" -gt 100 ] && limit=100
     timeout -k 5 "$limit" "$bin/chimera-kernel-bench" -b 64M -e 128M -n 10 -w 3 >"$out/kernel-bench.txt" 2>&1

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -156,9 +157,29 @@ std::vector<ncclComm_t> NcclBackend::communicators() const {
   return comms;
 }
 
+Status splitCommunicator(const NcclApi& api, ncclComm_t parent, int color, int key, std::chrono::milliseconds timeout,
+                         std::string_view what, ncclComm_t& out) {
+  out = nullptr;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto handle = std::make_unique<ncclComm_t>(nullptr);
+  const ncclResult_t result = api.commSplit(parent, color, key, handle.get(), &config);
+  if (result != ncclSuccess && result != ncclInProgress) return ncclStatus(result, std::string(what).c_str());
+  if (Status status = awaitNccl(std::span<const ncclComm_t>(&parent, 1), timeout, what); !status.isOk()) {
+    (void)handle.release();  // NCCL may still fill it in
+    return status;
+  }
+  out = *handle;
+  if (out == nullptr) return Status::backendError(fmt::format("{} gave no communicator", what));
+  return awaitNccl(std::span<const ncclComm_t>(&out, 1), timeout, what);
+}
+
 Status NcclBackend::settle(ncclResult_t result, std::span<const ncclComm_t> comms, std::string_view what) {
   if (result != ncclSuccess && result != ncclInProgress) return ncclStatus(result, std::string(what).c_str());
-  Status status = awaitNccl(comms, options_.timeout, what);
+  return failAll(awaitNccl(comms, options_.timeout, what));
+}
+
+Status NcclBackend::failAll(Status status) {
   if (status.isOk()) return status;
   abortReason_ = status.message();
   CHIMERA_LOG_ERROR(kLog, "rank {}: {}; aborting its NCCL communicators", rank_, abortReason_);
@@ -233,17 +254,13 @@ Status NcclBackend::createGroupsOn(std::span<const AxisSet> groups, Stream strea
   CHIMERA_RETURN_IF_ERROR(synchronize(stream));
   for (const AxisSet axes : missing) {
     // Coloured by the rank's group along `axes`, keyed by its index inside it: comm rank ==
-    // group index. Non-blocking like the world (a NULL config would inherit it too).
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    // group index. Non-blocking like the world.
     ncclComm_t comm = nullptr;
-    const ncclResult_t result =
-        api_.commSplit(world_, mesh_.groupColor(rank_, axes), mesh_.groupIndex(rank_, axes), &comm, &config);
+    const Status split =
+        splitCommunicator(api_, world_, mesh_.groupColor(rank_, axes), mesh_.groupIndex(rank_, axes), options_.timeout,
+                          fmt::format("ncclCommSplit for group {}", mesh_.axesName(axes)), comm);
     if (comm != nullptr) groups_.emplace(axes.bits(), comm);
-    const ncclComm_t both[] = {world_, comm};
-    const std::span<const ncclComm_t> waitOn(both, comm != nullptr ? 2 : 1);
-    CHIMERA_RETURN_IF_ERROR(settle(result, waitOn, fmt::format("ncclCommSplit for group {}", mesh_.axesName(axes))));
-    CHIMERA_CHECK_ARG(comm != nullptr, "ncclCommSplit gave no communicator for group {}", mesh_.axesName(axes));
+    CHIMERA_RETURN_IF_ERROR(failAll(split));
     CHIMERA_LOG_DEBUG(kLog, "created NCCL communicator for group {} ({} ranks)", mesh_.axesName(axes),
                       mesh_.groupSize(axes));
   }

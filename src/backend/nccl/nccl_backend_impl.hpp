@@ -29,6 +29,15 @@ namespace chimera::detail {
 [[nodiscard]] Status awaitNccl(std::span<const ncclComm_t> comms, std::chrono::milliseconds timeout,
                                std::string_view what);
 
+/// ncclCommSplit(parent, color, key) in non-blocking mode, bounded by `timeout`. NCCL (2.23
+/// and later) writes the child's handle only once the parent has left ncclInProgress, which
+/// may be after the call returned: the parent is awaited first, then the handle is read and
+/// the child awaited. `out` is the child, or null when the split failed before giving one
+/// (past the timeout the handle's slot is left to NCCL, which may still write it). Aborts
+/// nothing: on an error the caller aborts `out` (when set) and whatever else it must.
+[[nodiscard]] Status splitCommunicator(const NcclApi& api, ncclComm_t parent, int color, int key,
+                                       std::chrono::milliseconds timeout, std::string_view what, ncclComm_t& out);
+
 /// Backend over NCCL. Owns `world` (and the sub-communicators it splits from it). Every
 /// communicator is non-blocking (ncclConfig_t::blocking = 0): each NCCL call is followed by
 /// awaitNccl, so creation, splits, enqueues, group ends and teardown are all bounded by
@@ -114,6 +123,9 @@ class NcclBackend final : public Backend {
   Status settle(ncclResult_t result, ncclComm_t comm, std::string_view what) {
     return settle(result, std::span<const ncclComm_t>(&comm, 1), what);
   }
+  // `status` itself; when it is an error, every communicator is aborted first (and the job
+  // ended where options.abortOnTimeout says so).
+  Status failAll(Status status);
   // With checkArgs: agrees with the other members of `comm` on the call (common/agreement.hpp,
   // reduced by one MIN ncclAllReduce on `stream`) and waits for the stream; without: returns `local`.
   Status agree(ncclComm_t comm, AxisSet axes, const CallSignature& signature, const Status& local, Stream stream);

@@ -113,14 +113,9 @@ Status createNcclBackendOnComm(const void* comm, const Mesh& mesh, int device, c
   const detail::NcclBackendOptions options = implementationOptions(publicOptions);
   // A private copy, so that the backend may destroy (or abort) its world without touching
   // the caller's communicator; non-blocking and bounded like every other creation.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
   ncclComm_t world = nullptr;
-  const ncclResult_t split = api->commSplit(base, 0, rank, &world, &config);
-  if (split != ncclSuccess && split != ncclInProgress) return detail::ncclStatus(split, "ncclCommSplit");
-  const ncclComm_t both[] = {base, world};
-  const Status ready = detail::awaitNccl(std::span<const ncclComm_t>(both, world != nullptr ? 2 : 1), options.timeout,
-                                         "ncclCommSplit of the caller's communicator");
+  const Status ready = detail::splitCommunicator(*api, base, 0, rank, options.timeout,
+                                                 "ncclCommSplit of the caller's communicator", world);
   if (!ready.isOk()) {
     if (world != nullptr) ncclCommAbort(world);
     return ready;
