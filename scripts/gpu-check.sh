@@ -5,15 +5,18 @@
 #
 #   scripts/gpu-check.sh prepare [bundle-dir]   on the build machine: builds the GPU tests,
 #       the kernel benchmark and the rank launcher (CUDA archs 89-real;90, no MPI) and copies
-#       them with the shared libraries they need (not NCCL, not the driver) into bundle-dir
-#       (default .gpu/bundle, git-ignored; at most 64 MiB).
+#       them with the shared libraries they need (not the driver) into bundle-dir (default
+#       .gpu/bundle, git-ignored; at most 64 MiB). NCCL travels as pip's nvidia-nccl-cu13
+#       (GPU_CHECK_NCCL_VERSION, default 2.32.6; "none" leaves it out) pruned to sm_80 and
+#       sm_90 machine code by scripts/prune_fatbin.py and xz-compressed (25 MB).
 #   scripts/gpu-check.sh run OUT-DIR            on the GPU machine (or GPU_CHECK_OUT=OUT-DIR):
 #       runs the bundle against the NCCL found there and writes logs, results.jsonl (one line
 #       per result, as it happens) and summary.json into OUT-DIR, so a run cut short still
 #       leaves what it found.
 #
-# run: NCCL comes from NCCL_LIB_DIR, else from the pip wheel (python3 -c "import nvidia.nccl"),
-# else the system; its version is reported. Then, each test bounded at 60 s and the whole run
+# run: NCCL comes from NCCL_LIB_DIR, else the bundle's, else the pip wheel there (python3 -c
+# "import nvidia.nccl"), else the system; its version is reported. The bundle's NCCL (>= 2.31)
+# is what puts several ranks on one GPU when the machine's own is older. Then, each test bounded at 60 s and the whole run
 # at GPU_CHECK_BUDGET_S seconds (default 480):
 #   1. every single-rank GPU test (gpu_tests, one process per test);
 #   2. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at 64 and
@@ -58,10 +61,22 @@ prepare() {
       *) cp -L "$lib" "$bundle/lib/" ;;
     esac
   done
+  local nccl_version=${GPU_CHECK_NCCL_VERSION:-2.32.6}
+  if [ "$nccl_version" != none ]; then
+    local wheels=$build/nccl-wheel
+    rm -rf "$wheels" && mkdir -p "$wheels" "$bundle/nccl"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 -d "$wheels" \
+      "nvidia-nccl-cu13==$nccl_version" >"$build/gpu-check-nccl.log" 2>&1 ||
+      { tail -n 5 "$build/gpu-check-nccl.log"; die "pip download of nvidia-nccl-cu13==$nccl_version"; }
+    python3 "$root/scripts/prune_fatbin.py" "$wheels"/nvidia_nccl_cu13-*.whl "$wheels/libnccl.so.2" 80 90 ||
+      die "pruning NCCL"
+    xz -T0 -6 -c "$wheels/libnccl.so.2" >"$bundle/nccl/libnccl.so.2.xz" || die "compressing NCCL"
+  fi
   git -C "$root" rev-parse HEAD >"$bundle/commit" 2>/dev/null || true
   local bytes
   bytes=$(du -sb "$bundle" | cut -f1)
-  say "bundle $bundle: $((bytes / 1024 / 1024)) MiB ($(ls "$bundle/lib" | tr '\n' ' '))"
+  say "bundle $bundle: $((bytes / 1024 / 1024)) MiB ($(ls "$bundle/lib" "$bundle/nccl" 2>/dev/null | grep -v : | tr '\n' ' '))"
   [ "$bytes" -le $((64 * 1024 * 1024)) ] || die "bundle is over 64 MiB"
   say "on the GPU machine: scripts/gpu-check.sh run OUT-DIR  (carry .gpu)"
 }
@@ -121,8 +136,15 @@ run() {
   local bin=$bundle/bin
   failures=0
 
-  # NCCL: the machine's own, at run time.
+  # NCCL: the bundle's, else the machine's own.
   local nccl=${NCCL_LIB_DIR:-}
+  if [ -z "$nccl" ] && [ -f "$bundle/nccl/libnccl.so.2.xz" ]; then
+    local unpacked
+    unpacked=$(mktemp -d)
+    if xz -dc "$bundle/nccl/libnccl.so.2.xz" >"$unpacked/libnccl.so.2"; then nccl=$unpacked
+    else say "the bundle's NCCL did not unpack: using the machine's"
+    fi
+  fi
   if [ -z "$nccl" ] && command -v python3 >/dev/null; then
     nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
   fi
