@@ -130,9 +130,8 @@ Status checkInPlace(CollectiveRunner& runner, const InputPattern& inputs, const 
 
 /// How the stall watchdog names a timed loop: "chimera-bench allreduce 67108864 B float sum: chimera".
 std::string stretchName(const Options& options, const RowCase& row, std::string_view variant) {
-  return fmt::format("chimera-bench {} {} B {}{}: {}", collectiveName(options.collective), row.shape.bytes,
-                     dataTypeName(row.dtype), row.op ? std::string(" ") + std::string(reduceOpName(*row.op)) : "",
-                     variant);
+  return fmt::format("chimera-bench {} {} B {}{}{}: {}", collectiveName(options.collective), row.shape.bytes,
+                     dataTypeName(row.dtype), row.op ? " " : "", row.op ? reduceOpName(*row.op) : "", variant);
 }
 
 /// The barrier between warm-up and the timed loop: a one-element AllReduce of the world through
