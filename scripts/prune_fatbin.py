@@ -36,10 +36,8 @@ def sections(image):
         yield image[strtab + name : end].decode(), offset, size
 
 
-def prune(image, keep):
-    """Zeroes the payload of every fatbin entry that is not SASS for a capability in `keep`;
-    returns (kept bytes, zeroed bytes)."""
-    kept = zeroed = 0
+def entries(image):
+    """(kind, sm, payload start, payload bytes) of every entry of the library's fatbins."""
     for name, offset, size in sections(image):
         if name not in (".nv_fatbin", "__nv_relfatbin"):
             continue
@@ -53,15 +51,26 @@ def prune(image, keep):
             while q < stop:
                 kind, _flags, entry_header, payload = struct.unpack_from("<HHIQ", image, q)
                 (sm,) = struct.unpack_from("<I", image, q + 28)
-                start = q + entry_header
-                if kind == ENTRY_SASS and sm in keep:
-                    kept += payload
-                else:
-                    image[start : start + payload] = bytes(payload)
-                    zeroed += payload
-                q = start + payload
+                yield kind, sm, q + entry_header, payload
+                q += entry_header + payload
             p = stop
-    return kept, zeroed
+
+
+def kept(kind, sm, keep):
+    return kind == ENTRY_SASS and sm in keep
+
+
+def prune(image, keep):
+    """Zeroes the payload of every fatbin entry that is not SASS for a capability in `keep`;
+    returns (kept bytes, zeroed bytes)."""
+    kept_bytes = zeroed = 0
+    for kind, sm, start, payload in list(entries(image)):
+        if kept(kind, sm, keep):
+            kept_bytes += payload
+        else:
+            image[start : start + payload] = bytes(payload)
+            zeroed += payload
+    return kept_bytes, zeroed
 
 
 def read_input(path, member):
@@ -84,14 +93,14 @@ def main():
     args = parser.parse_args()
     try:
         image = read_input(args.input, args.member)
-        kept, zeroed = prune(image, set(args.sm))
+        kept_bytes, zeroed = prune(image, set(args.sm))
     except (OSError, ValueError, struct.error) as error:
         sys.exit(f"prune_fatbin.py: {args.input}: {error}")
-    if kept == 0:
+    if kept_bytes == 0:
         sys.exit(f"prune_fatbin.py: {args.input} has no SASS for sm {' '.join(map(str, args.sm))}")
     with open(args.output, "wb") as f:
         f.write(image)
-    print(f"{args.output}: kept {kept} bytes of SASS for sm {' '.join(map(str, args.sm))}, zeroed {zeroed}")
+    print(f"{args.output}: kept {kept_bytes} bytes of SASS for sm {' '.join(map(str, args.sm))}, zeroed {zeroed}")
 
 
 if __name__ == "__main__":
