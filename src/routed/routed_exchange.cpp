@@ -105,11 +105,6 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.weightDtype, "weight"));
   CHIMERA_CHECK_ARG(options.capacity >= 0 && options.capacity <= detail::kMaxCountRecords,
                     "routed exchange: capacity {} outside 0..{}", options.capacity, detail::kMaxCountRecords);
-  if (staged && options.capacity > 0)
-    return Status::unsupported(fmt::format(
-        "routed exchange: capacity mode with the tokens of a pipeline stage ('{}') is not implemented; use dropless "
-        "(capacity 0)",
-        options.tokenLayout));
   m.tokenSize = mesh.groupSize(m.tokenAxes);
   m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
   m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);

@@ -34,6 +34,7 @@ struct StageCase {
   std::int64_t experts = 0;
   int topK = 3;
   std::int64_t hidden = 5;
+  std::int64_t capacity = 0;  // records per (source, destination rank) pair; 0 dropless
 };
 
 // Tokens of stage-k world rank `s`: a function of (s, index) only; rank keys with s % 3 == 1 hold
@@ -120,6 +121,7 @@ class Stages {
     o.group = group_;
     o.tokenLayout = "pp=@" + std::to_string(c_.stage);
     o.program = program;
+    o.capacity = c_.capacity;
     return o;
   }
 
@@ -130,7 +132,31 @@ class Stages {
     int src;
     std::int64_t token;
   };
-  std::vector<Row> expectedRows() const {
+  // Whether (token i, k) of `t` survives the capacity of its destination rank: records open in
+  // token order, one per (token, destination rank) with `oncePerRank`, else per (token, expert).
+  bool kept(const Tokens& t, bool oncePerRank, std::int64_t i, int k) const {
+    if (c_.capacity == 0) return true;
+    const std::int64_t perRank = c_.experts / groupSize();
+    std::vector<std::int64_t> sent(static_cast<std::size_t>(groupSize()), 0);
+    for (std::int64_t u = 0; u <= i; ++u) {
+      std::vector<int> opened(sent.size(), -1);  // -1 unseen, 0 dropped, 1 kept
+      for (int j = 0; j < c_.topK; ++j) {
+        const auto d = static_cast<std::size_t>(t.ids[static_cast<std::size_t>(u * c_.topK + j)] / perRank);
+        bool keep = false;
+        if (oncePerRank && opened[d] >= 0) {
+          keep = opened[d] == 1;
+        } else {
+          keep = sent[d] < c_.capacity;
+          sent[d] += keep ? 1 : 0;
+          opened[d] = keep ? 1 : 0;
+        }
+        if (u == i && j == k) return keep;
+      }
+    }
+    return false;
+  }
+
+  std::vector<Row> expectedRows(bool oncePerRank) const {
     const int R = groupSize();
     const std::int64_t perRank = c_.experts / R;
     const int me = mesh_.groupIndex(worldRank(), group_);
@@ -141,7 +167,7 @@ class Stages {
       for (std::int64_t i = 0; i < t.count; ++i) {
         for (int k = 0; k < c_.topK; ++k) {
           const std::int64_t e = t.ids[static_cast<std::size_t>(i * c_.topK + k)];
-          if (e / perRank == me) rows.push_back({e, src, i});
+          if (e / perRank == me && kept(t, oncePerRank, i, k)) rows.push_back({e, src, i});
         }
       }
     }
@@ -154,6 +180,7 @@ class Stages {
     std::unique_ptr<RoutedExchange> exchange;
     if (!allRanksAgree(RoutedExchange::create(*backend_, options(program), exchange).isOk())) return false;
     out.straight = exchange->straightFromStage();
+    const bool once = exchange->oncePerRank();
     const int me = worldRank();
     const std::int64_t H = c_.hidden;
     const int K = c_.topK;
@@ -170,18 +197,21 @@ class Stages {
       st = exchange->dispatchBackward(nullptr, nullptr, handle, out.gradX.data(), out.gradWeights.data());
       EXPECT_TRUE(st.isOk()) << st.toString();
       ok = ok && st.isOk();
-      // grad x[t] = sum_k (2 x[t] + id_k), grad w[t, k] = id_k (the expert ranks' gradients below).
+      // grad x[t] = sum over kept k of (2 x[t] + id_k), grad w[t, k] = id_k, or 0 where dropped (the
+      // expert ranks' gradients below).
       for (std::int64_t i = 0; ok && i < t.count; ++i) {
         for (std::int64_t h = 0; h < H; ++h) {
           float ref = 0;
-          for (int k = 0; k < K; ++k)
-            ref += t.x[static_cast<std::size_t>(i * H + h)] * 2 +
-                   static_cast<float>(t.ids[static_cast<std::size_t>(i * K + k)]);
+          for (int k = 0; k < K; ++k) {
+            if (kept(t, once, i, k))
+              ref += t.x[static_cast<std::size_t>(i * H + h)] * 2 +
+                     static_cast<float>(t.ids[static_cast<std::size_t>(i * K + k)]);
+          }
           ok = ok && out.gradX[static_cast<std::size_t>(i * H + h)] == ref;
         }
         for (int k = 0; k < K; ++k) {
           const auto p = static_cast<std::size_t>(i * K + k);
-          ok = ok && out.gradWeights[p] == static_cast<float>(t.ids[p]);
+          ok = ok && out.gradWeights[p] == (kept(t, once, i, k) ? static_cast<float>(t.ids[p]) : 0.0f);
         }
       }
       EXPECT_TRUE(ok) << "stage " << c_.stage << " rank " << me << ": gradients";
@@ -195,7 +225,7 @@ class Stages {
     const int source = peerOn(me, c_.stage);
     const Tokens mine = tokensOf(c_, source);
     const std::int64_t rows = handle.rows();
-    const auto expected = expectedRows();
+    const auto expected = expectedRows(once);
     ok = handle.tokens() == mine.count && static_cast<std::size_t>(rows) == expected.size();
     EXPECT_TRUE(ok) << "rows " << rows << " vs " << expected.size() << ", tokens " << handle.tokens() << " vs "
                     << mine.count;
@@ -224,7 +254,9 @@ class Stages {
         float ref = 0;
         for (int k = 0; k < K; ++k) {
           const auto p = static_cast<std::size_t>(i * K + k);
-          ref += mine.weights[p] * (mine.x[static_cast<std::size_t>(i * H + h)] * static_cast<float>(mine.ids[p] + 1));
+          if (kept(mine, once, i, k))
+            ref +=
+                mine.weights[p] * (mine.x[static_cast<std::size_t>(i * H + h)] * static_cast<float>(mine.ids[p] + 1));
         }
         ok = ok && out.y[static_cast<std::size_t>(i * H + h)] == ref;
       }
@@ -402,6 +434,46 @@ TEST(RoutedStage, MalformedRoutingOnOneSourceFailsEveryRank) {
       EXPECT_TRUE(allRanksAgree(ok)) << context;
     }
   }
+}
+
+// Capacity mode with a stage's tokens: at most C records per (source, destination rank) pair, in
+// token order, the rest dropped (0 in y and in both gradients), straight and after the hand-off,
+// each bit for bit against the reference; with CapacityOverflow::Error every rank of both stages
+// fails, within a fraction of the timeout.
+TEST(RoutedStage, CapacityDropsInTokenOrderOrFailsEveryRank) {
+  std::uint64_t droppedInAll = 0;
+  for (StageCase c : stageCases()) {
+    c.capacity = 2;
+    Stages s(c);
+    ASSERT_TRUE(allRanksAgree(s.ok())) << c.mesh;
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert, RoutedProgram::Planned}) {
+      Outputs out;
+      EXPECT_TRUE(allRanksAgree(s.run(program, out))) << c.mesh << " program " << static_cast<int>(program);
+      const std::uint64_t dropped = testing::sumOverRanks(out.dispatchStats.droppedTokens);
+      droppedInAll += dropped;
+      if (program == RoutedProgram::Planned) continue;
+      // The same routing with CapacityOverflow::Error: every rank of both stages fails where
+      // something was dropped above, none where nothing was.
+      RoutedExchangeOptions options = s.options(program);
+      options.overflow = CapacityOverflow::Error;
+      std::unique_ptr<RoutedExchange> exchange;
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(s.backend(), options, exchange).isOk()));
+      bool ok = true;
+      if (exchange->role() != RoutedRole::Outside) {
+        RoutedDispatch handle;
+        const auto start = std::chrono::steady_clock::now();
+        const Status st = s.dispatch(*exchange, handle, false);
+        const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ok = (dropped == 0 ? st.isOk()
+                           : st.code() == StatusCode::InvalidArgument || st.code() == StatusCode::Mismatch) &&
+             seconds < 5.0;
+        EXPECT_TRUE(ok) << c.mesh << " rank " << worldRank() << ", " << dropped
+                        << " dropped with Drop: " << st.toString() << " after " << seconds << " s";
+      }
+      EXPECT_TRUE(allRanksAgree(ok)) << c.mesh;
+    }
+  }
+  EXPECT_GT(droppedInAll, 0u) << "the capacity dropped nothing in any case, so tested nothing";
 }
 
 // A call outside a rank's role: tokens passed on the experts' stage fail every rank of both
