@@ -240,14 +240,16 @@ def test_ranks_creating_different_groups_fail_every_rank(world):
     agree(ok and torch.equal(y, yr), gloo, f"raised {type(raised).__name__}: {raised} after {seconds:.1f} s")
 
 
+@pytest.mark.parametrize("capacity", [0, 2])
 @pytest.mark.parametrize("program", ["fused", "per_expert"])
 @pytest.mark.parametrize("stages,stage", [(2, 0), (4, 1)])
-def test_stage_tokens_through_autograd(world, program, stages, stage):
+def test_stage_tokens_through_autograd(world, program, stages, stage, capacity):
     """A pipeline stage's tokens ("pp=@k"): stage k dispatches x, stage k+1 receives the rows of
     its peer's tokens, combines them into that peer's y and runs the backward; stage k's backward
     (of its empty recv_x) receives grad x and grad topk_weights. y and both gradients equal the
     one-process reference, straight ("fused") and through the hand-off ("per_expert"); the other
-    stages get empty tensors and their combine raises."""
+    stages get empty tensors and their combine raises. With a capacity, the reference drops the
+    (token, k) pairs past it in token order: they add nothing to y, and their gradients are 0."""
     rank, size, gloo = world
     if size % stages:
         pytest.skip(f"needs a world of a multiple of {stages}")
@@ -261,9 +263,28 @@ def test_stage_tokens_through_autograd(world, program, stages, stage):
     def grad_y_of(owner, t):
         return torch.randint(-4, 4, (t, hidden), generator=torch.Generator().manual_seed(72 + owner)).float()
 
+    def kept(idx):
+        """1 where (token, k) survives the capacity of its (source, destination rank) pair: records
+        open in token order, one per destination rank ("fused") or per expert ("per_expert")."""
+        mask = torch.ones(idx.shape)
+        sent = [0] * n
+        for t in range(idx.shape[0] if capacity else 0):
+            opened = {}
+            for k in range(topk):
+                d = int(idx[t, k]) // (experts // n)
+                if program == "fused" and d in opened:
+                    mask[t, k] = opened[d]
+                    continue
+                opened[d] = float(sent[d] < capacity)
+                sent[d] += int(opened[d])
+                mask[t, k] = opened[d]
+        return mask
+
     def reference(x, idx, w, grad_y):
         xr, wr = x.detach().clone().requires_grad_(True), w.detach().clone().requires_grad_(True)
-        yr = sum(wr[:, k:k + 1] * (xr * _factor(idx[:, k:k + 1], torch.float32)) for k in range(topk))
+        mask = kept(idx)
+        yr = sum(mask[:, k:k + 1] * wr[:, k:k + 1] * (xr * _factor(idx[:, k:k + 1], torch.float32))
+                 for k in range(topk))
         (yr * grad_y).sum().backward()
         return yr.detach(), xr.grad, wr.grad
 
@@ -274,7 +295,7 @@ def test_stage_tokens_through_autograd(world, program, stages, stage):
     else:
         x, idx, w = torch.empty((0, hidden)), torch.empty((0, topk), dtype=torch.int64), torch.empty((0, topk))
     recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, experts, mesh=f"pp={stages},ep={n}", group="ep",
-                                                layout=f"pp=@{stage}", program=program)
+                                                layout=f"pp=@{stage}", program=program, capacity=capacity)
     if mine == stage + 1:
         y = moe.combine(_expert(recv_x, recv_e), handle)
         px, pidx, pw = tokens(rank - n)
@@ -289,4 +310,4 @@ def test_stage_tokens_through_autograd(world, program, stages, stage):
         ok = recv_x.shape[0] == 0
         with pytest.raises(chimera.InvalidArgument, match="takes no part"):
             moe.combine(recv_x, handle)
-    agree(ok, gloo, f"pp=@{stage} of {stages} stages, {program}: stage {mine}")
+    agree(ok, gloo, f"pp=@{stage} of {stages} stages, {program}, capacity {capacity}: stage {mine}")
