@@ -45,6 +45,32 @@ inline std::uint64_t sumOverRanks(std::uint64_t value, MPI_Comm comm = MPI_COMM_
   return sum;
 }
 
+/// The routed exchange's capacity, as a reference: whether (token t, k) of a source's routing
+/// `ids` ([T, topK] global expert ids, `perRank` experts per destination rank of `ranks`)
+/// survives `capacity` records per destination, records opening in token order from token
+/// `begin` on, one per (token, destination rank) with `oncePerRank`, else per (token, expert).
+inline bool keptByCapacity(const std::vector<std::int64_t>& ids, int topK, std::int64_t perRank, int ranks,
+                           std::int64_t capacity, bool oncePerRank, std::int64_t begin, std::int64_t t, int k) {
+  if (capacity == 0) return true;
+  std::vector<std::int64_t> sent(static_cast<std::size_t>(ranks), 0);
+  for (std::int64_t u = begin; u <= t; ++u) {
+    std::vector<int> opened(sent.size(), -1);  // -1 unseen, 0 dropped, 1 kept
+    for (int j = 0; j < topK; ++j) {
+      const auto d = static_cast<std::size_t>(ids[static_cast<std::size_t>(u * topK + j)] / perRank);
+      bool keep = false;
+      if (oncePerRank && opened[d] >= 0) {
+        keep = opened[d] == 1;
+      } else {
+        keep = sent[d] < capacity;
+        sent[d] += keep ? 1 : 0;
+        opened[d] = keep ? 1 : 0;
+      }
+      if (u == t && j == k) return keep;
+    }
+  }
+  return false;
+}
+
 /// A well-mixed 32-bit hash of (seed, rank, index).
 inline std::uint32_t patternHash(std::uint32_t seed, int rank, std::size_t index) {
   std::uint64_t x = (static_cast<std::uint64_t>(seed) << 40) ^ (static_cast<std::uint64_t>(rank) << 32) ^ index;

@@ -195,35 +195,16 @@ class World {
     std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.expert < b.expert; });
     return rows;
   }
-  // Whether (token t, k) of rank `src` survives the capacity of its destination.
-  bool kept(int src, const Source& s, bool split, bool oncePerRank, std::int64_t t, int k) const {
-    if (c_.capacity == 0) return true;
+  // Whether (token t, k) of source `s` survives the capacity of its destination.
+  bool kept(const Source& s, bool split, bool oncePerRank, std::int64_t t, int k) const {
     const int R = mesh_.groupSize(group_);
-    const std::int64_t perRank = c_.experts / R;
-    (void)src;
     std::int64_t begin = 0;
     if (split && replicated()) {
       const int n = mesh_.groupSize(tokenAxes_);
       const std::int64_t block = (s.tokens + n - 1) / n;
       begin = (t / block) * block;
     }
-    std::vector<std::int64_t> sent(static_cast<std::size_t>(R), 0);
-    for (std::int64_t u = begin; u <= t; ++u) {
-      std::vector<int> opened(static_cast<std::size_t>(R), -1);  // -1 unseen, 0 dropped, 1 kept
-      for (int j = 0; j < c_.topK; ++j) {
-        const auto d = static_cast<std::size_t>(s.ids[static_cast<std::size_t>(u * c_.topK + j)] / perRank);
-        bool keep = false;
-        if (oncePerRank && opened[d] >= 0) {
-          keep = opened[d] == 1;
-        } else {
-          keep = sent[d] < c_.capacity;
-          if (keep) ++sent[d];
-          opened[d] = keep ? 1 : 0;
-        }
-        if (u == t && j == k) return keep;
-      }
-    }
-    return false;
+    return testing::keptByCapacity(s.ids, c_.topK, c_.experts / R, R, c_.capacity, oncePerRank, begin, t, k);
   }
   void ownRange(int r, std::int64_t tokens, bool split, std::int64_t& begin, std::int64_t& end) const {
     begin = 0;
@@ -342,7 +323,7 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
     for (std::int64_t h = 0; ok && h < H; ++h) {
       float ref = 0;
       for (int k = 0; k < K; ++k) {
-        if (!w.kept(me, s, split, once, t, k)) continue;
+        if (!w.kept(s, split, once, t, k)) continue;
         const std::size_t p = static_cast<std::size_t>(t * K + k);
         const float factor = static_cast<float>((small ? s.ids[p] % 2 : s.ids[p]) + 1);
         ref += s.weights[p] * (s.x[static_cast<std::size_t>(t * H + h)] * factor);
@@ -389,7 +370,7 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
     for (std::int64_t h = 0; ok && h < H; ++h) {
       float ref = 0;
       for (int k = 0; k < K; ++k) {
-        if (!w.kept(me, s, split, once, t, k)) continue;
+        if (!w.kept(s, split, once, t, k)) continue;
         ref += s.x[static_cast<std::size_t>(t * H + h)] * 2 +
                static_cast<float>(s.ids[static_cast<std::size_t>(t * K + k)]);
       }
@@ -398,7 +379,7 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
     }
     for (int k = 0; ok && k < K; ++k) {
       const std::size_t p = static_cast<std::size_t>(t * K + k);
-      const float ref = w.kept(me, s, split, once, t, k) ? static_cast<float>(s.ids[p]) : 0.0f;
+      const float ref = w.kept(s, split, once, t, k) ? static_cast<float>(s.ids[p]) : 0.0f;
       ok = gTopk[p] == ref;
       EXPECT_TRUE(ok) << "grad w[" << t << "," << k << "]";
     }

@@ -135,25 +135,8 @@ class Stages {
   // Whether (token i, k) of `t` survives the capacity of its destination rank: records open in
   // token order, one per (token, destination rank) with `oncePerRank`, else per (token, expert).
   bool kept(const Tokens& t, bool oncePerRank, std::int64_t i, int k) const {
-    if (c_.capacity == 0) return true;
-    const std::int64_t perRank = c_.experts / groupSize();
-    std::vector<std::int64_t> sent(static_cast<std::size_t>(groupSize()), 0);
-    for (std::int64_t u = 0; u <= i; ++u) {
-      std::vector<int> opened(sent.size(), -1);  // -1 unseen, 0 dropped, 1 kept
-      for (int j = 0; j < c_.topK; ++j) {
-        const auto d = static_cast<std::size_t>(t.ids[static_cast<std::size_t>(u * c_.topK + j)] / perRank);
-        bool keep = false;
-        if (oncePerRank && opened[d] >= 0) {
-          keep = opened[d] == 1;
-        } else {
-          keep = sent[d] < c_.capacity;
-          sent[d] += keep ? 1 : 0;
-          opened[d] = keep ? 1 : 0;
-        }
-        if (u == i && j == k) return keep;
-      }
-    }
-    return false;
+    return testing::keptByCapacity(t.ids, c_.topK, c_.experts / groupSize(), groupSize(), c_.capacity, oncePerRank, 0,
+                                   i, k);
   }
 
   std::vector<Row> expectedRows(bool oncePerRank) const {
