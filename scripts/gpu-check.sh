@@ -8,7 +8,7 @@
 #       them with the shared libraries they need (not the driver) into bundle-dir (default
 #       .gpu/bundle, git-ignored; at most 64 MiB). NCCL travels as pip's nvidia-nccl-cu13
 #       (GPU_CHECK_NCCL_VERSION, default 2.32.6; "none" leaves it out) pruned to sm_80 and
-#       sm_90 machine code by scripts/prune_fatbin.py and xz-compressed (25 MB).
+#       sm_90 machine code by scripts/prune_fatbin.py and xz-compressed (38 MB).
 #   scripts/gpu-check.sh run OUT-DIR            on the GPU machine (or GPU_CHECK_OUT=OUT-DIR):
 #       runs the bundle against the NCCL found there and writes logs, results.jsonl (one line
 #       per result, as it happens) and summary.json into OUT-DIR, so a run cut short still
@@ -16,8 +16,8 @@
 #
 # run: NCCL comes from NCCL_LIB_DIR, else the bundle's, else the pip wheel there (python3 -c
 # "import nvidia.nccl"), else the system; its version is reported. The bundle's NCCL (>= 2.31)
-# is what puts several ranks on one GPU when the machine's own is older. Then, each test bounded at 60 s and the whole run
-# at GPU_CHECK_BUDGET_S seconds (default 480):
+# is what puts several ranks on one GPU when the machine's own is older. Then, each test
+# bounded at 60 s and the whole run at GPU_CHECK_BUDGET_S seconds (default 480):
 #   1. every single-rank GPU test (gpu_tests, one process per test);
 #   2. chimera-kernel-bench rows (4 KiB, 1 KiB, 256 B runs, bf16, misaligned boxes) at 64 and
 #      128 MiB against cudaMemcpyAsync (GPU_CHECK_KERNEL_BENCH=0 leaves it out, for a rerun);
@@ -141,6 +141,7 @@ run() {
   if [ -z "$nccl" ] && [ -f "$bundle/nccl/libnccl.so.2.xz" ]; then
     local unpacked
     unpacked=$(mktemp -d)
+    trap "rm -rf '$unpacked'" EXIT  # 199 MB unpacked
     if xz -dc "$bundle/nccl/libnccl.so.2.xz" >"$unpacked/libnccl.so.2"; then nccl=$unpacked
     else say "the bundle's NCCL did not unpack: using the machine's"
     fi
