@@ -379,6 +379,7 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
   m.blocks(recvCount, record, st.wordBytes, unused, recvBytes);
   m.sendScratch.assign(sendTotal, std::byte{0xff});  // empty slots read as local expert -1
   m.packRecords(st, topkIdx, topkWeights, rows, firstRow, sendOffset, !local.isOk());
+  st.received.swap(m.spareReceived);
   CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
                                                  st.received, st.receivedOffset, st.wordBytes));
   m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes, st.wordBytes);
@@ -428,6 +429,7 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
       }
     }
   }
+  m.spareReceived.swap(st.received);
   st.received.clear();
   st.received.shrink_to_fit();
   return Status::ok();

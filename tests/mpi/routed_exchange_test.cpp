@@ -99,6 +99,11 @@ class World {
     }
   }
   bool ok() const { return ok_; }
+  // The next step's routing: the same mesh and options, other tokens and experts.
+  void reroute(Routing routing, std::uint32_t seed) {
+    c_.routing = routing;
+    c_.seed = seed;
+  }
   Backend& backend() { return *backend_; }
   const Mesh& mesh() const { return mesh_; }
   AxisSet group() const { return group_; }
@@ -257,11 +262,8 @@ bool createOnEveryRank(World& w, const RoutedExchangeOptions& options, std::uniq
   return allRanksAgree(RoutedExchange::create(w.backend(), options, exchange).isOk());
 }
 
-// Runs dispatch, receive, combine and both backwards of `c` and checks each against the
-// reference; returns whether this rank passed (then agreed by the caller).
-bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* combineStats = nullptr) {
-  World w(c);
-  if (!allRanksAgree(w.ok())) return false;
+// The options of `c`'s exchange over `w`'s group.
+RoutedExchangeOptions caseOptions(const Case& c, const World& w) {
   RoutedExchangeOptions options = exchangeOptions(c.experts, c.topK, c.hidden);
   options.group = w.group();
   options.tokenLayout = c.layout;
@@ -269,28 +271,34 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
   options.capacity = c.capacity;
   options.dtype = c.dtype;
   options.weightDtype = c.dtype;
+  return options;
+}
+
+// Runs dispatch, receive, combine and both backwards of `w`'s routing on `exchange` (made with
+// `c`'s options) and checks each against the reference; returns whether this rank passed (then
+// agreed by the caller).
+bool runStep(const Case& c, World& w, RoutedExchange& exchange, RoutedStats* dispatchStats = nullptr,
+             RoutedStats* combineStats = nullptr) {
   const bool small = sixteenBit(c.dtype);
   const auto in = [&](const std::vector<float>& v) { return encode(v, c.dtype); };
   const auto out = [&](std::size_t elements) { return std::vector<std::byte>(elements * dataTypeSize(c.dtype)); };
-  std::unique_ptr<RoutedExchange> exchange;
-  if (!createOnEveryRank(w, options, exchange)) return false;
   const int me = worldRank();
   const Source s = w.source(me);
   const std::vector<float> x = w.input(me);
   const std::int64_t H = c.hidden;
   const int K = c.topK;
   RoutedDispatch handle;
-  Status st = exchange->dispatch(in(x).data(), s.ids.data(), in(s.weights).data(), s.tokens, handle);
+  Status st = exchange.dispatch(in(x).data(), s.ids.data(), in(s.weights).data(), s.tokens, handle);
   EXPECT_TRUE(st.isOk()) << st.toString();
   if (!allRanksAgree(st.isOk())) return false;
   if (dispatchStats != nullptr) *dispatchStats = handle.stats();
   const std::int64_t rows = handle.rows();
   std::vector<std::byte> recvXBytes = out(static_cast<std::size_t>(rows * H)), recvWBytes = out(rows);
   std::vector<std::int64_t> recvE(static_cast<std::size_t>(rows));
-  bool ok = exchange->receive(handle, recvXBytes.data(), recvE.data(), recvWBytes.data()).isOk();
+  bool ok = exchange.receive(handle, recvXBytes.data(), recvE.data(), recvWBytes.data()).isOk();
   const std::vector<float> recvX = decode(recvXBytes, c.dtype), recvW = decode(recvWBytes, c.dtype);
   // Rows: exactly the expected (expert, source token) rows, grouped by local expert in order.
-  const auto expected = w.expectedRows(exchange->splitsReplicas(), exchange->oncePerRank());
+  const auto expected = w.expectedRows(exchange.splitsReplicas(), exchange.oncePerRank());
   EXPECT_EQ(static_cast<std::size_t>(rows), expected.size());
   ok = ok && static_cast<std::size_t>(rows) == expected.size();
   const std::int64_t perRank = c.experts / w.mesh().groupSize(w.group());
@@ -313,12 +321,12 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
   // Combine: y[t] = sum_k w[t,k] * x[t] * (id + 1), over the pairs that were kept.
   const std::vector<float> expertOut = expertOutput(recvX, recvE, H, small);
   std::vector<std::byte> yBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * H), -1.0f));
-  st = exchange->combine(in(expertOut).data(), recvWBytes.data(), handle, yBytes.data(), combineStats);
+  st = exchange.combine(in(expertOut).data(), recvWBytes.data(), handle, yBytes.data(), combineStats);
   const std::vector<float> y = decode(yBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
-  const bool split = exchange->splitsReplicas();
-  const bool once = exchange->oncePerRank();
+  const bool split = exchange.splitsReplicas();
+  const bool once = exchange.oncePerRank();
   for (std::int64_t t = 0; ok && t < s.tokens; ++t) {
     for (std::int64_t h = 0; ok && h < H; ++h) {
       float ref = 0;
@@ -337,8 +345,8 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
   for (std::int64_t t = 0; t < s.tokens; ++t)
     for (std::int64_t h = 0; h < H; ++h) dy[static_cast<std::size_t>(t * H + h)] = gradOfY(w.key(me), t, h, small);
   std::vector<std::byte> gOutBytes = out(static_cast<std::size_t>(rows * H)), gRowWBytes = out(rows);
-  st = exchange->combineBackward(in(dy).data(), in(expertOut).data(), recvWBytes.data(), handle, gOutBytes.data(),
-                                 gRowWBytes.data());
+  st = exchange.combineBackward(in(dy).data(), in(expertOut).data(), recvWBytes.data(), handle, gOutBytes.data(),
+                                gRowWBytes.data());
   const std::vector<float> gOut = decode(gOutBytes, c.dtype), gRowW = decode(gRowWBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
@@ -362,7 +370,7 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
   }
   std::vector<std::byte> gxBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * H), -1));
   std::vector<std::byte> gTopkBytes = in(std::vector<float>(static_cast<std::size_t>(s.tokens * K), -1));
-  st = exchange->dispatchBackward(in(gRecv).data(), in(gW).data(), handle, gxBytes.data(), gTopkBytes.data());
+  st = exchange.dispatchBackward(in(gRecv).data(), in(gW).data(), handle, gxBytes.data(), gTopkBytes.data());
   const std::vector<float> gx = decode(gxBytes, c.dtype), gTopk = decode(gTopkBytes, c.dtype);
   EXPECT_TRUE(st.isOk()) << st.toString();
   ok = ok && st.isOk();
@@ -385,6 +393,15 @@ bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* c
     }
   }
   return ok;
+}
+
+// runStep of `c` on an exchange of its own.
+bool runCase(const Case& c, RoutedStats* dispatchStats = nullptr, RoutedStats* combineStats = nullptr) {
+  World w(c);
+  if (!allRanksAgree(w.ok())) return false;
+  std::unique_ptr<RoutedExchange> exchange;
+  if (!createOnEveryRank(w, caseOptions(c, w), exchange)) return false;
+  return runStep(c, w, *exchange, dispatchStats, combineStats);
 }
 
 int size() { return worldSize(); }
@@ -437,6 +454,35 @@ TEST(RoutedExchange, FlatGroupEveryProgramAndRouting) {
         EXPECT_TRUE(allRanksAgree(runCase(c))) << "E=" << experts << " K=" << topK << " routing "
                                                << static_cast<int>(routing) << " program " << static_cast<int>(program);
       }
+    }
+  }
+}
+
+// One exchange over training steps with fresh routings: the receive buffers it keeps between
+// dispatches grow and shrink (every token to the first rank's experts, then spread, skewed,
+// none from some ranks), a dispatch is dropped unreceived, and every step stays exact.
+TEST(RoutedExchange, StepsWithFreshRoutingsOnOneExchange) {
+  for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+    Case c = flatCase(4 * size(), 3, program);
+    c.hidden = 40;
+    World w(c);
+    ASSERT_TRUE(allRanksAgree(w.ok()));
+    std::unique_ptr<RoutedExchange> exchange;
+    ASSERT_TRUE(createOnEveryRank(w, caseOptions(c, w), exchange));
+    std::uint32_t seed = 11;
+    for (Routing routing :
+         {Routing::OneExpert, Routing::Uniform, Routing::Skewed, Routing::OneExpert, Routing::Uniform}) {
+      w.reroute(routing, ++seed);
+      EXPECT_TRUE(allRanksAgree(runStep(c, w, *exchange))) << "step with seed " << seed;
+      // A dispatch never received: T tokens of ones to experts 0, 1 and 2.
+      const std::size_t T = seed % 5;
+      std::vector<float> ones(T * static_cast<std::size_t>(c.hidden), 1.0f), weights(T * 3, 1.0f);
+      std::vector<std::int64_t> ids;
+      for (std::size_t t = 0; t < T; ++t) ids.insert(ids.end(), {0, 1, 2});
+      RoutedDispatch dropped;
+      const Status st =
+          exchange->dispatch(ones.data(), ids.data(), weights.data(), static_cast<std::int64_t>(T), dropped);
+      EXPECT_TRUE(allRanksAgree(st.isOk())) << st.toString();
     }
   }
 }
