@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/stream_copy.hpp"
 #include "core/check.hpp"
 #include "routed/exchange_blocks.hpp"
 #include "routed/routed_impl.hpp"
@@ -410,6 +411,9 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
   CHIMERA_CHECK_ARG(!st.received.empty() || st.rows == 0, "routed receive: the handle's rows were received already");
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.headerBytes + m.rowBytes;
+  // A received row expands to one row per local expert it carries: past the caches, the rows
+  // are streamed (written once, read by the experts later).
+  const bool stream = static_cast<std::size_t>(st.rows) * m.rowBytes >= detail::kStreamCopyMinBytes;
   for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
     const std::byte* block = st.received.data() + st.receivedOffset[p] + st.wordBytes;
     for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
@@ -418,8 +422,14 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
         const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
         if (row < 0) continue;
         const auto u = static_cast<std::size_t>(row);
-        if (recvX != nullptr)
-          std::memcpy(static_cast<std::byte*>(recvX) + u * m.rowBytes, in + m.headerBytes, m.rowBytes);
+        if (recvX != nullptr) {
+          std::byte* out = static_cast<std::byte*>(recvX) + u * m.rowBytes;
+          if (stream) {
+            detail::streamCopy(out, in + m.headerBytes, m.rowBytes);
+          } else {
+            std::memcpy(out, in + m.headerBytes, m.rowBytes);
+          }
+        }
         if (recvExpert != nullptr)
           recvExpert[u] =
               static_cast<std::int64_t>(m.index) * m.localExperts + st.recvLocal[(st.recvFirst[p] + r) * S + s];
@@ -429,6 +439,7 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
       }
     }
   }
+  if (stream) detail::streamFence();
   m.spareReceived.swap(st.received);
   st.received.clear();
   st.received.shrink_to_fit();

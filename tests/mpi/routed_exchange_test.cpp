@@ -628,18 +628,35 @@ TEST(RoutedExchange, NoMoreBytesThanThePerExpertDispatcher) {
 }
 
 // All tokens of every rank to expert 0 at T=4096, H=1024: the receiver's scratch is sized by
-// the counts (128 MiB of rows here) and the run completes.
+// the counts (128 MiB of rows here), the run completes and every expanded row is the sent one.
 TEST(RoutedExchange, EveryTokenToOneExpert) {
   World w(meshCase(flatMesh()));
   ASSERT_TRUE(allRanksAgree(w.ok()));
   std::unique_ptr<RoutedExchange> exchange;
   ASSERT_TRUE(createOnEveryRank(w, exchangeOptions(size(), 1, 1024), exchange));
   const std::int64_t T = 4096;
+  const std::int64_t H = 1024;
+  // Row t of rank r holds 2 (r T + t) + (h odd): every row and position tells where it came from.
+  const auto value = [&](int r, std::int64_t t, std::int64_t h) { return static_cast<float>(2 * (r * T + t) + h % 2); };
+  std::vector<float> x(static_cast<std::size_t>(T * H)), weights(static_cast<std::size_t>(T), 1.0f);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t h = 0; h < H; ++h) x[static_cast<std::size_t>(t * H + h)] = value(worldRank(), t, h);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(T), 0);
   RoutedDispatch handle;
-  const Status st = dispatchToExpertZero(*exchange, T, handle);
+  Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
   EXPECT_TRUE(st.isOk()) << st.toString();
   const std::int64_t expected = worldRank() == 0 ? T * size() : 0;
   EXPECT_TRUE(allRanksAgree(st.isOk() && handle.rows() == expected));
+  // Rank 0 expands 128 MiB of rows (streamed past the caches), from each source in token order.
+  std::vector<float> recvX(static_cast<std::size_t>(handle.rows() * H), -1.0f);
+  st = exchange->receive(handle, recvX.data(), nullptr, nullptr);
+  EXPECT_TRUE(st.isOk()) << st.toString();
+  std::int64_t wrong = 0;
+  for (std::int64_t row = 0; row < handle.rows(); ++row)
+    for (std::int64_t h = 0; h < H; ++h)
+      wrong += recvX[static_cast<std::size_t>(row * H + h)] != value(static_cast<int>(row / T), row % T, h) ? 1 : 0;
+  EXPECT_EQ(wrong, 0);
+  EXPECT_TRUE(allRanksAgree(st.isOk() && wrong == 0));
 }
 
 // A sender whose block to one rank passes the limit per peer (scratchLimitBytes / R) fails
