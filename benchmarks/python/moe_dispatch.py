@@ -38,15 +38,25 @@ routing weights equal the per-(token, expert) baseline's bit for bit (the data a
 summable, chimera.torch.moe_routings). ``--json FILE`` writes ``{"rows": [...]}`` (rank 0);
 ``--check`` exits 1 unless every row is exact and has chimera, which never sends more than
 per_expert.
+
+Memory: every dispatcher returns fresh tensors each iteration (recv_x alone is 1 GiB on the
+rank that holds the experts when every token goes to them), and on 4 KiB pages their first
+touch, not the exchange, takes most of the time of all of them alike. The benchmark turns on
+torch's own huge-page allocation (``THP_MEM_ALLOC_ENABLE=1``, for tensors of 2 MiB and more),
+as a GPU caching allocator hands back warm memory; ``THP_MEM_ALLOC_ENABLE=0`` in the
+environment measures on 4 KiB pages.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch reads it (see the docstring)
 
 import torch
 import torch.distributed as dist
@@ -197,6 +207,7 @@ def bench_row(args, mesh, comms, e, k, kind):
     us, sent = time_forward(dispatchers, x, idx, w, args.warmup, args.iters)
     row = {"mesh": ",".join(f"{a}={s}" for a, s in mesh.items() if s > 1 or a == "ep"), "experts": e, "topk": k,
            "routing": kind, "tokens": t, "hidden": h, "dtype": args.dtype, "ranks": n,
+           "huge_pages": os.environ["THP_MEM_ALLOC_ENABLE"] == "1",
            "expert_load_max_over_mean": (counts.max() / counts.mean()).item(),
            "rank_load_max_over_mean": (per_rank.max() / per_rank.mean()).item(),
            "distinct_ranks_per_token": sum_over_ranks(pairs) / max(1, n * t),
@@ -259,7 +270,8 @@ def main():
             raise SystemExit(f"--tokens {args.tokens} must divide by tp={mesh['tp']}")
     if dist.get_rank() == 0:
         print(f"# {world} ranks, {args.tokens} tokens x {args.hidden} {args.dtype} per rank, baselines on "
-              f"{args.transport}, {args.warmup} warm-up + {args.iters} timed iterations (median)")
+              f"{args.transport}, {args.warmup} warm-up + {args.iters} timed iterations (median), torch "
+              f"huge pages {'on' if os.environ['THP_MEM_ALLOC_ENABLE'] == '1' else 'off'}")
         print(f"{'mesh':>10} {'E':>4} {'K':>3} {'routing':>10} {'imb':>6} {'D':>5} "
               + " ".join(f"{d + ' MiB':>14}" for d in ("chimera", "per_expert", "allgather", "tp_chain")) + " "
               + " ".join(f"{d + ' us':>13}" for d in ("chimera", "per_expert", "allgather", "tp_chain"))
