@@ -94,10 +94,9 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
   const double rowBytes = rowBytesOf(request);
   const int ranks = request.mesh.groupSize(request.group);
   const double records = shape.tokens * shape.recordsPerToken;
-  std::vector<int> sources, owners;
+  std::vector<int> owners;
   bool straight = false;
   for (const Flow& f : flows) {
-    sources.push_back(f.src);
     owners.push_back(f.owner);
     straight = straight || f.src != f.owner;
   }
@@ -105,14 +104,17 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
     program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, owners),
                                            static_cast<std::uint64_t>(4 * ranks)));
   } else {
-    // The sources agree (three words over their group), then each tells every destination its
-    // record and byte counts (16 bytes) and hears its verdict (8 bytes).
-    program.push_back(CommStep::collective(StepKind::AllReduce, groupsOf(request.mesh, request.group, sources), 24));
+    // One round of words: each source tells every destination its record and byte counts
+    // (16 bytes) and hears its verdict (8 bytes), and tells the other sources of its group
+    // whether it failed (8 bytes).
     std::vector<Transfer> words;
     for (const Flow& f : flows) {
       for (int dst : request.mesh.groupRanks(f.owner, request.group)) {
         words.push_back({f.src, dst, 16});
         words.push_back({dst, f.src, 8});
+      }
+      for (int other : request.mesh.groupRanks(f.src, request.group)) {
+        if (other != f.src) words.push_back({f.src, other, 8});
       }
     }
     program.push_back(CommStep::manyToMany(std::move(words)));

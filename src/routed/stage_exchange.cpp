@@ -83,29 +83,10 @@ std::size_t routingBytes(const Impl& m, std::int64_t tokens) {
   return 8 + pairs * (8 + m.weightBytes);
 }
 
-// Stage k's ranks of one dispatch group agree before any row moves: MAX over the group of
-// {failed, tag, -tag}. Sets `local` to Mismatch when a peer failed or runs other options.
-Status agreeSources(Impl& m, Status& local, RoutedStats& stats) {
-  std::int64_t words[3] = {local.isOk() ? 0 : 1, static_cast<std::int64_t>(m.tag), -static_cast<std::int64_t>(m.tag)};
-  CHIMERA_RETURN_IF_ERROR(m.backend.allReduce(words, words, 3, DataType::I64, ReduceOp::Max, m.group));
-  const auto n = static_cast<std::uint64_t>(m.ranks);
-  stats.countBytes += 2 * (n - 1) * sizeof(words) / n;
-  stats.rounds += 1;
-  if (!local.isOk()) return Status::ok();
-  if (words[0] > 0) {
-    local = Status::mismatch(fmt::format(
-        "routed dispatch: a rank of stage {}'s dispatch group (ranks {}) reported an error (see its message)", m.stage,
-        fmt::join(m.groupRanks, ", ")));
-  } else if (words[1] != -words[2]) {
-    local = Status::mismatch(fmt::format(
-        "routed dispatch: the ranks of stage {}'s dispatch group (ranks {}) run routed exchanges with other options",
-        m.stage, fmt::join(m.groupRanks, ", ")));
-  }
-  return Status::ok();
-}
-
-// Stage k, straight: the sources agree; each tells every destination its record count and block
-// bytes and hears its verdict; then the record blocks, the peer's with the routing appended.
+// Stage k, straight, in one round of words: each source tells every destination its record
+// count and block bytes and hears its verdict, and tells the other sources of its dispatch group
+// whether it failed (and its options' tag), so that a failure anywhere fails every source before
+// any row moves; then the record blocks, the peer's with the routing appended.
 Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeights, const void* x, std::int64_t tokens,
                     State& st, Status local) {
   const auto R = static_cast<std::size_t>(m.ranks);
@@ -114,24 +95,45 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   st.ownEnd = tokens;
   if (local.isOk()) local = m.buildSendTable(topkIdx, st);
   if (local.isOk()) local = m.checkSendScratch(st.sendCount, record);
-  CHIMERA_RETURN_IF_ERROR(agreeSources(m, local, st.stats));
   if (!local.isOk()) {
     st.tokens = st.ownEnd = 0;
     st.sendCount.assign(R, 0);
     st.sendFirst.assign(R, 0);
   }
-  std::vector<std::size_t> offset, bytes(R);
-  std::vector<std::uint64_t> words(2 * R);
-  for (std::size_t p = 0; p < R; ++p) {
+  // The round's peers: the destinations (two words out, the verdict in), then the other sources
+  // (this rank's word out, theirs in).
+  std::vector<int> peers(m.stageRanks.begin(), m.stageRanks.end());
+  for (const int rank : m.groupRanks) {
+    if (rank != m.groupRanks[static_cast<std::size_t>(m.index)]) peers.push_back(rank);
+  }
+  std::vector<std::size_t> offset, bytes(R), wordOffset(peers.size()), wordBytes(peers.size(), 8),
+      recvBytes(peers.size(), 8);
+  std::vector<std::uint64_t> words(2 * R + peers.size() - R);
+  const std::uint64_t mine = slotOf(countWord(0, m.tag, !local.isOk()));
+  for (std::size_t p = 0; p < peers.size(); ++p) {
+    if (p >= R) {
+      words[R + p] = mine;
+      wordOffset[p] = 8 * (R + p);
+      continue;
+    }
     bytes[p] = kBlockWordBytes + st.sendCount[p] * record +
                (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
     words[2 * p] = slotOf(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk()));
     words[2 * p + 1] = bytes[p];
+    wordOffset[p] = 16 * p;
+    wordBytes[p] = 16;
   }
-  std::vector<std::uint64_t> verdicts;
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, words, 2, verdicts, 1));
-  st.stats.countBytes += 16 * R;
+  std::vector<std::byte> heard;
+  std::vector<std::size_t> heardOffset;
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, peers, std::as_bytes(std::span(words)), wordOffset, wordBytes,
+                                     recvBytes, heard, heardOffset));
+  std::vector<std::uint64_t> slots(peers.size());
+  if (!heard.empty()) std::memcpy(slots.data(), heard.data(), heard.size());
+  const std::span<const std::uint64_t> verdicts(slots.data(), R), sources(slots.data() + R, peers.size() - R);
+  st.stats.countBytes += 16 * R + 8 * sources.size();
   st.stats.rounds += 1;
+  local = detail::blockVerdict(wordsIn(sources), std::span<const int>(peers).subspan(R), {}, m.tag, local,
+                               fmt::format("routed dispatch (the sources of stage {})", m.stage));
   local = detail::blockVerdict(wordsIn(verdicts), m.stageRanks, {}, m.tag, local,
                                fmt::format("routed dispatch (the experts of stage {})", m.stage + 1));
   m.sendScratch.assign(detail::blockOffsets(bytes, kBlockWordBytes, offset), std::byte{0xff});  // empty slots: -1

@@ -359,12 +359,16 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       const RoutedStats& f = straight.dispatchStats;
       EXPECT_EQ(f.payloadBytes, pairs * row);
       EXPECT_EQ(f.headerBytes, pairs * slots * slot + words + 8 + T * c.topK * (routing - 8));
-      EXPECT_EQ(f.rounds, 3);  // the sources' agreement, the counts, the records
+      // One round of words (counts to the destinations, verdicts back, failures among the
+      // sources), then the records.
+      EXPECT_EQ(f.rounds, 2);
+      EXPECT_EQ(f.countBytes, 16u * R + 8u * (R - 1));
       const RoutedStats& h = handOff.dispatchStats;
       EXPECT_EQ(h.payloadBytes, T * row);
       EXPECT_EQ(h.headerBytes, 8 + T * c.topK * (routing - 8));
       ok = f.payloadBytes == pairs * row && h.payloadBytes == T * row &&
-           f.headerBytes == pairs * slots * slot + words + 8 + T * c.topK * (routing - 8);
+           f.headerBytes == pairs * slots * slot + words + 8 + T * c.topK * (routing - 8) && f.rounds == 2 &&
+           f.countBytes == 16u * R + 8u * (R - 1);
     } else if (s.stageOf(me) == c.stage + 1) {
       // After the hand-off this rank dispatches its peer's tokens per (token, expert) within its
       // stage: the pairs whose expert is on another rank of its group.
@@ -373,8 +377,11 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       for (std::int64_t id : t.ids) offRank += id / perRank != s.indexInGroup(me) ? 1 : 0;
       EXPECT_EQ(handOff.dispatchStats.payloadBytes, offRank * row);
       ok = handOff.dispatchStats.payloadBytes == offRank * row;
-      EXPECT_EQ(straight.dispatchStats.payloadBytes, 0u);  // the experts' stage sends no rows in the dispatch
-      ok = ok && straight.dispatchStats.payloadBytes == 0;
+      EXPECT_EQ(straight.dispatchStats.payloadBytes, 0u);    // the experts' stage sends no rows in the dispatch
+      EXPECT_EQ(straight.dispatchStats.countBytes, 8u * R);  // a verdict to each source
+      EXPECT_EQ(straight.dispatchStats.rounds, 2);
+      ok = ok && straight.dispatchStats.payloadBytes == 0 && straight.dispatchStats.countBytes == 8u * R &&
+           straight.dispatchStats.rounds == 2;
     }
     EXPECT_TRUE(allRanksAgree(ok)) << c.mesh;
   }
