@@ -18,6 +18,11 @@ namespace chimera {
 
 using detail::kBlockWordBytes;
 
+std::vector<std::byte>& spareReceived() {
+  thread_local std::vector<std::byte> spare;
+  return spare;
+}
+
 Status RoutedExchange::Impl::ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const {
   begin = 0;
   end = tokens;
@@ -380,7 +385,7 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
   m.blocks(recvCount, record, st.wordBytes, unused, recvBytes);
   m.sendScratch.assign(sendTotal, std::byte{0xff});  // empty slots read as local expert -1
   m.packRecords(st, topkIdx, topkWeights, rows, firstRow, sendOffset, !local.isOk());
-  st.received.swap(m.spareReceived);
+  st.received.swap(spareReceived());
   CHIMERA_RETURN_IF_ERROR(detail::exchangeBlocks(m.backend, m.group, m.sendScratch, sendOffset, sendBytes, recvBytes,
                                                  st.received, st.receivedOffset, st.wordBytes));
   m.count(st.stats, st.sendCount, m.rowBytes, m.headerBytes, st.wordBytes);
@@ -440,7 +445,7 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
     }
   }
   if (stream) detail::streamFence();
-  m.spareReceived.swap(st.received);
+  spareReceived().swap(st.received);
   st.received.clear();
   st.received.shrink_to_fit();
   return Status::ok();

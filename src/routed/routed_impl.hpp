@@ -16,6 +16,13 @@
 
 namespace chimera {
 
+// The received records' buffer while no dispatch holds it, one per thread for every exchange
+// (a thread's dispatches run one at a time): a dispatch takes it, receive() gives it back with
+// its size, so repeated dispatches write into pages touched before instead of zero-filling and
+// faulting in fresh ones (128 MiB on one rank when every token goes to its experts), and the
+// MoE layers of a model, each with its exchange, keep one such buffer between them, not one each.
+std::vector<std::byte>& spareReceived();
+
 struct RoutedExchange::Impl {
   Backend& backend;
   RoutedExchangeOptions options;
@@ -56,11 +63,6 @@ struct RoutedExchange::Impl {
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
-  // The received records' buffer while no dispatch holds it: a dispatch takes it, receive()
-  // gives it back with its size, so repeated dispatches write into pages touched before
-  // instead of zero-filling and faulting in fresh ones (128 MiB on one rank when every token
-  // goes to its experts).
-  mutable std::vector<std::byte> spareReceived;
 
   Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {}
 

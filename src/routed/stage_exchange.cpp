@@ -181,7 +181,7 @@ Status receiveStraight(Impl& m, State& st, Status local) {
     readable = readable && bytes[p] >= kBlockWordBytes;
   }
   std::vector<std::size_t> none;
-  st.received.swap(m.spareReceived);
+  st.received.swap(spareReceived());
   CHIMERA_RETURN_IF_ERROR(
       stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset, kBlockWordBytes));
   st.stats.rounds += 1;

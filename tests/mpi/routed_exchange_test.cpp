@@ -458,22 +458,27 @@ TEST(RoutedExchange, FlatGroupEveryProgramAndRouting) {
   }
 }
 
-// One exchange over training steps with fresh routings: the receive buffers it keeps between
-// dispatches grow and shrink (every token to the first rank's experts, then spread, skewed,
-// none from some ranks), a dispatch is dropped unreceived, and every step stays exact.
-TEST(RoutedExchange, StepsWithFreshRoutingsOnOneExchange) {
+// Two exchanges (two MoE layers) over training steps with fresh routings: the receive buffer
+// they share between dispatches grows and shrinks (every token to the first rank's experts,
+// then spread, skewed, none from some ranks), a dispatch is dropped unreceived, and every step
+// of both stays exact.
+TEST(RoutedExchange, StepsWithFreshRoutingsOnTwoExchanges) {
   for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
-    Case c = flatCase(4 * size(), 3, program);
+    Case c = flatCase(4 * size(), 3, program), other = flatCase(2 * size(), 2, program);
     c.hidden = 40;
-    World w(c);
-    ASSERT_TRUE(allRanksAgree(w.ok()));
-    std::unique_ptr<RoutedExchange> exchange;
+    other.hidden = 24;
+    World w(c), v(other);
+    ASSERT_TRUE(allRanksAgree(w.ok() && v.ok()));
+    std::unique_ptr<RoutedExchange> exchange, second;
     ASSERT_TRUE(createOnEveryRank(w, caseOptions(c, w), exchange));
+    ASSERT_TRUE(createOnEveryRank(v, caseOptions(other, v), second));
     std::uint32_t seed = 11;
     for (Routing routing :
          {Routing::OneExpert, Routing::Uniform, Routing::Skewed, Routing::OneExpert, Routing::Uniform}) {
       w.reroute(routing, ++seed);
       EXPECT_TRUE(allRanksAgree(runStep(c, w, *exchange))) << "step with seed " << seed;
+      v.reroute(routing == Routing::OneExpert ? Routing::Uniform : Routing::OneExpert, seed + 100);
+      EXPECT_TRUE(allRanksAgree(runStep(other, v, *second))) << "second exchange, step with seed " << seed;
       // A dispatch never received: T tokens of ones to experts 0, 1 and 2.
       const std::size_t T = seed % 5;
       std::vector<float> ones(T * static_cast<std::size_t>(c.hidden), 1.0f), weights(T * 3, 1.0f);
