@@ -41,10 +41,11 @@ per_expert.
 
 Memory: every dispatcher returns fresh tensors each iteration (recv_x alone is 1 GiB on the
 rank that holds the experts when every token goes to them), and on 4 KiB pages their first
-touch, not the exchange, takes most of the time of all of them alike. The benchmark turns on
-torch's own huge-page allocation (``THP_MEM_ALLOC_ENABLE=1``, for tensors of 2 MiB and more),
-as a GPU caching allocator hands back warm memory; ``THP_MEM_ALLOC_ENABLE=0`` in the
-environment measures on 4 KiB pages.
+touch, not the exchange, takes most of the time of all of them alike. ``THP_MEM_ALLOC_ENABLE=1``
+in the environment (torch's own switch: huge pages for tensors of 2 MiB and more) takes that
+out for every dispatcher, as a GPU caching allocator hands back warm memory; each row says
+which (``huge_pages``). It needs more memory: the default meshes and configs on 8 ranks peak
+near 22 GiB on 4 KiB pages and do not fit in 24 GiB with it (tp=2,ep=4 at (64, 8)).
 """
 
 from __future__ import annotations
@@ -56,8 +57,6 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch reads it (see the docstring)
-
 import torch
 import torch.distributed as dist
 
@@ -68,6 +67,11 @@ from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, 
     TPChainDispatcher
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
+
+
+def huge_pages() -> bool:
+    """Whether torch backs this run's large tensors with huge pages (see the module docstring)."""
+    return os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
 
 
 def parse_mesh(text: str, world: int) -> dict[str, int]:
@@ -207,7 +211,7 @@ def bench_row(args, mesh, comms, e, k, kind):
     us, sent = time_forward(dispatchers, x, idx, w, args.warmup, args.iters)
     row = {"mesh": ",".join(f"{a}={s}" for a, s in mesh.items() if s > 1 or a == "ep"), "experts": e, "topk": k,
            "routing": kind, "tokens": t, "hidden": h, "dtype": args.dtype, "ranks": n,
-           "huge_pages": os.environ["THP_MEM_ALLOC_ENABLE"] == "1",
+           "huge_pages": huge_pages(),
            "expert_load_max_over_mean": (counts.max() / counts.mean()).item(),
            "rank_load_max_over_mean": (per_rank.max() / per_rank.mean()).item(),
            "distinct_ranks_per_token": sum_over_ranks(pairs) / max(1, n * t),
@@ -271,7 +275,7 @@ def main():
     if dist.get_rank() == 0:
         print(f"# {world} ranks, {args.tokens} tokens x {args.hidden} {args.dtype} per rank, baselines on "
               f"{args.transport}, {args.warmup} warm-up + {args.iters} timed iterations (median), torch "
-              f"huge pages {'on' if os.environ['THP_MEM_ALLOC_ENABLE'] == '1' else 'off'}")
+              f"huge pages {'on' if huge_pages() else 'off'} (THP_MEM_ALLOC_ENABLE)")
         print(f"{'mesh':>10} {'E':>4} {'K':>3} {'routing':>10} {'imb':>6} {'D':>5} "
               + " ".join(f"{d + ' MiB':>14}" for d in ("chimera", "per_expert", "allgather", "tp_chain")) + " "
               + " ".join(f"{d + ' us':>13}" for d in ("chimera", "per_expert", "allgather", "tp_chain"))
