@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -102,27 +103,23 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   }
   // The round's peers: the destinations (two words out, the verdict in), then the other sources
   // (this rank's word out, theirs in).
-  std::vector<int> peers(m.stageRanks.begin(), m.stageRanks.end());
-  for (const int rank : m.groupRanks) {
-    if (rank != m.groupRanks[static_cast<std::size_t>(m.index)]) peers.push_back(rank);
-  }
-  std::vector<std::size_t> offset, bytes(R), wordOffset(peers.size()), wordBytes(peers.size(), 8),
-      recvBytes(peers.size(), 8);
-  std::vector<std::uint64_t> words(2 * R + peers.size() - R);
-  const std::uint64_t mine = slotOf(countWord(0, m.tag, !local.isOk()));
-  for (std::size_t p = 0; p < peers.size(); ++p) {
-    if (p >= R) {
-      words[R + p] = mine;
-      wordOffset[p] = 8 * (R + p);
-      continue;
-    }
+  std::vector<std::size_t> offset, bytes(R);
+  std::vector<std::uint64_t> words(2 * R);
+  for (std::size_t p = 0; p < R; ++p) {
     bytes[p] = kBlockWordBytes + st.sendCount[p] * record +
                (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
     words[2 * p] = slotOf(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk()));
     words[2 * p + 1] = bytes[p];
-    wordOffset[p] = 16 * p;
-    wordBytes[p] = 16;
   }
+  std::vector<int> peers(m.stageRanks.begin(), m.stageRanks.end());
+  for (const int rank : m.groupRanks) {
+    if (rank == m.backend.rank()) continue;
+    peers.push_back(rank);
+    words.push_back(slotOf(countWord(0, m.tag, !local.isOk())));
+  }
+  std::vector<std::size_t> wordBytes(peers.size(), 8), wordOffset, recvBytes(peers.size(), 8);
+  std::fill_n(wordBytes.begin(), R, 16);
+  detail::blockOffsets(wordBytes, 0, wordOffset);
   std::vector<std::byte> heard;
   std::vector<std::size_t> heardOffset;
   CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, peers, std::as_bytes(std::span(words)), wordOffset, wordBytes,
