@@ -6,6 +6,11 @@
 
 NB_MODULE(_chimera, m) {
   m.doc() = "chimera's native bindings (use the `chimera` package).";
+  // torch never frees an autograd graph still referenced when the interpreter exits, and a graph
+  // through chimera.torch.moe holds the exchange, its dispatch state and the backend in its
+  // contexts. nanobind's check at exit would report those as leaks of these bindings on every
+  // rank of a training script that ends holding its last step's graph.
+  nanobind::set_leak_warnings(false);
   chimera::python::bindErrors(m);
   chimera::python::bindCore(m);
   chimera::python::bindBackend(m);
