@@ -40,17 +40,20 @@ summable, chimera.torch.moe_routings). ``--json FILE`` writes ``{"rows": [...]}`
 per_expert.
 
 Memory: every dispatcher returns fresh tensors each iteration (recv_x alone is 1 GiB on the
-rank that holds the experts when every token goes to them), and on 4 KiB pages their first
-touch, not the exchange, takes most of the time of all of them alike. ``THP_MEM_ALLOC_ENABLE=1``
-in the environment (torch's own switch: huge pages for tensors of 2 MiB and more) takes that
-out for every dispatcher, as a GPU caching allocator hands back warm memory; each row says
-which (``huge_pages``). It needs more memory: the default meshes and configs on 8 ranks peak
-near 22 GiB on 4 KiB pages and do not fit in 24 GiB with it (tp=2,ep=4 at (64, 8)).
+rank that holds the experts when every token goes to them). The script turns on torch's own
+huge-page allocation (``THP_MEM_ALLOC_ENABLE=1``: tensors of 2 MiB and more) for every
+dispatcher alike, as a GPU caching allocator hands back warm memory; ``THP_MEM_ALLOC_ENABLE=0``
+in the environment keeps 4 KiB pages, on which faulting in those tensors, not the exchange,
+takes most of the time of every dispatcher. Each row says which (``huge_pages``). With huge
+pages the script has glibc map every allocation of 1 MiB or more by itself and unmap it when
+freed, so that freed tensors do not pile up in its heap over the rows: the default meshes and
+configs on 8 ranks then fit in 24 GiB (without it they outgrow it).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -72,6 +75,25 @@ DTYPES = {"f32": torch.float32, "f64": torch.float64}
 def huge_pages() -> bool:
     """Whether torch backs this run's large tensors with huge pages (see the module docstring)."""
     return os.environ.get("THP_MEM_ALLOC_ENABLE") == "1"
+
+
+def use_huge_pages() -> None:
+    """Huge pages for torch's large tensors unless the environment says otherwise (set before the
+    first tensor of 2 MiB or more: torch reads the switch once). With them, glibc maps every
+    allocation of 1 MiB or more by itself, unmaps it when freed and trims its heap above 1 MiB:
+    its adaptive threshold would otherwise let tensors of up to 32 MiB into a heap that keeps their
+    pages after they are freed, and over the rows of a full run that outgrows a 24 GiB host."""
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    try:
+        glibc = bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        glibc = False
+    if not huge_pages() or not glibc:
+        return
+    libc = ctypes.CDLL(None)
+    m_trim_threshold, m_mmap_threshold = -1, -3  # mallopt parameters (malloc.h)
+    libc.mallopt(m_mmap_threshold, 1 << 20)
+    libc.mallopt(m_trim_threshold, 1 << 20)
 
 
 def parse_mesh(text: str, world: int) -> dict[str, int]:
@@ -260,6 +282,7 @@ def main():
     parser.add_argument("--check", action="store_true", help="exit 1 unless exact and chimera <= per_expert bytes")
     parser.add_argument("--json", help="write {\"rows\": [...]} here (rank 0)")
     args = parser.parse_args()
+    use_huge_pages()
     torch.set_num_threads(args.threads)
     ct.init_process_group("gloo")
     world = dist.get_world_size()
