@@ -23,7 +23,9 @@
 // is the schedule's (communication and the compute stand-in), not the check's.
 //
 // Run: mpirun -np 8 pipeline_1f1b [--mesh pp=2,tp=4] [--microbatches 4] [--seq 4096]
-//        [--hidden 1024] [--iters 5] [--json FILE] [--check 1]
+//        [--hidden 1024] [--iters 5] [--json FILE] [--check 1] [--topology NAME|FILE]
+// --topology prices the fusion-on session's plans with a cost model (a preset such as host, or
+// a calibrated profile) instead of bytes alone (the Session's default).
 // --check 1 runs both sessions with checkEveryWindow (each window agreed again at every
 // flush), to measure what that costs; agreements after warm-up are then expected.
 // JSON: {"identical", "speedup", "bytes_as_recorded", "bytes_sent", "agreements_after_warmup",
@@ -35,6 +37,7 @@
 #include <string>
 
 #include "chimera/mpi_backend.hpp"
+#include "chimera/planning/topology_cost.hpp"
 #include "chimera/session.hpp"
 #include "example_util.hpp"
 
@@ -215,6 +218,7 @@ int main(int argc, char** argv) {
   const int iters = static_cast<int>(example::argument(argc, argv, "--iters", 5));
   const std::string json = example::textArgument(argc, argv, "--json", "");
   const bool checkEveryWindow = example::argument(argc, argv, "--check", 0) != 0;
+  const std::string topologyText = example::textArgument(argc, argv, "--topology", "bytes");
   int rank = 0;
   int size = 0;
   check(chimera::mpiWorld(rank, size), "MPI");
@@ -250,6 +254,13 @@ int main(int argc, char** argv) {
   offOptions.perRank = onOptions.perRank = true;
   offOptions.checkEveryWindow = onOptions.checkEveryWindow = checkEveryWindow;
   offOptions.fusion = false;
+  std::unique_ptr<chimera::TopologyCost> cost;
+  if (topologyText != "bytes") {
+    chimera::Topology topology;
+    check(chimera::loadTopology(topologyText, topology), "--topology");
+    cost = std::make_unique<chimera::TopologyCost>(std::move(topology));
+    onOptions.cost = cost.get();
+  }
   std::unique_ptr<Session> off, on;
   check(Session::create(*backend, offOptions, off), "session");
   check(Session::create(*backend, onOptions, on), "session");
