@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# chimera.torch.moe on seeded random cases over meshes, mesh orders, dispatch groups and token
+# chimera.torch.moe on seeded random cases (8 or 4 ranks) over meshes, mesh orders, dispatch groups and token
 # layouts (owned shards, tp replicas, tp partial sums, a pipeline stage at any position), expert
 # counts, top-k, hidden sizes, dtypes, programs and per-rank token counts (0 included): y and
 # the gradients of x and of the routing weights equal a one-process reference bit for bit (small
@@ -12,14 +12,19 @@ import torch
 from chimera.torch import moe
 from conftest import agree
 
-# (mesh, dispatch group, token layout): the tokens' owner is the rank, its tp replicas share them.
-SETUPS = [
-    (None, None, ""), ("ep=8", "ep", ""), ("tp=2,ep=4", "ep+tp", "tp=S0"), ("tp=2,ep=4", "ep", "tp=S0"),
-    ("ep=2,tp=4", "ep", "tp=S0"), ("tp=2,ep=4", "ep", "tp=R"), ("ep=4,tp=2", "ep+tp", "tp=R"),
-    ("ep=2,tp=4", "ep+tp", "tp=R"), ("ep=4,tp=2", "ep+tp", "tp=P"), ("tp=2,ep=4", "ep+tp", "tp=P"),
-    ("tp=4,ep=2", "ep", "tp=P"), ("pp=2,ep=4", "ep", "pp=@0"), ("pp=4,ep=2", "ep", "pp=@2"),
-    ("ep=2,pp=4", "ep", "pp=@1"),
-]
+# (mesh, dispatch group, token layout) per world size: the tokens' owner is the rank, its tp
+# replicas share them.
+SETUPS = {
+    8: [(None, None, ""), ("ep=8", "ep", ""), ("tp=2,ep=4", "ep+tp", "tp=S0"), ("tp=2,ep=4", "ep", "tp=S0"),
+        ("ep=2,tp=4", "ep", "tp=S0"), ("tp=2,ep=4", "ep", "tp=R"), ("ep=4,tp=2", "ep+tp", "tp=R"),
+        ("ep=2,tp=4", "ep+tp", "tp=R"), ("ep=4,tp=2", "ep+tp", "tp=P"), ("tp=2,ep=4", "ep+tp", "tp=P"),
+        ("tp=4,ep=2", "ep", "tp=P"), ("pp=2,ep=4", "ep", "pp=@0"), ("pp=4,ep=2", "ep", "pp=@2"),
+        ("ep=2,pp=4", "ep", "pp=@1")],
+    4: [(None, None, ""), ("ep=4", "ep", ""), ("tp=2,ep=2", "ep+tp", "tp=S0"), ("ep=2,tp=2", "ep", "tp=S0"),
+        ("tp=2,ep=2", "ep", "tp=R"), ("ep=2,tp=2", "ep+tp", "tp=R"), ("ep=2,tp=2", "ep+tp", "tp=P"),
+        ("tp=2,ep=2", "ep", "tp=P"), ("pp=2,ep=2", "ep", "pp=@0"), ("ep=2,pp=2", "ep", "pp=@0"),
+        ("pp=4,ep=1", "ep", "pp=@1")],
+}
 CASES = 24
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
@@ -74,10 +79,10 @@ def _reference(x, idx, w, grad_y):
 @pytest.mark.parametrize("case", range(CASES))
 def test_random_case_matches_reference(world, case):
     rank, size, gloo = world
-    if size != 8:
-        pytest.skip("the setups are meshes of 8 ranks")
+    if size not in SETUPS:
+        pytest.skip(f"setups for {sorted(SETUPS)} ranks")
     rnd = random.Random(1000 + case)
-    mesh, group, layout = SETUPS[case % len(SETUPS)]
+    mesh, group, layout = SETUPS[size][case % len(SETUPS[size])]
     coords, sizes = _coords(mesh or f"w={size}", rank)
     ranks = 1
     for axis, n in sizes.items():
