@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The executor on real MPI ranks: every scenario preset (and other meshes) fused vs
-// baseline vs an independent reference, exactly, on every rank; redistributions; the plan
+// The executor on real MPI ranks: every scenario preset (and other meshes) and seeded random
+// chains, fused vs baseline vs an independent reference, exactly, on every rank; redistributions; the plan
 // cache; bad input answered with a clear error on every rank, never a hang. Every check is
 // local first, then agreed over the world (no ASSERT before a collective).
 #include "chimera/executor.hpp"
@@ -9,7 +9,9 @@
 
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "chimera/mpi_backend.hpp"
 #include "core/check.hpp"
@@ -110,6 +112,128 @@ TEST(ExecutorChains, FusedEqualsBaselineEqualsReference) {
     EXPECT_EQ(f.executor->planningPasses(), 3u);
     EXPECT_EQ(f.executor->cachedPlans(), 6u);
   }
+}
+
+// A seeded random chain on a mesh of `world` ranks, valid at every op: each axis is R, P, S0 or
+// S1 (a tensor dim sharded by one axis at most), and each op is one its axis's state allows
+// (allreduce or reducescatter from P, slice from R, allgather or alltoall from a shard); on a
+// mesh with a pipeline axis the tensor starts on stage 0 and is sent to stage 1 once; partial
+// axes left at the end are reduced. No case
+// (an empty mesh) for a world other than 2, 4 or 8.
+ChainCase randomChain(std::mt19937& rng, int world) {
+  struct Shape {
+    std::string mesh;
+    std::vector<std::string> axes;  // the axes the ops run on (not pp)
+  };
+  std::vector<Shape> meshes;
+  if (world == 8)
+    meshes = {{"a=2,b=4", {"a", "b"}},
+              {"a=4,b=2", {"a", "b"}},
+              {"a=2,b=2,c=2", {"a", "b", "c"}},
+              {"pp=2,a=4", {"a"}},
+              {"a=2,pp=2,b=2", {"a", "b"}}};
+  if (world == 4) meshes = {{"a=2,b=2", {"a", "b"}}, {"a=4", {"a"}}, {"pp=2,a=2", {"a"}}, {"a=2,pp=2", {"a"}}};
+  if (world == 2) meshes = {{"a=2", {"a"}}, {"pp=2,a=1", {"a"}}};
+  if (meshes.empty()) return {};
+  const auto pick = [&rng](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  const Shape& m = meshes[pick(meshes.size())];
+  const bool staged = m.mesh.find("pp=") != std::string::npos;
+  const std::vector<std::string> starts = {"R", "P", "S0", "S1"};
+  std::vector<std::string> state;
+  for (std::size_t i = 0; i < m.axes.size(); ++i) {
+    std::string s = starts[pick(starts.size())];
+    for (std::size_t j = 0; j < i; ++j)
+      if (s[0] == 'S' && state[j] == s) s = "R";
+    state.push_back(s);
+  }
+  const auto layoutText = [&](const char* stage) {
+    std::string text = staged ? std::string("pp=") + stage : "";
+    for (std::size_t i = 0; i < m.axes.size(); ++i) {
+      if (state[i] == "R") continue;
+      text += (text.empty() ? "" : ",") + m.axes[i] + "=" + state[i];
+    }
+    return text.empty() ? m.axes[0] + "=R" : text;
+  };
+  ChainCase c{"random", m.mesh, layoutText("@0"), "", "", {16, 24, 8}};
+  bool sent = false;
+  const auto add = [&c](const std::string& op) { c.chain += (c.chain.empty() ? "" : ",") + op; };
+  const int ops = 2 + static_cast<int>(pick(3));
+  for (int o = 0; o < ops; ++o) {
+    if (staged && !sent && pick(10) < 3) {
+      add("send:pp");
+      sent = true;
+      continue;
+    }
+    const std::size_t i = pick(m.axes.size());
+    std::vector<std::string> free;  // the dims no other axis shards
+    for (const char* d : {"S0", "S1"}) {
+      bool taken = false;
+      for (std::size_t j = 0; j < state.size(); ++j) taken = taken || (j != i && state[j] == d);
+      if (!taken) free.emplace_back(d);
+    }
+    const std::string& a = m.axes[i];
+    std::string& s = state[i];
+    if (s == "P") {
+      if (!free.empty() && pick(10) < 6) {
+        const std::string d = free[pick(free.size())];
+        add("reducescatter:" + a + ":" + d.substr(1));
+        s = d;
+      } else {
+        add("allreduce:" + a);
+        s = "R";
+      }
+    } else if (s == "R") {
+      if (free.empty()) continue;
+      const std::string d = free[pick(free.size())];
+      add("slice:" + a + ":" + d.substr(1));
+      s = d;
+    } else {
+      std::string to;
+      for (const std::string& d : free)
+        if (d != s) to = d;
+      if (!to.empty() && pick(2) == 0) {
+        add("alltoall:" + a + ":" + s.substr(1) + ":" + to.substr(1));
+        s = to;
+      } else {
+        add("allgather:" + a + ":" + s.substr(1));
+        s = "R";
+      }
+    }
+  }
+  if (staged && !sent) add("send:pp");
+  for (std::size_t i = 0; i < state.size(); ++i) {  // the reference reads whole values: no partial sum left
+    if (state[i] != "P") continue;
+    add("allreduce:" + m.axes[i]);
+    state[i] = "R";
+  }
+  if (c.chain.empty()) return randomChain(rng, world);  // every op drawn was impossible: draw again
+  c.consume = layoutText(staged ? "@1" : "@0");
+  return c;
+}
+
+TEST(ExecutorChains, RandomChainsEqualBaselineAndReference) {
+  std::mt19937 rng(2026);  // the same cases on every rank
+  int checked = 0;
+  for (int n = 0; n < 24; ++n) {
+    const ChainCase c = randomChain(rng, worldSize());
+    if (c.mesh.empty()) GTEST_SKIP() << "random chains are drawn for 2, 4 and 8 ranks";
+    Fixture f = makeFixture(c.mesh);
+    const DataType dtype = kDtypes[static_cast<std::size_t>(n) % std::size(kDtypes)];
+    ChainRequest request;
+    Status built = f.status.isOk() ? makeRequest(f.mesh, c, dtype, request) : f.status;
+    const std::string what =
+        c.chain + " from " + c.from + " on " + c.mesh + " (" + std::string(dataTypeName(dtype)) + ")";
+    if (!allRanksAgree(built.isOk())) {
+      ADD_FAILURE() << what << ": " << built.toString();
+      return;
+    }
+    std::string why;
+    const bool ok = checkChain(*f.executor, request, why);
+    EXPECT_TRUE(ok) << what << ": " << why;
+    if (!ok) return;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 24);
 }
 
 TEST(ExecutorCache, SecondRunPlansNothing) {
