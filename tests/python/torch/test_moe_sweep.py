@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 
+import chimera
 from chimera.torch import moe
 from conftest import agree
 
@@ -30,20 +31,12 @@ SIXTEEN_BIT = (torch.bfloat16, torch.float16)
 
 
 def _coords(mesh, rank):
-    """{axis: coordinate} of `rank` on a row-major mesh (last axis innermost), and the sizes."""
-    sizes = dict((a, int(n)) for a, n in (part.split("=") for part in mesh.split(",")))
-    coords = {}
-    for axis in reversed(list(sizes)):
-        coords[axis] = rank % sizes[axis]
-        rank //= sizes[axis]
-    return coords, sizes
+    """{axis: coordinate} of `rank` on `mesh` (a chimera.Mesh)."""
+    return dict(zip(mesh.axis_names, mesh.coordinates(rank)))
 
 
-def _rank_of(coords, sizes):
-    rank = 0
-    for axis in sizes:
-        rank = rank * sizes[axis] + coords[axis]
-    return rank
+def _rank_of(mesh, coords):
+    return mesh.rank_of([coords[a] for a in mesh.axis_names])
 
 
 def _factor(experts, dtype):
@@ -83,17 +76,16 @@ def test_random_case_matches_reference(world, case):
         pytest.skip(f"setups for {sorted(SETUPS)} ranks")
     rnd = random.Random(1000 + case)
     mesh, group, layout = SETUPS[size][case % len(SETUPS[size])]
-    coords, sizes = _coords(mesh or f"w={size}", rank)
-    ranks = 1
-    for axis, n in sizes.items():
-        ranks *= n if group is None or axis in group.split("+") else 1
+    grid = chimera.Mesh(mesh or f"w={size}")
+    coords = _coords(grid, rank)
+    ranks = grid.group_size(group)
     experts = ranks * rnd.choice([1, 2, 3, 4])
     topk = rnd.randint(1, min(experts, 6))
     hidden = rnd.choice([1, 3, 8, 17])
     dtype = rnd.choice([torch.float32, torch.float64, torch.bfloat16])
     program = rnd.choice(["planned", "fused", "per_expert"])
     replicas = layout in ("tp=R", "tp=P")
-    owner = _rank_of({**coords, "tp": 0}, sizes) if replicas else rank
+    owner = _rank_of(grid, {**coords, "tp": 0}) if replicas else rank
     stage = int(layout[4:]) if layout.startswith("pp=@") else None
     what = f"case {case}: {mesh} group {group} layout '{layout}' E={experts} K={topk} H={hidden} {dtype} {program}"
 
@@ -102,7 +94,7 @@ def test_random_case_matches_reference(world, case):
         x, idx, w = x[:0], idx[:0], w[:0]
     mine = x
     if layout == "tp=P":  # partial sums over tp whose sum is x
-        parts = [torch.randint(-3, 4, x.shape, generator=g).to(dtype) for _ in range(sizes["tp"] - 1)]
+        parts = [torch.randint(-3, 4, x.shape, generator=g).to(dtype) for _ in range(grid.group_size("tp") - 1)]
         parts.append(x - sum(parts) if parts else x)
         mine = parts[coords["tp"]].clone()
     mine = mine.clone().requires_grad_(True)
@@ -117,7 +109,7 @@ def test_random_case_matches_reference(world, case):
         ok = ok and torch.equal(y.detach(), want_y) and torch.equal(mine.grad, want_gx) and \
             torch.equal(w.grad, want_gw)
     elif coords["pp"] == stage + 1:  # the experts of the peer's tokens: its y
-        peer = _rank_of({**coords, "pp": stage}, sizes)
+        peer = _rank_of(grid, {**coords, "pp": stage})
         px, pidx, pw, pgrad_y, _ = _tokens(case, peer, experts, topk, hidden, dtype)
         y = moe.combine(recv_x * _factor(recv_expert, dtype).unsqueeze(1), handle)
         (y * pgrad_y).sum().backward()
