@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The executor on real MPI ranks: every scenario preset (and other meshes) and seeded random
-// chains, fused vs baseline vs an independent reference, exactly, on every rank; redistributions; the plan
-// cache; bad input answered with a clear error on every rank, never a hang. Every check is
-// local first, then agreed over the world (no ASSERT before a collective).
+// chains, fused vs baseline vs an independent reference, exactly, on every rank;
+// redistributions; the plan cache; bad input answered with a clear error on every rank, never a
+// hang. Every check is local first, then agreed over the world (no ASSERT before a collective).
 #include "chimera/executor.hpp"
 
 #include <gtest/gtest.h>
@@ -118,8 +118,7 @@ TEST(ExecutorChains, FusedEqualsBaselineEqualsReference) {
 // S1 (a tensor dim sharded by one axis at most), and each op is one its axis's state allows
 // (allreduce or reducescatter from P, slice from R, allgather or alltoall from a shard); on a
 // mesh with a pipeline axis the tensor starts on stage 0 and is sent to stage 1 once; partial
-// axes left at the end are reduced. No case
-// (an empty mesh) for a world other than 2, 4 or 8.
+// axes left at the end are reduced. No case (an empty mesh) for a world other than 2, 4 or 8.
 ChainCase randomChain(std::mt19937& rng, int world) {
   struct Shape {
     std::string mesh;
