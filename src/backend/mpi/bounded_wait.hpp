@@ -21,8 +21,8 @@ namespace chimera::detail {
 inline constexpr int kWholeGroup = -1;
 
 /// Completes every request of `requests` (MPI_REQUEST_NULL entries count as complete),
-/// polling with MPI_Testsome. `peers[i]` is the group index of the member request i waits on,
-/// or kWholeGroup. When `group.timeoutMs` passes without any request completing, pending
+/// polling with MPI_Testsome (the CPU is yielded every 16 polls without progress). `peers[i]` is the group index of the
+/// member request i waits on, or kWholeGroup. When `group.timeoutMs` passes without any request completing, pending
 /// point-to-point requests are cancelled and freed, collective ones are abandoned (MPI cannot
 /// cancel them), and the result is Timeout "<what> on <group.label> made no progress for N ms
 /// ...: still waiting for world rank(s) ...". BackendError when MPI reports a failure.
