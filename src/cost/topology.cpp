@@ -48,18 +48,20 @@ Topology hostPreset(int processes) {
   t.fabric = Fabric::SharedMemory;
   t.ranks = processes;
   t.ranksPerDomain = processes;
-  t.local = {us(13), 6.4 * kGB};
+  t.local = {us(9.8), 9.5 * kGB};
   t.computeSlots = 2;
-  t.stepSeconds = us(160);
+  t.stepSeconds = us(72);
+  t.peerSeconds = us(10);
   const auto factor = [&t](OpKind kind, double value) {
     t.transferFactors.values[static_cast<std::size_t>(transferKindIndex(kind))] = value;
   };
-  factor(OpKind::AllReduce, 0.98);
-  factor(OpKind::ReduceScatter, 1.06);
-  factor(OpKind::AllGather, 0.97);
-  factor(OpKind::AllToAll, 1.13);
-  factor(OpKind::ManyToMany, 0.87);
-  t.device.memoryBytesPerSecond = 2.1 * kGB;
+  factor(OpKind::AllReduce, 1.06);
+  factor(OpKind::ReduceScatter, 1.05);
+  factor(OpKind::AllGather, 1.04);
+  factor(OpKind::AllToAll, 1.22);
+  factor(OpKind::Broadcast, 0.91);
+  factor(OpKind::ManyToMany, 0.79);
+  t.device.memoryBytesPerSecond = 3.2 * kGB;
   return t;
 }
 

@@ -69,16 +69,25 @@ std::string formatBytes(std::int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+// Why the chain as written was kept.
+std::string noFusion(const ChainPlan& p, const PlanCost& cost) {
+  const double gain = 1.0 - p.fusedCost.value / p.baselineCost.value;
+  if (p.baselineCost.value > 0 && gain > 0) {
+    return fmt::format("baseline, fusion's predicted gain of {:.1f}% is within the cost's margin of {:.0f}%",
+                       100.0 * gain, 100.0 * cost.fusionMargin());
+  }
+  return "baseline, fusion predicts no gain";
+}
+
 std::string explainDecision(const ChainPlan& p, const PlanCost& cost) {
   std::string text = fmt::format(
       "Baseline sends {} in total ({} max per rank); the best of {} candidate programs sends {} ({} max per rank). ",
       formatBytes(p.baselineBytes.total), formatBytes(p.baselineBytes.maxPerRank), p.candidates,
       formatBytes(p.fusedBytes.total), formatBytes(p.fusedBytes.maxPerRank));
-  text += fmt::format(
-      "Decision by the '{}' cost ({}; baseline {}, fused {}): {}.", cost.name(),
-      cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model", p.baselineCost.summary,
-      p.fusedCost.summary,
-      p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)" : "baseline, fusion predicts no gain");
+  text += fmt::format("Decision by the '{}' cost ({}; baseline {}, fused {}): {}.", cost.name(),
+                      cost.name() == "bytes" ? "bytes alone, no topology model" : "topology model",
+                      p.baselineCost.summary, p.fusedCost.summary,
+                      p.useFused ? "fused, predicted cheaper (or as cheap in fewer steps)" : noFusion(p, cost));
   if (!p.rewrites.empty()) {
     text += " Rewrites:";
     for (const auto& r : p.rewrites) text += " " + r + ";";
@@ -229,6 +238,18 @@ bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost) {
   return cheaper(a, cost.predict(a), b, cost.predict(b));
 }
 
+namespace {
+
+bool pays(const Plan& fused, const CostPrediction& f, const Plan& written, const CostPrediction& w, double margin) {
+  return cheaper(fused, f, written, w) && f.value <= (1.0 - margin) * w.value;
+}
+
+}  // namespace
+
+bool fusionPays(const Plan& fused, const Plan& written, const PlanCost& cost) {
+  return pays(fused, cost.predict(fused), written, cost.predict(written), cost.fusionMargin());
+}
+
 Status baselinePlan(const TensorSpec& spec, const ChainTrace& trace, const Layout& consumed, Plan& out) {
   CHIMERA_CHECK_ARG(!trace.ops.empty() && trace.layouts.size() == trace.ops.size() + 1, "{}", kUntraced);
   CHIMERA_RETURN_IF_ERROR(checkConsumable(trace.final(), consumed, spec));
@@ -260,8 +281,9 @@ Status planChain(const TensorSpec& spec, const Layout& from, const Chain& chain,
   CHIMERA_CHECK_ARG(std::isfinite(result.baselineCost.value) && std::isfinite(result.fusedCost.value),
                     "the '{}' cost cannot price these plans (baseline: {}; fused: {})", cost.name(),
                     result.baselineCost.summary, result.fusedCost.summary);
-  // Fuse only on a predicted gain; equal cost with fewer local bytes, then fewer steps, counts.
-  result.useFused = cheaper(result.fused, result.fusedCost, result.baseline, result.baselineCost);
+  // Fuse only on a predicted gain beyond the cost's margin; with no margin, equal cost with
+  // fewer local bytes, then fewer steps, counts.
+  result.useFused = pays(result.fused, result.fusedCost, result.baseline, result.baselineCost, cost.fusionMargin());
   result.rewrites = detail::namedRewrites({result.trace, result.fused});
   result.explain = explainDecision(result, cost);
   out = std::move(result);

@@ -377,7 +377,7 @@ std::int64_t Session::Impl::placement(const detail::WindowStep& step, const Chai
 // The fused plan as this Session runs it (with the staging copy when the consumed part cannot
 // be written in place) against the calls as recorded (the chain as written without its copy
 // to the consumed layout: the consumer reads the recorded result where it lies). Fused only
-// when predicted strictly cheaper (predictedCheaper: cost, then local bytes, then steps).
+// when predicted cheaper beyond the cost's margin (chimera::fusionPays).
 bool Session::Impl::fusionPays(const detail::WindowStep& step, const ChainPlan& plan) const {
   Plan fused = plan.fused;
   if (placement(step, plan) < 0) {
@@ -390,7 +390,7 @@ bool Session::Impl::fusionPays(const detail::WindowStep& step, const ChainPlan& 
   }
   Plan recorded = plan.baseline;
   if (!(plan.trace.final() == plan.consumed)) recorded.steps.pop_back();
-  return predictedCheaper(fused, recorded, options.cost != nullptr ? *options.cost : bytesCost);
+  return chimera::fusionPays(fused, recorded, options.cost != nullptr ? *options.cost : bytesCost);
 }
 
 Status Session::Impl::addStep(detail::WindowStep step, const ChainPlan& plan, detail::CachedWindow& out) {

@@ -26,8 +26,9 @@ struct CostPrediction {
 };
 
 /// Prices plans for the planner. The planner picks the candidate with the lowest
-/// prediction and fuses only when the fused plan is predicted strictly cheaper than the
-/// chain as written. Implementations must be deterministic (every rank must agree).
+/// prediction and fuses only when the fused plan is predicted cheaper than the chain as
+/// written by more than the cost's fusion margin (fusionPays). Implementations must be
+/// deterministic (every rank must agree).
 class PlanCost {
  public:
   virtual ~PlanCost() = default;
@@ -41,6 +42,10 @@ class PlanCost {
     (void)mesh;
     return Status::ok();
   }
+  /// The share of the chain's predicted value a fused plan must save to be chosen, in
+  /// [0, 1): the cost's own error, so that fusion is not taken on a predicted gain the
+  /// prediction cannot resolve. Default 0: any strict gain counts.
+  virtual double fusionMargin() const { return 0; }
 };
 
 /// The cost by bytes alone: value = bytes sent by all ranks together, tie broken by the
@@ -73,9 +78,14 @@ class BytesCost final : public PlanCost {
 
 /// True when `a` is predicted strictly cheaper than `b` under `cost`: a lower value, then a
 /// lower tie-break, then fewer bytes through local passes (planLocalBytes: packs, unpacks,
-/// copies), then fewer steps. The planner's decision between the best plan and the chain as
-/// written; a Session's between a fused plan (with any copy it adds) and the calls as recorded.
+/// copies), then fewer steps.
 bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost);
+
+/// True when `fused` is predicted cheaper than `written` (predictedCheaper) and its value is
+/// at most (1 - cost.fusionMargin()) times the value of `written`. The planner's decision
+/// between the best plan and the chain as written; a Session's between a fused plan (with any
+/// copy it adds) and the calls as recorded.
+bool fusionPays(const Plan& fused, const Plan& written, const PlanCost& cost);
 
 /// Everything the planner decides about one chain.
 struct ChainPlan {
