@@ -24,8 +24,9 @@
 //
 // Run: mpirun -np 8 pipeline_1f1b [--mesh pp=2,tp=4] [--microbatches 4] [--seq 4096]
 //        [--hidden 1024] [--iters 5] [--json FILE] [--check 1] [--topology NAME|FILE]
-// --topology prices the fusion-on session's plans with a cost model (a preset such as host, or
-// a calibrated profile) instead of bytes alone (the Session's default).
+// --topology prices the fusion-on session's plans with a cost model: a preset, a calibrated
+// profile, or bytes (bytes alone, the Session's default); default host:N for N ranks, the
+// model of this kind of machine, as chimera-bench uses.
 // --check 1 runs both sessions with checkEveryWindow (each window agreed again at every
 // flush), to measure what that costs; agreements after warm-up are then expected.
 // JSON: {"identical", "speedup", "bytes_as_recorded", "bytes_sent", "agreements_after_warmup",
@@ -218,10 +219,10 @@ int main(int argc, char** argv) {
   const int iters = static_cast<int>(example::argument(argc, argv, "--iters", 5));
   const std::string json = example::textArgument(argc, argv, "--json", "");
   const bool checkEveryWindow = example::argument(argc, argv, "--check", 0) != 0;
-  const std::string topologyText = example::textArgument(argc, argv, "--topology", "bytes");
   int rank = 0;
   int size = 0;
   check(chimera::mpiWorld(rank, size), "MPI");
+  const std::string topologyText = example::textArgument(argc, argv, "--topology", "host:" + std::to_string(size));
   Setup s;
   s.rank = rank;
   s.microbatches = static_cast<int>(microbatches);

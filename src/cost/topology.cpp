@@ -52,6 +52,9 @@ Topology hostPreset(int processes) {
   t.computeSlots = 2;
   t.stepSeconds = us(72);
   t.peerSeconds = us(10);
+  // At 4-64 KiB the model's predicted gains of a few percent were measured as losses of up
+  // to 25 % and gains alike (docs/cost_model.md, "Decision margin").
+  t.fusionMargin = 0.10;
   const auto factor = [&t](OpKind kind, double value) {
     t.transferFactors.values[static_cast<std::size_t>(transferKindIndex(kind))] = value;
   };
@@ -203,6 +206,8 @@ Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(finiteNonNegative(t.stepSeconds) && finiteNonNegative(t.peerSeconds),
                     "topology '{}': step_s and peer_s must be >= 0, got {} s, {} s", t.name, t.stepSeconds,
                     t.peerSeconds);
+  CHIMERA_CHECK_ARG(finiteNonNegative(t.fusionMargin) && t.fusionMargin < 1,
+                    "topology '{}': fusion_margin must be in [0, 1), got {}", t.name, t.fusionMargin);
   CHIMERA_CHECK_ARG(finiteNonNegative(t.device.memoryBytesPerSecond) && finiteNonNegative(t.device.launchSeconds) &&
                         finiteNonNegative(t.device.peakFlopsPerSecond),
                     "topology '{}': device memory bandwidth, launch time and peak FLOP/s must be >= 0", t.name);

@@ -124,15 +124,12 @@ Status planProgram(const Plan& plan, CommProgram& out) {
   return Status::ok();
 }
 
-TopologyCost::TopologyCost(Topology topology, double fusionMargin)
-    : model_(std::move(topology)), fusionMargin_(fusionMargin) {}
+TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
 std::string_view TopologyCost::name() const { return model_.topology().name; }
 
 Status TopologyCost::checkMesh(const Mesh& mesh) const {
   const Topology& topology = model_.topology();
-  CHIMERA_CHECK_ARG(fusionMargin_ >= 0 && fusionMargin_ < 1, "fusion margin {} of the '{}' cost is outside [0, 1)",
-                    fusionMargin_, topology.name);
   CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
   if (mesh.size() <= topology.ranks) return Status::ok();
   const int perNode = topology.fabric == Fabric::NvSwitchMultiNode ? topology.ranksPerDomain : 8;

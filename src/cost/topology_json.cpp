@@ -146,6 +146,7 @@ std::string topologyToJson(const Topology& t) {
                             {"compute_slots", t.computeSlots},
                             {"step_s", t.stepSeconds},
                             {"peer_s", t.peerSeconds},
+                            {"fusion_margin", t.fusionMargin},
                             {"device", Json::object({{"memory_bytes_per_s", t.device.memoryBytesPerSecond},
                                                      {"launch_s", t.device.launchSeconds},
                                                      {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
@@ -165,9 +166,10 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   Json json;
   CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
   const FieldReader reader(json, "");
-  CHIMERA_RETURN_IF_ERROR(reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link",
-                                             "cross_link", "peer_penalty", "reduce_s_per_byte", "compute_slots",
-                                             "step_s", "peer_s", "transfer_factors", "device", "calibration"}));
+  CHIMERA_RETURN_IF_ERROR(
+      reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link", "cross_link",
+                         "peer_penalty", "reduce_s_per_byte", "compute_slots", "step_s", "peer_s", "fusion_margin",
+                         "transfer_factors", "device", "calibration"}));
   std::string format;
   CHIMERA_RETURN_IF_ERROR(reader.string("format", true, format));
   CHIMERA_CHECK_ARG(format == kFormat, "field 'format' is '{}', expected '{}'", format, kFormat);
@@ -185,6 +187,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(reader.integer("compute_slots", false, t.computeSlots));
   CHIMERA_RETURN_IF_ERROR(reader.number("step_s", false, t.stepSeconds));
   CHIMERA_RETURN_IF_ERROR(reader.number("peer_s", false, t.peerSeconds));
+  CHIMERA_RETURN_IF_ERROR(reader.number("fusion_margin", false, t.fusionMargin));
   CHIMERA_RETURN_IF_ERROR(reader.transferFactors("transfer_factors", t.transferFactors));
   CHIMERA_RETURN_IF_ERROR(reader.device("device", t.device));
   CHIMERA_RETURN_IF_ERROR(reader.calibration("calibration", t.calibration));

@@ -120,24 +120,30 @@ TEST(CostPlanner, PlannerDecisionFollowsTheModelAndShowsItsPredictions) {
   EXPECT_EQ(cost.name(), "pcie-4080x8");
 }
 
-// A fused plan is taken only when it saves more than the cost's margin of the chain's predicted
-// time: the margin is set just below and just above the gain the model predicts for the
-// hand-off, and a Session's decision (fusionPays) follows the same rule.
+// A fused plan is taken only when it saves more than the topology's fusion margin of the
+// chain's predicted time: the margin is set just below and just above the gain the model
+// predicts for the hand-off, and a Session's decision (fusionPays) follows the same rule.
 TEST(CostPlanner, FusionNeedsAPredictedGainBeyondTheMargin) {
   const ChainCase s = chainCase("pp=4,tp=2", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
   Topology host;
   ASSERT_TRUE(loadTopology("host", host).isOk());
-  const ChainPlan any = planOn(s, TopologyCost(host, 0));
+  EXPECT_EQ(host.fusionMargin, 0.10);
+  const auto withMargin = [&](double margin) {
+    Topology t = host;
+    t.fusionMargin = margin;
+    return TopologyCost(t);
+  };
+  const ChainPlan any = planOn(s, withMargin(0));
   ASSERT_TRUE(any.useFused) << any.explain;
   const double gain = 1 - any.fusedCost.value / any.baselineCost.value;
   ASSERT_GT(gain, 0.01);
 
-  const TopologyCost below(host, gain * 0.99);
+  const TopologyCost below = withMargin(gain * 0.99);
   const ChainPlan taken = planOn(s, below);
   EXPECT_TRUE(taken.useFused) << taken.explain;
   EXPECT_TRUE(fusionPays(taken.fused, taken.baseline, below));
 
-  const TopologyCost above(host, gain * 1.01);
+  const TopologyCost above = withMargin(gain * 1.01);
   const ChainPlan kept = planOn(s, above);
   EXPECT_FALSE(kept.useFused) << kept.explain;
   EXPECT_FALSE(fusionPays(kept.fused, kept.baseline, above));
@@ -147,19 +153,20 @@ TEST(CostPlanner, FusionNeedsAPredictedGainBeyondTheMargin) {
   // The best plan found is the same either way; only the decision moves.
   EXPECT_EQ(kept.fused.toString(), taken.fused.toString());
 
-  EXPECT_EQ(topologyCost("host").fusionMargin(), TopologyCost::kDefaultFusionMargin);
   EXPECT_EQ(BytesCost().fusionMargin(), 0);
+  EXPECT_EQ(topologyCost("pcie-4080x8").fusionMargin(), 0);
 }
 
 TEST(CostPlanner, FusionMarginOutsideZeroToOneIsAnError) {
   const ChainCase s = chainCase("pp=4,tp=2", 8, "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R");
-  Topology host;
-  ASSERT_TRUE(loadTopology("host", host).isOk());
   for (const double margin : {-0.1, 1.0, 2.0}) {
+    Topology host;
+    ASSERT_TRUE(loadTopology("host", host).isOk());
+    host.fusionMargin = margin;
     ChainPlan plan;
-    const Status status = planChain(s.spec, s.from, s.chain, s.consume, TopologyCost(host, margin), plan);
+    const Status status = planChain(s.spec, s.from, s.chain, s.consume, TopologyCost(host), plan);
     ASSERT_EQ(status.code(), StatusCode::InvalidArgument) << margin;
-    EXPECT_NE(status.message().find("fusion margin"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("fusion_margin must be in [0, 1)"), std::string::npos) << status.message();
   }
 }
 

@@ -114,6 +114,10 @@ struct Topology {
   /// Per distinct peer of the busiest rank in one step: the setup of each point-to-point
   /// connection of a fan-out, on top of the link bandwidth (>= 0).
   double peerSeconds = 0;
+  /// The share of a chain's predicted time a fused plan must save to be chosen, in [0, 1):
+  /// the model's error where it is known to mislead (PlanCost::fusionMargin). 0 in the GPU
+  /// presets, whose constants are estimates never measured against their decisions.
+  double fusionMargin = 0;
   TransferFactors transferFactors;  ///< per-primitive algorithm efficiency (calibrated; 1 in the presets)
   DeviceParams device;              ///< local passes and compute
   CalibrationInfo calibration;      ///< set by fitProfile; saved with the profile

@@ -32,29 +32,23 @@ namespace chimera {
 /// PlanCost requires.
 class TopologyCost final : public PlanCost {
  public:
-  /// The default fusion margin: on the development host the model predicted the fused
-  /// hand-offs of 4-64 KiB 4-6 % faster where they measured 3 % slower to 4 % faster
-  /// (docs/cost_model.md, "Decision margin").
-  static constexpr double kDefaultFusionMargin = 0.10;
-
   /// Prices plans on `topology` (see CostModel for an invalid one); a fused plan must save
-  /// `fusionMargin` of the chain's predicted time (see PlanCost::fusionMargin; checkMesh
-  /// rejects a value outside [0, 1)).
-  explicit TopologyCost(Topology topology, double fusionMargin = kDefaultFusionMargin);
+  /// the topology's fusionMargin of the chain's predicted time.
+  explicit TopologyCost(Topology topology);
   /// The topology's name ("pcie-4080x8"), shown in explain output.
   std::string_view name() const override;
   /// Predicted time of `plan`; summary "1.71 ms on pcie-4080x8".
   CostPrediction predict(const Plan& plan) const override;
   /// InvalidArgument when the topology is invalid or has fewer ranks than `mesh`, naming
-  /// both counts and a topology that would cover the mesh, or when the margin is not in [0, 1).
+  /// both counts and a topology that would cover the mesh.
   [[nodiscard]] Status checkMesh(const Mesh& mesh) const override;
-  double fusionMargin() const override { return fusionMargin_; }
+  /// Topology::fusionMargin.
+  double fusionMargin() const override { return model_.topology().fusionMargin; }
   /// The model used.
   const CostModel& model() const { return model_; }
 
  private:
   CostModel model_;
-  double fusionMargin_;
 };
 
 }  // namespace chimera
