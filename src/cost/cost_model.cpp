@@ -49,10 +49,14 @@ Status CostModel::decide(const CommProgram& baseline, const CommProgram& fused, 
   if (!status.isOk()) return Status(status.code(), "baseline program: " + status.message());
   status = predict(fused, decision.fusedSeconds);
   if (!status.isOk()) return Status(status.code(), "fused program: " + status.message());
-  decision.fuse = decision.fusedSeconds < decision.baselineSeconds;
+  const double margin = topology_.fusionMargin;
+  decision.fuse = decision.fusedSeconds < decision.baselineSeconds &&
+                  decision.fusedSeconds <= (1.0 - margin) * decision.baselineSeconds;
   decision.explanation =
       fmt::format("fused {} vs baseline {} on {}: {}", formatSeconds(decision.fusedSeconds),
                   formatSeconds(decision.baselineSeconds), topology_.name, decision.fuse ? "fuse" : "keep baseline");
+  if (!decision.fuse && decision.fusedSeconds < decision.baselineSeconds)
+    decision.explanation += fmt::format(", the gain within the {:.0f}% fusion margin", 100 * margin);
   if (decision.fusedSeconds > 0) {
     decision.explanation +=
         fmt::format(" (predicted speedup {:.2f}x)", decision.baselineSeconds / decision.fusedSeconds);

@@ -27,7 +27,7 @@ struct StepCost {
 
 /// Which of two programs to run, and why.
 struct FusionDecision {
-  bool fuse = false;           ///< true when the fused program is predicted strictly faster
+  bool fuse = false;           ///< true when the fused program is predicted faster, beyond the fusion margin
   double baselineSeconds = 0;  ///< predicted time of the baseline program
   double fusedSeconds = 0;     ///< predicted time of the fused program
   /// "fused 0.84 ms vs baseline 1.71 ms on pcie-4080x8: fuse (predicted speedup 2.04x)".
@@ -57,7 +57,8 @@ class CostModel {
   [[nodiscard]] Status predictStep(const CommStep& step, StepCost& out) const;
   /// Predicts a program (sum of its steps); the same errors as predictStep, naming the step index.
   [[nodiscard]] Status predict(const CommProgram& program, double& seconds) const;
-  /// Predicts both programs and decides: fuse only when the fused one is strictly faster.
+  /// Predicts both programs and decides: fuse only when the fused one is strictly faster and
+  /// saves at least the topology's fusionMargin of the baseline's time.
   [[nodiscard]] Status decide(const CommProgram& baseline, const CommProgram& fused, FusionDecision& out) const;
 
  private:
