@@ -8,32 +8,29 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "backend/mpi/mpi_backend_impl.hpp"
+#include "world_timing.hpp"
 
 namespace {
 
 using chimera::Backend;
 using chimera::DataType;
 using chimera::ReduceOp;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using chimera::timing::median;
+using chimera::timing::timeOnce;
 
 // Seconds of one call, the max over ranks (the time the slowest rank saw).
 double timed(Backend& backend, std::vector<float>& buf, std::size_t count) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double start = MPI_Wtime();
-  const chimera::Status status =
-      backend.allReduce(buf.data(), buf.data(), count, DataType::F32, ReduceOp::Sum, backend.mesh().allAxes());
-  double elapsed = MPI_Wtime() - start;
+  chimera::Status status;
+  const double elapsed = timeOnce(
+      [&] {
+        return backend.allReduce(buf.data(), buf.data(), count, DataType::F32, ReduceOp::Sum, backend.mesh().allAxes());
+      },
+      status);
   if (!status.isOk()) fmt::print(stderr, "{}\n", status.toString());
-  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return elapsed;
 }
 

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -25,9 +24,13 @@
 #include "common/cli.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
+#include "world_timing.hpp"
 
 namespace chimera {
 namespace {
+
+using timing::median;
+using timing::timeOnce;
 
 struct Scenario {
   const char* name;
@@ -46,22 +49,6 @@ const Scenario kScenarios[] = {
     {"pp_sp", "sp=4,pp=2", "pp=@0,sp=S0", "allgather:sp:0,send:pp", "pp=@1,sp=R", {1024}},
     {"pp_ep", "pp=2,ep=4", "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1", {1024}},
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Seconds of one call: max over ranks, between barriers.
-template <typename Call>
-double timeOnce(Call call, Status& status) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double start = MPI_Wtime();
-  status = call();
-  double elapsed = MPI_Wtime() - start;
-  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return elapsed;
-}
 
 // Builds the request with dim 0 sized so that each rank starts with `bytes`.
 Status buildRequest(const Scenario& s, const Mesh& mesh, std::size_t bytes, ChainRequest& out) {

@@ -11,22 +11,19 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "backend/mpi/mpi_backend_impl.hpp"
+#include "world_timing.hpp"
 
 namespace {
 
 using chimera::Backend;
 using chimera::DataType;
 using chimera::P2POp;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using chimera::timing::median;
+using chimera::timing::timeOnce;
 
 // Seconds of one hand-off of `bytes` per sender to `fan` receivers, the max over ranks.
 double timed(Backend& backend, std::vector<char>& buf, std::size_t bytes, int fan) {
@@ -40,12 +37,9 @@ double timed(Backend& backend, std::vector<char>& buf, std::size_t bytes, int fa
     const int peer = sending ? half + (me + k) % half : (me - k + half) % half;
     ops.push_back({sending ? P2POp::Kind::Send : P2POp::Kind::Recv, buf.data() + k * piece, piece, DataType::U8, peer});
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double start = MPI_Wtime();
-  const chimera::Status status = backend.groupedP2P(ops);
-  double elapsed = MPI_Wtime() - start;
+  chimera::Status status;
+  const double elapsed = timeOnce([&] { return backend.groupedP2P(ops); }, status);
   if (!status.isOk()) fmt::print(stderr, "{}\n", status.toString());
-  MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return elapsed;
 }
 
