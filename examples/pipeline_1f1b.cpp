@@ -25,8 +25,7 @@
 // Run: mpirun -np 8 pipeline_1f1b [--mesh pp=2,tp=4] [--microbatches 4] [--seq 4096]
 //        [--hidden 1024] [--iters 5] [--json FILE] [--check 1] [--topology NAME|FILE]
 // --topology prices the fusion-on session's plans with a cost model: a preset, a calibrated
-// profile, or bytes (bytes alone, the Session's default); default host:N for N ranks, the
-// model of this kind of machine, as chimera-bench uses.
+// profile, or bytes (bytes alone); default the Session's own on MPI, host:N for N ranks.
 // --check 1 runs both sessions with checkEveryWindow (each window agreed again at every
 // flush), to measure what that costs; agreements after warm-up are then expected.
 // JSON: {"identical", "speedup", "bytes_as_recorded", "bytes_sent", "agreements_after_warmup",
@@ -38,7 +37,6 @@
 #include <string>
 
 #include "chimera/mpi_backend.hpp"
-#include "chimera/planning/topology_cost.hpp"
 #include "chimera/session.hpp"
 #include "example_util.hpp"
 
@@ -222,7 +220,7 @@ int main(int argc, char** argv) {
   int rank = 0;
   int size = 0;
   check(chimera::mpiWorld(rank, size), "MPI");
-  const std::string topologyText = example::textArgument(argc, argv, "--topology", "host:" + std::to_string(size));
+  const std::string topologyText = example::textArgument(argc, argv, "--topology", "");
   Setup s;
   s.rank = rank;
   s.microbatches = static_cast<int>(microbatches);
@@ -255,13 +253,7 @@ int main(int argc, char** argv) {
   offOptions.perRank = onOptions.perRank = true;
   offOptions.checkEveryWindow = onOptions.checkEveryWindow = checkEveryWindow;
   offOptions.fusion = false;
-  std::unique_ptr<chimera::TopologyCost> cost;
-  if (topologyText != "bytes") {
-    chimera::Topology topology;
-    check(chimera::loadTopology(topologyText, topology), "--topology");
-    cost = std::make_unique<chimera::TopologyCost>(std::move(topology));
-    onOptions.cost = cost.get();
-  }
+  onOptions.topology = topologyText;
   std::unique_ptr<Session> off, on;
   check(Session::create(*backend, offOptions, off), "session");
   check(Session::create(*backend, onOptions, on), "session");
@@ -317,8 +309,10 @@ int main(int argc, char** argv) {
   const double medianOn = example::median(timeOn);
   const double speedup = medianOn > 0 ? medianOff / medianOn : 0.0;
   if (rank == 0) {
-    std::printf("1F1B pipeline on %s, %ld microbatches, activation %ldx%ld f32 (%ld KiB), %d iterations\n",
-                meshText.c_str(), microbatches, seq, hidden, seq * hidden * 4 / 1024, iters);
+    const std::string costName(on->cost().name());
+    std::printf(
+        "1F1B pipeline on %s, %ld microbatches, activation %ldx%ld f32 (%ld KiB), %d iterations, priced by %s\n",
+        meshText.c_str(), microbatches, seq, hidden, seq * hidden * 4 / 1024, iters, costName.c_str());
     std::printf("  fusion off: %10.1f us/iteration  %12llu bytes/iteration (all ranks)\n", medianOff,
                 static_cast<unsigned long long>(totals[0]));
     std::printf("  fusion on : %10.1f us/iteration  %12llu bytes/iteration (all ranks), %llu of %llu chains fused\n",
@@ -340,12 +334,12 @@ int main(int argc, char** argv) {
                      "\"identical\": %s, \"speedup\": %.4f, \"time_off_us\": %.1f, \"time_on_us\": %.1f, "
                      "\"bytes_as_recorded\": %llu, \"bytes_sent\": %llu, \"agreements_after_warmup\": %llu, "
                      "\"windows_per_iteration\": %llu, \"local_copies\": %llu, \"local_copy_bytes\": %llu, "
-                     "\"check_every_window\": %s}\n",
+                     "\"check_every_window\": %s, \"cost\": \"%s\"}\n",
                      meshText.c_str(), microbatches, seq, hidden, iters, identical ? "true" : "false", speedup,
                      medianOff, medianOn, static_cast<unsigned long long>(totals[0]),
                      static_cast<unsigned long long>(totals[1]), static_cast<unsigned long long>(totals[2]),
                      static_cast<unsigned long long>(windowsPerIteration), static_cast<unsigned long long>(totals[3]),
-                     static_cast<unsigned long long>(totals[4]), checkEveryWindow ? "true" : "false");
+                     static_cast<unsigned long long>(totals[4]), checkEveryWindow ? "true" : "false", costName.c_str());
         std::fclose(out);
       }
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <new>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "chimera/mesh.hpp"
@@ -69,6 +70,11 @@ class Backend {
   virtual std::string_view name() const = 0;
   /// The mesh this backend serves.
   virtual const Mesh& mesh() const = 0;
+  /// The cost model a Session prices this backend's plans with when its options name none
+  /// (`SessionOptions::topology`): a topology preset or profile, or "bytes" (bytes alone).
+  /// Host backends: "host:N" (N = the mesh's ranks), the preset fitted to MPI on one
+  /// machine; the default, for a backend no preset describes (NCCL), "bytes".
+  virtual std::string defaultTopology() const { return "bytes"; }
   /// This process's world rank.
   virtual int rank() const = 0;
 

@@ -83,7 +83,7 @@ typedef struct {
 /** The layout version of chimeraSessionStats_t this header declares. */
 #define CHIMERA_SESSION_STATS_VERSION 2
 /** The layout version of chimeraSessionConfig_t this header declares. */
-#define CHIMERA_SESSION_CONFIG_VERSION 1
+#define CHIMERA_SESSION_CONFIG_VERSION 2
 
 /** Session counters (see chimera::SessionStats), filled by chimeraSessionGetStats. */
 typedef struct {
@@ -122,10 +122,14 @@ typedef struct {
                          */
   void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL (the default): the
                              communicator's stream when the session begins (chimeraCommSetStream) */
+  /* Version 2: */
+  const char* topology; /**< the cost model (see chimera::SessionOptions::topology): "bytes", a preset ("host:8",
+                             "pcie-4080x8", ...) or a profile file; NULL (the default): CHIMERA_TOPOLOGY, else the
+                             backend's own (host:N on MPI, bytes on NCCL). Read when the session begins. */
 } chimeraSessionConfig_t;
 /** A chimeraSessionConfig_t with its header set and every field at its default. */
 #define CHIMERA_SESSION_CONFIG_INITIALIZER \
-  { sizeof(chimeraSessionConfig_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_CONFIG_VERSION, -1, 0, -1, NULL }
+  { sizeof(chimeraSessionConfig_t), CHIMERA_STRUCT_MAGIC, CHIMERA_SESSION_CONFIG_VERSION, -1, 0, -1, NULL, NULL }
 
 /** A static description of `result` ("invalid argument", ...). */
 const char* chimeraGetErrorString(chimeraResult_t result);

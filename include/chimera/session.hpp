@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "chimera/backend.hpp"
@@ -47,15 +48,22 @@ struct SessionOptions {
   /// included, is given it. The backend keeps no stream, so sessions on different streams
   /// share one backend.
   Stream stream = nullptr;
-  /// Prices plans (not owned; must outlive the session). Default: bytes alone.
+  /// Prices plans (not owned; must outlive the session). Null: the model `topology` names.
   const PlanCost* cost = nullptr;
+  /// The cost model when `cost` is null (`loadPlanCost`): "bytes" (fuse whenever fewer bytes
+  /// move), a topology preset ("host:8", "pcie-4080x8", ...) or a profile file from
+  /// `chimera-bench --calibrate`. Empty: the backend's own (`Backend::defaultTopology`:
+  /// "host:N" on MPI, whose margin keeps windows with little to gain as recorded; "bytes"
+  /// on NCCL).
+  std::string topology;
   /// Prepared plans (each with its scratch) the session's executor keeps; the least recently
   /// run are freed beyond it and prepared again when needed (`Executor::setPreparedPlanLimit`).
   std::size_t preparedPlanLimit = Executor::kDefaultPreparedPlanLimit;
 
   /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
   /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLAN_LIMIT=N` sets
-  /// `preparedPlanLimit`. InvalidArgument naming the variable when a value is malformed.
+  /// `preparedPlanLimit`, `CHIMERA_TOPOLOGY=NAME|FILE` sets `topology`. InvalidArgument naming
+  /// the variable when a value is malformed (an unknown topology fails Session::create).
   [[nodiscard]] static Status fromEnvironment(SessionOptions& out);
 };
 
@@ -242,6 +250,9 @@ class Session {
   SessionStats stats() const;
   /// The options in force.
   const SessionOptions& options() const;
+  /// The cost model that prices this session's plans: `options().cost`, or the one
+  /// `options().topology` (or the backend's default) named.
+  const PlanCost& cost() const;
   /// Orders this session's work on `stream` from the next flush (`SessionOptions::stream`).
   void setStream(Stream stream);
 

@@ -191,7 +191,7 @@ class PySession : public Resource {
     out["check_every_window"] = o.checkEveryWindow;
     out["prepared_plan_limit"] = o.preparedPlanLimit;
     out["per_rank"] = o.perRank;
-    out["cost"] = cost_ != nullptr && o.cost != nullptr ? std::string(o.cost->name()) : std::string("bytes");
+    out["cost"] = std::string(get("Session.options").cost().name());
     return out;
   }
 
@@ -271,7 +271,10 @@ void bindSession(nb::module_& m) {
            nb::arg("fusion").none() = nb::none(), nb::arg("check_every_window").none() = nb::none(),
            nb::arg("cost").none() = nb::none(), nb::arg("prepared_plan_limit").none() = nb::none(),
            nb::arg("per_rank").none() = nb::none(),
-           "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLAN_LIMIT).")
+           "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLAN_LIMIT, "
+           "CHIMERA_TOPOLOGY). cost: 'bytes' (fuse whenever fewer bytes move), a topology preset ('host:8', "
+           "'pcie-4080x8', ...) or a profile file; None: CHIMERA_TOPOLOGY, else the backend's own (host:N on "
+           "MPI and gloo, bytes on NCCL). options()['cost'] names the model in use.")
       .def("tensor", &PySession::tensor, nb::arg("tensor").none(), nb::arg("layout"),
            nb::arg("spec").none() = nb::none(),
            "Registers this rank's local tensor (None on a rank that holds nothing; then pass spec=).")

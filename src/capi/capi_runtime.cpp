@@ -2,6 +2,8 @@
 // C API: version, explicit groups, streams, synchronisation, configured sessions and the
 // receiving side of per-rank hand-offs. Handles are looked up in the registry and every entry
 // point runs under its exception guard (capi_registry.hpp), as the others do.
+#include <cstddef>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +20,11 @@ using chimera::detail::guardedCall;
 
 Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
 Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
+
+// The bytes of chimeraSessionConfig_t per layout version (version 2 added `topology`).
+constexpr std::size_t kConfigLayoutBytes[] = {offsetof(chimeraSessionConfig_t, topology),
+                                              sizeof(chimeraSessionConfig_t)};
+static_assert(std::size(kConfigLayoutBytes) == CHIMERA_SESSION_CONFIG_VERSION, "one layout per version");
 
 }  // namespace
 
@@ -72,8 +79,9 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (config != nullptr) {
-      CHIMERA_RETURN_IF_ERROR(chimera::detail::checkVersionedStruct(
-          *config, CHIMERA_SESSION_CONFIG_VERSION, "chimeraSessionConfig_t", "CHIMERA_SESSION_CONFIG_INITIALIZER"));
+      CHIMERA_RETURN_IF_ERROR(
+          chimera::detail::checkVersionedStruct(*config, CHIMERA_SESSION_CONFIG_VERSION, "chimeraSessionConfig_t",
+                                                "CHIMERA_SESSION_CONFIG_INITIALIZER", kConfigLayoutBytes));
       CHIMERA_CHECK_ARG(config->fusion >= -1 && config->fusion <= 1, "fusion {} (expected 1, 0 or -1)", config->fusion);
       CHIMERA_CHECK_ARG(config->perRank == 0 || config->perRank == 1, "perRank {} (expected 0 or 1)", config->perRank);
       CHIMERA_CHECK_ARG(config->checkEveryWindow >= -1 && config->checkEveryWindow <= 1,
@@ -82,6 +90,7 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
       if (config->checkEveryWindow >= 0) options.checkEveryWindow = config->checkEveryWindow == 1;
       options.perRank = config->perRank == 1;
       options.stream = config->stream;
+      if (config->version >= 2 && config->topology != nullptr) options.topology = config->topology;
     }
     if (options.stream == nullptr) options.stream = comm->stream;
     auto made = std::make_unique<chimeraSession>();

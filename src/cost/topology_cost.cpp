@@ -126,6 +126,17 @@ Status planProgram(const Plan& plan, CommProgram& out) {
 
 TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
+Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out) {
+  if (name == "bytes") {
+    out = std::make_unique<BytesCost>();
+    return Status::ok();
+  }
+  Topology topology;
+  CHIMERA_RETURN_IF_ERROR(loadTopology(name, topology));
+  out = std::make_unique<TopologyCost>(std::move(topology));
+  return Status::ok();
+}
+
 std::string_view TopologyCost::name() const { return model_.topology().name; }
 
 Status TopologyCost::checkMesh(const Mesh& mesh) const {

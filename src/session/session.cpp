@@ -5,8 +5,11 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <optional>
+#include <string>
 #include <string_view>
 
+#include "chimera/planning/topology_cost.hpp"
 #include "common/env.hpp"
 #include "core/check.hpp"
 #include "session/session_impl.hpp"
@@ -36,6 +39,7 @@ Status SessionOptions::fromEnvironment(SessionOptions& out) {
       detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
   CHIMERA_RETURN_IF_ERROR(
       detail::readEnvCount("CHIMERA_PREPARED_PLAN_LIMIT", options.preparedPlanLimit, options.preparedPlanLimit));
+  if (std::optional<std::string> topology = detail::readEnvText("CHIMERA_TOPOLOGY")) options.topology = *topology;
   out = options;
   return Status::ok();
 }
@@ -45,7 +49,16 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() = default;
 
 Status Session::create(Backend& backend, const SessionOptions& options, std::unique_ptr<Session>& out) {
-  auto impl = std::make_unique<Impl>(backend, options);
+  std::unique_ptr<PlanCost> owned;
+  if (options.cost == nullptr) {
+    const std::string name = options.topology.empty() ? backend.defaultTopology() : options.topology;
+    if (const Status loaded = loadPlanCost(name, owned); !loaded.isOk()) {
+      return Status::invalidArgument(
+          fmt::format("session cost model (SessionOptions::topology, CHIMERA_TOPOLOGY): {}", loaded.message()));
+    }
+    CHIMERA_RETURN_IF_ERROR(owned->checkMesh(backend.mesh()));
+  }
+  auto impl = std::make_unique<Impl>(backend, options, std::move(owned));
   CHIMERA_RETURN_IF_ERROR(impl->executor.setPreparedPlanLimit(options.preparedPlanLimit));
   out.reset(new Session(std::move(impl)));
   return Status::ok();
@@ -310,6 +323,8 @@ Status Session::layoutOf(TensorHandle t, Layout& out) const {
 SessionStats Session::stats() const { return impl_->stats; }
 
 const SessionOptions& Session::options() const { return impl_->options; }
+
+const PlanCost& Session::cost() const { return *impl_->cost; }
 
 void Session::setStream(Stream stream) { impl_->options.stream = stream; }
 

@@ -390,7 +390,7 @@ bool Session::Impl::fusionPays(const detail::WindowStep& step, const ChainPlan& 
   }
   Plan recorded = plan.baseline;
   if (!(plan.trace.final() == plan.consumed)) recorded.steps.pop_back();
-  return chimera::fusionPays(fused, recorded, options.cost != nullptr ? *options.cost : bytesCost);
+  return chimera::fusionPays(fused, recorded, *cost);
 }
 
 Status Session::Impl::addStep(detail::WindowStep step, const ChainPlan& plan, detail::CachedWindow& out) {

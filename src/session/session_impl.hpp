@@ -33,8 +33,15 @@ struct CachedWindow {
 namespace chimera {
 
 struct Session::Impl {
-  Impl(Backend& b, const SessionOptions& o)
-      : backend(b), options(o), executor(b, o.cost), staging(b), reduction(b), handOffs(b) {}
+  Impl(Backend& b, const SessionOptions& o, std::unique_ptr<PlanCost> owned)
+      : backend(b),
+        options(o),
+        ownedCost(std::move(owned)),
+        cost(o.cost != nullptr ? o.cost : ownedCost.get()),
+        executor(b, cost),
+        staging(b),
+        reduction(b),
+        handOffs(b) {}
 
   Status checkHandle(TensorHandle t) const;
   // Records `op`; in-place kinds (allreduce, broadcast) ignore `output`.
@@ -87,6 +94,8 @@ struct Session::Impl {
 
   Backend& backend;
   SessionOptions options;
+  std::unique_ptr<PlanCost> ownedCost;  ///< the model options.topology names, when options.cost is null
+  const PlanCost* cost;                 ///< prices this session's plans
   Executor executor;
   detail::Window window;
   std::uint64_t windowId = 1;
@@ -95,7 +104,6 @@ struct Session::Impl {
   detail::BackendBuffer staging;       ///< a consumed part on its way into the final buffer
   detail::BackendReduction reduction;  ///< the agreements' MIN over the backend
   detail::BackendBuffer handOffs;      ///< the hand-off exchange's messages
-  BytesCost bytesCost;                 ///< prices plans when options.cost is null (as the Executor does)
   std::vector<std::uint8_t> agreementFlags;
   std::vector<std::uint32_t> createdGroups;  ///< axis sets whose communicator the backend made
 };

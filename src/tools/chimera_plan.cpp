@@ -62,13 +62,7 @@ Status run(const detail::ToolOptions& options, std::string& output) {
   }
   const std::string topology = v.count("topology") != 0 ? v.at("topology") : "bytes";
   std::unique_ptr<PlanCost> owned;
-  if (topology == "bytes") {
-    owned = std::make_unique<BytesCost>();
-  } else {
-    Topology model;
-    CHIMERA_RETURN_IF_ERROR(loadTopology(topology, model));
-    owned = std::make_unique<TopologyCost>(std::move(model));
-  }
+  CHIMERA_RETURN_IF_ERROR(loadPlanCost(topology, owned));
   const PlanCost& cost = *owned;
   int rank = kWorldPlan;
   if (v.count("rank") != 0) {

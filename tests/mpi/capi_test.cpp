@@ -125,8 +125,11 @@ void runHandOff(chimeraComm_t comm, int rank, int fusion, const HandOff& h, std:
   std::vector<float> input(16 * 8);
   for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>((i + rank) % 5);
   out.assign(16 * 8, -1);
+  chimeraSessionConfig_t config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.fusion = fusion;
+  config.topology = "bytes";  // fuses this 512-byte hand-off, which the MPI backend's own model keeps as recorded
   chimeraSession_t session = nullptr;
-  ASSERT_EQ(chimeraSessionBegin(comm, fusion, &session), chimeraSuccess);
+  ASSERT_EQ(chimeraSessionBeginConfig(comm, &config, &session), chimeraSuccess) << chimeraGetLastError();
   chimeraTensor_t x, summed, handed;
   ASSERT_EQ(chimeraSessionTensor(session, sender ? input.data() : nullptr, sender ? 512 : 0, "16,8", chimeraFloat32,
                                  h.from, &x),
@@ -211,6 +214,7 @@ TEST_F(CApi, PerRankHandOffFromC) {
     config.fusion = fusion;
     config.perRank = 1;
     config.checkEveryWindow = 0;
+    config.topology = "bytes";  // fuses this 512-byte hand-off
     chimeraSession_t session = nullptr;
     ASSERT_EQ(chimeraSessionBeginConfig(comm_, &config, &session), chimeraSuccess) << chimeraGetLastError();
     EXPECT_EQ(chimeraSessionSetStream(session, nullptr), chimeraSuccess);
@@ -277,11 +281,24 @@ TEST_F(CApi, VersionedStructsAreCheckedBeforeUse) {
   ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "CHIMERA_SESSION_CONFIG_INITIALIZER");
   config = CHIMERA_SESSION_CONFIG_INITIALIZER;
   config.version = CHIMERA_SESSION_CONFIG_VERSION + 1;
-  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "chimeraSessionConfig_t has version 2");
+  const std::string unknownVersion =
+      "chimeraSessionConfig_t has version " + std::to_string(CHIMERA_SESSION_CONFIG_VERSION + 1);
+  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), unknownVersion.c_str());
   config = CHIMERA_SESSION_CONFIG_INITIALIZER;
   config.size = sizeof(chimeraSessionConfig_t) - 1;
   ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "chimeraSessionConfig_t has size");
+  config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.topology = "no-such-topology";
+  ok = ok && refused(chimeraSessionBeginConfig(comm_, &config, &session), "no-such-topology");
   ok = ok && session == nullptr;
+  // A caller built against version 1 (no `topology`): its struct is read up to its own end.
+  config = CHIMERA_SESSION_CONFIG_INITIALIZER;
+  config.version = 1;
+  config.size = offsetof(chimeraSessionConfig_t, topology);
+  config.topology = "no-such-topology";  // beyond a version-1 struct: never read
+  ok = ok && chimeraSessionBeginConfig(comm_, &config, &session) == chimeraSuccess;
+  ok = ok && session != nullptr && chimeraSessionEnd(session) == chimeraSuccess;
+  session = nullptr;
 
   config = CHIMERA_SESSION_CONFIG_INITIALIZER;
   config.fusion = 0;

@@ -138,6 +138,7 @@ PerRankRun runPerRank(const HandOffCase& c, bool fusion, std::uint32_t seed, int
   SessionOptions options;
   options.fusion = fusion;
   options.perRank = true;
+  options.topology = "bytes";  // the fused hand-offs of these small activations, not the host model's choice
   if (run.status.isOk()) run.status = Session::create(*backend, options, session);
   for (int step = 0; run.status.isOk() && step < steps; ++step) {
     run.status = recordStep(*session, s, seed + static_cast<std::uint32_t>(step), run.consumed);
@@ -240,6 +241,7 @@ class SessionPerRankBadInput : public ::testing::Test {
     SessionOptions options;
     options.perRank = true;
     options.checkEveryWindow = check;
+    options.topology = "bytes";  // fuses the 6 KiB hand-off, so the fused path meets the bad input
     std::unique_ptr<Session> out;
     EXPECT_TRUE(Session::create(*backend_, options, out).isOk());
     return out;
@@ -366,6 +368,7 @@ class SessionPerRankLateChange : public ::testing::Test {
     ASSERT_TRUE(createAllGroups(*backend_).isOk());
     SessionOptions sessionOptions;
     sessionOptions.perRank = true;
+    sessionOptions.topology = "bytes";  // fuses the 6 KiB hand-off whose declaration changes
     ASSERT_TRUE(Session::create(*backend_, sessionOptions, session_).isOk());
   }
   bool sender() const { return setup_.from.holds(worldRank()); }

@@ -5,6 +5,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "session_test_support.hpp"
 
@@ -145,6 +148,57 @@ TEST(SessionCache, RepeatedStepsHitTheCache) {
   const SessionRun third = runCase(c, true, 5, 1);
   EXPECT_EQ(three.consumed, third.consumed);
   EXPECT_TRUE(allRanksAgree(three.status.isOk() && three.consumed == third.consumed));
+}
+
+// Without a cost named, a session on MPI prices with the host preset, whose margin keeps a
+// hand-off with little to gain (a 6 KiB activation) as recorded and fuses a large one; bytes
+// alone fuses both. The results equal fusion off either way.
+TEST(SessionCost, TheMpiBackendsModelFusesOnlyWhatPays) {
+  const std::vector<std::pair<std::vector<std::int64_t>, bool>> shapes{{{32, 48}, false}, {{256, 512}, true}};
+  for (const auto& [shape, pays] : shapes) {
+    const SessionCase c{"tp_pp", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", shape};
+    const SessionRun off = runCase(c, false, 9);
+    const SessionRun host = runCase(c, true, 9, 1, "");
+    const SessionRun bytes = runCase(c, true, 9, 1, "bytes");
+    EXPECT_TRUE(host.status.isOk()) << host.status.toString();
+    EXPECT_EQ(host.stats.fusedChains, pays ? 1u : 0u) << shape[0] << "x" << shape[1];
+    EXPECT_EQ(host.stats.bytesSent == host.stats.bytesAsRecorded, !pays);
+    EXPECT_EQ(bytes.stats.fusedChains, 1u);
+    EXPECT_TRUE(allRanksAgree(off.status.isOk() && host.consumed == off.consumed && bytes.consumed == off.consumed));
+  }
+}
+
+TEST(SessionCost, NamedByOptionsOrTheBackend) {
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("tp=8", worldSize(), mesh).isOk());
+  std::unique_ptr<Backend> backend;
+  ASSERT_TRUE(createMpiBackend(mesh, backend).isOk());
+  EXPECT_EQ(backend->defaultTopology(), "host:8");
+  const std::pair<std::string, std::string> named[] = {
+      {"", "host"}, {"bytes", "bytes"}, {"pcie-4080x8", "pcie-4080x8"}};
+  for (const auto& [topology, name] : named) {
+    SessionOptions options;
+    options.topology = topology;
+    std::unique_ptr<Session> session;
+    ASSERT_TRUE(Session::create(*backend, options, session).isOk()) << topology;
+    EXPECT_EQ(session->cost().name(), name);
+  }
+  // A cost object takes precedence over the name.
+  const BytesCost bytes;
+  SessionOptions options;
+  options.cost = &bytes;
+  options.topology = "pcie-4080x8";
+  std::unique_ptr<Session> session;
+  ASSERT_TRUE(Session::create(*backend, options, session).isOk());
+  EXPECT_EQ(&session->cost(), &bytes);
+  // An unknown model, or one too small for the mesh, is an error naming it.
+  for (const char* bad : {"no-such-topology", "host:4"}) {
+    options = SessionOptions{};
+    options.topology = bad;
+    const Status status = Session::create(*backend, options, session);
+    EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << bad;
+    EXPECT_NE(status.message().find(bad), std::string::npos) << status.message();
+  }
 }
 
 // Fixture with a tp=8 mesh, a backend and sessions, and partial-sum inputs whose sum every
@@ -343,7 +397,12 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   EXPECT_NE(bad.message().find("CHIMERA_FUSION='yes'"), std::string::npos) << bad.message();
   ::unsetenv("CHIMERA_FUSION");
   ::unsetenv("CHIMERA_SESSION_CHECK");
+  ::setenv("CHIMERA_TOPOLOGY", "pcie-4080x8", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
+  EXPECT_EQ(options.topology, "pcie-4080x8");
+  ::unsetenv("CHIMERA_TOPOLOGY");
+  EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
+  EXPECT_TRUE(options.topology.empty());
   EXPECT_TRUE(options.fusion);
   EXPECT_FALSE(options.checkEveryWindow);
   EXPECT_EQ(options.preparedPlanLimit, Executor::kDefaultPreparedPlanLimit);

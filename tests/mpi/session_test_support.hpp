@@ -100,7 +100,10 @@ inline Status recordOp(Session& session, TensorHandle in, const ChainOp& op, con
 
 /// Runs `c` through a fresh session `steps` times (inputs from `seed`), each step one window
 /// ending in the consume declaration (or a plain flush), and reads the consumed part back.
-inline SessionRun runCase(const SessionCase& c, bool fusion, std::uint32_t seed, int steps = 1) {
+/// `topology` is the session's cost model: bytes by default, as the cases check the fused
+/// programs on small tensors, which the MPI backend's own model ("") runs as recorded.
+inline SessionRun runCase(const SessionCase& c, bool fusion, std::uint32_t seed, int steps = 1,
+                          const std::string& topology = "bytes") {
   SessionRun run;
   const int rank = worldRank();
   Mesh mesh;
@@ -120,6 +123,7 @@ inline SessionRun runCase(const SessionCase& c, bool fusion, std::uint32_t seed,
   if (run.status.isOk()) run.status = createMpiBackend(mesh, backend);
   SessionOptions options;
   options.fusion = fusion;
+  options.topology = topology;
   if (run.status.isOk()) run.status = Session::create(*backend, options, session);
   for (int step = 0; run.status.isOk() && step < steps; ++step) {
     std::vector<std::vector<std::uint64_t>> storage;

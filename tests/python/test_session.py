@@ -102,6 +102,18 @@ def test_options_are_named_as_the_constructor_takes_them(tp_backend):
     session.close()
 
 
+def test_cost_model_defaults_to_the_backends_own(tp_backend):
+    """Without cost=, a session on MPI prices with the host preset for its ranks; cost= names
+    another; an unknown one is an error naming it."""
+    size = tp_backend.mesh.size
+    for cost, name in ((None, "host" if size == 8 else f"host:{size}"), ("bytes", "bytes")):
+        session = chimera.Session(tp_backend, cost=cost)
+        assert session.options["cost"] == name
+        session.close()
+    with pytest.raises(chimera.InvalidArgument, match="no-such-topology"):
+        chimera.Session(tp_backend, cost="no-such-topology")
+
+
 def test_window_is_not_flushed_on_exception(tp_backend):
     session = chimera.Session(tp_backend)
     x = torch.ones(tp_backend.mesh.size)
@@ -276,7 +288,7 @@ def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
     expected = torch.full((8 * tp, 16), float(sum(senders))) + len(senders) * torch.arange(16.0)
     received, counters = {}, {}
     for fusion in (False, True):
-        session = chimera.Session(backend, fusion=fusion, per_rank=True)
+        session = chimera.Session(backend, fusion=fusion, per_rank=True, cost="bytes")  # fuses this small hand-off
         for step in range(2):
             if stage == src:
                 x = torch.full((8 * tp, 16), float(rank)) + torch.arange(16.0)

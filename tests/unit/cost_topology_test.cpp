@@ -5,9 +5,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "chimera/planning/topology.hpp"
+#include "chimera/planning/topology_cost.hpp"
 
 namespace chimera {
 namespace {
@@ -141,6 +143,20 @@ TEST(Topology, UnknownNamesListThePresets) {
   EXPECT_NE(status.message().find("multinode-ib:N"), std::string::npos) << status.message();
   status = loadTopology("host:two", t);
   EXPECT_NE(status.message().find("host:N"), std::string::npos) << status.message();
+}
+
+// loadPlanCost: "bytes" is bytes alone, anything else a topology priced by TopologyCost.
+TEST(Topology, PlanCostByName) {
+  std::unique_ptr<PlanCost> cost;
+  ASSERT_TRUE(loadPlanCost("bytes", cost).isOk());
+  EXPECT_EQ(cost->name(), "bytes");
+  EXPECT_EQ(cost->fusionMargin(), 0.0);
+  ASSERT_TRUE(loadPlanCost("host:4", cost).isOk());
+  EXPECT_EQ(cost->name(), "host:4");
+  EXPECT_GT(cost->fusionMargin(), 0.0);
+  const Status bad = loadPlanCost("nvlink-b200x72", cost);
+  EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.message().find("nvlink-b200x72"), std::string::npos) << bad.message();
 }
 
 TEST(Topology, MalformedProfileFileNamesTheFileAndThePosition) {

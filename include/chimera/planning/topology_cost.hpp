@@ -3,6 +3,7 @@
 // topology, for the planner's decision.
 #pragma once
 
+#include <memory>
 #include <string_view>
 
 #include "chimera/planning/comm_program.hpp"
@@ -50,5 +51,10 @@ class TopologyCost final : public PlanCost {
  private:
   CostModel model_;
 };
+
+/// The cost model `name` selects: "bytes" (BytesCost, bytes alone) or a topology preset or
+/// profile file (`loadTopology`) priced by TopologyCost. InvalidArgument naming `name` when
+/// it is neither.
+[[nodiscard]] Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out);
 
 }  // namespace chimera

@@ -44,9 +44,14 @@ class ParallelContext:
     needs: on a mesh with a ``pp`` axis each stage records only its own calls, its tensors placed
     on its stage (``pp=@k``), and the stage hand-offs are :meth:`stage_send` / :meth:`stage_recv`
     and their backward :meth:`stage_send_backward` / :meth:`stage_recv_backward`. The default (SPMD) has
-    every rank record every call, as :meth:`pipeline_send` does."""
+    every rank record every call, as :meth:`pipeline_send` does.
 
-    def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera", per_rank: bool = False):
+    ``topology`` names the Session's cost model (``chimera.Session``'s ``cost``): ``None`` takes the
+    backend's own (``host:N`` on the host backends, whose margin keeps windows with little to gain
+    as recorded), ``"bytes"`` fuses whenever fewer bytes move, or a preset or profile file."""
+
+    def __init__(self, axes: dict[str, int], fusion: bool = True, comm: str = "chimera", per_rank: bool = False,
+                 topology: str | None = None):
         if comm not in ("chimera", "torch"):
             raise chimera.InvalidArgument(f"comm must be 'chimera' or 'torch', not {comm!r}")
         self.axes = dict(axes)
@@ -65,7 +70,7 @@ class ParallelContext:
         for name in reversed(self.names):
             self.coords[name] = rest % self.axes[name]
             rest //= self.axes[name]
-        self.session = self._session(fusion) if comm == "chimera" else None
+        self.session = self._session(fusion, topology) if comm == "chimera" else None
         self._groups = {}
         if comm == "torch" and per_rank:
             # A stage makes its first call on a group while the other stage is elsewhere, but
@@ -74,7 +79,7 @@ class ParallelContext:
                 self._torch_group(axis)
         self.comm_seconds = 0.0
 
-    def _session(self, fusion: bool):
+    def _session(self, fusion: bool, topology: str | None):
         text = ",".join(f"{a}={s}" for a, s in self.axes.items())
         if dist.is_initialized():
             backend = _backend.mesh_backend(text, range(dist.get_world_size()))
@@ -84,7 +89,7 @@ class ParallelContext:
             # Per-rank recording cannot create a communicator later: every group of axes now.
             groups = [[a for i, a in enumerate(self.names) if bits >> i & 1] for bits in range(1, 1 << len(self.names))]
             backend.create_groups(["+".join(g) for g in groups])
-        return chimera.Session(backend, fusion=fusion, per_rank=self.per_rank)
+        return chimera.Session(backend, fusion=fusion, per_rank=self.per_rank, cost=topology)
 
     @staticmethod
     def _spec(shape, dtype) -> chimera.TensorSpec:

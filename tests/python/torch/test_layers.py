@@ -34,7 +34,7 @@ def test_mlp_matches_single_process(world, axes, fusion):
     b2 = torch.randn(HIDDEN, generator=g, dtype=torch.float64)
     y_ref, gx_ref, gw1_ref, gb1_ref, gw2_ref, gb2_ref = reference(x, w1, b1, w2, b2)
 
-    pctx = ParallelContext(axes, fusion=fusion)
+    pctx = ParallelContext(axes, fusion=fusion, topology="bytes")  # fuses these small activations
     tp, dp = pctx.size("tp"), pctx.size("dp")
     col = ColumnParallelLinear(pctx, HIDDEN, FFN, w1, b1)
     row = RowParallelLinear(pctx, FFN, HIDDEN, w2, b2)
@@ -71,7 +71,7 @@ def partial_of(tp_rank):
 @pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
 def test_pipeline_handoff_forward_and_backward(world, fusion):
     rank, n, gloo = world
-    pctx = ParallelContext({"pp": 2, "tp": 2}, fusion=fusion)
+    pctx = ParallelContext({"pp": 2, "tp": 2}, fusion=fusion, topology="bytes")
     stage, t = pctx.coord("pp"), pctx.coord("tp")
     total = partial_of(0) + partial_of(1)
     got = pctx.pipeline_send(partial_of(t) if stage == 0 else None, 0, (ROWS, F), torch.float64)
