@@ -264,6 +264,10 @@ void bindBackend(nb::module_& m) {
       .def_prop_ro("name", [](const PyBackend& self) { return std::string(self.get("name").name()); })
       .def_prop_ro("mesh", [](const PyBackend& self) { return self.get("mesh").mesh(); })
       .def_prop_ro("rank", [](const PyBackend& self) { return self.get("rank").rank(); })
+      .def_prop_ro(
+          "default_topology", [](const PyBackend& self) { return self.get("default_topology").defaultTopology(); },
+          "The cost model a Session on this backend prices with when it names none: 'host:N' on the host "
+          "backends (MPI, gloo), 'bytes' on NCCL.")
       .def_prop_ro("closed", &PyBackend::closed)
       .def("all_reduce", &allReduce, nb::arg("tensor"), nb::arg("op") = "sum", nb::arg("axes").none() = nb::none(),
            nb::arg("out").none() = nb::none(),

@@ -81,6 +81,23 @@ def test_plans_one_program_with_fewer_bytes(world, mesh):
     agree(0 < total <= 1152, gloo, f"chimera plan sends {total} bytes: {plan}")
 
 
+def test_plans_are_priced_by_the_backends_model(world, mesh):
+    """Without CHIMERA_TOPOLOGY the runtime prices as a Session on its backend does (host:N on
+    the host backends), and the bytes it reports are those of the plan that model picks."""
+    rank, n, gloo = world
+    runtime = routing.runtime_for(mesh)
+    if os.environ.get("CHIMERA_TOPOLOGY"):
+        ok = runtime.cost == os.environ["CHIMERA_TOPOLOGY"]
+    else:
+        ok = runtime.cost == runtime.backend.default_topology == f"host:{n}"
+    d = make(mesh, (P, P), torch.float32)
+    total, _, plan = bytes_of(d, (S0, S1))
+    priced = chimera.plan_redistribution(runtime.mesh, list(d.shape), "f32", "a=P,b=P", "a=S0,b=S1",
+                                         topology=runtime.cost)
+    agree(ok and total == priced["bytes"] and plan == priced["plan"], gloo,
+          f"runtime cost {runtime.cost}, backend {runtime.backend.default_topology}: {plan} vs {priced}")
+
+
 def test_fallback_and_context_manager(world, mesh, caplog):
     rank, n, gloo = world
     odd = distribute_tensor(torch.arange(7.0).reshape(7, 1), mesh, (S0, R))  # uneven shards: DTensor's own
