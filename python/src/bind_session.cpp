@@ -35,14 +35,16 @@ class PySession : public Resource {
  public:
   PySession(nb::object backend, nb::handle fusion, nb::handle checkEveryWindow, nb::handle cost,
             nb::handle preparedPlanLimit, nb::handle perRank)
-      : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)), cost_(makeCost(cost)) {
+      : Resource(nb::cast<PyBackend*>(backend)),
+        backendRef_(std::move(backend)),
+        cost_(cost.is_none() ? nullptr : makeCost(cost)) {
     SessionOptions options;
     check(SessionOptions::fromEnvironment(options));
     if (!fusion.is_none()) options.fusion = nb::cast<bool>(fusion);
     if (!checkEveryWindow.is_none()) options.checkEveryWindow = nb::cast<bool>(checkEveryWindow);
     if (!preparedPlanLimit.is_none()) options.preparedPlanLimit = nb::cast<std::size_t>(preparedPlanLimit);
     if (!perRank.is_none()) options.perRank = nb::cast<bool>(perRank);
-    options.cost = cost.is_none() ? nullptr : cost_.get();
+    options.cost = cost_.get();
     check(Session::create(owner()->get("Session"), options, session_));
   }
   ~PySession() override { PySession::close(); }
@@ -229,7 +231,7 @@ class PySession : public Resource {
     nb::object tensor;  // kept alive until the window is flushed
   };
   nb::object backendRef_;
-  std::unique_ptr<PlanCost> cost_;
+  std::unique_ptr<PlanCost> cost_;  ///< the model cost= named; null: the Session's own (options.topology)
   std::unique_ptr<Session> session_;
   std::map<std::pair<std::uint64_t, std::uint32_t>, Value> window_;
 };
