@@ -8,6 +8,7 @@
 #include <cmath>
 #include <utility>
 
+#include "chimera/planning/planner.hpp"
 #include "core/check.hpp"
 #include "cost/step_terms.hpp"
 
@@ -51,7 +52,7 @@ Status CostModel::decide(const CommProgram& baseline, const CommProgram& fused, 
   if (!status.isOk()) return Status(status.code(), "fused program: " + status.message());
   const double margin = topology_.fusionMargin;
   decision.fuse = decision.fusedSeconds < decision.baselineSeconds &&
-                  decision.fusedSeconds <= (1.0 - margin) * decision.baselineSeconds;
+                  gainClearsMargin(decision.fusedSeconds, decision.baselineSeconds, margin);
   decision.explanation =
       fmt::format("fused {} vs baseline {} on {}: {}", formatSeconds(decision.fusedSeconds),
                   formatSeconds(decision.baselineSeconds), topology_.name, decision.fuse ? "fuse" : "keep baseline");

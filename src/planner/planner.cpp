@@ -241,10 +241,12 @@ bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost) {
 namespace {
 
 bool pays(const Plan& fused, const CostPrediction& f, const Plan& written, const CostPrediction& w, double margin) {
-  return cheaper(fused, f, written, w) && f.value <= (1.0 - margin) * w.value;
+  return cheaper(fused, f, written, w) && gainClearsMargin(f.value, w.value, margin);
 }
 
 }  // namespace
+
+bool gainClearsMargin(double fused, double written, double margin) { return fused <= (1.0 - margin) * written; }
 
 bool fusionPays(const Plan& fused, const Plan& written, const PlanCost& cost) {
   return pays(fused, cost.predict(fused), written, cost.predict(written), cost.fusionMargin());

@@ -81,8 +81,12 @@ class BytesCost final : public PlanCost {
 /// copies), then fewer steps.
 bool predictedCheaper(const Plan& a, const Plan& b, const PlanCost& cost);
 
-/// True when `fused` is predicted cheaper than `written` (predictedCheaper) and its value is
-/// at most (1 - cost.fusionMargin()) times the value of `written`. The planner's decision
+/// True when a predicted `fused` value is at most (1 - margin) times the `written` one: the
+/// fusion margin's rule, for plans (fusionPays) and for programs (CostModel::decide) alike.
+bool gainClearsMargin(double fused, double written, double margin);
+
+/// True when `fused` is predicted cheaper than `written` (predictedCheaper) and its value
+/// clears the cost's fusion margin (gainClearsMargin with cost.fusionMargin()). The planner's decision
 /// between the best plan and the chain as written; a Session's between a fused plan (with any
 /// copy it adds) and the calls as recorded.
 bool fusionPays(const Plan& fused, const Plan& written, const PlanCost& cost);
