@@ -39,6 +39,10 @@ struct P2POp {
   std::uint8_t channel = 0;
 };
 
+/// The cost model of a backend over host memory on one machine (its `defaultTopology`): the
+/// preset "host:N" for a mesh of `ranks` ranks, fitted to MPI on one machine.
+std::string hostTopology(int ranks);
+
 /// Exit status of a job a backend ends after a Timeout or a failure that leaves it unusable,
 /// with `abortOnTimeout` on (MpiBackendOptions, NcclBackendOptions; CHIMERA_ABORT_ON_TIMEOUT):
 /// the MPI_Abort error code, or the process's exit status without MPI.
@@ -72,7 +76,7 @@ class Backend {
   virtual const Mesh& mesh() const = 0;
   /// The cost model a Session prices this backend's plans with when its options name none
   /// (`SessionOptions::topology`): a topology preset or profile, or "bytes" (bytes alone).
-  /// Host backends: "host:N" (N = the mesh's ranks), the preset fitted to MPI on one
+  /// Host backends: "host:N" (hostTopology; N = the mesh's ranks), the preset fitted to MPI on one
   /// machine; the default, for a backend no preset describes (NCCL), "bytes".
   virtual std::string defaultTopology() const { return "bytes"; }
   /// This process's world rank.

@@ -12,6 +12,8 @@
 
 namespace chimera {
 
+std::string hostTopology(int ranks) { return fmt::format("host:{}", ranks); }
+
 Status Backend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
                           std::span<const std::size_t> sendOffsets, void* recv, std::span<const std::size_t> recvCounts,
                           std::span<const std::size_t> recvOffsets, DataType dtype, AxisSet axes, Stream stream) {

@@ -58,7 +58,7 @@ class MpiBackend final : public Backend {
 
   std::string_view name() const override { return "mpi"; }
   const Mesh& mesh() const override { return mesh_; }
-  std::string defaultTopology() const override { return "host:" + std::to_string(mesh_.size()); }
+  std::string defaultTopology() const override { return hostTopology(mesh_.size()); }
   int rank() const override { return rank_; }
 
   // Host calls: each completes before it returns, so the stream is ignored.

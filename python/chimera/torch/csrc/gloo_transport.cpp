@@ -86,7 +86,7 @@ class GlooHostBackend final : public chimera::Backend {
 
   std::string_view name() const override { return "gloo"; }
   const Mesh& mesh() const override { return mesh_; }
-  std::string defaultTopology() const override { return "host:" + std::to_string(mesh_.size()); }
+  std::string defaultTopology() const override { return hostTopology(mesh_.size()); }
   int rank() const override { return rank_; }
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
