@@ -179,7 +179,9 @@ chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_
 chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm);
 
 /** Moves a tensor of `shape` ("64,32") placed as layout `from` into layout `to` by the
- * cheapest plan (cached). Collective over the world; buffers are this rank's local tensors. */
+ * cheapest plan (cached), priced as a session prices (CHIMERA_TOPOLOGY, else the backend's own
+ * model: host:N on MPI, bytes on NCCL). Collective over the world; buffers are this rank's
+ * local tensors. */
 chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatype, const char* from, const char* to,
                                     const void* input, size_t inputBytes, void* output, size_t outputBytes,
                                     chimeraComm_t comm);

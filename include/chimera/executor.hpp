@@ -48,8 +48,11 @@ enum class ChainMode : std::uint8_t {
 /// output on the host. Host backends ignore the stream.
 class Executor {
  public:
-  /// Runs on `backend` (not owned; must outlive the executor), pricing plans with `cost`
-  /// (not owned; default: bytes alone).
+  /// Runs on `backend` (not owned; must outlive the executor), pricing plans with `cost` (not
+  /// owned). Null: the model `CHIMERA_TOPOLOGY` names when set, else the backend's own
+  /// (`Backend::defaultTopology`: host:N on the MPI backend, bytes alone on NCCL), as a
+  /// Session prices; an unknown `CHIMERA_TOPOLOGY` makes every planning call InvalidArgument
+  /// naming it.
   explicit Executor(Backend& backend, const PlanCost* cost = nullptr);
   /// Frees every prepared plan's scratch.
   ~Executor();
@@ -91,6 +94,9 @@ class Executor {
   std::size_t cachedPlans() const;
   /// Number of prepared plans freed so far to stay within the limit.
   std::size_t evictedPlans() const;
+  /// The cost model that prices this executor's plans: the one given, or the one the
+  /// constructor chose (bytes alone while the environment's choice could not be loaded).
+  const PlanCost& cost() const;
   /// Number of planning passes (planChain / planRedistribution calls) done so far.
   std::size_t planningPasses() const;
   /// Local copies the plans this executor ran made on this rank so far: every pack, unpack

@@ -4,9 +4,11 @@
 // tensors of the layouts; the logical spec is derived from them unless given).
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bindings.hpp"
 #include "chimera/executor.hpp"
@@ -25,11 +27,14 @@ ChainMode toMode(const std::string& text) {
   raiseStatus(Status::invalidArgument(fmt::format("unknown mode '{}' (baseline, planned, fused)", text)));
 }
 
-/// The Python-side Executor: owns the C++ executor and its cost model until closed.
+/// The Python-side Executor: owns the C++ executor and the cost model it was given until closed
+/// (none given: the executor chooses its own, as a C++ one does).
 class PyExecutor : public Resource {
  public:
   PyExecutor(nb::object backend, nb::handle cost)
-      : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)), cost_(makeCost(cost)) {
+      : Resource(nb::cast<PyBackend*>(backend)),
+        backendRef_(std::move(backend)),
+        cost_(cost.is_none() ? nullptr : makeCost(cost)) {
     executor_ = std::make_unique<Executor>(owner()->get("Executor"), cost_.get());
   }
   ~PyExecutor() override { PyExecutor::close(); }
@@ -96,7 +101,9 @@ void bindExecutor(nb::module_& m) {
                          "Runs chains and redistributions on a Backend, planning each distinct one once (cached). "
                          "Every rank of the mesh must make the same calls in the same order.")
       .def(nb::init<nb::object, nb::handle>(), nb::arg("backend"), nb::arg("cost").none() = nb::none(),
-           "cost: None/\"bytes\" (bytes alone), a topology preset or a calibrated profile path.")
+           "cost: \"bytes\" (fuse whenever fewer bytes move), a topology preset ('host:8', 'pcie-4080x8', ...) "
+           "or a calibrated profile path; None: CHIMERA_TOPOLOGY, else the backend's own (host:N on the MPI and "
+           "gloo host backends, bytes on NCCL), as a Session prices. `.cost` names it.")
       .def("run_chain", &PyExecutor::runChain, nb::arg("chain"), nb::arg("input").none(), nb::arg("output").none(),
            nb::arg("from_layout"), nb::arg("consume").none() = nb::none(), nb::arg("spec").none() = nb::none(),
            nb::arg("mode") = "planned",
@@ -106,6 +113,18 @@ void bindExecutor(nb::module_& m) {
       .def("redistribute", &PyExecutor::redistribute, nb::arg("tensor").none(), nb::arg("from_layout"),
            nb::arg("to_layout"), nb::arg("out").none(), nb::arg("spec").none() = nb::none(),
            "Moves the tensor placed as from_layout into to_layout (local tensor `out`) by the cheapest plan.")
+      .def_prop_ro("cost", [](PyExecutor& self) { return std::string(self.get("cost").cost().name()); })
+      .def(
+          "plan_redistribution",
+          [](PyExecutor& self, const std::vector<std::int64_t>& shape, nb::handle dtype, nb::handle from,
+             nb::handle to) {
+            const Executor& executor = self.get("plan_redistribution");
+            return redistributionReport(self.backend().get("plan_redistribution").mesh(), shape, dtype, from, to,
+                                        executor.cost());
+          },
+          nb::arg("shape"), nb::arg("dtype"), nb::arg("from_layout"), nb::arg("to_layout"),
+          "chimera.plan_redistribution priced by this executor's cost model: the plan redistribute() runs for "
+          "from_layout -> to_layout, not run (nothing is communicated).")
       .def_prop_ro("cached_plans", [](PyExecutor& self) { return self.get("cached_plans").cachedPlans(); })
       .def_prop_ro("evicted_plans", [](PyExecutor& self) { return self.get("evicted_plans").evictedPlans(); })
       .def_prop_ro("planning_passes", [](PyExecutor& self) { return self.get("planning_passes").planningPasses(); })

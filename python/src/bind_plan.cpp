@@ -43,15 +43,21 @@ nb::object plan(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::
 
 nb::dict planRedistributionBytes(nb::handle meshObj, const std::vector<std::int64_t>& shape, nb::handle dtype,
                                  nb::handle from, nb::handle to, nb::handle topology) {
-  const Mesh mesh = toMesh(meshObj);
+  const std::unique_ptr<PlanCost> cost = makeCost(topology);
+  return redistributionReport(toMesh(meshObj), shape, dtype, from, to, *cost);
+}
+
+}  // namespace
+
+nb::dict redistributionReport(const Mesh& mesh, const std::vector<std::int64_t>& shape, nb::handle dtype,
+                              nb::handle from, nb::handle to, const PlanCost& cost) {
   const TensorSpec spec{shape, toDataType(dtype)};
   const Layout source = toLayout(from, mesh, "from");
   const Layout target = toLayout(to, mesh, "to");
   check(source.validate(spec));
   check(target.validate(spec));
-  const std::unique_ptr<PlanCost> cost = makeCost(topology);
   Plan plan;
-  check(planRedistribution(spec, source, target, 1, *cost, plan));
+  check(planRedistribution(spec, source, target, 1, cost, plan));
   const PlanBytes bytes = planBytes(plan);
   nb::dict out;
   out["bytes"] = bytes.total;
@@ -60,8 +66,6 @@ nb::dict planRedistributionBytes(nb::handle meshObj, const std::vector<std::int6
   return out;
 }
 
-}  // namespace
-
 void bindPlan(nb::module_& m) {
   m.def("plan", &plan, nb::arg("mesh"), nb::arg("shape"), nb::arg("dtype"), nb::arg("from_layout"), nb::arg("chain"),
         nb::arg("consume").none() = nb::none(), nb::arg("topology").none() = nb::none(),
@@ -69,9 +73,10 @@ void bindPlan(nb::module_& m) {
         "unconsumed bytes, the fused plan, the decision and why. topology: None/\"bytes\", a preset or a profile.");
   m.def("plan_redistribution", &planRedistributionBytes, nb::arg("mesh"), nb::arg("shape"), nb::arg("dtype"),
         nb::arg("from_layout"), nb::arg("to_layout"), nb::arg("topology").none() = nb::none(),
-        "The plan Executor.redistribute runs for from_layout -> to_layout, without running it: a dict of the "
-        "bytes it sends over all ranks, the busiest rank's (`max_rank_bytes`) and the plan's text. Raises the "
-        "Status exception (InvalidArgument, Unsupported) when chimera does not plan the transition.");
+        "The plan Executor.redistribute runs for from_layout -> to_layout when priced by `topology` "
+        "(None/\"bytes\": bytes alone), without running it: a dict of the bytes it sends over all ranks, the "
+        "busiest rank's (`max_rank_bytes`) and the plan's text. Raises the Status exception (InvalidArgument, "
+        "Unsupported) when chimera does not plan the transition.");
 }
 
 }  // namespace chimera::python

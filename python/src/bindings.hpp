@@ -6,11 +6,14 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
+#include "chimera/planning/planner.hpp"
 #include "chimera/tensor_spec.hpp"
 #include "chimera/types.hpp"
 
@@ -42,5 +45,10 @@ ReduceOp toReduceOp(nb::handle obj);
 AxisSet toAxes(nb::handle obj, const Mesh& mesh);
 /// The world size a mesh text names (product of its sizes; 0 when malformed).
 int meshTextWorldSize(const std::string& text);
+
+/// The plan `from` -> `to` of a tensor of `shape` and `dtype` on `mesh` priced by `cost`, not
+/// run: {"bytes": over all ranks, "max_rank_bytes": the busiest rank's, "plan": its text}.
+nb::dict redistributionReport(const Mesh& mesh, const std::vector<std::int64_t>& shape, nb::handle dtype,
+                              nb::handle from, nb::handle to, const PlanCost& cost);
 
 }  // namespace chimera::python

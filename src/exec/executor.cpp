@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "chimera/planning/topology_cost.hpp"
 #include "common/env.hpp"
 #include "common/hash.hpp"
 #include "common/log.hpp"
@@ -53,13 +56,18 @@ struct RedistributionEntry {
 }  // namespace
 
 struct Executor::Impl {
-  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c != nullptr ? c : &bytesCost), agreement(b) {}
+  Impl(Backend& b, const PlanCost* c) : backend(b), cost(c), agreement(b) {
+    if (cost == nullptr) chooseCost();
+  }
   ~Impl() {
     chains.clear();
     redistributions.clear();
     plans.clear();
   }
 
+  // The model CHIMERA_TOPOLOGY names, else the backend's own; bytes alone and `costError` set
+  // when it cannot be loaded or does not fit the mesh.
+  void chooseCost();
   Status agree(const std::string& signature, const Status& local, std::string_view failure, Stream stream);
   Status execute(detail::PreparedPlan& plan, const void* input, std::size_t inputBytes, void* output,
                  std::size_t outputBytes, bool agreed, Stream stream);
@@ -72,8 +80,9 @@ struct Executor::Impl {
 
   Backend& backend;
   std::shared_ptr<detail::ScratchPool> scratch;  // the backend's; declared first, destroyed after the plans
-  BytesCost bytesCost;
+  std::unique_ptr<PlanCost> ownCost;
   const PlanCost* cost;
+  Status costError = Status::ok();  // returned by every planning call
   std::unordered_map<detail::ChainKey, std::unique_ptr<ChainEntry>, detail::ChainKeyHash> chains;
   std::unordered_map<std::string, std::unique_ptr<RedistributionEntry>> redistributions;
   std::unordered_map<std::string, std::unique_ptr<detail::PreparedPlan>> plans;
@@ -83,6 +92,19 @@ struct Executor::Impl {
   bool checkBuffers = checkBuffersFromEnv();
   detail::CopyCount copies;  // the local copies of every plan run
 };
+
+void Executor::Impl::chooseCost() {
+  const std::optional<std::string> named = detail::readEnvText("CHIMERA_TOPOLOGY");
+  const std::string name = named ? *named : backend.defaultTopology();
+  Status loaded = loadPlanCost(name, ownCost);
+  if (loaded.isOk()) loaded = ownCost->checkMesh(backend.mesh());
+  if (!loaded.isOk()) {
+    costError = Status::invalidArgument(fmt::format(
+        "executor cost model {} ({}): {}", name, named ? "CHIMERA_TOPOLOGY" : "the backend's own", loaded.message()));
+    ownCost = std::make_unique<BytesCost>();
+  }
+  cost = ownCost.get();
+}
 
 // Agrees over the world on the signature's hash and whether any rank failed. Every rank takes
 // part whatever its local verdict.
@@ -144,7 +166,7 @@ Status Executor::Impl::runSlot(const Plan& plan, std::unique_ptr<detail::Prepare
 }
 
 Status Executor::Impl::findChain(const ChainRequest& request, bool agreed, Stream stream, ChainEntry*& out) {
-  Status local = detail::checkRequestMesh(request, backend.mesh());
+  Status local = costError.isOk() ? detail::checkRequestMesh(request, backend.mesh()) : costError;
   detail::ChainKey key;
   if (local.isOk()) {
     key = detail::chainKey(request);
@@ -207,8 +229,8 @@ Status Executor::runChain(const ChainRequest& request, ChainMode mode, const voi
 Status Executor::redistribute(const TensorSpec& spec, const Layout& from, const Layout& to, const void* input,
                               std::size_t inputBytes, void* output, std::size_t outputBytes, Stream stream) {
   const Mesh& mesh = impl_->backend.mesh();
-  Status local = Status::ok();
-  if (!from.mesh().axesEqual(mesh) || !to.mesh().axesEqual(mesh)) {
+  Status local = impl_->costError;
+  if (local.isOk() && (!from.mesh().axesEqual(mesh) || !to.mesh().axesEqual(mesh))) {
     local = Status::invalidArgument(fmt::format("redistribution {} -> {} on meshes {} and {}, the backend is on {}",
                                                 from.toString(), to.toString(), from.mesh().toString(),
                                                 to.mesh().toString(), mesh.toString()));
@@ -250,6 +272,8 @@ Status Executor::setPreparedPlanLimit(std::size_t limit) {
   impl_->preparedPlans.setLimit(limit);
   return Status::ok();
 }
+
+const PlanCost& Executor::cost() const { return *impl_->cost; }
 
 std::size_t Executor::planningPasses() const { return impl_->passes; }
 

@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chimera/mpi_backend.hpp"
@@ -340,11 +342,55 @@ TEST(ExecutorModes, PlannedFollowsTheCostDecision) {
   EXPECT_FALSE(plan->useFused) << plan->explain;
   // Baseline and fused prepared; Planned ran the baseline program (no third preparation).
   EXPECT_EQ(executor->cachedPlans(), 2u);
+  const BytesCost bytes;
+  Executor byBytesExecutor(*f.backend, &bytes);
   const ChainPlan* byBytes = nullptr;
-  status = f.executor->plan(request, byBytes);
+  status = byBytesExecutor.plan(request, byBytes);
   EXPECT_TRUE(allRanksAgree(status.isOk())) << status.toString();
   if (status.isOk()) {
     EXPECT_TRUE(byBytes->useFused) << byBytes->explain;
+  }
+}
+
+// Given no cost, an executor prices as a Session on its backend does: CHIMERA_TOPOLOGY when
+// set, else the backend's model (host:N on MPI), whose margin keeps a small hand-off as
+// written and fuses a large one; an unknown name fails every planning call on every rank.
+TEST(ExecutorCost, TheBackendsModelUnlessTheEnvironmentNamesOne) {
+  const int n = worldSize();
+  Fixture f = makeFixture(n == 8 ? "pp=2,tp=4" : "tp=" + std::to_string(n));
+  ASSERT_TRUE(allRanksAgree(f.status.isOk())) << f.status.toString();
+  EXPECT_EQ(f.executor->cost().name(), n == 8 ? "host" : "host:" + std::to_string(n));
+  ::setenv("CHIMERA_TOPOLOGY", "bytes", 1);
+  EXPECT_EQ(Executor(*f.backend).cost().name(), "bytes");
+  const BytesCost given;
+  ::setenv("CHIMERA_TOPOLOGY", "no-such-topology", 1);
+  EXPECT_EQ(&Executor(*f.backend, &given).cost(), &given);  // a given cost reads no environment
+  Executor unknown(*f.backend);
+  ::unsetenv("CHIMERA_TOPOLOGY");
+  const ChainCase tpSp = chainCases(n).front();
+  ChainRequest request;
+  Status status = makeRequest(f.mesh, tpSp, DataType::F32, request);
+  const ChainPlan* plan = nullptr;
+  if (status.isOk()) status = unknown.plan(request, plan);
+  EXPECT_TRUE(allRanksAgree(status.code() == StatusCode::InvalidArgument &&
+                            status.message().find("CHIMERA_TOPOLOGY") != std::string::npos &&
+                            status.message().find("no-such-topology") != std::string::npos))
+      << status.toString();
+  if (n != 8) return;
+  // The SessionCost case through the executor: 6 KiB to hand off kept as written, 512 KiB fused.
+  Executor byBytes(*f.backend, &given);
+  for (const auto& [shape, pays] : {std::pair<std::vector<std::int64_t>, bool>{{32, 48}, false}, {{256, 512}, true}}) {
+    const ChainCase c{"tp_pp", "pp=2,tp=4", "pp=@0,tp=P", "allreduce:tp,send:pp", "pp=@1,tp=R", shape};
+    status = makeRequest(f.mesh, c, DataType::F32, request);
+    const ChainPlan* host = nullptr;
+    const ChainPlan* bytes = nullptr;
+    if (status.isOk()) status = f.executor->plan(request, host);
+    if (status.isOk()) status = byBytes.plan(request, bytes);
+    std::string why;
+    const bool same = status.isOk() && checkChain(*f.executor, request, why);
+    ASSERT_TRUE(allRanksAgree(status.isOk() && same)) << status.toString() << why;
+    EXPECT_EQ(host->useFused, pays) << shape[0] << "x" << shape[1] << ": " << host->explain;
+    EXPECT_TRUE(bytes->useFused) << bytes->explain;
   }
 }
 

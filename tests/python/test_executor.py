@@ -2,6 +2,8 @@
 # Executor.run_chain on the six scenarios of the paper (and the same chains on other meshes):
 # the fused and planned programs give exactly the unfused chain's result, and all three equal
 # the NumPy reference; Executor.redistribute between layouts, checked the same way.
+import os
+
 import numpy as np
 import pytest
 
@@ -94,3 +96,21 @@ def test_run_chain_checks_every_buffer(world):
             executor.run_chain("allgather:tp:0", inp, inp, "tp=P")
         with pytest.raises(chimera.InvalidArgument, match="mode"):
             executor.run_chain("allreduce:tp", inp, inp, "tp=P", mode="fastest")
+
+
+def test_cost_model_is_the_backends_unless_named(world):
+    """Given no cost, an executor prices with CHIMERA_TOPOLOGY's model, else its backend's own
+    (host:N on MPI), as a Session does; plan_redistribution plans with that same model."""
+    _, size = world
+    mesh = chimera.Mesh(f"dp=2,tp={size // 2}")
+    with chimera.mpi_backend(mesh) as backend:
+        named = os.environ.get("CHIMERA_TOPOLOGY") or backend.default_topology
+        assert backend.default_topology == f"host:{size}"
+        executor = chimera.Executor(backend)
+        assert executor.cost == chimera.Executor(backend, cost=named).cost
+        assert "CHIMERA_TOPOLOGY" in os.environ or executor.cost.startswith("host")
+        assert chimera.Executor(backend, cost="bytes").cost == "bytes"
+        for source, target in REDISTRIBUTIONS:
+            shape = [4 * size, 16]
+            assert executor.plan_redistribution(shape, "f32", source, target) == chimera.plan_redistribution(
+                mesh, shape, "f32", source, target, topology=named)

@@ -58,20 +58,21 @@ class MeshRuntime:
     """chimera's Executor on a host Backend laid out as one DeviceMesh (see
     chimera.torch.backend.mesh_backend: MPI under an MPI launch, gloo otherwise): Python over
     the package `chimera`, the DTensor's local tensors crossing by DLPack. `ranks`: the torch
-    global ranks of the mesh in row-major order. Plans are priced as a Session on the backend
-    prices them: ``CHIMERA_TOPOLOGY`` when set, else the backend's own model (``host:N``), which
-    picks fewer steps over fewer bytes where the steps cost more (``.cost`` names it)."""
+    global ranks of the mesh in row-major order. Plans are priced by the executor's own choice,
+    as a Session on the backend prices them: ``CHIMERA_TOPOLOGY`` when set, else the backend's
+    own model (``host:N``), which picks fewer steps over fewer bytes where the steps cost more
+    (``.cost`` names it)."""
 
     def __init__(self, mesh_text: str, ranks):
         self.mesh = chimera.Mesh(mesh_text)
         self.backend = _backend.mesh_backend(mesh_text, ranks)
-        self.cost = os.environ.get("CHIMERA_TOPOLOGY") or self.backend.default_topology
-        self.executor = chimera.Executor(self.backend, cost=self.cost)
+        self.executor = chimera.Executor(self.backend)
+        self.cost = self.executor.cost
 
     def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
         """(bytes over all ranks, of the busiest rank, plan text) of the plan source -> target runs;
         nothing runs. chimera.InvalidArgument / chimera.Unsupported when chimera does not plan it."""
-        plan = chimera.plan_redistribution(self.mesh, list(shape), dtype, source, target, topology=self.cost)
+        plan = self.executor.plan_redistribution(list(shape), dtype, source, target)
         return plan["bytes"], plan["max_rank_bytes"], plan["plan"]
 
     def redistribute(self, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:

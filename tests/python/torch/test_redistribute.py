@@ -82,20 +82,20 @@ def test_plans_one_program_with_fewer_bytes(world, mesh):
 
 
 def test_plans_are_priced_by_the_backends_model(world, mesh):
-    """Without CHIMERA_TOPOLOGY the runtime prices as a Session on its backend does (host:N on
-    the host backends), and the bytes it reports are those of the plan that model picks."""
+    """The runtime prices as a Session on its backend does: CHIMERA_TOPOLOGY when set, else the
+    backend's own model (host:N on the host backends); the bytes it reports are those of the plan
+    that model picks."""
     rank, n, gloo = world
     runtime = routing.runtime_for(mesh)
-    if os.environ.get("CHIMERA_TOPOLOGY"):
-        ok = runtime.cost == os.environ["CHIMERA_TOPOLOGY"]
-    else:
-        ok = runtime.cost == runtime.backend.default_topology == f"host:{n}"
+    named = os.environ.get("CHIMERA_TOPOLOGY") or runtime.backend.default_topology
+    ok = named == os.environ.get("CHIMERA_TOPOLOGY", f"host:{n}")
+    ok = ok and runtime.cost == chimera.Executor(runtime.backend, cost=named).cost
     d = make(mesh, (P, P), torch.float32)
     total, _, plan = bytes_of(d, (S0, S1))
-    priced = chimera.plan_redistribution(runtime.mesh, list(d.shape), "f32", "a=P,b=P", "a=S0,b=S1",
-                                         topology=runtime.cost)
+    priced = chimera.plan_redistribution(runtime.mesh, list(d.shape), "f32", "a=P,b=P", "a=S0,b=S1", topology=named)
     agree(ok and total == priced["bytes"] and plan == priced["plan"], gloo,
-          f"runtime cost {runtime.cost}, backend {runtime.backend.default_topology}: {plan} vs {priced}")
+          f"runtime cost {runtime.cost}, named {named}, backend {runtime.backend.default_topology}: "
+          f"{plan} vs {priced}")
 
 
 def test_fallback_and_context_manager(world, mesh, caplog):
