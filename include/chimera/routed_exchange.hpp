@@ -81,8 +81,10 @@ struct RoutedExchangeOptions {
   /// Which program to run.
   RoutedProgram program = RoutedProgram::Planned;
   /// Cost model the Planned decision prices with: a topology preset or profile path
-  /// (include/chimera/planning/topology.hpp), or "bytes" (default) for bytes alone.
-  std::string topology = "bytes";
+  /// (include/chimera/planning/topology.hpp), or "bytes" for bytes alone. Empty (default):
+  /// `CHIMERA_TOPOLOGY`, else the backend's own (costModelName: host:N on MPI), as a Session
+  /// and an Executor price; create fails naming a model it cannot load.
+  std::string topology;
   /// Tokens per rank the decision is priced at (the decision is made once, not per dispatch).
   std::int64_t plannedTokens = 4096;
 };

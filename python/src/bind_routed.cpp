@@ -45,7 +45,7 @@ class PyRoutedExchange : public Resource {
  public:
   PyRoutedExchange(nb::object backend, std::int64_t numExperts, int topK, std::int64_t hidden, nb::handle dtype,
                    nb::handle weightDtype, nb::handle group, const std::string& layout, std::int64_t capacity,
-                   const std::string& overflow, const std::string& program, const std::string& topology,
+                   const std::string& overflow, const std::string& program, const std::optional<std::string>& topology,
                    std::size_t scratchLimit)
       : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)) {
     Backend& b = owner()->get("RoutedExchange");
@@ -62,7 +62,7 @@ class PyRoutedExchange : public Resource {
       raiseStatus(Status::invalidArgument(fmt::format("unknown overflow '{}' (drop, error)", overflow)));
     options.overflow = overflow == "drop" ? CapacityOverflow::Drop : CapacityOverflow::Error;
     options.program = toProgram(program);
-    options.topology = topology;
+    options.topology = topology.value_or("");
     options.scratchLimitBytes = scratchLimit;
     check(RoutedExchange::create(b, options, exchange_));
   }
@@ -172,11 +172,12 @@ void bindRouted(nb::module_& m) {
                                "MoE top-k dispatch and combine over a group (docs/moe.md). Collective: every rank "
                                "of the group makes the same calls in the same order.")
       .def(nb::init<nb::object, std::int64_t, int, std::int64_t, nb::handle, nb::handle, nb::handle, const std::string&,
-                    std::int64_t, const std::string&, const std::string&, const std::string&, std::size_t>(),
+                    std::int64_t, const std::string&, const std::string&, const std::optional<std::string>&,
+                    std::size_t>(),
            nb::arg("backend"), nb::arg("num_experts"), nb::arg("top_k"), nb::arg("hidden"), nb::arg("dtype") = "f32",
            nb::arg("weight_dtype") = "f32", nb::arg("group").none() = nb::none(), nb::arg("layout") = "",
            nb::arg("capacity") = 0, nb::arg("overflow") = "drop", nb::arg("program") = "planned",
-           nb::arg("topology") = "bytes", nb::arg("scratch_limit") = 0)
+           nb::arg("topology").none() = nb::none(), nb::arg("scratch_limit") = 0)
       .def_prop_ro("explain", [](PyRoutedExchange& self) { return self.get("explain").explain(); })
       .def_prop_ro("once_per_rank", [](PyRoutedExchange& self) { return self.get("once_per_rank").oncePerRank(); })
       .def_prop_ro("splits_replicas",

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,13 +93,12 @@ struct Executor::Impl {
 };
 
 void Executor::Impl::chooseCost() {
-  const std::optional<std::string> named = detail::readEnvText("CHIMERA_TOPOLOGY");
-  const std::string name = named ? *named : backend.defaultTopology();
+  const std::string name = costModelName(backend);
   Status loaded = loadPlanCost(name, ownCost);
   if (loaded.isOk()) loaded = ownCost->checkMesh(backend.mesh());
   if (!loaded.isOk()) {
-    costError = Status::invalidArgument(fmt::format(
-        "executor cost model {} ({}): {}", name, named ? "CHIMERA_TOPOLOGY" : "the backend's own", loaded.message()));
+    costError = Status::invalidArgument(
+        fmt::format("executor cost model '{}' (CHIMERA_TOPOLOGY, else the backend's own): {}", name, loaded.message()));
     ownCost = std::make_unique<BytesCost>();
   }
   cost = ownCost.get();

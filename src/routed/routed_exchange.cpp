@@ -125,9 +125,15 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   request.experts = options.numExperts;
   request.topK = options.topK;
   std::unique_ptr<CostModel> model;
-  if (options.topology != "bytes" && !options.topology.empty()) {
+  const std::string costName = options.topology.empty() ? costModelName(backend) : options.topology;
+  if (costName != "bytes") {
     Topology topology;
-    CHIMERA_RETURN_IF_ERROR(loadTopology(options.topology, topology));
+    if (const Status loaded = loadTopology(costName, topology); !loaded.isOk()) {
+      return Status::invalidArgument(fmt::format(
+          "routed exchange cost model '{}' (RoutedExchangeOptions::topology, else CHIMERA_TOPOLOGY, else the "
+          "backend's own): {}",
+          costName, loaded.message()));
+    }
     model = std::make_unique<CostModel>(std::move(topology));
   }
   CHIMERA_RETURN_IF_ERROR(planRouted(request, model.get(), m.decision));

@@ -4,6 +4,8 @@
 # and returns the rows' gradients. Straight from the stage and after the hand-off both give the
 # NumPy reference bit for bit, in f32 and f16 (small integers and quarter weights: every product
 # and sum is exact, also rounded to 16 bits).
+import os
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,26 @@ def test_stage_calls_outside_the_role_raise(staged):
     handle = exchange.dispatch(x, ids, weights, x.shape[0])
     with pytest.raises(chimera.InvalidArgument, match="dispatch and dispatchBackward only"):
         exchange.combine(np.empty((0, H), np.float32), None, handle, np.empty_like(x))
+
+
+def test_planned_program_is_priced_by_the_backends_model(staged, monkeypatch):
+    """Given no topology, the planned program is priced as a Session on the backend prices it:
+    CHIMERA_TOPOLOGY when set, else the backend's own model (host:N on MPI). On 8 ranks, E = 64,
+    K = 8 and 64-element rows, that model keeps the hand-off where bytes alone send straight from
+    the stage; a model that cannot be loaded fails creation naming it."""
+    backend, experts_ranks = staged
+    size = 2 * experts_ranks
+
+    def straight(**kwargs):
+        return chimera._chimera.RoutedExchange(backend, 64, 8, 64, group="ep", layout="pp=@0",
+                                               **kwargs).straight_from_stage
+
+    named = os.environ.get("CHIMERA_TOPOLOGY") or backend.default_topology
+    assert straight() == straight(topology=named)
+    if "CHIMERA_TOPOLOGY" not in os.environ and size == 8:
+        assert straight(topology="bytes") and not straight()
+    monkeypatch.setenv("CHIMERA_TOPOLOGY", "bytes")
+    assert straight() == straight(topology="bytes")
+    monkeypatch.setenv("CHIMERA_TOPOLOGY", "no-such-topology")
+    with pytest.raises(chimera.InvalidArgument, match="routed exchange cost model 'no-such-topology'"):
+        straight()

@@ -196,7 +196,7 @@ class _Combine(torch.autograd.Function):
 
 def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, *,
              group=None, mesh: Optional[str] = None, layout: str = "", capacity: int = 0, overflow: str = "drop",
-             program: str = "planned", topology: str = "bytes", scratch_limit: int = 0):
+             program: str = "planned", topology: Optional[str] = None, scratch_limit: int = 0):
     """Dispatches this rank's tokens to the ranks of their top-k experts.
 
     x: [T, H] (T may differ per rank, may be 0); topk_idx: [T, K] int64 global expert ids,
@@ -208,7 +208,9 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     disjoint part when the cost model says it pays), "tp=P" (partial sums: ReduceScatter, then
     each dispatches its shard). capacity: tokens per (source, destination rank) pair, 0 for
     dropless; overflow: "drop" (counted) or "error". program: "planned", "fused" or
-    "per_expert" (one row per (token, expert), the chain as frameworks issue it).
+    "per_expert" (one row per (token, expert), the chain as frameworks issue it). topology: the
+    cost model the planned program is priced with ("bytes", a preset or a profile); None:
+    ``CHIMERA_TOPOLOGY``, else the backend's own (``host:N`` on the host backends).
 
     Returns (recv_x, recv_expert, recv_weight, tokens_per_expert, handle): recv_x one row per
     (received token, local expert), grouped by local expert in order; recv_expert their global
