@@ -76,7 +76,7 @@ class Backend {
   virtual const Mesh& mesh() const = 0;
   /// The cost model a Session prices this backend's plans with when its options name none
   /// (`SessionOptions::topology`), and an Executor or a routed exchange without
-  /// `CHIMERA_TOPOLOGY` (costModelName): a topology preset or profile, or "bytes" (bytes alone).
+  /// `CHIMERA_TOPOLOGY`: a topology preset or profile, or "bytes" (bytes alone).
   /// Host backends: "host:N" (hostTopology; N = the mesh's ranks), the preset fitted to MPI on one
   /// machine; the default, for a backend no preset describes (NCCL), "bytes".
   virtual std::string defaultTopology() const { return "bytes"; }
@@ -210,10 +210,5 @@ class Backend {
   /// group always counts as existing). Local.
   virtual bool hasGroup(AxisSet axes) const = 0;
 };
-
-/// The cost model that prices plans on `backend` where the caller names none (an Executor
-/// given no cost, a routed exchange given no topology): `CHIMERA_TOPOLOGY` when set, else
-/// `backend.defaultTopology()`.
-std::string costModelName(const Backend& backend);
 
 }  // namespace chimera

@@ -82,7 +82,7 @@ struct RoutedExchangeOptions {
   RoutedProgram program = RoutedProgram::Planned;
   /// Cost model the Planned decision prices with: a topology preset or profile path
   /// (include/chimera/planning/topology.hpp), or "bytes" for bytes alone. Empty (default):
-  /// `CHIMERA_TOPOLOGY`, else the backend's own (costModelName: host:N on MPI), as a Session
+  /// `CHIMERA_TOPOLOGY`, else the backend's own (`Backend::defaultTopology`: host:N on MPI), as a Session
   /// and an Executor price; create fails naming a model it cannot load.
   std::string topology;
   /// Tokens per rank the decision is priced at (the decision is made once, not per dispatch).

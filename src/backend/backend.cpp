@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -14,11 +13,6 @@
 namespace chimera {
 
 std::string hostTopology(int ranks) { return fmt::format("host:{}", ranks); }
-
-std::string costModelName(const Backend& backend) {
-  const char* named = std::getenv("CHIMERA_TOPOLOGY");
-  return named != nullptr && *named != '\0' ? std::string(named) : backend.defaultTopology();
-}
 
 Status Backend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
                           std::span<const std::size_t> sendOffsets, void* recv, std::span<const std::size_t> recvCounts,

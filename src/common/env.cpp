@@ -7,11 +7,17 @@
 #include <charconv>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "common/size_text.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
+
+std::string topologyFromEnv(std::string fallback) {
+  std::optional<std::string> named = readEnvText("CHIMERA_TOPOLOGY");
+  return named ? std::move(*named) : std::move(fallback);
+}
 
 std::optional<std::string> readEnvText(const char* name) {
   const char* text = std::getenv(name);

@@ -27,6 +27,11 @@ namespace chimera::detail {
 /// The value of `name`, or std::nullopt when it is unset or empty.
 std::optional<std::string> readEnvText(const char* name);
 
+/// The cost model `CHIMERA_TOPOLOGY` names, else `fallback` (the backend's
+/// `defaultTopology`): what an Executor given no cost and a routed exchange given no topology
+/// price with.
+std::string topologyFromEnv(std::string fallback);
+
 /// True when `name` is set at all (even empty): how a launcher's own variables are detected.
 bool envIsSet(const char* name);
 

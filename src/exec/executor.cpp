@@ -93,7 +93,7 @@ struct Executor::Impl {
 };
 
 void Executor::Impl::chooseCost() {
-  const std::string name = costModelName(backend);
+  const std::string name = detail::topologyFromEnv(backend.defaultTopology());
   Status loaded = loadPlanCost(name, ownCost);
   if (loaded.isOk()) loaded = ownCost->checkMesh(backend.mesh());
   if (!loaded.isOk()) {

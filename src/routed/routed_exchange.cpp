@@ -125,7 +125,8 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   request.experts = options.numExperts;
   request.topK = options.topK;
   std::unique_ptr<CostModel> model;
-  const std::string costName = options.topology.empty() ? costModelName(backend) : options.topology;
+  const std::string costName =
+      options.topology.empty() ? detail::topologyFromEnv(backend.defaultTopology()) : options.topology;
   if (costName != "bytes") {
     Topology topology;
     if (const Status loaded = loadTopology(costName, topology); !loaded.isOk()) {
