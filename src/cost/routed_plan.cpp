@@ -104,17 +104,17 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
     program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, owners),
                                            static_cast<std::uint64_t>(4 * ranks)));
   } else {
-    // One round of words: each source tells every destination its record and byte counts
-    // (16 bytes) and hears its verdict (8 bytes), and tells the other sources of its group
-    // whether it failed (8 bytes).
+    // One round of 4-byte words: each source tells every destination its record count (the
+    // owner also its token count) and hears its verdict, and tells the other sources of its
+    // group whether it failed.
     std::vector<Transfer> words;
     for (const Flow& f : flows) {
       for (int dst : request.mesh.groupRanks(f.owner, request.group)) {
-        words.push_back({f.src, dst, 16});
-        words.push_back({dst, f.src, 8});
+        words.push_back({f.src, dst, dst == f.owner ? 8u : 4u});
+        words.push_back({dst, f.src, 4});
       }
       for (int other : request.mesh.groupRanks(f.src, request.group)) {
-        if (other != f.src) words.push_back({f.src, other, 8});
+        if (other != f.src) words.push_back({f.src, other, 4});
       }
     }
     program.push_back(CommStep::manyToMany(std::move(words)));

@@ -84,121 +84,160 @@ std::size_t routingBytes(const Impl& m, std::int64_t tokens) {
   return 8 + pairs * (8 + m.weightBytes);
 }
 
-// Stage k, straight, in one round of words: each source tells every destination its record
-// count and block bytes and hears its verdict, and tells the other sources of its dispatch group
-// whether it failed (and its options' tag), so that a failure anywhere fails every source before
-// any row moves; then the record blocks, the peer's with the routing appended.
+// Whether a straight block from a source whose round word is `source` to a destination whose
+// verdict word is `destination` carries records: not when the source failed, nor when both words
+// are sound and name other options (another exchange's call), so that both sides size the block
+// alike from the words they both hold, with no byte count in the round.
+bool blockCarriesRecords(std::int32_t source, std::int32_t destination) {
+  if (source < 0) return false;
+  return destination < 0 || (source >> 24) == (destination >> 24);
+}
+
+// A round of 4-byte words with `peers`: `sendWords[p]` words of `send` (in order) to peer p,
+// `recvWords[p]` words from it into `heard` (in order). Either side may be empty.
+Status straightRound(Backend& backend, std::span<const int> peers, std::span<const std::int32_t> send,
+                     std::span<const std::size_t> sendWords, std::span<const std::size_t> recvWords,
+                     std::vector<std::int32_t>& heard) {
+  std::vector<std::size_t> sendOffset(sendWords.size()), sendBytes(sendWords.size()), recvBytes(recvWords.size()),
+      recvOffset;
+  std::size_t at = 0;
+  for (std::size_t p = 0; p < sendWords.size(); ++p) {
+    sendOffset[p] = at;
+    sendBytes[p] = 4 * sendWords[p];
+    at += sendBytes[p];
+  }
+  for (std::size_t p = 0; p < recvWords.size(); ++p) recvBytes[p] = 4 * recvWords[p];
+  std::vector<std::byte> in;
+  CHIMERA_RETURN_IF_ERROR(
+      stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in, recvOffset));
+  heard.clear();
+  for (std::size_t p = 0; p < recvWords.size(); ++p) {
+    const std::size_t first = heard.size();
+    heard.resize(first + recvWords[p]);
+    std::memcpy(heard.data() + first, in.data() + recvOffset[p], recvBytes[p]);
+  }
+  return Status::ok();
+}
+
+// Stage k, straight, in one round of 4-byte words: each source tells every destination its
+// record count (and its peer its token count) and hears its verdict, and tells the other
+// sources of its dispatch group whether it failed (and its options' tag), so that a failure
+// anywhere fails every source before any row moves; then the record blocks, the peer's with
+// the routing appended, sized on both sides from the words (blockCarriesRecords).
 Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeights, const void* x, std::int64_t tokens,
                     State& st, Status local) {
   const auto R = static_cast<std::size_t>(m.ranks);
+  const auto me = static_cast<std::size_t>(m.index);
   const std::size_t record = m.headerBytes + m.rowBytes;
   st.ownBegin = 0;
   st.ownEnd = tokens;
   if (local.isOk()) local = m.buildSendTable(topkIdx, st);
   if (local.isOk()) local = m.checkSendScratch(st.sendCount, record);
-  if (!local.isOk()) {
-    st.tokens = st.ownEnd = 0;
+  const bool failed = !local.isOk();
+  if (failed) {
+    st.tokens = st.ownEnd = tokens = 0;
     st.sendCount.assign(R, 0);
     st.sendFirst.assign(R, 0);
   }
-  // The round's peers: the destinations (two words out, the verdict in), then the other sources
-  // (this rank's word out, theirs in).
-  std::vector<std::size_t> offset, bytes(R);
-  std::vector<std::uint64_t> words(2 * R);
-  for (std::size_t p = 0; p < R; ++p) {
-    bytes[p] = kBlockWordBytes + st.sendCount[p] * record +
-               (local.isOk() && static_cast<int>(p) == m.index ? routingBytes(m, tokens) : 0);
-    words[2 * p] = slotOf(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, !local.isOk()));
-    words[2 * p + 1] = bytes[p];
-  }
+  // The round's peers: the destinations (the count word out, the verdict in), then the other
+  // sources (this rank's word out, theirs in).
   std::vector<int> peers(m.stageRanks.begin(), m.stageRanks.end());
+  std::vector<std::int32_t> words;
+  std::vector<std::size_t> sendWords(R, 1);
+  for (std::size_t p = 0; p < R; ++p) {
+    words.push_back(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, failed));
+    if (p == me) words.push_back(static_cast<std::int32_t>(tokens));
+  }
+  sendWords[me] = 2;
   for (const int rank : m.groupRanks) {
     if (rank == m.backend.rank()) continue;
     peers.push_back(rank);
-    words.push_back(slotOf(countWord(0, m.tag, !local.isOk())));
+    words.push_back(countWord(0, m.tag, failed));
+    sendWords.push_back(1);
   }
-  std::vector<std::size_t> wordBytes(peers.size(), 8), wordOffset, recvBytes(peers.size(), 8);
-  std::fill_n(wordBytes.begin(), R, 16);
-  detail::blockOffsets(wordBytes, 0, wordOffset);
-  std::vector<std::byte> heard;
-  std::vector<std::size_t> heardOffset;
-  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, peers, std::as_bytes(std::span(words)), wordOffset, wordBytes,
-                                     recvBytes, heard, heardOffset));
-  std::vector<std::uint64_t> slots(peers.size());
-  if (!heard.empty()) std::memcpy(slots.data(), heard.data(), heard.size());
-  const std::span<const std::uint64_t> verdicts(slots.data(), R), sources(slots.data() + R, peers.size() - R);
-  st.stats.countBytes += 16 * R + 8 * sources.size();
+  const std::vector<std::size_t> recvWords(peers.size(), 1);
+  std::vector<std::int32_t> heard;
+  CHIMERA_RETURN_IF_ERROR(straightRound(m.backend, peers, words, sendWords, recvWords, heard));
+  const std::span<const std::int32_t> verdicts(heard.data(), R), sources(heard.data() + R, heard.size() - R);
+  st.stats.countBytes += 4 * words.size();
   st.stats.rounds += 1;
-  local = detail::blockVerdict(wordsIn(sources), std::span<const int>(peers).subspan(R), {}, m.tag, local,
+  // Blocks laid out whole; each is sent whole or as its word alone (blockCarriesRecords).
+  std::vector<std::size_t> offset, bytes(R), sent(R);
+  for (std::size_t p = 0; p < R; ++p) {
+    bytes[p] = kBlockWordBytes + st.sendCount[p] * record + (!failed && p == me ? routingBytes(m, tokens) : 0);
+    sent[p] = blockCarriesRecords(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, failed), verdicts[p])
+                  ? bytes[p]
+                  : kBlockWordBytes;
+  }
+  local = detail::blockVerdict(sources, std::span<const int>(peers).subspan(R), {}, m.tag, local,
                                fmt::format("routed dispatch (the sources of stage {})", m.stage));
-  local = detail::blockVerdict(wordsIn(verdicts), m.stageRanks, {}, m.tag, local,
+  local = detail::blockVerdict(verdicts, m.stageRanks, {}, m.tag, local,
                                fmt::format("routed dispatch (the experts of stage {})", m.stage + 1));
   m.sendScratch.assign(detail::blockOffsets(bytes, kBlockWordBytes, offset), std::byte{0xff});  // empty slots: -1
   st.wordBytes = kBlockWordBytes;
   m.packRecords(st, topkIdx, topkWeights, static_cast<const std::byte*>(x), 0, offset, !local.isOk());
-  if (bytes[static_cast<std::size_t>(m.index)] >
-      kBlockWordBytes + st.sendCount[static_cast<std::size_t>(m.index)] * record) {
-    std::byte* routing = m.sendScratch.data() + offset[static_cast<std::size_t>(m.index)] + kBlockWordBytes +
-                         st.sendCount[static_cast<std::size_t>(m.index)] * record;
+  if (!failed) {
+    std::byte* routing = m.sendScratch.data() + offset[me] + kBlockWordBytes + st.sendCount[me] * record;
     const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
     std::memcpy(routing, &tokens, 8);
     if (pairs > 0) {
       std::memcpy(routing + 8, topkIdx, pairs * 8);
       std::memcpy(routing + 8 + pairs * 8, topkWeights, pairs * m.weightBytes);
     }
-    st.stats.headerBytes += routingBytes(m, tokens);
   }
   std::vector<std::byte> unused;
   std::vector<std::size_t> unusedOffset;
-  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, m.sendScratch, offset, bytes, {}, unused, unusedOffset));
+  CHIMERA_RETURN_IF_ERROR(stageRound(m.backend, m.stageRanks, m.sendScratch, offset, sent, {}, unused, unusedOffset));
   for (std::size_t p = 0; p < R; ++p) {  // every destination is on the other stage
-    st.stats.payloadBytes += st.sendCount[p] * m.rowBytes;
-    st.stats.headerBytes += st.sendCount[p] * m.headerBytes + kBlockWordBytes;
+    const std::size_t records = sent[p] > kBlockWordBytes ? st.sendCount[p] : 0;
+    st.stats.payloadBytes += records * m.rowBytes;
+    st.stats.headerBytes += sent[p] - records * m.rowBytes;
   }
   st.stats.rounds += 1;
   st.complete = local.isOk();
   return local;
 }
 
-// Stage k+1, straight: the counts and block bytes of every source of stage k, this rank's
-// verdict back, the record blocks; the routing in the peer's block builds the owner's table.
+// Stage k+1, straight: the count words of every source of stage k (and its peer's token count),
+// this rank's verdict back, the record blocks sized from those words; the routing in the peer's
+// block builds the owner's table.
 Status receiveStraight(Impl& m, State& st, Status local) {
   const auto R = static_cast<std::size_t>(m.ranks);
+  const auto me = static_cast<std::size_t>(m.index);
   const std::size_t record = m.headerBytes + m.rowBytes;
-  std::vector<std::uint64_t> announced;
-  const std::vector<std::uint64_t> verdict(R, slotOf(countWord(0, m.tag, !local.isOk())));
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, m.stageRanks, verdict, 1, announced, 2));
-  st.stats.countBytes += 8 * R;
+  const std::int32_t verdict = countWord(0, m.tag, !local.isOk());
+  const std::vector<std::int32_t> verdicts(R, verdict);
+  const std::vector<std::size_t> one(R, 1);
+  std::vector<std::size_t> recvWords(R, 1);
+  recvWords[me] = 2;  // the peer's word and its token count
+  std::vector<std::int32_t> announced;
+  CHIMERA_RETURN_IF_ERROR(straightRound(m.backend, m.stageRanks, verdicts, one, recvWords, announced));
+  const std::int32_t peerTokens = announced[me + 1];
+  announced.erase(announced.begin() + static_cast<std::ptrdiff_t>(me) + 1);
+  st.stats.countBytes += 4 * R;
   st.stats.rounds += 1;
   std::vector<std::size_t> counts(R), bytes(R);
-  bool readable = true;  // every block holds at least its word
   for (std::size_t p = 0; p < R; ++p) {
-    counts[p] = announced[2 * p] & 0xffffffu;
-    bytes[p] = announced[2 * p + 1];
-    readable = readable && bytes[p] >= kBlockWordBytes;
+    const bool records = blockCarriesRecords(announced[p], verdict) && (p != me || peerTokens >= 0);
+    counts[p] = static_cast<std::uint32_t>(announced[p]) & 0xffffffu;
+    bytes[p] =
+        records ? kBlockWordBytes + counts[p] * record + (p == me ? routingBytes(m, peerTokens) : 0) : kBlockWordBytes;
   }
   std::vector<std::size_t> none;
   st.received.swap(spareReceived());
   CHIMERA_RETURN_IF_ERROR(
       stageRound(m.backend, m.stageRanks, {}, none, none, bytes, st.received, st.receivedOffset, kBlockWordBytes));
   st.stats.rounds += 1;
-  if (local.isOk() && !readable)
-    local = Status::mismatch("routed dispatch: a rank of stage k announced a block without its word (corrupt)");
-  if (!readable) return local;
   CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(detail::wordsOf(st.received, st.receivedOffset), m.stageRanks, counts,
                                                m.tag, local, "routed dispatch"));
   // The routing of this rank's tokens, after the records of its peer's block.
-  const auto me = static_cast<std::size_t>(m.index);
   const std::size_t records = kBlockWordBytes + counts[me] * record;
   std::int64_t tokens = -1;
   if (bytes[me] >= records + 8) std::memcpy(&tokens, st.received.data() + st.receivedOffset[me] + records, 8);
-  bool sized = tokens >= 0 && bytes[me] == records + routingBytes(m, tokens);
-  for (std::size_t p = 0; p < R; ++p) sized = sized && (p == me || bytes[p] == kBlockWordBytes + counts[p] * record);
-  if (!sized)
+  if (tokens < 0 || tokens != peerTokens)
     return Status::mismatch(
-        fmt::format("routed dispatch: the blocks from stage {} (ranks {}) have other sizes than "
-                    "their records and routing (corrupt)",
-                    m.stage, fmt::join(m.stageRanks, ", ")));
+        fmt::format("routed dispatch: rank {} announced {} tokens and sent the routing of {} (corrupt)", m.stagePeer,
+                    peerTokens, tokens));
   const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
   std::vector<std::int64_t> ids(pairs);
   if (pairs > 0) std::memcpy(ids.data(), st.received.data() + st.receivedOffset[me] + records + 8, pairs * 8);

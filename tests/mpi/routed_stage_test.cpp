@@ -362,13 +362,13 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       // One round of words (counts to the destinations, verdicts back, failures among the
       // sources), then the records.
       EXPECT_EQ(f.rounds, 2);
-      EXPECT_EQ(f.countBytes, 16u * R + 8u * (R - 1));
+      EXPECT_EQ(f.countBytes, 8u * R);  // 4 to each destination and source, and T to the peer
       const RoutedStats& h = handOff.dispatchStats;
       EXPECT_EQ(h.payloadBytes, T * row);
       EXPECT_EQ(h.headerBytes, 8 + T * c.topK * (routing - 8));
       ok = f.payloadBytes == pairs * row && h.payloadBytes == T * row &&
            f.headerBytes == pairs * slots * slot + words + 8 + T * c.topK * (routing - 8) && f.rounds == 2 &&
-           f.countBytes == 16u * R + 8u * (R - 1);
+           f.countBytes == 8u * R;
     } else if (s.stageOf(me) == c.stage + 1) {
       // After the hand-off this rank dispatches its peer's tokens per (token, expert) within its
       // stage: the pairs whose expert is on another rank of its group.
@@ -378,9 +378,9 @@ TEST(RoutedStage, BytesAsTheModelSays) {
       EXPECT_EQ(handOff.dispatchStats.payloadBytes, offRank * row);
       ok = handOff.dispatchStats.payloadBytes == offRank * row;
       EXPECT_EQ(straight.dispatchStats.payloadBytes, 0u);    // the experts' stage sends no rows in the dispatch
-      EXPECT_EQ(straight.dispatchStats.countBytes, 8u * R);  // a verdict to each source
+      EXPECT_EQ(straight.dispatchStats.countBytes, 4u * R);  // a verdict to each source
       EXPECT_EQ(straight.dispatchStats.rounds, 2);
-      ok = ok && straight.dispatchStats.payloadBytes == 0 && straight.dispatchStats.countBytes == 8u * R &&
+      ok = ok && straight.dispatchStats.payloadBytes == 0 && straight.dispatchStats.countBytes == 4u * R &&
            straight.dispatchStats.rounds == 2;
     }
     EXPECT_TRUE(allRanksAgree(ok)) << c.mesh;
@@ -424,6 +424,49 @@ TEST(RoutedStage, MalformedRoutingOnOneSourceFailsEveryRank) {
       EXPECT_TRUE(allRanksAgree(ok)) << context;
     }
   }
+}
+
+// One stage-k rank dispatches on another exchange (other hidden size, so other record sizes)
+// than every other rank: the words of the first round tell both sides, which then size its
+// blocks alike, and every rank of both stages fails with Mismatch, in both programs, within a
+// fraction of the timeout, leaving no message behind (the next dispatch on the right exchange
+// runs clean).
+TEST(RoutedStage, ADispatchOnAnotherExchangeFailsEveryRank) {
+  int tested = 0;
+  for (const StageCase& c : stageCases()) {
+    Stages s(c);
+    ASSERT_TRUE(allRanksAgree(s.ok())) << c.mesh;
+    int stray = -1;  // a stage-k rank with tokens, so that its records are of another size
+    for (int r = worldSize() - 1; r >= 0; --r) stray = s.stageOf(r) == c.stage && r % 3 != 1 ? r : stray;
+    if (stray < 0) continue;  // every rank of stage k here holds none (tokensOf)
+    ++tested;
+    StageCase wider = c;
+    wider.hidden = c.hidden + 1;
+    Stages other(wider);
+    ASSERT_TRUE(allRanksAgree(other.ok())) << c.mesh;
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      const std::string context = c.mesh + (program == RoutedProgram::Fused ? " straight" : " hand-off");
+      std::unique_ptr<RoutedExchange> exchange, another;
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(s.backend(), s.options(program), exchange).isOk()));
+      ASSERT_TRUE(allRanksAgree(RoutedExchange::create(s.backend(), other.options(program), another).isOk()));
+      bool ok = true;
+      if (exchange->role() != RoutedRole::Outside) {
+        RoutedDispatch handle;
+        const auto start = std::chrono::steady_clock::now();
+        const Status st =
+            worldRank() == stray ? other.dispatch(*another, handle, false) : s.dispatch(*exchange, handle, false);
+        const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        ok = st.code() == StatusCode::Mismatch && seconds < 5.0;
+        EXPECT_TRUE(ok) << context << " on rank " << worldRank() << ": " << st.toString() << " after " << seconds
+                        << " s";
+        const Status again = s.dispatch(*exchange, handle, false);
+        EXPECT_TRUE(again.isOk()) << context << ", the next dispatch: " << again.toString();
+        ok = ok && again.isOk();
+      }
+      EXPECT_TRUE(allRanksAgree(ok)) << context;
+    }
+  }
+  EXPECT_GT(tested, 0) << "no stage-k rank held tokens in any case, so nothing was tested";
 }
 
 // Capacity mode with a stage's tokens: at most C records per (source, destination rank) pair, in
