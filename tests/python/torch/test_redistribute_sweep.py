@@ -44,12 +44,14 @@ def test_random_transition_matches_dtensor(world, case):
     mesh = _mesh(mesh_shape)
     shape = tuple(rnd.choice([4, 8, 16, 24, 6] if case % 5 else [5, 6, 8]) for _ in range(rnd.choice([1, 2, 3])))
 
+    reduce_op = rnd.choice(["sum", "sum", "max", "min"])  # DTensor takes one Partial op per placement list
+
     def placement(partial_ok):
         c = rnd.random()
         if c < 0.3:
             return Replicate()
         if c < 0.45 and partial_ok:
-            return Partial(rnd.choice(["sum", "sum", "max", "min"]))
+            return Partial(reduce_op)
         return Shard(rnd.randrange(len(shape)))
 
     src = tuple(placement(True) for _ in mesh_shape)
