@@ -37,6 +37,12 @@ struct P2POp {
   /// travel on 1, so that a description can never be taken for data by a peer running a
   /// different program. NCCL has no tags: there every transfer between a pair matches in order.
   std::uint8_t channel = 0;
+  /// Not null: `buffer` is a row-major tensor of `shape` and the transfer moves its `box`
+  /// (`count` = the box's volume) straight from the sender's tensor into the receiver's, with
+  /// no pack and no unpack. Only where Backend::movesBoxes(peer), and then on both sides of the
+  /// pair (the receiver's box has the sender's extents). `shape` and `box` outlive the call.
+  const Box* box = nullptr;
+  std::span<const std::int64_t> shape{};
 };
 
 /// The cost model of a backend over host memory on one machine (its `defaultTopology`): the
@@ -130,6 +136,11 @@ class Backend {
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
   [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
+  /// Whether grouped transfers with world rank `peer` may carry boxes (P2POp::box): the
+  /// receiver reads the sender's box from its memory in one copy (MPI: ranks of one host that
+  /// can read each other's memory, docs/performance.md). The same answer on both ranks of a
+  /// pair. Default: no.
+  virtual bool movesBoxes(int /*peer*/) const { return false; }
 
   /// Allocates `bytes` in the backend's memory space (scratch for plans). InvalidArgument on 0.
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;

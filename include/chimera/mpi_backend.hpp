@@ -58,6 +58,11 @@ struct MpiBackendOptions {
   /// (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off: the call returns the Timeout and the
   /// application decides; chimera's tools and examples turn it on). docs/reliability.md.
   bool abortOnTimeout = false;
+  /// Boxes of grouped transfers between ranks of one host move in one copy, read by the
+  /// receiver straight from the sender's tensor (process_vm_readv, where the host lets ranks
+  /// read each other's memory), instead of packed, sent and unpacked
+  /// (CHIMERA_MPI_PEER_READ=0|1, default on; docs/performance.md).
+  bool peerRead = true;
   /// Most elements one MPI message or library call carries (MPI's count is an int); larger
   /// transfers are split into messages of at most this many. Tests lower it to exercise the
   /// split without gigabyte buffers.

@@ -24,7 +24,9 @@
 namespace chimera::detail {
 namespace {
 
-constexpr int kP2PTag = 0x5032;  // 'P2'
+constexpr int kP2PTag = 0x5032;        // 'P2' (+ channel)
+constexpr int kBoxTag = 0x6200;        // + channel: a box's address
+constexpr int kBoxAnswerTag = 0x6300;  // + channel: its receiver's answer
 
 // Smallest per-rank message (bytes) from which chimera's own algorithm beats the MPI
 // library's, measured with 8 ranks on the 2-core development host (docs/performance.md).
@@ -48,14 +50,15 @@ Status checkBytes(std::size_t count, DataType dtype, int parts, const char* what
 
 }  // namespace
 
-MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options)
+MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, PeerMemory peers)
     : mesh_(std::move(mesh)),
       rank_(rank),
       world_(world),
       p2p_(p2p),
       options_(options),
       p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
-      groups_(world, mesh_, rank, options.timeoutMs) {}
+      groups_(world, mesh_, rank, options.timeoutMs),
+      peers_(std::move(peers)) {}
 
 MpiBackend::~MpiBackend() {
   if (!failure_.isOk()) {
@@ -394,33 +397,85 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
 
 Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   Status local = Status::ok();
+  std::vector<TensorBox> boxes(ops.size());
   for (std::size_t i = 0; i < ops.size() && local.isOk(); ++i) {
-    const Status status = checkPeer(ops[i].peer, ops[i].count, ops[i].dtype, ops[i].buffer);
+    const P2POp& op = ops[i];
+    Status status = checkPeer(op.peer, op.count, op.dtype, op.buffer);
+    if (status.isOk() && op.box != nullptr) status = checkBoxOp(op, boxes[i]);
     if (!status.isOk()) local = Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
   }
   CHIMERA_RETURN_IF_ERROR(agreeOnP2P(ops, local));
   // An op larger than one message is posted as several, in order: messages between two ranks
-  // on one communicator and tag match in the order they were posted.
-  RequestSet requests;
+  // on one communicator and tag match in the order they were posted. A box goes out as its
+  // address; its receiver reads it once every address is in, and answers with a word (0: read)
+  // that the sender waits for before its tensor may change.
+  std::vector<BoxAddress> addresses(ops.size());
+  std::vector<int> answers(ops.size(), 0);
+  RequestSet requests, arrivals;
   requests.reserve(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
-    const Status posted = forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
-      auto* at = static_cast<std::byte*>(op.buffer) + offset;
-      MPI_Request& request = requests.add(op.peer);
-      const int rc = op.kind == P2POp::Kind::Send
-                         ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request)
-                         : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, kP2PTag + op.channel, p2p_, &request);
-      if (rc == MPI_SUCCESS) return Status::ok();
-      return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
-    });
+    const int tag = kP2PTag + op.channel;
+    const bool sending = op.kind == P2POp::Kind::Send;
+    Status posted = Status::ok();
+    if (op.box != nullptr) {
+      if (sending) addresses[i] = {reinterpret_cast<std::uint64_t>(op.buffer), dataTypeSize(op.dtype), boxes[i]};
+      posted = mpiStatus(sending ? MPI_Isend(&addresses[i], sizeof(BoxAddress), MPI_BYTE, op.peer, kBoxTag + op.channel,
+                                             p2p_, &requests.add(op.peer))
+                                 : MPI_Irecv(&addresses[i], sizeof(BoxAddress), MPI_BYTE, op.peer, kBoxTag + op.channel,
+                                             p2p_, &arrivals.add(op.peer)),
+                         fmt::format("groupedP2P op {} (box address)", i));
+      if (posted.isOk() && sending)
+        posted = mpiStatus(
+            MPI_Irecv(&answers[i], 1, MPI_INT, op.peer, kBoxAnswerTag + op.channel, p2p_, &requests.add(op.peer)),
+            fmt::format("groupedP2P op {} (box answer)", i));
+    } else {
+      posted = forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
+        auto* at = static_cast<std::byte*>(op.buffer) + offset;
+        MPI_Request& request = requests.add(op.peer);
+        const int rc = sending ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, tag, p2p_, &request)
+                               : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, tag, p2p_, &request);
+        if (rc == MPI_SUCCESS) return Status::ok();
+        return mpiStatus(rc, fmt::format("groupedP2P op {} (MPI_Isend/MPI_Irecv)", i));
+      });
+    }
     if (!posted.isOk()) {
       // Complete what was posted (bounded) so no request outlives the call, then report the failure.
+      (void)arrivals.waitAll(p2pGroup_, "groupedP2P (after a failed post)");
       (void)requests.waitAll(p2pGroup_, "groupedP2P (after a failed post)");
       return posted;
     }
   }
-  return requests.waitAll(p2pGroup_, "groupedP2P");
+  CHIMERA_RETURN_IF_ERROR(arrivals.waitAll(p2pGroup_, "groupedP2P (box addresses)"));
+  Status read = Status::ok();
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    if (op.box == nullptr || op.kind != P2POp::Kind::Recv) continue;
+    const Status one = peers_.read(op.peer, addresses[i], op.buffer, dataTypeSize(op.dtype), boxes[i]);
+    answers[i] = one.isOk() ? 0 : 1;
+    if (read.isOk() && !one.isOk()) read = Status(one.code(), fmt::format("groupedP2P op {}: {}", i, one.message()));
+    CHIMERA_RETURN_IF_ERROR(
+        mpiStatus(MPI_Isend(&answers[i], 1, MPI_INT, op.peer, kBoxAnswerTag + op.channel, p2p_, &requests.add(op.peer)),
+                  fmt::format("groupedP2P op {} (box answer)", i)));
+  }
+  CHIMERA_RETURN_IF_ERROR(requests.waitAll(p2pGroup_, "groupedP2P"));
+  if (!read.isOk()) return read;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].box != nullptr && ops[i].kind == P2POp::Kind::Send && answers[i] != 0)
+      return Status::mismatch(fmt::format(
+          "groupedP2P op {}: rank {} could not read the box this rank sent it from this rank's memory (see its error)",
+          i, ops[i].peer));
+  }
+  return Status::ok();
+}
+
+Status MpiBackend::checkBoxOp(const P2POp& op, TensorBox& out) const {
+  CHIMERA_CHECK_ARG(movesBoxes(op.peer), "a box for rank {}, whose memory this backend does not read (movesBoxes)",
+                    op.peer);
+  CHIMERA_RETURN_IF_ERROR(toTensorBox(op.shape, *op.box, out));
+  CHIMERA_CHECK_ARG(static_cast<std::size_t>(boxVolume(out)) == op.count, "box {} holds {} elements, the op {}",
+                    op.box->toString(), boxVolume(out), op.count);
+  return Status::ok();
 }
 
 Status MpiBackend::allocate(std::size_t bytes, void** out) {

@@ -16,6 +16,7 @@
 #include "backend/mpi/host_memory.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "backend/mpi/peer_memory.hpp"
 #include "backend/mpi/ring.hpp"
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
@@ -50,8 +51,9 @@ using chimera::mpiAlgorithmName;
 /// still be pending on them).
 class MpiBackend final : public Backend {
  public:
-  /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv).
-  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options);
+  /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv);
+  /// `peers`: the ranks of this host whose memory boxes are read from.
+  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, PeerMemory peers);
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
   ~MpiBackend() override;
@@ -78,6 +80,7 @@ class MpiBackend final : public Backend {
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
+  bool movesBoxes(int peer) const override { return peers_.reads(peer); }
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
@@ -140,6 +143,9 @@ class MpiBackend final : public Backend {
   // `local` when it is an error (returned at once: the peers of a point-to-point call may
   // wait, as in NCCL); else, with checking on, agrees with the peers of `ops` (p2p_check.hpp).
   Status agreeOnP2P(std::span<const P2POp> ops, const Status& local);
+  // The local checks of an op with a box (a peer whose memory is read, a box of its shape
+  // holding `count` elements); `out` the box for the reads.
+  Status checkBoxOp(const P2POp& op, TensorBox& out) const;
   // Whether `count` elements fit one MPI call (options_.maxMessageCount).
   bool fitsOneCall(std::size_t count) const { return count <= messageCount(); }
   std::size_t messageCount() const {
@@ -171,6 +177,7 @@ class MpiBackend final : public Backend {
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
   HostMemory memory_;
+  PeerMemory peers_;
 };
 
 }  // namespace chimera::detail

@@ -178,6 +178,7 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   options.algorithm = kAlgorithms[algorithm];
   CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
   CHIMERA_RETURN_IF_ERROR(abortOnTimeoutFromEnv(options.abortOnTimeout));
+  CHIMERA_RETURN_IF_ERROR(readEnvSwitch("CHIMERA_MPI_PEER_READ", options.peerRead, options.peerRead));
   std::string logLevel;
   CHIMERA_RETURN_IF_ERROR(logLevelFromEnv(logLevel));
   out = options;
@@ -209,10 +210,12 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   MPI_Comm p2p = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
+  PeerMemory peers;
+  CHIMERA_RETURN_IF_ERROR(PeerMemory::create(p2p, rank, size, options.timeoutMs, options.peerRead, peers));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
                     mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
-  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options);
+  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options, std::move(peers));
   return Status::ok();
 }
 

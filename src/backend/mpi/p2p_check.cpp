@@ -21,6 +21,7 @@ constexpr int kManifestTag = 0x5043;  // 'PC'
 struct Transfer {
   std::int64_t count = 0;
   std::int64_t dtype = 0;
+  std::int64_t boxed = 0;  // moved as a box (P2POp::box), read from the sender's memory
   bool operator==(const Transfer&) const = default;
 };
 
@@ -29,7 +30,7 @@ std::vector<Transfer> transfersWith(std::span<const P2POp> ops, int peer, P2POp:
   std::vector<Transfer> out;
   for (const P2POp& op : ops) {
     if (op.peer == peer && op.kind == kind) {
-      out.push_back({static_cast<std::int64_t>(op.count), static_cast<std::int64_t>(op.dtype)});
+      out.push_back({static_cast<std::int64_t>(op.count), static_cast<std::int64_t>(op.dtype), op.box != nullptr});
     }
   }
   return out;
@@ -39,7 +40,8 @@ std::string describe(const std::vector<Transfer>& transfers) {
   std::string text;
   for (const Transfer& t : transfers) {
     if (!text.empty()) text += ", ";
-    text += fmt::format("{} {}", t.count, dataTypeName(static_cast<DataType>(t.dtype)));
+    text +=
+        fmt::format("{} {}{}", t.count, dataTypeName(static_cast<DataType>(t.dtype)), t.boxed != 0 ? " as a box" : "");
   }
   return text.empty() ? "none" : text;
 }
@@ -53,13 +55,13 @@ Status compare(const std::vector<Transfer>& sent, const std::vector<Transfer>& r
                   from, to, describe(sent), to, describe(received), from));
 }
 
-// (kind, count, dtype) per op with `peer`.
+// (kind, count, dtype, boxed) per op with `peer`.
 std::vector<std::int64_t> manifest(std::span<const P2POp> ops, int peer) {
   std::vector<std::int64_t> words;
   for (const P2POp& op : ops) {
     if (op.peer != peer) continue;
     words.insert(words.end(), {static_cast<std::int64_t>(op.kind), static_cast<std::int64_t>(op.count),
-                               static_cast<std::int64_t>(op.dtype)});
+                               static_cast<std::int64_t>(op.dtype), op.box != nullptr});
   }
   return words;
 }
@@ -72,8 +74,8 @@ struct PeerView {
 
 PeerView parse(const std::vector<std::int64_t>& words) {
   PeerView view;
-  for (std::size_t i = 0; i + 3 <= words.size(); i += 3) {
-    const Transfer t{words[i + 1], words[i + 2]};
+  for (std::size_t i = 0; i + 4 <= words.size(); i += 4) {
+    const Transfer t{words[i + 1], words[i + 2], words[i + 3]};
     (words[i] == static_cast<std::int64_t>(P2POp::Kind::Send) ? view.sends : view.receives).push_back(t);
   }
   return view;
