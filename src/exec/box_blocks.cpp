@@ -51,4 +51,11 @@ Status contiguousOffset(const std::vector<std::int64_t>& shape, const Box& box, 
   return Status::ok();
 }
 
+Status runBytes(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize, std::size_t& out) {
+  TensorBox tensorBox;
+  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, tensorBox));
+  out = static_cast<std::size_t>(boxRuns(tensorBox).runLength) * elementSize;
+  return Status::ok();
+}
+
 }  // namespace chimera::detail

@@ -30,4 +30,9 @@ bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim);
 [[nodiscard]] Status contiguousOffset(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize,
                                       std::size_t& byteOffset, bool& contiguous);
 
+/// Bytes of one run of `box` in the row-major tensor of `shape` (its longest stretches that
+/// are contiguous in the tensor). InvalidArgument when the box does not fit.
+[[nodiscard]] Status runBytes(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize,
+                              std::size_t& out);
+
 }  // namespace chimera::detail

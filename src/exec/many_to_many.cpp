@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // This rank's part of a ManyToMany step: every send and receive in one grouped call,
-// contiguous boxes straight from/into the plan buffers, the others packed into/unpacked
-// from staging, and transfers to itself as local box copies.
+// contiguous boxes straight from/into the plan buffers, the others moved as boxes where the
+// backend reads them from the sender's memory (Backend::movesBoxes) or else packed into and
+// unpacked from staging, and transfers to itself as local box copies.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -11,6 +12,22 @@
 #include "exec/prepared_plan.hpp"
 
 namespace chimera::detail {
+namespace {
+
+// Boxes smaller than this are packed even where the backend moves boxes: the address and the
+// answer a moved box costs outweigh a pack and an unpack of a few pages.
+constexpr std::size_t kMinMovedBoxBytes = std::size_t{64} << 10;
+// A side whose runs are shorter than a page packs (or unpacks) them locally and the box moves
+// from (or into) the packed copy: a read pins every page a run touches, so runs of part of a
+// page would cost a page each.
+constexpr std::size_t kMinReadRunBytes = 4096;
+
+// A packed box as a tensor of its own extents, which it fills.
+P2PRef packedRef(P2POp::Kind kind, SlotRef staged, std::size_t count, int peer, const Box& box) {
+  return {kind, staged, count, peer, Box{std::vector<std::int64_t>(box.extent.size(), 0), box.extent}, box.extent};
+}
+
+}  // namespace
 
 Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, PreparedStep& out) {
   CHIMERA_CHECK_ARG(step.input != step.output, "many-to-many in place (buffer {})", step.input);
@@ -36,10 +53,37 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
     std::size_t dstOffset = 0;
     bool srcContiguous = false;
     bool dstContiguous = false;
-    if (t.src == rank_)
-      CHIMERA_RETURN_IF_ERROR(contiguousOffset(inShape, t.srcBox, elementSize_, srcOffset, srcContiguous));
-    if (t.dst == rank_)
-      CHIMERA_RETURN_IF_ERROR(contiguousOffset(outShape, t.dstBox, elementSize_, dstOffset, dstContiguous));
+    // Both ends judge both boxes, on the holders' shapes, so that they agree on moving a box.
+    const auto& srcShape = plan.buffers[static_cast<std::size_t>(step.input)].localShape;
+    const auto& dstShape = plan.buffers[static_cast<std::size_t>(step.output)].localShape;
+    CHIMERA_RETURN_IF_ERROR(contiguousOffset(srcShape, t.srcBox, elementSize_, srcOffset, srcContiguous));
+    CHIMERA_RETURN_IF_ERROR(contiguousOffset(dstShape, t.dstBox, elementSize_, dstOffset, dstContiguous));
+    std::size_t srcRun = 0;
+    std::size_t dstRun = 0;
+    CHIMERA_RETURN_IF_ERROR(runBytes(srcShape, t.srcBox, elementSize_, srcRun));
+    CHIMERA_RETURN_IF_ERROR(runBytes(dstShape, t.dstBox, elementSize_, dstRun));
+    const bool packSource = srcRun < kMinReadRunBytes;
+    const bool unpackTarget = dstRun < kMinReadRunBytes;
+    const int peer = t.src == rank_ ? t.dst : t.src;
+    if (peer != rank_ && !(srcContiguous && dstContiguous) && !(packSource && unpackTarget) &&
+        bytes >= kMinMovedBoxBytes && backend_->movesBoxes(peer)) {
+      if (t.src == rank_ && packSource) {
+        const SlotRef staged{stagingSlot(0), packed};
+        out.before.push_back(packAction({step.input, 0}, staged, inShape, t.srcBox));
+        out.p2p.push_back(packedRef(P2POp::Kind::Send, staged, count, peer, t.srcBox));
+        packed = alignStaging(packed + bytes);
+      } else if (t.src == rank_) {
+        out.p2p.push_back({P2POp::Kind::Send, {step.input, 0}, count, peer, t.srcBox, srcShape});
+      } else if (unpackTarget) {
+        const SlotRef staged{stagingSlot(1), unpacked};
+        out.p2p.push_back(packedRef(P2POp::Kind::Recv, staged, count, peer, t.dstBox));
+        out.after.push_back(unpackAction(staged, {step.output, 0}, outShape, t.dstBox));
+        unpacked = alignStaging(unpacked + bytes);
+      } else {
+        out.p2p.push_back({P2POp::Kind::Recv, {step.output, 0}, count, peer, t.dstBox, dstShape});
+      }
+      continue;
+    }
     SlotRef source{step.input, srcOffset};
     const std::size_t packedBefore = packed;
     if (t.src == rank_ && !srcContiguous) {

@@ -103,6 +103,10 @@ Status PreparedPlan::runComm(PreparedStep& step, Stream stream) {
       for (std::size_t i = 0; i < step.p2p.size(); ++i) {
         const P2PRef& ref = step.p2p[i];
         ops_[i] = {ref.kind, resolve(ref.buffer), ref.count, dtype_, ref.peer};
+        if (!ref.shape.empty()) {
+          ops_[i].box = &ref.box;
+          ops_[i].shape = ref.shape;
+        }
       }
       return backend_->groupedP2P(ops_, stream);
   }

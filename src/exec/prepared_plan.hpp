@@ -67,6 +67,10 @@ struct P2PRef {
   SlotRef buffer;
   std::size_t count = 0;  ///< elements
   int peer = 0;           ///< world rank
+  /// Moved as a box of the plan buffer (Backend::movesBoxes): `box` of the tensor of `shape`
+  /// at `buffer`, no pack or unpack; empty `shape`: `count` contiguous elements.
+  Box box{};
+  std::vector<std::int64_t> shape{};
 };
 
 /// This rank's part of one plan step: local work, one communication, local work.

@@ -116,6 +116,45 @@ TEST(ExecutorChains, FusedEqualsBaselineEqualsReference) {
   }
 }
 
+// The scenarios whose fused plans move boxes that are not one run in a many-to-many (sp_ep,
+// pp_ep; tp_ep for its other steps), at sizes where those boxes are read straight from the
+// sender's memory on one host (MpiBackendOptions::peerRead): equal to the baseline and the
+// reference with the reads and without them, and copying fewer bytes locally with them.
+TEST(ExecutorChains, BoxesReadFromPeersEqualPackedOnes) {
+  int compared = 0, fewer = 0;
+  for (ChainCase c : chainCases(worldSize())) {
+    if (c.name != "tp_ep" && c.name != "sp_ep" && c.name != "pp_ep") continue;
+    c.shape = c.shape.size() == 2 ? std::vector<std::int64_t>{1024, 4096} : std::vector<std::int64_t>{64, 32, 4096};
+    std::uint64_t copied[2] = {0, 0};
+    bool moves = true;  // every peer's boxes are read (one host that allows it)
+    for (const bool read : {true, false}) {
+      Fixture f;
+      MpiBackendOptions options;
+      f.status = MpiBackendOptions::fromEnvironment(options);
+      options.peerRead = read;
+      if (f.status.isOk()) f.status = Mesh::parse(c.mesh, worldSize(), f.mesh);
+      if (f.status.isOk()) f.status = createMpiBackend(f.mesh, options, f.backend);
+      if (f.status.isOk()) f.executor = std::make_unique<Executor>(*f.backend);
+      ChainRequest request;
+      if (f.status.isOk()) f.status = makeRequest(f.mesh, c, DataType::F32, request);
+      ASSERT_TRUE(allRanksAgree(f.status.isOk())) << c.name << " on " << c.mesh << ": " << f.status.toString();
+      for (int p = 0; read && p < worldSize(); ++p) moves = moves && (p == worldRank() || f.backend->movesBoxes(p));
+      EXPECT_TRUE(read || !f.backend->movesBoxes((worldRank() + 1) % worldSize())) << "peerRead off still reads";
+      std::string why;
+      const bool ok = checkChain(*f.executor, request, why);
+      EXPECT_TRUE(ok) << c.name << " on " << c.mesh << (read ? " reading boxes" : " packing boxes") << ": " << why;
+      copied[read ? 0 : 1] = f.executor->localCopyBytes();
+    }
+    if (!allRanksAgree(moves)) continue;
+    ++compared;
+    EXPECT_TRUE(allRanksAgree(copied[0] <= copied[1])) << c.name << " on " << c.mesh << ": " << copied[0]
+                                                       << " bytes copied reading boxes, " << copied[1] << " packing";
+    fewer += sumOverRanks(copied[0]) < sumOverRanks(copied[1]) ? 1 : 0;
+  }
+  if (compared == 0) GTEST_SKIP() << "no rank here reads its peers' memory (another host, or CHIMERA_MPI_PEER_READ=0)";
+  EXPECT_GT(fewer, 0) << "no case copied fewer bytes reading boxes than packing them";
+}
+
 // A seeded random chain on a mesh of `world` ranks, valid at every op: each axis is R, P, S0 or
 // S1 (a tensor dim sharded by one axis at most), and each op is one its axis's state allows
 // (allreduce or reducescatter from P, slice from R, allgather or alltoall from a shard); on a
