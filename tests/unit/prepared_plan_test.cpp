@@ -107,8 +107,10 @@ class RecordingBackend final : public Backend {
     return detail::hostScale(in, out, count, dtype, factor);
   }
   Status synchronize(Stream stream) override { return on(stream); }
+  bool movesBoxes(int) const override { return readsBoxes; }
 
   std::vector<Stream> streams;  // the stream of every call, in order
+  bool readsBoxes = false;      // what movesBoxes answers for every peer
 
   std::vector<P2POp> transfers;
   std::vector<std::pair<const void*, void*>> gathers;  // (send, recv) per AllGather
@@ -221,6 +223,49 @@ TEST(PreparedPlanLocalWork, ReceiverUnpacksEveryBoxInOneCallFrom256ByteStagingOf
       for (int c = 0; c < 3; ++c) {
         EXPECT_EQ(output[static_cast<std::size_t>(r * 12 + 3 * peer + c)], 100 * peer + r * 3 + c);
       }
+    }
+  }
+}
+
+// Where the backend moves boxes, a many-to-many box of 64 KiB or more goes as a box: straight
+// from the input when its runs are a page or longer (8 KiB here), from a packed copy of the
+// box's own extents when they are shorter (2 KiB), and straight into the output on the receiver.
+TEST(PreparedPlanLocalWork, BoxesMoveStraightOrFromAPackedCopy) {
+  for (const std::int64_t columns : {16384, 4096}) {
+    Scene s({256, columns});  // stage-0 rank 0 holds rows 0..63; stage-1 rank 4 + j columns of block j
+    const Plan plan = s.plan("pp=@0,tp=S0", "pp=@1,tp=S1");
+    ASSERT_EQ(plan.steps.size(), 1u);
+    ASSERT_EQ(plan.steps[0].kind, PlanStep::Kind::ManyToMany);
+    const bool wholeRuns = columns / 4 * 2 >= 4096;  // bytes of one source run
+    RecordingBackend sender(s.mesh, 0), receiver(s.mesh, 5);
+    sender.readsBoxes = receiver.readsBoxes = true;
+    detail::PreparedPlan sending, receiving;
+    ASSERT_TRUE(sending.prepare(sender, plan).isOk());
+    ASSERT_TRUE(receiving.prepare(receiver, plan).isOk());
+    std::vector<std::uint16_t> input(sending.inputBytes() / 2), output(receiving.outputBytes() / 2);
+    ASSERT_TRUE(sending.run(input.data(), sending.inputBytes(), nullptr, 0, nullptr).isOk());
+    ASSERT_TRUE(receiving.run(nullptr, 0, output.data(), receiving.outputBytes(), nullptr).isOk());
+    ASSERT_EQ(sender.transfers.size(), 4u);
+    EXPECT_EQ(sender.batches.size(), wholeRuns ? 0u : 1u) << columns << " columns: packs on the sender";
+    for (const P2POp& t : sender.transfers) {
+      ASSERT_NE(t.box, nullptr) << columns << " columns";
+      const std::vector<std::int64_t> extent{64, columns / 4};
+      EXPECT_EQ(t.box->extent, extent);
+      if (wholeRuns) {
+        EXPECT_EQ(t.buffer, input.data());
+        EXPECT_EQ(std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), (std::vector<std::int64_t>{64, columns}));
+        EXPECT_EQ(t.box->offset, (std::vector<std::int64_t>{0, (t.peer - 4) * columns / 4}));
+      } else {
+        EXPECT_EQ(std::vector<std::int64_t>(t.shape.begin(), t.shape.end()), extent);  // the packed copy
+        EXPECT_EQ(t.box->offset, (std::vector<std::int64_t>{0, 0}));
+      }
+    }
+    ASSERT_EQ(receiver.transfers.size(), 4u);
+    EXPECT_TRUE(receiver.batches.empty()) << "the receiver's boxes are whole rows: nothing to unpack";
+    for (const P2POp& t : receiver.transfers) {
+      ASSERT_NE(t.box, nullptr);
+      EXPECT_EQ(t.buffer, output.data());
+      EXPECT_EQ(t.box->offset, (std::vector<std::int64_t>{64 * t.peer, 0}));
     }
   }
 }

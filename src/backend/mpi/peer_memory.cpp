@@ -29,7 +29,7 @@ constexpr std::size_t kIovecsPerRead = 1024;
 
 // What each rank tells the others at creation.
 struct Announcement {
-  std::uint64_t host = 0;   // a hash of the host name and the boot id
+  std::uint64_t host = 0;  // a hash of the host name and the boot id
   std::int64_t pid = 0;
   std::uint64_t nonceAddress = 0;
   std::uint64_t nonce = 0;
@@ -95,9 +95,9 @@ Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeou
   std::vector<Announcement> all(static_cast<std::size_t>(size));
   const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (peer memory)");
   MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE,
-                                                   comm, &request),
-                                    "MPI_Iallgather (peer memory)"));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Iallgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, comm, &request),
+                "MPI_Iallgather (peer memory)"));
   CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "announcing this rank's memory to its host"));
   // Read each peer of this host, then tell it whether that worked and hear the same back: the
   // peer's read of this rank's nonce is over once its verdict is here.

@@ -512,6 +512,8 @@ Status NcclBackend::groupedP2P(std::span<const P2POp> ops, Stream stream) {
     CHIMERA_CHECK_ARG(op.peer >= 0 && op.peer < mesh_.size(), "op {}: peer {} outside 0..{}", i, op.peer,
                       mesh_.size() - 1);
     CHIMERA_CHECK_ARG(op.buffer != nullptr || op.count == 0, "op {}: buffer is null but count is {}", i, op.count);
+    CHIMERA_CHECK_ARG(op.box == nullptr, "op {}: a box (P2POp::box), which the NCCL backend does not move (movesBoxes)",
+                      i);
   }
   CHIMERA_NCCL_RETURN(ncclGroupStart());
   Status status;

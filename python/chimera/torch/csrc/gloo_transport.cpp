@@ -173,9 +173,12 @@ class GlooHostBackend final : public chimera::Backend {
     return groupedP2P(std::span<const P2POp>(&op, 1), nullptr);
   }
   Status groupedP2P(std::span<const P2POp> ops, Stream) override {
-    for (const P2POp& op : ops)
+    for (const P2POp& op : ops) {
       if (op.peer < 0 || op.peer >= mesh_.size() || op.peer == rank_)
         return Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
+      if (op.box != nullptr)
+        return Status::invalidArgument("groupedP2P: a box (P2POp::box), which the gloo mesh backend does not move");
+    }
     c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     return guarded("groupedP2P", [&] {
       // Every transfer is posted before any is waited for: gloo's send and recv do not block.
