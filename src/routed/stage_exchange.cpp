@@ -61,22 +61,6 @@ Status stageRound(Backend& backend, std::span<const int> peers, std::span<const 
   return backend.groupedP2P(ops);
 }
 
-// One round of small words with the other stage: `send` (`sendPerPeer` words to each of `peers`,
-// in order) out, `recv` (resized to `recvPerPeer` words from each) in.
-Status wordRound(Backend& backend, std::span<const int> peers, std::span<const std::uint64_t> send,
-                 std::size_t sendPerPeer, std::vector<std::uint64_t>& recv, std::size_t recvPerPeer) {
-  const std::size_t n = peers.size();
-  std::vector<std::size_t> sendOffset(send.empty() ? 0 : n), sendBytes(send.empty() ? 0 : n, sendPerPeer * 8),
-      recvBytes(recvPerPeer == 0 ? 0 : n, recvPerPeer * 8), recvOffset;
-  for (std::size_t p = 0; p < sendOffset.size(); ++p) sendOffset[p] = p * sendPerPeer * 8;
-  std::vector<std::byte> in;
-  CHIMERA_RETURN_IF_ERROR(
-      stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in, recvOffset));
-  recv.resize(in.size() / 8);
-  if (!in.empty()) std::memcpy(recv.data(), in.data(), in.size());
-  return Status::ok();
-}
-
 // Bytes of the routing a source appends to its peer's block: T, then T x K ids (int64), then
 // T x K weights.
 std::size_t routingBytes(const Impl& m, std::int64_t tokens) {
@@ -93,20 +77,22 @@ bool blockCarriesRecords(std::int32_t source, std::int32_t destination) {
   return destination < 0 || (source >> 24) == (destination >> 24);
 }
 
-// A round of 4-byte words with `peers`: `sendWords[p]` words of `send` (in order) to peer p,
-// `recvWords[p]` words from it into `heard` (in order). Either side may be empty.
-Status straightRound(Backend& backend, std::span<const int> peers, std::span<const std::int32_t> send,
-                     std::span<const std::size_t> sendWords, std::span<const std::size_t> recvWords,
-                     std::vector<std::int32_t>& heard) {
+// One round of small words with the other stage: `sendWords[p]` words of `send` (in order) to
+// peers[p], `recvWords[p]` words from it into `heard` (in order). Either side may be empty: rounds
+// that only one stage sends in.
+template <typename Word>
+Status wordRound(Backend& backend, std::span<const int> peers, std::span<const Word> send,
+                 std::span<const std::size_t> sendWords, std::span<const std::size_t> recvWords,
+                 std::vector<Word>& heard) {
   std::vector<std::size_t> sendOffset(sendWords.size()), sendBytes(sendWords.size()), recvBytes(recvWords.size()),
       recvOffset;
   std::size_t at = 0;
   for (std::size_t p = 0; p < sendWords.size(); ++p) {
     sendOffset[p] = at;
-    sendBytes[p] = 4 * sendWords[p];
+    sendBytes[p] = sizeof(Word) * sendWords[p];
     at += sendBytes[p];
   }
-  for (std::size_t p = 0; p < recvWords.size(); ++p) recvBytes[p] = 4 * recvWords[p];
+  for (std::size_t p = 0; p < recvWords.size(); ++p) recvBytes[p] = sizeof(Word) * recvWords[p];
   std::vector<std::byte> in;
   CHIMERA_RETURN_IF_ERROR(
       stageRound(backend, peers, std::as_bytes(send), sendOffset, sendBytes, recvBytes, in, recvOffset));
@@ -118,6 +104,10 @@ Status straightRound(Backend& backend, std::span<const int> peers, std::span<con
   }
   return Status::ok();
 }
+
+// Words per peer of the hand-off's rounds, with its one peer.
+constexpr std::size_t kOneWord[] = {1};
+constexpr std::size_t kTwoWords[] = {2};
 
 // Stage k, straight, in one round of 4-byte words: each source tells every destination its
 // record count (and its peer its token count) and hears its verdict, and tells the other
@@ -142,10 +132,11 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   // The round's peers: the destinations (the count word out, the verdict in), then the other
   // sources (this rank's word out, theirs in).
   std::vector<int> peers(m.stageRanks.begin(), m.stageRanks.end());
-  std::vector<std::int32_t> words;
+  std::vector<std::int32_t> counts(R), words;
   std::vector<std::size_t> sendWords(R, 1);
   for (std::size_t p = 0; p < R; ++p) {
-    words.push_back(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, failed));
+    counts[p] = countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, failed);
+    words.push_back(counts[p]);
     if (p == me) words.push_back(static_cast<std::int32_t>(tokens));
   }
   sendWords[me] = 2;
@@ -157,7 +148,7 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   }
   const std::vector<std::size_t> recvWords(peers.size(), 1);
   std::vector<std::int32_t> heard;
-  CHIMERA_RETURN_IF_ERROR(straightRound(m.backend, peers, words, sendWords, recvWords, heard));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::int32_t>(m.backend, peers, words, sendWords, recvWords, heard));
   const std::span<const std::int32_t> verdicts(heard.data(), R), sources(heard.data() + R, heard.size() - R);
   st.stats.countBytes += 4 * words.size();
   st.stats.rounds += 1;
@@ -165,9 +156,7 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   std::vector<std::size_t> offset, bytes(R), sent(R);
   for (std::size_t p = 0; p < R; ++p) {
     bytes[p] = kBlockWordBytes + st.sendCount[p] * record + (!failed && p == me ? routingBytes(m, tokens) : 0);
-    sent[p] = blockCarriesRecords(countWord(static_cast<std::int64_t>(st.sendCount[p]), m.tag, failed), verdicts[p])
-                  ? bytes[p]
-                  : kBlockWordBytes;
+    sent[p] = blockCarriesRecords(counts[p], verdicts[p]) ? bytes[p] : kBlockWordBytes;
   }
   local = detail::blockVerdict(sources, std::span<const int>(peers).subspan(R), {}, m.tag, local,
                                fmt::format("routed dispatch (the sources of stage {})", m.stage));
@@ -211,7 +200,7 @@ Status receiveStraight(Impl& m, State& st, Status local) {
   std::vector<std::size_t> recvWords(R, 1);
   recvWords[me] = 2;  // the peer's word and its token count
   std::vector<std::int32_t> announced;
-  CHIMERA_RETURN_IF_ERROR(straightRound(m.backend, m.stageRanks, verdicts, one, recvWords, announced));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::int32_t>(m.backend, m.stageRanks, verdicts, one, recvWords, announced));
   const std::int32_t peerTokens = announced[me + 1];
   announced.erase(announced.begin() + static_cast<std::ptrdiff_t>(me) + 1);
   st.stats.countBytes += 4 * R;
@@ -277,7 +266,7 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
   const std::span<const int> peer(&m.stagePeer, 1);
   const std::uint64_t header[2] = {slotOf(countWord(0, m.tag, !local.isOk())), local.isOk() ? layout.bytes : 0};
   std::vector<std::uint64_t> nothing;
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, header, 2, nothing, 0));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, header, kTwoWords, {}, nothing));
   st.stats.countBytes += 16;
   st.stats.rounds += 1;
   if (local.isOk()) {
@@ -299,7 +288,7 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
     st.stats.rounds += 1;
   }
   std::vector<std::uint64_t> verdict;
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, verdict, 1));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, {}, {}, kOneWord, verdict));
   st.stats.rounds += 1;
   CHIMERA_RETURN_IF_ERROR(
       detail::blockVerdict(wordsIn(verdict), peer, {}, m.tag, local,
@@ -314,7 +303,7 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
 Status receiveHandOff(Impl& m, State& st, Status local) {
   const std::span<const int> peer(&m.stagePeer, 1);
   std::vector<std::uint64_t> header;
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {}, 0, header, 2));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, {}, {}, kTwoWords, header));
   st.stats.rounds += 1;
   const std::int32_t sourceWord = wordsIn({header.data(), 1})[0];
   const bool sourceFailed = sourceWord < 0;
@@ -340,7 +329,7 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
                       tokens > 0 ? base + layout.weights : nullptr, tokens, st, local);
   const std::uint64_t verdict = slotOf(countWord(0, m.tag, !dispatched.isOk()));
   std::vector<std::uint64_t> nothing;
-  CHIMERA_RETURN_IF_ERROR(wordRound(m.backend, peer, {&verdict, 1}, 1, nothing, 0));
+  CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, {&verdict, 1}, kOneWord, {}, nothing));
   st.stats.countBytes += 8;
   st.stats.rounds += 1;
   return dispatched;
