@@ -13,11 +13,13 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "common/hash.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
@@ -35,17 +37,12 @@ struct Announcement {
   std::uint64_t nonce = 0;
 };
 
-std::uint64_t hashText(std::uint64_t h, const std::string& text) {
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 std::uint64_t hostKey() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return hashText(hashText(1469598103934665603ull, name.data()), boot);
+  return Hasher().add(std::string_view(name.data())).add(boot).value();
 }
 
 // Reads `bytes` at `remote` of process `pid` into `local`; whether all of them arrived.
