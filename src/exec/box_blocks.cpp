@@ -42,19 +42,13 @@ bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
 }
 
 Status contiguousOffset(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize,
-                        std::size_t& byteOffset, bool& contiguous) {
+                        std::size_t& byteOffset, bool& contiguous, std::size_t* runBytes) {
   TensorBox tensorBox;
   CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, tensorBox));
   const BoxRuns runs = boxRuns(tensorBox);
   contiguous = runs.numRuns == 1;
   byteOffset = static_cast<std::size_t>(runs.base) * elementSize;
-  return Status::ok();
-}
-
-Status runBytes(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize, std::size_t& out) {
-  TensorBox tensorBox;
-  CHIMERA_RETURN_IF_ERROR(toTensorBox(shape, box, tensorBox));
-  out = static_cast<std::size_t>(boxRuns(tensorBox).runLength) * elementSize;
+  if (runBytes != nullptr) *runBytes = static_cast<std::size_t>(runs.runLength) * elementSize;
   return Status::ok();
 }
 

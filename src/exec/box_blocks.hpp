@@ -26,13 +26,10 @@ namespace chimera::detail {
 bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim);
 
 /// Sets `contiguous` when `box` is one contiguous stretch of the row-major tensor of `shape`,
-/// and then `byteOffset` to its first byte. InvalidArgument when the box does not fit.
+/// and then `byteOffset` to its first byte; `runBytes`, when not null, to the bytes of one run
+/// of the box (its longest stretches contiguous in the tensor). InvalidArgument when the box
+/// does not fit.
 [[nodiscard]] Status contiguousOffset(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize,
-                                      std::size_t& byteOffset, bool& contiguous);
-
-/// Bytes of one run of `box` in the row-major tensor of `shape` (its longest stretches that
-/// are contiguous in the tensor). InvalidArgument when the box does not fit.
-[[nodiscard]] Status runBytes(const std::vector<std::int64_t>& shape, const Box& box, std::size_t elementSize,
-                              std::size_t& out);
+                                      std::size_t& byteOffset, bool& contiguous, std::size_t* runBytes = nullptr);
 
 }  // namespace chimera::detail

@@ -56,12 +56,10 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
     // Both ends judge both boxes, on the holders' shapes, so that they agree on moving a box.
     const auto& srcShape = plan.buffers[static_cast<std::size_t>(step.input)].localShape;
     const auto& dstShape = plan.buffers[static_cast<std::size_t>(step.output)].localShape;
-    CHIMERA_RETURN_IF_ERROR(contiguousOffset(srcShape, t.srcBox, elementSize_, srcOffset, srcContiguous));
-    CHIMERA_RETURN_IF_ERROR(contiguousOffset(dstShape, t.dstBox, elementSize_, dstOffset, dstContiguous));
     std::size_t srcRun = 0;
     std::size_t dstRun = 0;
-    CHIMERA_RETURN_IF_ERROR(runBytes(srcShape, t.srcBox, elementSize_, srcRun));
-    CHIMERA_RETURN_IF_ERROR(runBytes(dstShape, t.dstBox, elementSize_, dstRun));
+    CHIMERA_RETURN_IF_ERROR(contiguousOffset(srcShape, t.srcBox, elementSize_, srcOffset, srcContiguous, &srcRun));
+    CHIMERA_RETURN_IF_ERROR(contiguousOffset(dstShape, t.dstBox, elementSize_, dstOffset, dstContiguous, &dstRun));
     const bool packSource = srcRun < kMinReadRunBytes;
     const bool unpackTarget = dstRun < kMinReadRunBytes;
     const int peer = t.src == rank_ ? t.dst : t.src;
