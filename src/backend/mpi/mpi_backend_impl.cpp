@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -397,7 +398,10 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
 
 Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   Status local = Status::ok();
-  std::vector<TensorBox> boxes(ops.size());
+  // The boxes' state is made only for a call that moves boxes: a plain call allocates nothing more.
+  const bool anyBox = std::any_of(ops.begin(), ops.end(), [](const P2POp& op) { return op.box != nullptr; });
+  const std::size_t boxSlots = anyBox ? ops.size() : 0;
+  std::vector<TensorBox> boxes(boxSlots);
   for (std::size_t i = 0; i < ops.size() && local.isOk(); ++i) {
     const P2POp& op = ops[i];
     Status status = checkPeer(op.peer, op.count, op.dtype, op.buffer);
@@ -409,8 +413,8 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   // on one communicator and tag match in the order they were posted. A box goes out as its
   // address; its receiver reads it once every address is in, and answers with a word (0: read)
   // that the sender waits for before its tensor may change.
-  std::vector<BoxAddress> addresses(ops.size());
-  std::vector<int> answers(ops.size(), 0);
+  std::vector<BoxAddress> addresses(boxSlots);
+  std::vector<int> answers(boxSlots, 0);
   RequestSet requests, arrivals;
   requests.reserve(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i) {
