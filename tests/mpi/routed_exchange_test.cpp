@@ -127,7 +127,10 @@ class World {
         const std::uint32_t h = patternHash(c_.seed, k, static_cast<std::size_t>(1000 + t * 64 + draw++));
         switch (c_.routing) {
           case Routing::Uniform: e = h % E; break;
-          case Routing::Skewed: e = (h % 4 != 0) ? h % std::max<std::int64_t>(1, E / 4) : h % E; break;
+          // Three draws in four among the first quarter of the experts. The expert comes from the
+          // bits above the choice: h % E alone would repeat h % 4 == 0 for E = 4 and never find
+          // a second expert.
+          case Routing::Skewed: e = (h % 4 != 0 ? (h / 4) % std::max<std::int64_t>(1, E / 4) : (h / 4) % E); break;
           case Routing::OneExpert: e = chosen.empty() ? 0 : h % E; break;
         }
         if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);

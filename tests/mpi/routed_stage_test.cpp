@@ -290,7 +290,8 @@ class Stages {
 std::vector<StageCase> stageCases() {
   const int n = worldSize();
   std::vector<StageCase> cases;
-  if (n % 2 == 0) cases.push_back({"pp=2,ep=" + std::to_string(n / 2), "ep", 0, 2 * (n / 2), 3, 5});
+  // At least as many experts as the top-k of 3 (two ranks: one stage rank holds all three).
+  if (n % 2 == 0) cases.push_back({"pp=2,ep=" + std::to_string(n / 2), "ep", 0, std::max(3, n), 3, 5});
   if (n % 4 == 0) {
     cases.push_back({"pp=2,tp=2,ep=" + std::to_string(n / 4), "ep+tp", 0, 2 * (n / 2), 3, 5});
     cases.push_back({"pp=4,ep=" + std::to_string(n / 4), "ep", 1, 4 * (n / 4), 3, 5});
