@@ -260,6 +260,7 @@ Status runCalibration(const Options& options) {
   // exercises them, so they get their own measurement. A pass reads and writes its bytes.
   const double localSeconds = median(localPasses);
   fitted.device.memoryBytesPerSecond = 2.0 * static_cast<double>(localBytes) / localSeconds;
+  fitted.movesBoxes = backends.begin()->second.backend->movesBoxesEverywhere();
   const CostModel model(fitted);
   print(rank, fmt::format("#{:>13}  {:>6}  {:>10}  {:>12}  {:>12}  {:>7}\n", "primitive", "groups", "bytes",
                           "measured(us)", "fitted(us)", "err(%)"));

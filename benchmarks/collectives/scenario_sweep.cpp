@@ -256,10 +256,14 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
 }
 
 /// Every dtype x size row of one scenario, printed as measured.
-Status runScenario(const Options& options, const Scenario& scenario, const TopologyCost& cost, const std::string& kind,
+Status runScenario(const Options& options, const Scenario& scenario, const Topology& topology, const std::string& kind,
                    ScenarioOutcome& outcome) {
   std::unique_ptr<Backend> backend;
   CHIMERA_RETURN_IF_ERROR(createBenchBackend(kind, scenario.mesh, backend));
+  // Priced as the executor of a Session would price it: boxes move where this backend moves them.
+  Topology priced = topology;
+  priced.movesBoxes = backend->movesBoxesEverywhere();
+  const TopologyCost cost(std::move(priced));
   Executor executor(*backend, &cost);
   const TimeStatistic stat = options.statGiven ? options.stat : TimeStatistic::Median;
   const ScenarioRun run{options, scenario, *backend, executor, stat, cost};
@@ -295,7 +299,6 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
   }
   Topology topology;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadRunTopology(options, worldSize, topology)));
-  const TopologyCost cost(topology);
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
   JsonReportFile json;
@@ -308,7 +311,7 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
     print(rank,
           scenarioBanner(scenario.name, scenario.mesh.toString(), scenario.from.toString(),
                          scenario.chain.toString(scenario.mesh), scenario.consume ? scenario.consume->toString() : ""));
-    CHIMERA_RETURN_IF_ERROR(runScenario(options, scenario, cost, kind, outcome));
+    CHIMERA_RETURN_IF_ERROR(runScenario(options, scenario, topology, kind, outcome));
   }
   print(rank, scenarioTableFooter(outcome.rows));
   CHIMERA_RETURN_IF_ERROR(json.write(scenarioJson(info, outcome.rows)));

@@ -141,6 +141,10 @@ class Backend {
   /// can read each other's memory, docs/performance.md). The same answer on both ranks of a
   /// pair. Default: no.
   virtual bool movesBoxes(int /*peer*/) const { return false; }
+  /// Whether movesBoxes holds between every pair of ranks of the world, the same answer on
+  /// every rank: the cost model of an Executor or Session then prices many-to-many boxes as
+  /// moved, not packed and unpacked (Topology::movesBoxes). Default: no.
+  virtual bool movesBoxesEverywhere() const { return false; }
 
   /// Allocates `bytes` in the backend's memory space (scratch for plans). InvalidArgument on 0.
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;

@@ -18,7 +18,7 @@ Status predictPipeline(const TensorSpec& spec, const Layout& from, const Chain& 
   ChainPlan plan;
   CHIMERA_RETURN_IF_ERROR(planChain(piece, from, chain, consumed, cost, plan));
   CommProgram program;
-  CHIMERA_RETURN_IF_ERROR(planProgram(plan.fused, program));
+  CHIMERA_RETURN_IF_ERROR(planProgram(plan.fused, program, cost.model().topology().movesBoxes));
   double sum = 0;
   double slowest = 0;
   for (const CommStep& step : program) {

@@ -49,14 +49,14 @@ Status sendTransfers(const PlanBuffer& input, const PlanBuffer& output, const Pl
 }
 
 // The local passes the executor makes around `step`, on the busiest rank.
-void addLocalWork(const Plan& plan, const PlanStep& step, CommStep& out) {
-  const LocalWork work = stepLocalWork(plan, step);
+void addLocalWork(const Plan& plan, const PlanStep& step, bool movesBoxes, CommStep& out) {
+  const LocalWork work = stepLocalWork(plan, step, movesBoxes);
   out.localBytes += work.bytes;
   out.localLaunches += work.launches;
   if (work.ranks > 0) out.localRanks = work.ranks;
 }
 
-Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
+Status stepProgram(const Plan& plan, const PlanStep& step, bool movesBoxes, CommProgram& out) {
   CHIMERA_CHECK_ARG(step.input >= 0 && static_cast<std::size_t>(step.input) < plan.buffers.size(),
                     "plan step '{}' reads buffer {} of {}", planStepKindName(step.kind), step.input,
                     plan.buffers.size());
@@ -107,17 +107,17 @@ Status stepProgram(const Plan& plan, const PlanStep& step, CommProgram& out) {
   CHIMERA_CHECK_ARG(step.output >= 0 && static_cast<std::size_t>(step.output) < plan.buffers.size(),
                     "plan step '{}' writes buffer {} of {}", planStepKindName(step.kind), step.output,
                     plan.buffers.size());
-  addLocalWork(plan, step, out.back());
+  addLocalWork(plan, step, movesBoxes, out.back());
   return Status::ok();
 }
 
 }  // namespace
 
-Status planProgram(const Plan& plan, CommProgram& out) {
+Status planProgram(const Plan& plan, CommProgram& out, bool movesBoxes) {
   CHIMERA_CHECK_ARG(!plan.buffers.empty(), "plan has no buffers, so no mesh to place its steps on");
   CommProgram program;
   for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-    const Status status = stepProgram(plan, plan.steps[i], program);
+    const Status status = stepProgram(plan, plan.steps[i], movesBoxes, program);
     if (!status.isOk()) return Status(status.code(), fmt::format("plan step {}: {}", i, status.message()));
   }
   out = std::move(program);
@@ -126,13 +126,14 @@ Status planProgram(const Plan& plan, CommProgram& out) {
 
 TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
-Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out) {
+Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out, std::optional<bool> movesBoxes) {
   if (name == "bytes") {
     out = std::make_unique<BytesCost>();
     return Status::ok();
   }
   Topology topology;
   CHIMERA_RETURN_IF_ERROR(loadTopology(name, topology));
+  if (movesBoxes) topology.movesBoxes = *movesBoxes;
   out = std::make_unique<TopologyCost>(std::move(topology));
   return Status::ok();
 }
@@ -155,7 +156,7 @@ CostPrediction TopologyCost::predict(const Plan& plan) const {
   CostPrediction prediction;
   prediction.tieBreak = static_cast<double>(planBytes(plan).total);
   CommProgram program;
-  Status status = planProgram(plan, program);
+  Status status = planProgram(plan, program, model_.topology().movesBoxes);
   double seconds = 0;
   if (status.isOk()) status = model_.predict(program, seconds);
   if (!status.isOk()) {

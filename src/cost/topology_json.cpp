@@ -80,6 +80,15 @@ class FieldReader {
     return Status::ok();
   }
 
+  Status boolean(std::string_view key, bool required, bool& out) const {
+    const Json* value = detail::findMember(object_, key);
+    if (value == nullptr) return missing(key, required);
+    CHIMERA_CHECK_ARG(value->is_boolean(), "field '{}{}' must be true or false, got {}", prefix(), key,
+                      detail::dumpJson(*value));
+    out = value->get<bool>();
+    return Status::ok();
+  }
+
   Status link(std::string_view key, bool required, LinkParams& out) const {
     const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return missing(key, required);
@@ -147,6 +156,7 @@ std::string topologyToJson(const Topology& t) {
                             {"step_s", t.stepSeconds},
                             {"peer_s", t.peerSeconds},
                             {"fusion_margin", t.fusionMargin},
+                            {"moves_boxes", t.movesBoxes},
                             {"device", Json::object({{"memory_bytes_per_s", t.device.memoryBytesPerSecond},
                                                      {"launch_s", t.device.launchSeconds},
                                                      {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
@@ -169,7 +179,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(
       reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link", "cross_link",
                          "peer_penalty", "reduce_s_per_byte", "compute_slots", "step_s", "peer_s", "fusion_margin",
-                         "transfer_factors", "device", "calibration"}));
+                         "moves_boxes", "transfer_factors", "device", "calibration"}));
   std::string format;
   CHIMERA_RETURN_IF_ERROR(reader.string("format", true, format));
   CHIMERA_CHECK_ARG(format == kFormat, "field 'format' is '{}', expected '{}'", format, kFormat);
@@ -188,6 +198,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(reader.number("step_s", false, t.stepSeconds));
   CHIMERA_RETURN_IF_ERROR(reader.number("peer_s", false, t.peerSeconds));
   CHIMERA_RETURN_IF_ERROR(reader.number("fusion_margin", false, t.fusionMargin));
+  CHIMERA_RETURN_IF_ERROR(reader.boolean("moves_boxes", false, t.movesBoxes));
   CHIMERA_RETURN_IF_ERROR(reader.transferFactors("transfer_factors", t.transferFactors));
   CHIMERA_RETURN_IF_ERROR(reader.device("device", t.device));
   CHIMERA_RETURN_IF_ERROR(reader.calibration("calibration", t.calibration));

@@ -94,7 +94,7 @@ struct Executor::Impl {
 
 void Executor::Impl::chooseCost() {
   const std::string name = detail::topologyFromEnv(backend.defaultTopology());
-  Status loaded = loadPlanCost(name, ownCost);
+  Status loaded = loadPlanCost(name, ownCost, backend.movesBoxesEverywhere());
   if (loaded.isOk()) loaded = ownCost->checkMesh(backend.mesh());
   if (!loaded.isOk()) {
     costError = Status::invalidArgument(

@@ -14,14 +14,6 @@
 namespace chimera::detail {
 namespace {
 
-// Boxes smaller than this are packed even where the backend moves boxes: the address and the
-// answer a moved box costs outweigh a pack and an unpack of a few pages.
-constexpr std::size_t kMinMovedBoxBytes = std::size_t{64} << 10;
-// A side whose runs are shorter than a page packs (or unpacks) them locally and the box moves
-// from (or into) the packed copy: a read pins every page a run touches, so runs of part of a
-// page would cost a page each.
-constexpr std::size_t kMinReadRunBytes = 4096;
-
 // A packed box as a tensor of its own extents, which it fills.
 P2PRef packedRef(P2POp::Kind kind, SlotRef staged, std::size_t count, int peer, const Box& box) {
   return {kind, staged, count, peer, Box{std::vector<std::int64_t>(box.extent.size(), 0), box.extent}, box.extent};
@@ -60,19 +52,19 @@ Status PreparedPlan::prepareManyToMany(const Plan& plan, const PlanStep& step, P
     std::size_t dstRun = 0;
     CHIMERA_RETURN_IF_ERROR(contiguousOffset(srcShape, t.srcBox, elementSize_, srcOffset, srcContiguous, &srcRun));
     CHIMERA_RETURN_IF_ERROR(contiguousOffset(dstShape, t.dstBox, elementSize_, dstOffset, dstContiguous, &dstRun));
-    const bool packSource = srcRun < kMinReadRunBytes;
-    const bool unpackTarget = dstRun < kMinReadRunBytes;
     const int peer = t.src == rank_ ? t.dst : t.src;
-    if (peer != rank_ && !(srcContiguous && dstContiguous) && !(packSource && unpackTarget) &&
-        bytes >= kMinMovedBoxBytes && backend_->movesBoxes(peer)) {
-      if (t.src == rank_ && packSource) {
+    const TransferPasses passes =
+        transferPasses(static_cast<std::int64_t>(bytes), static_cast<std::int64_t>(srcRun),
+                       static_cast<std::int64_t>(dstRun), peer != rank_ && backend_->movesBoxes(peer));
+    if (passes.movedAsBox) {
+      if (t.src == rank_ && passes.pack) {
         const SlotRef staged{stagingSlot(0), packed};
         out.before.push_back(packAction({step.input, 0}, staged, inShape, t.srcBox));
         out.p2p.push_back(packedRef(P2POp::Kind::Send, staged, count, peer, t.srcBox));
         packed = alignStaging(packed + bytes);
       } else if (t.src == rank_) {
         out.p2p.push_back({P2POp::Kind::Send, {step.input, 0}, count, peer, t.srcBox, srcShape});
-      } else if (unpackTarget) {
+      } else if (passes.unpack) {
         const SlotRef staged{stagingSlot(1), unpacked};
         out.p2p.push_back(packedRef(P2POp::Kind::Recv, staged, count, peer, t.dstBox));
         out.after.push_back(unpackAction(staged, {step.output, 0}, outShape, t.dstBox));

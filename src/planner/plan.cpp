@@ -142,7 +142,18 @@ bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
 
 }  // namespace
 
-LocalWork stepLocalWork(const Plan& plan, const PlanStep& step) {
+TransferPasses transferPasses(std::int64_t bytes, std::int64_t srcRunBytes, std::int64_t dstRunBytes, bool movesBoxes) {
+  const bool srcOneRun = srcRunBytes >= bytes;
+  const bool dstOneRun = dstRunBytes >= bytes;
+  const bool packSource = srcRunBytes < kMinReadRunBytes;
+  const bool unpackTarget = dstRunBytes < kMinReadRunBytes;
+  if (movesBoxes && !(srcOneRun && dstOneRun) && !(packSource && unpackTarget) && bytes >= kMinMovedBoxBytes) {
+    return {true, packSource, unpackTarget};
+  }
+  return {false, !srcOneRun, !dstOneRun};
+}
+
+LocalWork stepLocalWork(const Plan& plan, const PlanStep& step, bool movesBoxes) {
   LocalWork work;
   const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
   const PlanBuffer& output = plan.buffers[static_cast<std::size_t>(step.output)];
@@ -166,8 +177,10 @@ LocalWork stepLocalWork(const Plan& plan, const PlanStep& step) {
       if (!blocksContiguous(output.localShape, step.dim)) pass(outBytes);
       break;
     case PlanStep::Kind::ManyToMany: {
-      // Per rank: boxes that are not one run are packed (sender) or unpacked (receiver);
-      // transfers to itself are box copies. The boxes of one kind go in one batched launch.
+      // Per rank: boxes that are not one run are packed (sender) or unpacked (receiver) unless
+      // they move as boxes; transfers to itself are box copies. The boxes of one kind go in one
+      // batched launch. A box read from the sender's memory costs its reader about a pass over a
+      // page per run of the sender's box (kReadRunPassBytes).
       const Mesh& mesh = input.layout.mesh();
       enum : unsigned { kPack = 1, kUnpack = 2, kCopy = 4 };
       std::vector<std::uint64_t> bytes(static_cast<std::size_t>(mesh.size()), 0);
@@ -182,8 +195,13 @@ LocalWork stepLocalWork(const Plan& plan, const PlanStep& step) {
           add(f.src, b, kCopy);
           continue;
         }
-        if (f.packed) add(f.src, b, kPack);
-        if (f.unpacked) add(f.dst, b, kUnpack);
+        const TransferPasses passes = transferPasses(f.bytes, f.srcRunBytes, f.dstRunBytes, movesBoxes);
+        if (passes.pack) add(f.src, b, kPack);
+        if (passes.unpack) add(f.dst, b, kUnpack);
+        if (passes.movedAsBox) {
+          const std::int64_t runs = passes.pack ? 1 : (f.bytes + f.srcRunBytes - 1) / f.srcRunBytes;
+          add(f.dst, static_cast<std::uint64_t>(std::min(f.bytes, runs * kReadRunPassBytes)), 0);
+        }
       }
       const auto busiest = static_cast<std::size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
       work.bytes += bytes[busiest];

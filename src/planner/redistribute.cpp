@@ -139,7 +139,7 @@ struct TransferSource::Index {
   // The part of the current cell (`index`) that `need` overlaps, sent by `src`, as a flow;
   // its boxes' offsets and extent are left in srcOffset, dstOffset and size.
   TransferFlow piece(int src, int dst, const std::int64_t* needOffset, const std::int64_t* needExtent) {
-    TransferFlow f{src, dst, elementSize, false, false};
+    TransferFlow f{src, dst, elementSize};
     for (std::size_t d = 0; d < dims; ++d) {
       const std::int64_t cellLo = index[d] * extent[d];
       const std::int64_t low = std::max(cellLo, needOffset[d]);
@@ -149,20 +149,18 @@ struct TransferSource::Index {
       dstOffset[d] = low - needOffset[d];
       f.bytes *= size[d];
     }
-    f.packed = !oneRun(extent.data());
-    f.unpacked = !oneRun(needExtent);
+    f.srcRunBytes = runBytes(extent.data());
+    f.dstRunBytes = runBytes(needExtent);
     return f;
   }
 
-  // Whether a box of extent `size` is one contiguous run of a buffer of `shape` (row-major):
-  // outside the outermost dim with extent > 1 every dim is 1, inside it every dim is whole.
-  bool oneRun(const std::int64_t* shape) const {
-    std::size_t d = 0;
-    while (d < dims && size[d] == 1) ++d;
-    for (++d; d < dims; ++d) {
-      if (size[d] != shape[d]) return false;
-    }
-    return true;
+  // The bytes of each contiguous run of a box of extent `size` in a buffer of `shape`
+  // (row-major): the whole dims inside the innermost dim the box does not span, times that dim.
+  std::int64_t runBytes(const std::int64_t* shape) const {
+    std::int64_t bytes = elementSize;
+    std::size_t d = dims;
+    while (d > 0 && size[d - 1] == shape[d - 1]) bytes *= size[--d];
+    return d > 0 ? bytes * size[d - 1] : bytes;
   }
 
   // The BoxTransfer of the piece() just computed.

@@ -52,7 +52,7 @@ Status Session::create(Backend& backend, const SessionOptions& options, std::uni
   std::unique_ptr<PlanCost> owned;
   if (options.cost == nullptr) {
     const std::string name = options.topology.empty() ? backend.defaultTopology() : options.topology;
-    if (const Status loaded = loadPlanCost(name, owned); !loaded.isOk()) {
+    if (const Status loaded = loadPlanCost(name, owned, backend.movesBoxesEverywhere()); !loaded.isOk()) {
       return Status::invalidArgument(
           fmt::format("session cost model (SessionOptions::topology, CHIMERA_TOPOLOGY): {}", loaded.message()));
     }

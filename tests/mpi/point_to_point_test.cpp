@@ -193,6 +193,25 @@ TEST(MpiBackend, BoxesMoveStraightBetweenTensors) {
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// movesBoxesEverywhere is the world's answer: on every rank, whether every pair of ranks moves
+// boxes; off with the reads.
+TEST(MpiBackend, MovesBoxesEverywhereIsTheWorldsAnswer) {
+  for (const bool read : {true, false}) {
+    detail::MpiBackendOptions options = testOptions(detail::MpiAlgorithm::Auto);
+    options.peerRead = read;
+    const BackendUnderTest t = makeBackend(GroupCase{"world=" + std::to_string(worldSize()), "world"}, options);
+    ASSERT_TRUE(t.status.isOk()) << t.status.toString();
+    bool mine = true;
+    for (int peer = 0; peer < worldSize(); ++peer) mine = mine && (peer == worldRank() || t.backend->movesBoxes(peer));
+    const bool everywhere = t.backend->movesBoxesEverywhere();
+    EXPECT_EQ(everywhere, allRanksAgree(mine) && worldSize() > 1) << "reads " << read;
+    EXPECT_TRUE(allRanksAgree(everywhere) || allRanksAgree(!everywhere)) << "ranks answer differently";
+    if (!read) {
+      EXPECT_FALSE(everywhere);
+    }
+  }
+}
+
 // A pair whose boxes differ in extents (the same volume) fails on both ends, the receiver
 // naming the boxes; one end with a box and the other without fails the argument agreement on
 // both; the backend stays usable.

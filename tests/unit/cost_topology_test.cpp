@@ -28,6 +28,8 @@ void expectSame(const Topology& a, const Topology& b) {
   EXPECT_EQ(a.computeSlots, b.computeSlots);
   EXPECT_EQ(a.stepSeconds, b.stepSeconds);
   EXPECT_EQ(a.peerSeconds, b.peerSeconds);
+  EXPECT_EQ(a.fusionMargin, b.fusionMargin);
+  EXPECT_EQ(a.movesBoxes, b.movesBoxes);
   EXPECT_EQ(a.transferFactors.values, b.transferFactors.values);
   EXPECT_EQ(a.device.memoryBytesPerSecond, b.device.memoryBytesPerSecond);
   EXPECT_EQ(a.device.launchSeconds, b.device.launchSeconds);
@@ -81,6 +83,8 @@ TEST(Topology, ProfileJsonRoundTripsEveryPresetExactly) {
   for (const char* name : {"host", "pcie-4080x8", "nvswitch-h20x8", "dgx-h100x8", "multinode-ib:3"}) {
     Topology original;
     ASSERT_TRUE(loadTopology(name, original).isOk());
+    EXPECT_FALSE(original.movesBoxes) << name;
+    original.movesBoxes = std::string_view(name) == "host";
     original.calibration = {17, 0.0123456789};
     original.transferFactors.values = {0.8125, 1.1, 0.9, 1.0 / 3.0, 2.5, 0.7};
     const std::string json = topologyToJson(original);
@@ -115,7 +119,13 @@ TEST(Topology, MinimalHandWrittenProfileUsesDefaults) {
   EXPECT_EQ(t.peerPenalty, 0.0);
   EXPECT_EQ(t.computeSlots, 0);
   EXPECT_EQ(t.calibration.samples, 0);
+  EXPECT_FALSE(t.movesBoxes);
   for (const double factor : t.transferFactors.values) EXPECT_EQ(factor, 1.0);
+  const std::string notABool = text.substr(0, text.size() - 1) + R"(, "moves_boxes": 1})";
+  const Status status2 = loadText(notABool, t);
+  EXPECT_EQ(status2.code(), StatusCode::InvalidArgument);
+  EXPECT_NE(status2.message().find("field 'moves_boxes' must be true or false, got 1"), std::string::npos)
+      << status2.message();
 }
 
 TEST(Topology, TransferFactorsScaleTheirPrimitiveOnly) {
@@ -154,6 +164,15 @@ TEST(Topology, PlanCostByName) {
   ASSERT_TRUE(loadPlanCost("host:4", cost).isOk());
   EXPECT_EQ(cost->name(), "host:4");
   EXPECT_GT(cost->fusionMargin(), 0.0);
+  // The backend's answer replaces the topology's own whether boxes move.
+  const auto movesBoxes = [](const PlanCost& c) {
+    return dynamic_cast<const TopologyCost&>(c).model().topology().movesBoxes;
+  };
+  EXPECT_FALSE(movesBoxes(*cost));
+  ASSERT_TRUE(loadPlanCost("host:4", cost, true).isOk());
+  EXPECT_TRUE(movesBoxes(*cost));
+  ASSERT_TRUE(loadPlanCost("host:4", cost, false).isOk());
+  EXPECT_FALSE(movesBoxes(*cost));
   const Status bad = loadPlanCost("nvlink-b200x72", cost);
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
   EXPECT_NE(bad.message().find("nvlink-b200x72"), std::string::npos) << bad.message();

@@ -4,6 +4,8 @@
 // turning when copies cost more than the bytes a fused plan saves.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "chimera/planning/planner.hpp"
 #include "chimera/planning/topology_cost.hpp"
 
@@ -97,6 +99,70 @@ TEST(LocalWork, CopiesCostingMoreThanTheSavedBytesAreNotChosen) {
   EXPECT_EQ(planLocalBytes(fast.chosen()), std::uint64_t{16} << 20) << fast.chosen().toString();
   EXPECT_LT(planLocalBytes(slow.chosen()), planLocalBytes(fast.chosen())) << slow.chosen().toString();
   EXPECT_GT(planBytes(slow.chosen()).total, planBytes(fast.chosen()).total) << slow.explain;
+}
+
+// One rule for the executor and the models: a box moves as a box only where the transport
+// moves boxes, it is not one run on both sides, it is large enough, and one side has runs of a
+// page or more; then only a side with shorter runs packs or unpacks.
+TEST(LocalWork, TransferPassesMoveLargeBoxesOfLongRuns) {
+  constexpr std::int64_t kBox = kMinMovedBoxBytes;
+  const auto passes = [](std::int64_t bytes, std::int64_t src, std::int64_t dst, bool moves) {
+    const TransferPasses p = transferPasses(bytes, src, dst, moves);
+    return std::tuple(p.movedAsBox, p.pack, p.unpack);
+  };
+  // No box moves: a side that is not one run packs or unpacks.
+  EXPECT_EQ(passes(kBox, 4096, kBox, false), std::tuple(false, true, false));
+  EXPECT_EQ(passes(kBox, kBox, 4096, false), std::tuple(false, false, true));
+  EXPECT_EQ(passes(kBox, 64, 64, false), std::tuple(false, true, true));
+  EXPECT_EQ(passes(kBox, kBox, kBox, false), std::tuple(false, false, false));
+  // Boxes move: runs of a page or more are read in place, shorter ones packed first.
+  EXPECT_EQ(passes(kBox, 4096, kBox, true), std::tuple(true, false, false));
+  EXPECT_EQ(passes(kBox, 4096, 8192, true), std::tuple(true, false, false));
+  EXPECT_EQ(passes(kBox, 1024, 8192, true), std::tuple(true, true, false));
+  EXPECT_EQ(passes(kBox, 8192, 1024, true), std::tuple(true, false, true));
+  // ... but not when both sides' runs are short, the box is small, or it is one run anyway.
+  EXPECT_EQ(passes(kBox, 1024, 2048, true), std::tuple(false, true, true));
+  EXPECT_EQ(passes(kBox - 4, 4096, 8192, true), std::tuple(false, true, true));
+  EXPECT_EQ(passes(kBox, kBox, kBox, true), std::tuple(false, false, false));
+}
+
+// pp_ep's fused plan is one many-to-many from row shards of stage 0 to column shards of stage
+// 1: each box is a quarter of the sender's columns and whole rows of the receiver's. Packed on a
+// transport that moves no boxes; read in place on one that does, at a page's pass per run of the
+// sender's box, which the topology model prices as cheaper when runs are longer than a page.
+// The chain as written (a send and an AllToAll, no many-to-many) costs the same either way.
+TEST(LocalWork, BoxesTheTransportMovesCostAPagePerRun) {
+  Case c = chainCase("pp=2,ep=4", 8, "pp=@0,ep=S0", "send:pp,alltoall:ep:0:1", "pp=@1,ep=S1");
+  c.spec = TensorSpec{{256, 16384}, DataType::F32};  // boxes of 64 runs of 16 KiB
+  const BytesCost bytes;
+  const ChainPlan p = plan(c, bytes);
+  ASSERT_TRUE(p.useFused) << p.explain;
+  const PlanStep& step = onlyStep(p.fused, PlanStep::Kind::ManyToMany);
+  EXPECT_EQ(stepLocalWork(p.fused, step).bytes, std::uint64_t{4} << 20);  // the sender's 64 x 16384 rows
+  // The receiver reads 4 boxes of 64 runs each: 256 pages.
+  EXPECT_EQ(stepLocalWork(p.fused, step, true).bytes, std::uint64_t{256} * kReadRunPassBytes);
+
+  Topology host;
+  ASSERT_TRUE(loadTopology("host:8", host).isOk());
+  ASSERT_FALSE(host.movesBoxes);
+  Topology reading = host;
+  reading.movesBoxes = true;
+  const TopologyCost packing(host), moving(reading);
+  EXPECT_LT(moving.predict(p.fused).value, packing.predict(p.fused).value);
+  EXPECT_EQ(moving.predict(p.baseline).value, packing.predict(p.baseline).value);
+
+  // Runs of a page cost as much read as packed.
+  c.spec = TensorSpec{{1024, 4096}, DataType::F32};
+  const ChainPlan pages = plan(c, bytes);
+  const PlanStep& pageStep = onlyStep(pages.fused, PlanStep::Kind::ManyToMany);
+  EXPECT_EQ(stepLocalWork(pages.fused, pageStep, true).bytes, std::uint64_t{4} << 20);
+  EXPECT_EQ(stepLocalWork(pages.fused, pageStep).bytes, std::uint64_t{4} << 20);
+  // Small boxes are packed whatever the transport.
+  c.spec = TensorSpec{{64, 256}, DataType::F32};
+  const ChainPlan small = plan(c, bytes);
+  const PlanStep& smallStep = onlyStep(small.fused, PlanStep::Kind::ManyToMany);
+  EXPECT_GT(stepLocalWork(small.fused, smallStep).bytes, 0u);
+  EXPECT_EQ(stepLocalWork(small.fused, smallStep, true).bytes, stepLocalWork(small.fused, smallStep).bytes);
 }
 
 }  // namespace

@@ -29,15 +29,42 @@ struct BoxTransfer {
 };
 
 /// What the cost models need of one transfer of a many-to-many step, without its boxes:
-/// who sends to whom, how much, and whether either side makes a pack or unpack pass.
+/// who sends to whom, how much, and how the box lies in each side's buffer.
 struct TransferFlow {
-  int src = 0;             ///< world rank that sends
-  int dst = 0;             ///< world rank that receives
-  std::int64_t bytes = 0;  ///< payload size
-  bool packed = false;     ///< the source box is not one contiguous run of the source buffer
-  bool unpacked = false;   ///< the destination box is not one contiguous run of the destination buffer
+  int src = 0;                   ///< world rank that sends
+  int dst = 0;                   ///< world rank that receives
+  std::int64_t bytes = 0;        ///< payload size
+  std::int64_t srcRunBytes = 0;  ///< bytes of each contiguous run of the box in the source buffer (`bytes`: one run)
+  std::int64_t dstRunBytes = 0;  ///< the same in the destination buffer
   bool operator==(const TransferFlow&) const = default;
 };
+
+/// Boxes smaller than this are packed even where the transport moves boxes: the address and
+/// the answer a moved box costs outweigh a pack and an unpack of a few pages.
+inline constexpr std::int64_t kMinMovedBoxBytes = std::int64_t{64} << 10;
+/// A side whose runs are shorter than a page packs (or unpacks) them locally and the box moves
+/// from (or into) the packed copy: a read pins every page a run touches, so runs of part of a
+/// page would cost a page each.
+inline constexpr std::int64_t kMinReadRunBytes = 4096;
+
+/// What reading one run of a box from the sender's memory costs, as the bytes of a local pass:
+/// a page. Measured on the 2-core host with process_vm_readv of 16 MiB: runs of 4 KiB took 0.2
+/// us each over one contiguous read, about a memcpy of 4 KiB, and runs of 16 KiB the same per run.
+inline constexpr std::int64_t kReadRunPassBytes = 4096;
+
+/// The local passes of one transfer between two ranks, and whether it moves as a box.
+struct TransferPasses {
+  bool movedAsBox = false;  ///< the receiver reads the box from the sender's memory (Backend::movesBoxes)
+  bool pack = false;        ///< the sender packs its box into staging first
+  bool unpack = false;      ///< the receiver unpacks the box from staging after
+};
+/// How a transfer of `bytes` whose box lies in runs of `srcRunBytes` (sender) and
+/// `dstRunBytes` (receiver) moves, where the pair `movesBoxes` or not: a box that is not one
+/// run on both sides, of at least kMinMovedBoxBytes, and with runs of at least
+/// kMinReadRunBytes on one side moves as a box, packed or unpacked only on a side whose runs
+/// are shorter; every other box that is not one run is packed and unpacked. The executor and
+/// the cost models decide alike with it.
+TransferPasses transferPasses(std::int64_t bytes, std::int64_t srcRunBytes, std::int64_t dstRunBytes, bool movesBoxes);
 
 /// The rank of a world plan (Plan::rank): every rank's part is in it.
 inline constexpr int kWorldPlan = -1;
@@ -137,7 +164,8 @@ struct PlanBytes {
 };
 
 /// The local passes an executor makes around one step (packs of blocks that are not one
-/// contiguous run, their unpacks, box copies, local copies and scales), on the busiest rank.
+/// contiguous run, their unpacks, box copies, local copies and scales, and a page per run of a
+/// box read from the sender's memory, kReadRunPassBytes), on the busiest rank.
 /// The cost model prices them (localPassSeconds); the planner breaks ties of its cost with them.
 struct LocalWork {
   std::uint64_t bytes = 0;  ///< bytes passed through memory on the busiest rank
@@ -146,10 +174,13 @@ struct LocalWork {
 };
 /// The local work of `step` (see LocalWork): ReduceScatter packs its input and AllGather
 /// unpacks its output when their blocks along the dim are not contiguous, AllToAll both
-/// sides; a ManyToMany packs and unpacks the boxes that are not one run and copies those a
-/// rank sends itself; LocalCopy and Scale pass their output. AllReduce, Broadcast, Send: none.
-LocalWork stepLocalWork(const Plan& plan, const PlanStep& step);
-/// The bytes of every step's local work (the sum over steps of each step's busiest rank).
+/// sides; a ManyToMany packs and unpacks the boxes that are not one run as transferPasses
+/// decides (on a transport that `movesBoxes` between every pair of ranks, or on one that
+/// moves none) and copies those a rank sends itself; LocalCopy and Scale pass their output.
+/// AllReduce, Broadcast, Send: none.
+LocalWork stepLocalWork(const Plan& plan, const PlanStep& step, bool movesBoxes = false);
+/// The bytes of every step's local work (the sum over steps of each step's busiest rank) on a
+/// transport that moves no boxes: what the plan copies wherever it runs.
 std::uint64_t planLocalBytes(const Plan& plan);
 
 /// Per-rank bytes of one step (see PlanBytes).

@@ -118,6 +118,11 @@ struct Topology {
   /// the model's error where it is known to mislead (PlanCost::fusionMargin). 0 in the GPU
   /// presets, whose constants are estimates never measured against their decisions.
   double fusionMargin = 0;
+  /// The transport moves a many-to-many box that is not one run straight from the sender's
+  /// memory into the receiver's between every pair of ranks (Backend::movesBoxesEverywhere): no
+  /// pack and no unpack where transferPasses says so. False in the presets; an Executor or
+  /// Session sets it from its backend, whatever the preset or profile says.
+  bool movesBoxes = false;
   TransferFactors transferFactors;  ///< per-primitive algorithm efficiency (calibrated; 1 in the presets)
   DeviceParams device;              ///< local passes and compute
   CalibrationInfo calibration;      ///< set by fitProfile; saved with the profile

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "chimera/planning/comm_program.hpp"
@@ -20,10 +21,11 @@ namespace chimera {
 /// the input buffer's local bytes (Broadcast groups rotated so the root comes first); Send
 /// becomes the many-to-many step of its stage hand-offs; ManyToMany keeps its transfers;
 /// LocalCopy and Scale become many-to-many steps without transfers. Every step carries the
-/// local passes the executor makes around it (packs and unpacks of blocks that are not
-/// contiguous, box copies, scales) as CommStep::localBytes / localLaunches. InvalidArgument when a Send has no
-/// next stage or the plan names no mesh.
-[[nodiscard]] Status planProgram(const Plan& plan, CommProgram& out);
+/// local passes the executor makes around it (stepLocalWork: packs and unpacks of blocks that
+/// are not contiguous, unless a transport that `movesBoxes` moves them as boxes; box copies,
+/// scales) as CommStep::localBytes / localLaunches. InvalidArgument when a Send has no next
+/// stage or the plan names no mesh.
+[[nodiscard]] Status planProgram(const Plan& plan, CommProgram& out, bool movesBoxes = false);
 
 /// The planner's cost from the topology model: value = predicted seconds of planProgram(plan)
 /// on the topology, tie broken by the bytes all ranks send. A plan that cannot be priced
@@ -53,8 +55,10 @@ class TopologyCost final : public PlanCost {
 };
 
 /// The cost model `name` selects: "bytes" (BytesCost, bytes alone) or a topology preset or
-/// profile file (`loadTopology`) priced by TopologyCost. InvalidArgument naming `name` when
-/// it is neither.
-[[nodiscard]] Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out);
+/// profile file (`loadTopology`) priced by TopologyCost, its Topology::movesBoxes replaced by
+/// `movesBoxes` when given (an Executor or Session passes its backend's
+/// movesBoxesEverywhere). InvalidArgument naming `name` when it is neither.
+[[nodiscard]] Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out,
+                                  std::optional<bool> movesBoxes = std::nullopt);
 
 }  // namespace chimera

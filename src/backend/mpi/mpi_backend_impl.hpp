@@ -81,6 +81,7 @@ class MpiBackend final : public Backend {
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
+  bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;

@@ -119,10 +119,18 @@ Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeou
                   "MPI_Isend (peer memory)"));
   }
   CHIMERA_RETURN_IF_ERROR(verdicts.waitAll(world, "agreeing on peer memory reads"));
+  int readsAll = peers.size() == static_cast<std::size_t>(size - 1) ? 1 : 0;
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (readable[i] != 0 && heard[i] != 0)
+    if (readable[i] != 0 && heard[i] != 0) {
       out.pids_[static_cast<std::size_t>(peers[i])] = all[static_cast<std::size_t>(peers[i])].pid;
+    } else {
+      readsAll = 0;
+    }
   }
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &readsAll, 1, MPI_INT, MPI_MIN, comm, &request),
+                                    "MPI_Iallreduce (peer memory)"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "agreeing on whether every rank reads every other"));
+  out.everyRank_ = readsAll != 0;
   return Status::ok();
 }
 

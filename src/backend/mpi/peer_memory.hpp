@@ -30,12 +30,15 @@ class PeerMemory {
   /// finds the ranks of this host (same host name and boot id), reads a nonce from each (after
   /// allowing every process of this user to read this one, as Open MPI does under Yama's
   /// ptrace scope 1) and agrees pairwise, so that movesBoxes answers alike on both ranks of a
-  /// pair. `enabled` false, or a read that fails: no peer (the backend packs).
+  /// pair, then over the world on whether every pair reads. `enabled` false, or a read that fails: no peer (the backend
+  /// packs).
   [[nodiscard]] static Status create(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, bool enabled,
                                      PeerMemory& out);
 
   /// Whether boxes move with world rank `peer` by reading memory.
   bool reads(int peer) const;
+  /// Whether every rank of the world reads every other rank's memory (agreed by all ranks).
+  bool readsEveryRank() const { return everyRank_; }
 
   /// Copies the box `from` (the memory of world rank `peer`) into `box` of the tensor at
   /// `base` (this rank's) with element size `elementSize`: InvalidArgument when the boxes'
@@ -45,6 +48,7 @@ class PeerMemory {
 
  private:
   std::vector<std::int64_t> pids_;  // per world rank; 0 where boxes do not move by reading
+  bool everyRank_ = false;
 };
 
 }  // namespace chimera::detail
