@@ -145,11 +145,12 @@ bool blocksContiguous(const std::vector<std::int64_t>& shape, int dim) {
 TransferPasses transferPasses(std::int64_t bytes, std::int64_t srcRunBytes, std::int64_t dstRunBytes, bool movesBoxes) {
   const bool srcOneRun = srcRunBytes >= bytes;
   const bool dstOneRun = dstRunBytes >= bytes;
-  const bool packSource = srcRunBytes < kMinReadRunBytes;
-  const bool unpackTarget = dstRunBytes < kMinReadRunBytes;
-  if (movesBoxes && !(srcOneRun && dstOneRun) && !(packSource && unpackTarget) && bytes >= kMinMovedBoxBytes) {
-    return {true, packSource, unpackTarget};
-  }
+  const bool packSource = !srcOneRun && srcRunBytes < kMinReadRunBytes;
+  const bool unpackTarget = !dstOneRun && dstRunBytes < kMinReadRunBytes;
+  // A box that is one run on both sides once the short-run sides are packed goes as a plain
+  // transfer: reading it would only add the address and the answer.
+  const bool plain = (srcOneRun || packSource) && (dstOneRun || unpackTarget);
+  if (movesBoxes && !plain && bytes >= kMinMovedBoxBytes) return {true, packSource, unpackTarget};
   return {false, !srcOneRun, !dstOneRun};
 }
 

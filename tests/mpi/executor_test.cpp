@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "chimera/mpi_backend.hpp"
+#include "chimera/planning/topology_cost.hpp"
 #include "core/check.hpp"
 #include "executor_test_support.hpp"
 
@@ -119,13 +120,16 @@ TEST(ExecutorChains, FusedEqualsBaselineEqualsReference) {
 // The scenarios whose fused plans move boxes that are not one run in a many-to-many (sp_ep,
 // pp_ep; tp_ep for its other steps), at sizes where those boxes are read straight from the
 // sender's memory on one host (MpiBackendOptions::peerRead): equal to the baseline and the
-// reference with the reads and without them, and copying fewer bytes locally with them.
+// reference with the reads and without them, and copying fewer bytes locally with them. The
+// executor's cost model prices the boxes as its backend moves them (movesBoxesEverywhere), so
+// the fused plans cost no more with the reads, and less where a pass goes away.
 TEST(ExecutorChains, BoxesReadFromPeersEqualPackedOnes) {
-  int compared = 0, fewer = 0;
+  int compared = 0, fewer = 0, cheaper = 0;
   for (ChainCase c : chainCases(worldSize())) {
     if (c.name != "tp_ep" && c.name != "sp_ep" && c.name != "pp_ep") continue;
     c.shape = c.shape.size() == 2 ? std::vector<std::int64_t>{1024, 4096} : std::vector<std::int64_t>{64, 32, 4096};
     std::uint64_t copied[2] = {0, 0};
+    double fusedCost[2] = {0, 0};
     bool moves = true;  // every peer's boxes are read (one host that allows it)
     for (const bool read : {true, false}) {
       Fixture f;
@@ -144,15 +148,25 @@ TEST(ExecutorChains, BoxesReadFromPeersEqualPackedOnes) {
       const bool ok = checkChain(*f.executor, request, why);
       EXPECT_TRUE(ok) << c.name << " on " << c.mesh << (read ? " reading boxes" : " packing boxes") << ": " << why;
       copied[read ? 0 : 1] = f.executor->localCopyBytes();
+      const ChainPlan* plan = nullptr;
+      ASSERT_TRUE(f.executor->plan(request, plan).isOk());
+      std::unique_ptr<PlanCost> cost;
+      ASSERT_TRUE(loadPlanCost(f.backend->defaultTopology(), cost, f.backend->movesBoxesEverywhere()).isOk());
+      EXPECT_EQ(plan->fusedCost.value, cost->predict(plan->fused).value) << c.name << ": not priced as it moves";
+      EXPECT_EQ(f.backend->movesBoxesEverywhere(), read && allRanksAgree(moves));
+      fusedCost[read ? 0 : 1] = plan->fusedCost.value;
     }
     if (!allRanksAgree(moves)) continue;
     ++compared;
+    EXPECT_LE(fusedCost[0], fusedCost[1]) << c.name << " priced dearer with its boxes read";
+    cheaper += fusedCost[0] < fusedCost[1] ? 1 : 0;
     EXPECT_TRUE(allRanksAgree(copied[0] <= copied[1])) << c.name << " on " << c.mesh << ": " << copied[0]
                                                        << " bytes copied reading boxes, " << copied[1] << " packing";
     fewer += sumOverRanks(copied[0]) < sumOverRanks(copied[1]) ? 1 : 0;
   }
   if (compared == 0) GTEST_SKIP() << "no rank here reads its peers' memory (another host, or CHIMERA_MPI_PEER_READ=0)";
   EXPECT_GT(fewer, 0) << "no case copied fewer bytes reading boxes than packing them";
+  EXPECT_GT(cheaper, 0) << "no case was priced cheaper reading boxes than packing them";
 }
 
 // A seeded random chain on a mesh of `world` ranks, valid at every op: each axis is R, P, S0 or

@@ -120,8 +120,12 @@ TEST(LocalWork, TransferPassesMoveLargeBoxesOfLongRuns) {
   EXPECT_EQ(passes(kBox, 4096, 8192, true), std::tuple(true, false, false));
   EXPECT_EQ(passes(kBox, 1024, 8192, true), std::tuple(true, true, false));
   EXPECT_EQ(passes(kBox, 8192, 1024, true), std::tuple(true, false, true));
-  // ... but not when both sides' runs are short, the box is small, or it is one run anyway.
+  // ... but not when no side has runs of a page that are not one run: both short, or one
+  // short and the other one run (a plain transfer once packed), or one run on both sides; nor
+  // when the box is small.
   EXPECT_EQ(passes(kBox, 1024, 2048, true), std::tuple(false, true, true));
+  EXPECT_EQ(passes(kBox, 1024, kBox, true), std::tuple(false, true, false));
+  EXPECT_EQ(passes(kBox, kBox, 2048, true), std::tuple(false, false, true));
   EXPECT_EQ(passes(kBox - 4, 4096, 8192, true), std::tuple(false, true, true));
   EXPECT_EQ(passes(kBox, kBox, kBox, true), std::tuple(false, false, false));
 }

@@ -59,11 +59,11 @@ struct TransferPasses {
   bool unpack = false;      ///< the receiver unpacks the box from staging after
 };
 /// How a transfer of `bytes` whose box lies in runs of `srcRunBytes` (sender) and
-/// `dstRunBytes` (receiver) moves, where the pair `movesBoxes` or not: a box that is not one
-/// run on both sides, of at least kMinMovedBoxBytes, and with runs of at least
-/// kMinReadRunBytes on one side moves as a box, packed or unpacked only on a side whose runs
-/// are shorter; every other box that is not one run is packed and unpacked. The executor and
-/// the cost models decide alike with it.
+/// `dstRunBytes` (receiver) moves, where the pair `movesBoxes` or not: a box of at least
+/// kMinMovedBoxBytes that has, on one side, runs of at least kMinReadRunBytes but not one run
+/// moves as a box, packed or unpacked only on a side whose runs are shorter; every other box
+/// that is not one run is packed and unpacked. The executor and the cost models decide alike
+/// with it.
 TransferPasses transferPasses(std::int64_t bytes, std::int64_t srcRunBytes, std::int64_t dstRunBytes, bool movesBoxes);
 
 /// The rank of a world plan (Plan::rank): every rank's part is in it.
