@@ -30,8 +30,8 @@ class PeerMemory {
   /// finds the ranks of this host (same host name and boot id), reads a nonce from each (after
   /// allowing every process of this user to read this one, as Open MPI does under Yama's
   /// ptrace scope 1) and agrees pairwise, so that movesBoxes answers alike on both ranks of a
-  /// pair, then over the world on whether every pair reads. `enabled` false, or a read that fails: no peer (the backend
-  /// packs).
+  /// pair, then over the world on whether every pair reads. `enabled` false, or a read that
+  /// fails: no peer (the backend packs).
   [[nodiscard]] static Status create(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, bool enabled,
                                      PeerMemory& out);
 
