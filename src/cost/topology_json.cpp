@@ -52,12 +52,8 @@ class FieldReader {
 
   // Missing optional fields leave `out` unchanged.
   Status number(std::string_view key, bool required, double& out) const {
-    const Json* value = detail::findMember(object_, key);
-    if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->is_number(), "field '{}{}' must be a number, got {}", prefix(), key,
-                      detail::dumpJson(*value));
-    out = value->get<double>();
-    return Status::ok();
+    return scalar(
+        key, required, "a number", [](const Json& v) { return v.is_number(); }, out);
   }
 
   Status integer(std::string_view key, bool required, int& out) const {
@@ -72,21 +68,13 @@ class FieldReader {
   }
 
   Status string(std::string_view key, bool required, std::string& out) const {
-    const Json* value = detail::findMember(object_, key);
-    if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->is_string(), "field '{}{}' must be a string, got {}", prefix(), key,
-                      detail::dumpJson(*value));
-    out = value->get<std::string>();
-    return Status::ok();
+    return scalar(
+        key, required, "a string", [](const Json& v) { return v.is_string(); }, out);
   }
 
   Status boolean(std::string_view key, bool required, bool& out) const {
-    const Json* value = detail::findMember(object_, key);
-    if (value == nullptr) return missing(key, required);
-    CHIMERA_CHECK_ARG(value->is_boolean(), "field '{}{}' must be true or false, got {}", prefix(), key,
-                      detail::dumpJson(*value));
-    out = value->get<bool>();
-    return Status::ok();
+    return scalar(
+        key, required, "true or false", [](const Json& v) { return v.is_boolean(); }, out);
   }
 
   Status link(std::string_view key, bool required, LinkParams& out) const {
@@ -130,6 +118,16 @@ class FieldReader {
   }
 
  private:
+  // A field of one JSON type read as T; `what` names the type in the error.
+  template <typename T, typename IsType>
+  Status scalar(std::string_view key, bool required, std::string_view what, IsType isType, T& out) const {
+    const Json* value = detail::findMember(object_, key);
+    if (value == nullptr) return missing(key, required);
+    CHIMERA_CHECK_ARG(isType(*value), "field '{}{}' must be {}, got {}", prefix(), key, what, detail::dumpJson(*value));
+    out = value->get<T>();
+    return Status::ok();
+  }
+
   std::string prefix() const { return path_.empty() ? std::string() : path_ + "."; }
   Status missing(std::string_view key, bool required) const {
     if (!required) return Status::ok();
