@@ -21,6 +21,7 @@ import collections
 import contextlib
 import inspect
 import logging
+import math
 import os
 import re
 import threading
@@ -41,7 +42,7 @@ from . import backend as _backend
 log = logging.getLogger("chimera.torch")
 
 _RUNTIMES: dict = {}
-_PLANNABLE: dict = {}
+_ROUTES: dict = {}
 
 
 class Unplannable(chimera.Unsupported):
@@ -75,11 +76,15 @@ class MeshRuntime:
         plan = self.executor.plan_redistribution(list(shape), dtype, source, target)
         return plan["bytes"], plan["max_rank_bytes"], plan["plan"]
 
-    def redistribute(self, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
-        """This rank's part of the tensor of logical `shape` moved from `source` to `target`
-        (collective over the mesh's ranks): a new tensor, the local tensor of `target`."""
-        spec = chimera.TensorSpec(list(shape), local.dtype)
-        out = torch.empty(chimera.Layout(target, self.mesh).local_shape(spec), dtype=local.dtype)
+    def local_shape(self, spec, layout: str) -> list[int]:
+        """The shape of this rank's local tensor of `spec` (a chimera.TensorSpec) under `layout`."""
+        return chimera.Layout(layout, self.mesh).local_shape(spec)
+
+    def redistribute(self, local: torch.Tensor, spec, source: str, target: str, out_shape) -> torch.Tensor:
+        """This rank's part of the tensor of `spec` (a chimera.TensorSpec) moved from `source` to
+        `target` (collective over the mesh's ranks): a new tensor of `out_shape`, the local tensor
+        of `target`."""
+        out = torch.empty(out_shape, dtype=local.dtype)
         return self.executor.redistribute(local, source, target, out, spec=spec)
 
 
@@ -124,25 +129,121 @@ def _normalised(placements, ndim: int) -> tuple:
     return tuple(Shard(p.dim % ndim) if type(p) is Shard else p for p in placements)
 
 
-def _plannable(runtime, shape, dtype, source: str, target: str) -> None:
-    """Raises Unplannable unless chimera plans source -> target for this shape and dtype; the
-    answer is remembered per transition (a planning pass per call would cost more than many a
-    small redistribution; the executor caches the plan itself)."""
-    key = (id(runtime), tuple(shape), dtype, source, target)
-    if key not in _PLANNABLE:
+# Element types chimera has no type for, moved exactly as one it has: a complex tensor as its
+# (real, imaginary) pairs (torch.view_as_real: one more, last, dim of 2), a bool tensor as its
+# bytes. A complex sum or average reduces pair by pair, as the complex one does; no bool reduces.
+_CARRIERS = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64,
+             torch.bool: torch.uint8}
+_COMPLEX_REDUCE_OPS = ("sum", "avg")
+
+
+def _is_partial(placement) -> bool:
+    return isinstance(placement, Partial)
+
+
+def _is_norm_partial(placement) -> bool:
+    """DTensor's partial p-norm (``_NormPartial``, a Partial("sum") subclass of its math ops): the
+    value is (sum over the axis of x^p)^(1/p), reduced as x^p, a sum, then ^(1/p)."""
+    return type(placement).__name__ == "_NormPartial"
+
+
+def _norm_of(mesh, source, target, dtype) -> tuple[tuple, tuple, float | None, tuple[float, ...]]:
+    """(source, target placements with every partial norm a plain sum, the order p of the partial
+    norms the transition reduces or None, the divisors that split a replicated value into partial
+    norms). A replicated axis the target holds as a partial norm is split as DTensor splits it,
+    dividing by n^(1/p), and is a partial norm thereafter. Unplannable where chimera's one reduction
+    would not give DTensor's value: norms of two orders, a norm beside another partial, a norm
+    made from a shard, an order without a p-th root, a non-float dtype."""
+    norms = [p for p in (*source, *target) if _is_norm_partial(p)]
+    if not norms:
+        return tuple(source), tuple(target), None, ()
+    orders = {float(p.norm_type) for p in norms}
+    if len(orders) > 1:
+        raise Unplannable(f"partial norms of orders {sorted(orders)} in one transition")
+    order = orders.pop()
+    if not math.isfinite(order) or order == 0:
+        raise Unplannable(f"a partial norm of order {order} (no p-th root to take)")
+    if not dtype.is_floating_point:
+        raise Unplannable(f"a partial norm of {dtype} tensors")
+    if any(_is_partial(p) and not _is_norm_partial(p) for p in (*source, *target)):
+        raise Unplannable("a partial norm beside another partial placement")
+    source = list(source)
+    partition = []
+    for dim, (s, t) in enumerate(zip(source, target)):
+        if _is_norm_partial(t) and not _is_norm_partial(s):
+            if not isinstance(s, Replicate):
+                raise Unplannable(f"a partial norm made from {s} (DTensor splits only a replicated value)")
+            partition.append(math.pow(mesh.size(dim), 1 / order))  # DTensor's _partition_value
+            source[dim] = t
+    reduces = any(_is_norm_partial(s) and not _is_norm_partial(t) for s, t in zip(source, target))
+    plain = Partial("sum")
+    return (tuple(plain if _is_norm_partial(p) else p for p in source),
+            tuple(plain if _is_norm_partial(p) else p for p in target), order if reduces else None, tuple(partition))
+
+
+def _carrier_of(source, dtype) -> torch.dtype:
+    """The dtype chimera moves a tensor of `dtype` as (the tensor's own, or _CARRIERS'), or
+    Unplannable when the source's partial placements reduce what the carrier cannot."""
+    carrier = _CARRIERS.get(dtype, dtype)
+    ops = {p.reduce_op for p in source if _is_partial(p)}
+    if dtype == torch.bool and ops:
+        raise Unplannable("a partial bool tensor (chimera reduces no bool)")
+    if dtype.is_complex and not ops <= set(_COMPLEX_REDUCE_OPS):
+        raise Unplannable(f"a complex Partial({', '.join(sorted(ops))}) (chimera reduces complex pairs by "
+                          f"{' and '.join(_COMPLEX_REDUCE_OPS)} only)")
+    return carrier
+
+
+class Route:
+    """How chimera runs one transition of a tensor of `dtype` and logical `shape`: on `runtime`,
+    from layout `source` to `target`, its local tensors moved as `carrier` elements (complex as
+    pairs: one more dim); a replicated value split into partial norms first (divided by each of
+    `partition`) and, where the transition reduces partial p-norms, raised to `norm` before and
+    to 1/`norm` after. Made once per transition: Unplannable when chimera does not plan it."""
+
+    def __init__(self, runtime, shape, source: str, target: str, dtype: torch.dtype, carrier: torch.dtype,
+                 norm: float | None = None, partition: tuple[float, ...] = ()):
+        self.runtime, self.source, self.target = runtime, source, target
+        self.dtype, self.carrier, self.norm, self.partition = dtype, carrier, norm, partition
+        carried = [*shape, 2] if dtype.is_complex else list(shape)
+        self.spec = chimera.TensorSpec(carried, carrier)
         try:
-            runtime.plan_bytes(list(shape), dtype, source, target)
-            _PLANNABLE[key] = None
+            self.bytes = runtime.plan_bytes(carried, carrier, source, target)
+            self.out_shape = runtime.local_shape(self.spec, target)
         except (chimera.InvalidArgument, chimera.Unsupported) as error:
-            _PLANNABLE[key] = str(error)
-    if _PLANNABLE[key] is not None:
-        raise Unplannable(_PLANNABLE[key])
+            raise Unplannable(str(error)) from None
+
+    @property
+    def idle(self) -> bool:
+        """Whether the local tensor stays as it is (the same layout, nothing to split)."""
+        return self.source == self.target and not self.partition
+
+    def run(self, local: torch.Tensor) -> torch.Tensor:
+        """This rank's local tensor of `target`, moved from `source` by chimera (collective over
+        the mesh). A still pending asynchronous result of DTensor's own collectives is waited for
+        first."""
+        if isinstance(local, AsyncCollectiveTensor):
+            local = local.wait()
+        local = local.detach().contiguous()
+        for divisor in self.partition:
+            local = local / divisor
+        if self.source == self.target:
+            return local
+        if self.norm is not None:
+            local = local**self.norm
+        if self.dtype.is_complex:
+            local = torch.view_as_real(local)
+        elif self.carrier != self.dtype:
+            local = local.view(self.carrier)
+        out = self.runtime.redistribute(local, self.spec, self.source, self.target, self.out_shape)
+        if self.dtype.is_complex:
+            out = torch.view_as_complex(out)
+        elif self.carrier != self.dtype:
+            out = out.view(self.dtype)
+        return out if self.norm is None else out ** (1.0 / self.norm)
 
 
-def plan_specs(current_spec, target_spec, dtype):
-    """(runtime, source layout text, target layout text) of a transition between two DTensorSpecs
-    of one tensor, or Unplannable. Decided from metadata every rank of the mesh shares, so they
-    all take the same path. Pure: no communication besides creating the mesh's runtime once."""
+def _route(current_spec, target_spec, dtype) -> Route:
     mesh = current_spec.mesh
     if target_spec.mesh != mesh:
         raise Unplannable("source and target are on different meshes")
@@ -151,23 +252,42 @@ def plan_specs(current_spec, target_spec, dtype):
     if current_spec.tensor_meta is None:
         raise Unplannable("a spec without tensor metadata")
     ndim = len(current_spec.tensor_meta.shape)
-    source = layout_text(mesh, _normalised(current_spec.placements, ndim), _shard_order(current_spec))
-    target = layout_text(mesh, _normalised(target_spec.placements, ndim), _shard_order(target_spec))
-    runtime = runtime_for(mesh)
-    _plannable(runtime, current_spec.tensor_meta.shape, dtype, source, target)
-    return runtime, source, target
+    sources, targets, norm, partition = _norm_of(mesh, current_spec.placements, target_spec.placements, dtype)
+    carrier = _carrier_of(sources, dtype)
+    source = layout_text(mesh, _normalised(sources, ndim), _shard_order(current_spec))
+    target = layout_text(mesh, _normalised(targets, ndim), _shard_order(target_spec))
+    return Route(runtime_for(mesh), current_spec.tensor_meta.shape, source, target, dtype, carrier, norm, partition)
 
 
-def plan(dtensor, placements):
-    """(runtime, source layout text, target layout text, normalised placements) for a
-    transition of `dtensor`, or Unplannable (see plan_specs)."""
+def plan_specs(current_spec, target_spec, dtype) -> Route:
+    """The Route of a transition between two DTensorSpecs of one tensor of `dtype`, or
+    Unplannable. Decided from metadata every rank of the mesh shares, so they all take the same
+    path. Pure: no communication besides creating the mesh's runtime once. Remembered per
+    transition (specs and dtype): converting the placements and planning at every call would cost
+    more than many a small redistribution (the executor caches the plan itself)."""
+    key = (current_spec, target_spec, dtype, *(getattr(spec, "use_strided_shard_as_shard_order", False)
+                                              for spec in (current_spec, target_spec)))
+    route = _ROUTES.get(key)
+    if route is None:
+        try:
+            route = _route(current_spec, target_spec, dtype)
+        except Unplannable as why:
+            route = str(why)
+        _ROUTES[key] = route
+    if isinstance(route, str):
+        raise Unplannable(route)
+    return route
+
+
+def plan(dtensor, placements) -> tuple[Route, tuple]:
+    """(route, normalised placements) of a transition of `dtensor`, or Unplannable (see
+    plan_specs)."""
     mesh = dtensor.device_mesh
     placements = _normalised(placements, dtensor.ndim)
     if len(placements) != mesh.ndim:
         raise Unplannable(f"{len(placements)} placements for a {mesh.ndim}-dim mesh")
     target_spec = DTensorSpec(mesh, placements, tensor_meta=dtensor._spec.tensor_meta)  # noqa: SLF001
-    runtime, source, target = plan_specs(dtensor._spec, target_spec, dtensor.dtype)  # noqa: SLF001
-    return runtime, source, target, placements
+    return plan_specs(dtensor._spec, target_spec, dtensor.dtype), placements  # noqa: SLF001
 
 
 # --- what chimera planned, and why it did not -------------------------------------------------
@@ -214,33 +334,28 @@ def reset_stats() -> None:
 
 # --- running a planned transition --------------------------------------------------------------
 
-def _run_local(runtime, local: torch.Tensor, shape, source: str, target: str) -> torch.Tensor:
-    """This rank's local tensor of `target`, moved from `source` by chimera (collective over the
-    mesh). A still pending asynchronous result of DTensor's own collectives is waited for first."""
-    if isinstance(local, AsyncCollectiveTensor):
-        local = local.wait()
-    return runtime.redistribute(local.detach().contiguous(), list(shape), source, target)
-
-
 def redistribute(dtensor, placements):
     """`dtensor` redistributed to `placements` on its own mesh by one chimera plan; equal in value
     and placements to DTensor's own result (see docs/torch.md for where reductions may differ).
     Falls back to DTensor's own redistribute for what chimera does not plan (counted in stats())."""
+    autograd = dtensor.requires_grad and torch.is_grad_enabled()
     try:
-        runtime, source, target, placements = plan(dtensor, placements)
+        route, placements = plan(dtensor, placements)
+        if autograd and (route.norm is not None or route.partition):
+            raise Unplannable("a partial norm reduced or split under autograd")
     except Unplannable as why:
         _count_fallback(why)
         return _ORIGINAL_REDISTRIBUTE(dtensor, dtensor.device_mesh, placements)
     _count_planned(True)
-    if source == target:
+    if route.idle:
         return dtensor
-    if dtensor.requires_grad and torch.is_grad_enabled():
-        return _FusedRedistribute.apply(dtensor, placements, runtime, source, target)
-    return _run(dtensor, placements, runtime, source, target)
+    if autograd:
+        return _FusedRedistribute.apply(dtensor, placements, route)
+    return _run(dtensor, placements, route)
 
 
-def _run(dtensor, placements, runtime, source, target):
-    out = _run_local(runtime, dtensor._local_tensor, dtensor.shape, source, target)  # noqa: SLF001
+def _run(dtensor, placements, route):
+    out = route.run(dtensor._local_tensor)  # noqa: SLF001
     return DTensor.from_local(out, dtensor.device_mesh, placements, run_check=False, shape=dtensor.shape,
                               stride=dtensor.stride())
 
@@ -258,21 +373,21 @@ class _FusedRedistribute(torch.autograd.Function):
     placements (again through chimera when it plans that transition)."""
 
     @staticmethod
-    def forward(ctx, dtensor, placements, runtime, source, target):  # noqa: D102
+    def forward(ctx, dtensor, placements, route):  # noqa: D102
         ctx.source_placements = tuple(dtensor.placements)
-        return _run(dtensor, placements, runtime, source, target)
+        return _run(dtensor, placements, route)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
         back = _gradient_placements(grad.placements, ctx.source_placements)
-        return redistribute(grad, back), None, None, None, None
+        return redistribute(grad, back), None, None
 
 
 def bytes_of(dtensor, placements) -> tuple[int, int, str]:
     """(bytes over all ranks, bytes of the busiest rank, plan text) chimera's plan sends for this
     transition. Raises Unplannable when chimera does not plan it."""
-    runtime, source, target, _ = plan(dtensor, placements)
-    return runtime.plan_bytes(dtensor.shape, dtensor.dtype, source, target)
+    route, _ = plan(dtensor, placements)
+    return route.bytes
 
 
 _ORIGINAL_REDISTRIBUTE = DTensor.redistribute
@@ -316,15 +431,15 @@ def _routed_local(local_tensor, current_spec, target_spec, *, async_op=False, us
     try:
         if _dtensor_redistribute._are_we_tracing():  # noqa: SLF001
             raise Unplannable("traced (torch.compile): DTensor's own collectives are traceable")
-        runtime, source, target = plan_specs(current_spec, target_spec, local_tensor.dtype)
+        route = plan_specs(current_spec, target_spec, local_tensor.dtype)
     except Unplannable as why:
         _count_fallback(why)
         return _ORIGINAL_LOCAL(local_tensor, current_spec, target_spec, async_op=async_op,
                                use_graph_based_transform=use_graph_based_transform, is_explicit=is_explicit)
     _count_planned(is_explicit)
-    if source == target:
+    if route.idle:
         return local_tensor
-    return _run_local(runtime, local_tensor, current_spec.tensor_meta.shape, source, target)
+    return route.run(local_tensor)
 
 
 def _unsupported_local(why: str):

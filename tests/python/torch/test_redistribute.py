@@ -7,12 +7,15 @@
 import importlib
 import itertools
 import logging
+import math
 import os
+import re
 
 import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor._dtensor_spec import DTensorSpec
 
 import chimera
 import chimera.torch as ct
@@ -135,6 +138,110 @@ def test_gradients_match_dtensor(world, mesh, src, dst):
         ours_in.grad.to_local(), ref_in.grad.to_local())
     agree(ok, gloo, f"grad {src}->{dst}: {ours_in.grad.placements} {ours_in.grad.to_local()} vs "
                     f"{ref_in.grad.placements} {ref_in.grad.to_local()}")
+
+
+def from_parts(mesh, placements, full):
+    """A DTensor of `full` with `placements` whose local tensor is cut here, without a collective
+    (a Partial one holds (rank + 1) times its part, so that sums stay exact)."""
+    local = local_part(full, mesh, placements)
+    if any(isinstance(p, Partial) for p in placements):
+        local = local * (torch.distributed.get_rank() + 1)
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=full.shape, stride=full.stride())
+
+
+def parts_reference(mesh, src, dst, full):
+    """DTensor's own src -> dst of `full` moved as chimera moves it: a complex tensor as its real
+    and imaginary parts (each float64), a bool one as uint8."""
+    if full.dtype.is_complex:
+        real, imag = (from_parts(mesh, src, part.double()).redistribute(mesh, dst).to_local()
+                      for part in (full.real, full.imag))
+        return torch.complex(real, imag).to(full.dtype)
+    return from_parts(mesh, src, full.to(torch.uint8)).redistribute(mesh, dst).to_local().bool()
+
+
+CARRIED = [(src, dst, dtype) for dtype in (torch.complex64, torch.complex128, torch.bool) for src, dst in TRANSITIONS
+           if dtype != torch.bool or not any(isinstance(p, Partial) for p in src)]
+
+
+@pytest.mark.parametrize("src,dst,dtype", CARRIED,
+                         ids=lambda v: str(v) if isinstance(v, torch.dtype) else "".join(str(p) for p in v))
+def test_complex_and_bool_move_as_parts(world, mesh, src, dst, dtype):
+    """Element types chimera has none of move as one it has: complex as (real, imaginary) pairs,
+    a Partial sum reduced pair by pair, bool as bytes; equal to DTensor's own moving the parts."""
+    rank, n, gloo = world
+    values = torch.arange(8 * 12).reshape(8, 12) % 13 - 6
+    full = torch.complex(values.double(), (values * 7 % 5).double()).to(dtype) if dtype.is_complex else values.bool()
+    d = from_parts(mesh, src, full)
+    bytes_of(d, dst)  # planned by chimera
+    ct.reset_stats()
+    ours = ct.redistribute(d, dst)
+    planned = ct.stats()
+    expect = parts_reference(mesh, src, dst, full)
+    ok = tuple(ours.placements) == dst and ours.dtype == dtype and torch.equal(ours.to_local(), expect) and (
+        planned["planned"], planned["fallback"]) == (1, 0)
+    agree(ok, gloo, f"{src}->{dst} {dtype}: {ours.to_local()} vs {expect}, stats {planned}")
+
+
+def norm_partial(order):
+    from torch.distributed.tensor._ops._math_ops import _NormPartial
+
+    return _NormPartial(order)
+
+
+NORM_TRANSITIONS = [(("N", "N"), (R, R)), (("N", "N"), (S0, S1)), (("N", R), (R, S0)), (("N", "N"), ("N", R)),
+                    (("N", S1), (R, S1)), (("N", "N"), ("N", "N")), ((R, R), ("N", R)), ((R, "N"), ("N", R)),
+                    (("N", R), ("N", "N")), ((R, S0), ("N", S1))]
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("src,dst", NORM_TRANSITIONS, ids=lambda t: "".join(str(p) for p in t))
+def test_partial_norms_match_dtensor(world, mesh, src, dst, order):
+    """DTensor's partial p-norm (gradient clipping's, reduced by DTensor one mesh dim after the
+    other, a p-th root each): one chimera plan of x^p, a sum over every axis it reduces, one p-th
+    root; a replicated axis split into norms as DTensor splits it; equal to DTensor's own up to
+    the rounding of its extra roots."""
+    rank, n, gloo = world
+    src, dst = (tuple(norm_partial(order) if p == "N" else p for p in t) for t in (src, dst))
+    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 7 + 1
+    # Each member of a partial axis holds its own part: (coordinate + 1) times the tensor.
+    local = local_part(full, mesh, src) * math.prod(
+        c + 1 for c, p in zip(mesh.get_coordinate(), src) if isinstance(p, Partial))
+    d = DTensor.from_local(local, mesh, src, run_check=False, shape=full.shape, stride=full.stride())
+    target = DTensorSpec(mesh, dst, tensor_meta=d._spec.tensor_meta)  # noqa: SLF001
+    # Where DTensor's op dispatcher meets them (DTensor.redistribute refuses Replicate -> Partial).
+    ct.reset_stats()
+    ours = routing._routed_local(local, d._spec, target)  # noqa: SLF001
+    planned = ct.stats()
+    ref = routing._ORIGINAL_LOCAL(local, d._spec, target)  # noqa: SLF001
+    ok = torch.allclose(ours, ref, rtol=1e-12, atol=0) and (planned["planned"], planned["fallback"]) == (1, 0)
+    agree(ok, gloo, f"{src}->{dst}: {ours} vs {ref}, stats {planned}")
+
+
+def test_what_chimera_does_not_reduce_falls_back(world, mesh):
+    """A partial bool, a complex max, partial norms of two orders, beside a plain partial, or made
+    from a shard, a norm of integers: Unplannable, each with its reason (DTensor's own runs)."""
+    rank, n, gloo = world
+    n2, n3 = norm_partial(2), norm_partial(3)
+    full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 7 + 1
+    cases = [
+        (full.bool(), (P, R), (R, R), "partial bool"),
+        (full.to(torch.complex64), (Partial("max"), R), (R, R), r"complex Partial\(max\)"),
+        (full, (n2, n3), (R, R), "orders"),
+        (full, (n2, P), (R, R), "beside another partial"),
+        (full, (S0, R), (n2, R), "made from S"),
+        (full.long(), (n2, R), (R, R), "int64"),
+    ]
+    failures = []
+    for tensor, src, dst, reason in cases:
+        d = DTensor.from_local(local_part(tensor, mesh, src), mesh, src, run_check=False, shape=tensor.shape,
+                               stride=tensor.stride())
+        try:
+            bytes_of(d, dst)
+            failures.append(f"{src}->{dst} {tensor.dtype} planned")
+        except routing.Unplannable as why:
+            if not re.search(reason, str(why)):
+                failures.append(f"{src}->{dst} {tensor.dtype}: {why}")
+    agree(not failures, gloo, "; ".join(failures))
 
 
 @pytest.mark.parametrize("dst", [(R, R), (S1, S1), (S0, R), (S1, S0)], ids=lambda t: "".join(str(p) for p in t))
