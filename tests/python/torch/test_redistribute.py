@@ -219,7 +219,7 @@ def test_partial_norms_match_dtensor(world, mesh, src, dst, order):
 
 def test_what_chimera_does_not_reduce_falls_back(world, mesh):
     """A partial bool, a complex max, partial norms of two orders, beside a plain partial, or made
-    from a shard, a norm of integers: Unplannable, each with its reason (DTensor's own runs)."""
+    from a shard, a norm of integers, a 0-dim tensor (a loss): Unplannable, each with its reason (DTensor's own runs)."""
     rank, n, gloo = world
     n2, n3 = norm_partial(2), norm_partial(3)
     full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 7 + 1
@@ -230,6 +230,7 @@ def test_what_chimera_does_not_reduce_falls_back(world, mesh):
         (full, (n2, P), (R, R), "beside another partial"),
         (full, (S0, R), (n2, R), "made from S"),
         (full.long(), (n2, R), (R, R), "int64"),
+        (torch.tensor(3.0), (P, P), (R, R), "0 dimensions"),
     ]
     failures = []
     for tensor, src, dst, reason in cases:
