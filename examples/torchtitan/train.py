@@ -12,8 +12,11 @@ data and steps; the launcher only creates the process group first (torchtitan th
 points torchtitan at a tokenizer and corpus made locally (assets.py: nothing is downloaded) and
 applies the CPU patches of cpu_patches.py. The first run (chimera) is in the MPI processes; each
 later one in a fresh process per rank that each MPI rank starts (torchtitan's second Trainer in
-one process trips over meshes of the first), rendezvousing over TCP, without MPI. ``--json`` writes the losses and step times of both, their largest difference and what
-chimera planned (``chimera.torch.stats()``).
+one process trips over meshes of the first), rendezvousing over TCP, without MPI (a chimera run
+there is on chimera's gloo transport). ``--backends chimera-unfused`` runs on the chimera process
+group with DTensor's own redistributions (fusion off): as the first run of a launch, it is on MPI
+as ``chimera`` is in another. ``--json`` writes the losses and step times of each run, the largest
+difference of chimera's losses from gloo's and what chimera planned (``chimera.torch.stats()``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ import torch.distributed as dist  # noqa: E402
 import chimera.torch as ct  # noqa: E402
 
 
+# The runs --backends names.
+BACKENDS = ("chimera", "chimera-unfused", "gloo")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=10)
@@ -58,7 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=4, help="local batch size (sequences per data-parallel rank)")
     p.add_argument("--spmd-backend", default="full_dtensor", choices=["full_dtensor", "spmd_types"],
                    help="torchtitan's SPMD backend (full_dtensor: DTensor redistributions chimera can route)")
-    p.add_argument("--backends", default="chimera,gloo", help="runs, in order")
+    p.add_argument("--backends", default="chimera,gloo",
+                   help="runs, in order, of: chimera (its process group, DTensor's redistributions through chimera's "
+                        "plans), chimera-unfused (its process group, DTensor's own redistributions), gloo")
     p.add_argument("--max-loss-diff", type=float,
                    help="exit with status 1 when chimera's losses differ from gloo's by more than this, or "
                         "chimera planned no redistribution (a test's verdict)")
@@ -106,7 +115,7 @@ def train(backend: str, args, assets: tuple[Path, Path], port: int) -> dict:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     init = f"tcp://127.0.0.1:{port}"
-    if backend == "chimera":
+    if backend.startswith("chimera"):
         ct.init_process_group(init_method=init, rank=rank, world_size=world, timeout=timedelta(minutes=5))
     else:
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
@@ -184,6 +193,9 @@ def main(argv=None) -> int:
     results = {}
     base_port = int(env["MASTER_PORT"])
     backends = args.backends.split(",")
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        raise SystemExit(f"--backends: unknown {', '.join(sorted(unknown))} (expected some of {', '.join(BACKENDS)})")
     if child:
         result = train(backends[0], args, local, base_port)
         if rank == 0:
