@@ -176,7 +176,7 @@ def _carrier_of(source, dtype) -> torch.dtype:
 class Route:
     """How chimera runs one transition of a tensor of `dtype` and logical `shape`: on `runtime`,
     from layout `source` to `target`, its local tensors moved as `carrier` elements (complex as
-    pairs: one more dim); a replicated value split into partial norms first (divided by each of
+    pairs: one more dim; a 0-dim tensor as one element of a 1-dim one); a replicated value split into partial norms first (divided by each of
     `partition`) and, where the transition reduces partial p-norms, raised to `norm` before and
     to 1/`norm` after. Made once per transition: Unplannable when chimera does not plan it."""
 
@@ -184,7 +184,8 @@ class Route:
                  norm: float | None = None, partition: tuple[float, ...] = ()):
         self.runtime, self.source, self.target = runtime, source, target
         self.dtype, self.carrier, self.norm, self.partition = dtype, carrier, norm, partition
-        carried = [*shape, 2] if dtype.is_complex else list(shape)
+        self.scalar = len(shape) == 0  # moved as a 1-dim tensor of one element
+        carried = [*(shape or [1]), 2] if dtype.is_complex else list(shape or [1])
         try:
             self.spec = chimera.TensorSpec(carried, carrier)
             self.bytes = runtime.plan_bytes(carried, carrier, source, target)
@@ -204,10 +205,12 @@ class Route:
         if isinstance(local, AsyncCollectiveTensor):
             local = local.wait()
         local = local.detach().contiguous()
+        if self.scalar:
+            local = local.reshape(1)
         for divisor in self.partition:
             local = local / divisor
         if self.source == self.target:
-            return local
+            return local.reshape(()) if self.scalar else local
         if self.norm is not None:
             local = local**self.norm
         if self.dtype.is_complex:
@@ -219,7 +222,9 @@ class Route:
             out = torch.view_as_complex(out)
         elif self.carrier != self.dtype:
             out = out.view(self.dtype)
-        return out if self.norm is None else out ** (1.0 / self.norm)
+        if self.norm is not None:
+            out = out ** (1.0 / self.norm)
+        return out.reshape(()) if self.scalar else out
 
 
 def _route(current_spec, target_spec, dtype) -> Route:

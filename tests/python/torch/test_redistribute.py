@@ -217,9 +217,33 @@ def test_partial_norms_match_dtensor(world, mesh, src, dst, order):
     agree(ok, gloo, f"{src}->{dst}: {ours} vs {ref}, stats {planned}")
 
 
+SCALAR_TRANSITIONS = [((P, P), (R, R)), ((P, R), (R, R)), (("N", "N"), (R, R)), ((R, R), ("N", R)),
+                      ((R, "N"), ("N", R))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("src,dst", SCALAR_TRANSITIONS, ids=lambda t: "".join(str(p) for p in t))
+def test_scalars_match_dtensor(world, mesh, src, dst, dtype):
+    """A 0-dim tensor (a loss, a gradient norm) moves as one element of a 1-dim one; equal to
+    DTensor's own (within 1e-6 where a norm's roots differ)."""
+    rank, n, gloo = world
+    src, dst = (tuple(norm_partial(2) if p == "N" else p for p in t) for t in (src, dst))
+    part = math.prod(c + 1 for c, p in zip(mesh.get_coordinate(), src) if isinstance(p, Partial))
+    local = torch.tensor(3.0 * part, dtype=dtype)
+    spec = DTensor.from_local(local, mesh, src, run_check=False, shape=torch.Size(()), stride=())._spec  # noqa: SLF001
+    target = DTensorSpec(mesh, dst, tensor_meta=spec.tensor_meta)
+    ct.reset_stats()
+    ours = routing._routed_local(local, spec, target)  # noqa: SLF001
+    planned = ct.stats()
+    ref = routing._ORIGINAL_LOCAL(local, spec, target)  # noqa: SLF001
+    ok = ours.shape == ref.shape == () and torch.allclose(ours, ref, rtol=1e-6, atol=0) and (
+        planned["planned"], planned["fallback"]) == (1, 0)
+    agree(ok, gloo, f"{src}->{dst} {dtype}: {ours} vs {ref}, stats {planned}")
+
+
 def test_what_chimera_does_not_reduce_falls_back(world, mesh):
     """A partial bool, a complex max, partial norms of two orders, beside a plain partial, or made
-    from a shard, a norm of integers, a 0-dim tensor (a loss): Unplannable, each with its reason (DTensor's own runs)."""
+    from a shard, a norm of integers: Unplannable, each with its reason (DTensor's own runs)."""
     rank, n, gloo = world
     n2, n3 = norm_partial(2), norm_partial(3)
     full = torch.arange(8 * 12, dtype=torch.float64).reshape(8, 12) % 7 + 1
@@ -230,7 +254,6 @@ def test_what_chimera_does_not_reduce_falls_back(world, mesh):
         (full, (n2, P), (R, R), "beside another partial"),
         (full, (S0, R), (n2, R), "made from S"),
         (full.long(), (n2, R), (R, R), "int64"),
-        (torch.tensor(3.0), (P, P), (R, R), "0 dimensions"),
     ]
     failures = []
     for tensor, src, dst, reason in cases:
