@@ -176,9 +176,10 @@ def _carrier_of(source, dtype) -> torch.dtype:
 class Route:
     """How chimera runs one transition of a tensor of `dtype` and logical `shape`: on `runtime`,
     from layout `source` to `target`, its local tensors moved as `carrier` elements (complex as
-    pairs: one more dim; a 0-dim tensor as one element of a 1-dim one); a replicated value split into partial norms first (divided by each of
-    `partition`) and, where the transition reduces partial p-norms, raised to `norm` before and
-    to 1/`norm` after. Made once per transition: Unplannable when chimera does not plan it."""
+    pairs: one more dim; a 0-dim tensor as one element of a 1-dim one); a replicated value split
+    into partial norms first (divided by each of `partition`) and, where the transition reduces
+    partial p-norms, raised to `norm` before and to 1/`norm` after. Made once per transition:
+    Unplannable when chimera does not plan it."""
 
     def __init__(self, runtime, shape, source: str, target: str, dtype: torch.dtype, carrier: torch.dtype,
                  norm: float | None = None, partition: tuple[float, ...] = ()):
