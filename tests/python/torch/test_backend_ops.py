@@ -39,14 +39,15 @@ def test_all_reduce(world, dtype, op):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_reduce_scatter_tensor(world, dtype):
+@pytest.mark.parametrize("op", OPS, ids=str)
+def test_reduce_scatter_tensor(world, dtype, op):
     rank, n, gloo = world
     x = values((n * 2, 3), dtype, rank)
     ours = torch.empty((2, 3), dtype=dtype)
     ref = torch.empty((2, 3), dtype=dtype)
-    dist.reduce_scatter_tensor(ours, x, op=dist.ReduceOp.SUM)
-    dist.reduce_scatter_tensor(ref, x, op=dist.ReduceOp.SUM, group=gloo)
-    agree(same(ours, ref), gloo, f"reduce_scatter_tensor {dtype}")
+    dist.reduce_scatter_tensor(ours, x, op=op)
+    dist.reduce_scatter_tensor(ref, x, op=op, group=gloo)
+    agree(same(ours, ref), gloo, f"reduce_scatter_tensor {dtype} {op}: {ours} vs {ref}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -33,6 +33,8 @@ namespace {
 // with the caller's send/recv: they use tags from here down (one per channel), the caller's
 // tags are small, and the largest tag is monitoredBarrier's.
 constexpr int kPlanTagTop = INT_MAX - 1;
+// The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit).
+constexpr int kReduceScatterTag = kPlanTagTop - 256;
 
 at::ScalarType scalarTypeOf(DataType dtype) {
   switch (dtype) {
@@ -104,22 +106,47 @@ class GlooHostBackend final : public chimera::Backend {
       if (op == ReduceOp::Avg) tensors[0].div_(gloo->getSize());
     });
   }
+  // Direct, over the whole mesh's point-to-point channel: member i sends block j of its input to
+  // member j, all at once, and reduces the n blocks it receives in group-index order. Each rank
+  // moves (n-1)/n of its input once; gloo's all-reduce moves it twice, and its own reduce-scatters
+  // are slower still (docs/torch.md).
   Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
                        Stream) override {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "reduceScatter", gloo); !s.isOk()) return s;
     if (recvCount == 0) return Status::ok();
     if (gloo == nullptr) return copy(recv, send, recvCount * elementBytes(dtype), nullptr);
+    const std::vector<int> members = mesh_.groupRanks(rank_, axes);
+    const int n = static_cast<int>(members.size());
+    const int me = mesh_.groupIndex(rank_, axes);
+    c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     return guarded("reduceScatter", [&] {
-      // gloo reduces in place: reduce a copy of the whole input, keep this rank's block.
-      at::Tensor all = wrap(send, recvCount * static_cast<std::size_t>(gloo->getSize()), dtype).clone();
-      std::vector<at::Tensor> tensors{all};
-      c10d::AllreduceOptions options;
-      options.reduceOp = c10dOp(op);
-      wait(gloo->allreduce(tensors, options));
-      if (op == ReduceOp::Avg) all.div_(gloo->getSize());
       const auto count = static_cast<int64_t>(recvCount);
-      wrap(recv, recvCount, dtype).copy_(all.narrow(0, gloo->getRank() * count, count));
+      at::Tensor input = wrap(send, recvCount * static_cast<std::size_t>(n), dtype);
+      at::Tensor blocks = at::empty({n, count}, input.options());  // row i: member i's part of this block
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (int i = 1; i < n; ++i) {
+        const int to = (me + i) % n;
+        const int from = (me - i + n) % n;
+        std::vector<at::Tensor> outgoing{input.narrow(0, to * count, count)};
+        works.push_back(whole.send(outgoing, members[static_cast<std::size_t>(to)], kReduceScatterTag));
+        std::vector<at::Tensor> incoming{blocks[from]};
+        works.push_back(whole.recv(incoming, members[static_cast<std::size_t>(from)], kReduceScatterTag));
+      }
+      blocks[me].copy_(input.narrow(0, me * count, count));
+      for (auto& work : works) wait(work);
+      at::Tensor result = wrap(recv, recvCount, dtype);
+      result.copy_(blocks[0]);
+      for (int i = 1; i < n; ++i) {
+        switch (op) {
+          case ReduceOp::Sum:
+          case ReduceOp::Avg: result.add_(blocks[i]); break;
+          case ReduceOp::Prod: result.mul_(blocks[i]); break;
+          case ReduceOp::Min: at::minimum_out(result, result, blocks[i]); break;
+          case ReduceOp::Max: at::maximum_out(result, result, blocks[i]); break;
+        }
+      }
+      if (op == ReduceOp::Avg) result.div_(n);
     });
   }
   Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes, Stream) override {
