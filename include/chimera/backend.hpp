@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "chimera/mesh.hpp"
 #include "chimera/status.hpp"
@@ -145,6 +146,11 @@ class Backend {
   /// every rank: the cost model of an Executor or Session then prices many-to-many boxes as
   /// moved, not packed and unpacked (Topology::movesBoxes). Default: no.
   virtual bool movesBoxesEverywhere() const { return false; }
+  /// The host of every world rank (indexed by world rank): hosts numbered 0, 1, ... in the
+  /// order of their lowest rank, so world rank 0 is on host 0. Ranks share a host when they
+  /// share the host name and the boot id (MPI: found at creation, the same on every rank).
+  /// Default: every rank on host 0, for a backend that cannot tell.
+  virtual std::vector<int> hostOfRank() const { return std::vector<int>(static_cast<std::size_t>(mesh().size()), 0); }
 
   /// Allocates `bytes` in the backend's memory space (scratch for plans). InvalidArgument on 0.
   [[nodiscard]] virtual Status allocate(std::size_t bytes, void** out) = 0;

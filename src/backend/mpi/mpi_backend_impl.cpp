@@ -51,7 +51,8 @@ Status checkBytes(std::size_t count, DataType dtype, int parts, const char* what
 
 }  // namespace
 
-MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, PeerMemory peers)
+MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options,
+                       std::vector<int> hosts, PeerMemory peers)
     : mesh_(std::move(mesh)),
       rank_(rank),
       world_(world),
@@ -59,6 +60,7 @@ MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBac
       options_(options),
       p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
       groups_(world, mesh_, rank, options.timeoutMs),
+      hosts_(std::move(hosts)),
       peers_(std::move(peers)) {}
 
 MpiBackend::~MpiBackend() {

@@ -52,8 +52,10 @@ using chimera::mpiAlgorithmName;
 class MpiBackend final : public Backend {
  public:
   /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv);
-  /// `peers`: the ranks of this host whose memory boxes are read from.
-  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, PeerMemory peers);
+  /// `hosts`: the host of every world rank (findHosts); `peers`: the ranks of this host whose
+  /// memory boxes are read from.
+  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, std::vector<int> hosts,
+             PeerMemory peers);
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
   ~MpiBackend() override;
@@ -82,6 +84,7 @@ class MpiBackend final : public Backend {
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
   bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
+  std::vector<int> hostOfRank() const override { return hosts_; }
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;
@@ -178,6 +181,7 @@ class MpiBackend final : public Backend {
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
   HostMemory memory_;
+  std::vector<int> hosts_;  // host of every world rank
   PeerMemory peers_;
 };
 

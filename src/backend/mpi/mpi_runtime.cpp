@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
+#include "backend/mpi/host_placement.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "chimera/mpi_backend.hpp"
@@ -210,12 +211,14 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   MPI_Comm p2p = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
+  std::vector<int> hosts;
+  CHIMERA_RETURN_IF_ERROR(findHosts(p2p, rank, size, options.timeoutMs, hosts));
   PeerMemory peers;
-  CHIMERA_RETURN_IF_ERROR(PeerMemory::create(p2p, rank, size, options.timeoutMs, options.peerRead, peers));
+  CHIMERA_RETURN_IF_ERROR(PeerMemory::create(p2p, rank, size, options.timeoutMs, options.peerRead, hosts, peers));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
                     mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
-  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options, std::move(peers));
+  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options, std::move(hosts), std::move(peers));
   return Status::ok();
 }
 

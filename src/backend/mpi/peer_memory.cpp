@@ -8,9 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
-#include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
@@ -19,7 +17,6 @@
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
-#include "common/hash.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
@@ -31,19 +28,10 @@ constexpr std::size_t kIovecsPerRead = 1024;
 
 // What each rank tells the others at creation.
 struct Announcement {
-  std::uint64_t host = 0;  // a hash of the host name and the boot id
   std::int64_t pid = 0;
   std::uint64_t nonceAddress = 0;
   std::uint64_t nonce = 0;
 };
-
-std::uint64_t hostKey() {
-  std::array<char, 256> name{};
-  if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return Hasher().add(std::string_view(name.data())).add(boot).value();
-}
 
 // Reads `bytes` at `remote` of process `pid` into `local`; whether all of them arrived.
 bool readBytes(std::int64_t pid, void* local, std::uint64_t remote, std::size_t bytes) {
@@ -78,7 +66,8 @@ class RunCursor {
 
 }  // namespace
 
-Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, bool enabled, PeerMemory& out) {
+Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, bool enabled,
+                          const std::vector<int>& hostOfRank, PeerMemory& out) {
   out.pids_.assign(static_cast<std::size_t>(size), 0);
   if (!enabled || size == 1) return Status::ok();
 #ifdef PR_SET_PTRACER
@@ -87,8 +76,7 @@ Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeou
   std::random_device device;
   const std::uint64_t nonce = (static_cast<std::uint64_t>(device()) << 32) ^ device() ^
                               static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const Announcement mine{hostKey(), static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(&nonce),
-                          nonce};
+  const Announcement mine{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(&nonce), nonce};
   std::vector<Announcement> all(static_cast<std::size_t>(size));
   const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (peer memory)");
   MPI_Request request = MPI_REQUEST_NULL;
@@ -102,7 +90,7 @@ Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeou
   std::vector<std::uint8_t> readable, heard;
   for (int p = 0; p < size; ++p) {
     const Announcement& a = all[static_cast<std::size_t>(p)];
-    if (p == rank || a.host != mine.host) continue;
+    if (p == rank || hostOfRank[static_cast<std::size_t>(p)] != hostOfRank[static_cast<std::size_t>(rank)]) continue;
     std::uint64_t value = 0;
     peers.push_back(p);
     readable.push_back(readBytes(a.pid, &value, a.nonceAddress, sizeof(value)) && value == a.nonce ? 1 : 0);

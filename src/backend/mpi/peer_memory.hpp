@@ -27,13 +27,13 @@ struct BoxAddress {
 class PeerMemory {
  public:
   /// Collective over `comm` (the backend's world, `rank` of `size`), bounded by `timeoutMs`:
-  /// finds the ranks of this host (same host name and boot id), reads a nonce from each (after
+  /// takes the ranks of this host from `hostOfRank` (findHosts), reads a nonce from each (after
   /// allowing every process of this user to read this one, as Open MPI does under Yama's
   /// ptrace scope 1) and agrees pairwise, so that movesBoxes answers alike on both ranks of a
   /// pair, then over the world on whether every pair reads. `enabled` false, or a read that
   /// fails: no peer (the backend packs).
   [[nodiscard]] static Status create(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, bool enabled,
-                                     PeerMemory& out);
+                                     const std::vector<int>& hostOfRank, PeerMemory& out);
 
   /// Whether boxes move with world rank `peer` by reading memory.
   bool reads(int peer) const;

@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implements host_placement.hpp: one bounded all-gather of the host keys.
+#include "backend/mpi/host_placement.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "backend/mpi/bounded_wait.hpp"
+#include "backend/mpi/mpi_group.hpp"
+#include "backend/mpi/mpi_util.hpp"
+#include "common/hash.hpp"
+#include "core/check.hpp"
+
+namespace chimera::detail {
+
+std::uint64_t thisHostKey() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) name[0] = '\0';
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return Hasher().add(std::string_view(name.data())).add(boot).value();
+}
+
+Status findHosts(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::vector<int>& out) {
+  const std::uint64_t mine = thisHostKey();
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(size));
+  const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (host placement)");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(
+      MPI_Iallgather(&mine, 1, MPI_UINT64_T, keys.data(), 1, MPI_UINT64_T, comm, &request), "MPI_Iallgather (hosts)"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "finding the host of every rank"));
+  std::unordered_map<std::uint64_t, int> index;
+  out.assign(static_cast<std::size_t>(size), 0);
+  for (std::size_t r = 0; r < keys.size(); ++r) {
+    const auto [it, added] = index.try_emplace(keys[r], static_cast<int>(index.size()));
+    out[r] = it->second;
+  }
+  return Status::ok();
+}
+
+}  // namespace chimera::detail
