@@ -12,6 +12,7 @@
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/exchange.hpp"
+#include "backend/mpi/hierarchical.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
@@ -61,13 +62,16 @@ MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBac
       p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
       groups_(world, mesh_, rank, options.timeoutMs),
       hosts_(std::move(hosts)),
-      peers_(std::move(peers)) {}
+      peers_(std::move(peers)),
+      hierarchies_(hosts_) {}
 
 MpiBackend::~MpiBackend() {
   if (!failure_.isOk()) {
     // Operations may still be pending on these; leave them to process exit.
     groups_.abandon();
+    hierarchies_.abandon();
     scratch_.abandon();
+    staging_.abandon();
     return;
   }
   int finalized = 0;
@@ -101,7 +105,8 @@ Status MpiBackend::fail(std::string_view call, const Status& status) {
 bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const {
   switch (options_.algorithm) {
     case MpiAlgorithm::PointToPoint:
-    case MpiAlgorithm::Ring: return true;
+    case MpiAlgorithm::Ring:
+    case MpiAlgorithm::Hierarchical: return true;
     case MpiAlgorithm::Library: return false;
     case MpiAlgorithm::Auto: break;
   }
@@ -109,6 +114,23 @@ bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) 
   CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {} ranks: {}", opKindInfo(kind).call, bytes, groupSize,
                     chosen ? "point-to-point" : "MPI library");
   return chosen;
+}
+
+Status MpiBackend::chooseHierarchy(OpKind kind, std::size_t bytes, AxisSet axes, const MpiGroup& group,
+                                   const HostHierarchy*& out) {
+  out = nullptr;
+  const HostLayout& layout = hierarchies_.layout(axes, group);
+  bool chosen = false;
+  switch (options_.algorithm) {
+    case MpiAlgorithm::Hierarchical: chosen = layout.hosts() >= 2; break;
+    case MpiAlgorithm::Auto: chosen = layout.hierarchical() && bytes >= pointToPointThreshold(kind); break;
+    default: break;
+  }
+  if (!chosen) return Status::ok();
+  CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {}: hierarchical ({} hosts, {} lanes)", opKindInfo(kind).call, bytes,
+                    group.label, layout.hosts(), layout.lanes);
+  ++hierarchicalCalls_;
+  return hierarchies_.get(axes, group, out);
 }
 
 Status MpiBackend::libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
@@ -134,6 +156,10 @@ Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count
       prepare(axes, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllReduce, bytes, axes, *group, hierarchy));
+  if (hierarchy != nullptr)
+    return hierarchicalAllReduce(send, recv, count, dtype, op, *group, *hierarchy, scratch_, options_.segmentBytes);
   if (!usePointToPoint(OpKind::AllReduce, bytes, group->size) && fitsOneCall(count))
     return libraryAllReduce(send, recv, count, dtype, op, *group);
   if (options_.algorithm != MpiAlgorithm::Ring)
@@ -181,6 +207,11 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
       prepare(axes, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local, group));
   if (recvCount == 0) return Status::ok();
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::ReduceScatter, total * dataTypeSize(dtype), axes, *group, hierarchy));
+  if (hierarchy != nullptr)
+    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, staging_,
+                                     options_.segmentBytes);
   if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) || !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};
     CHIMERA_RETURN_IF_ERROR(
@@ -207,6 +238,9 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
   auto* mine = static_cast<std::byte*>(recv) + static_cast<std::size_t>(group->index) * sendCount * es;
   const bool inPlace = send == mine;
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllGather, total * es, axes, *group, hierarchy));
+  if (hierarchy != nullptr) return hierarchicalAllGather(send, recv, sendCount, dtype, *group, *hierarchy);
   if (usePointToPoint(OpKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};

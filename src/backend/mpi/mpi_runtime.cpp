@@ -2,18 +2,22 @@
 // MPI process setup and the MPI backend factory.
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/host_placement.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "backend/mpi/word_agreement.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/env.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
@@ -161,6 +165,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
     case MpiAlgorithm::PointToPoint: return "p2p";
     case MpiAlgorithm::Ring: return "ring";
     case MpiAlgorithm::Library: return "library";
+    case MpiAlgorithm::Hierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -172,9 +177,9 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs, kMpiCheckArgsByDefault));
   CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
   static constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::Auto, MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring,
-                                                 MpiAlgorithm::Library};
+                                                 MpiAlgorithm::Library, MpiAlgorithm::Hierarchical};
   std::size_t algorithm = 0;  // Auto, the default
-  static constexpr std::string_view kNames[] = {"auto", "p2p", "ring", "library"};
+  static constexpr std::string_view kNames[] = {"auto", "p2p", "ring", "library", "hierarchical"};
   CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_MPI_ALGORITHM", kNames, algorithm));
   options.algorithm = kAlgorithms[algorithm];
   CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
@@ -193,8 +198,46 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out);
 }
 
+Status createMpiBackendOnHosts(const Mesh& mesh, const MpiBackendOptions& options, std::span<const int> hostOfRank,
+                               std::unique_ptr<Backend>& out) {
+  int rank = 0;
+  int size = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
+  CHIMERA_CHECK_ARG(static_cast<int>(hostOfRank.size()) == size && size > 0,
+                    "createMpiBackendOnHosts: {} hosts given for a world of {} ranks (one per rank)", hostOfRank.size(),
+                    size);
+  return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out, hostOfRank);
+}
+
+namespace {
+
+constexpr int kGivenHostsTag = 0x484F;  // 'HO'
+
+// `given` numbered 0, 1, ... in the order of their lowest rank (as findHosts numbers them),
+// after a bounded agreement over `comm` that every rank passed the same list.
+Status takeGivenHosts(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::span<const int> given,
+                      std::vector<int>& out) {
+  std::vector<int> dense(given.size());
+  std::unordered_map<int, int> index;
+  Hasher hasher;
+  for (std::size_t r = 0; r < given.size(); ++r) {
+    dense[r] = index.try_emplace(given[r], static_cast<int>(index.size())).first->second;
+    hasher.add(static_cast<std::uint64_t>(dense[r]));
+  }
+  const std::int64_t hash = hasher.agreementValue();
+  std::array<std::int64_t, 2> words = {hash, -hash};
+  const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (given host placement)");
+  CHIMERA_RETURN_IF_ERROR(minOverGroup(world, words, kGivenHostsTag, "agreeing on the given host of every rank"));
+  if (words[0] != hash || words[1] != -hash)
+    return Status::mismatch("createMpiBackendOnHosts: the ranks passed different host placements");
+  out = std::move(dense);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
-                          std::unique_ptr<Backend>& out) {
+                          std::unique_ptr<Backend>& out, std::span<const int> hostOfRank) {
   int rank = 0;
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_rank(base, &rank), "MPI_Comm_rank"));
@@ -212,7 +255,8 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
   std::vector<int> hosts;
-  CHIMERA_RETURN_IF_ERROR(findHosts(p2p, rank, size, options.timeoutMs, hosts));
+  CHIMERA_RETURN_IF_ERROR(hostOfRank.empty() ? findHosts(p2p, rank, size, options.timeoutMs, hosts)
+                                             : takeGivenHosts(p2p, rank, size, options.timeoutMs, hostOfRank, hosts));
   PeerMemory peers;
   CHIMERA_RETURN_IF_ERROR(PeerMemory::create(p2p, rank, size, options.timeoutMs, options.peerRead, hosts, peers));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
