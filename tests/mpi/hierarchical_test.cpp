@@ -75,14 +75,14 @@ struct Subject {
   Backend* hierarchical = nullptr;  // forced hierarchical, on the placement under test
   Backend* flat = nullptr;          // the direct exchange
   Backend* library = nullptr;       // the MPI library
-  const Placement* placement = nullptr;
+  std::string placement;
 };
 
-/// Hosts the members of this rank's group run on.
+/// Hosts the members of this rank's group run on, as the hierarchical backend sees them.
 int hostsOfGroup(const Subject& s) {
+  const std::vector<int> hostOfRank = s.hierarchical->hostOfRank();
   std::set<int> hosts;
-  for (const int r : s.mesh.groupRanks(worldRank(), s.axes))
-    hosts.insert(s.placement->hosts[static_cast<std::size_t>(r)]);
+  for (const int r : s.mesh.groupRanks(worldRank(), s.axes)) hosts.insert(hostOfRank[static_cast<std::size_t>(r)]);
   return static_cast<int>(hosts.size());
 }
 
@@ -154,7 +154,7 @@ void checkCase(const Subject& s, Kind kind, Reduction r, std::size_t count, bool
                FirstFailure& failure) {
   const std::string what = fmt::format(
       "{} {} {} count {} {} on {} / {} placed {}", kindName(kind), dataTypeName(r.dtype), reduceOpName(r.op), count,
-      inPlace ? "in place" : "out of place", s.mesh.toString(), s.mesh.axesName(s.axes), s.placement->name);
+      inPlace ? "in place" : "out of place", s.mesh.toString(), s.mesh.axesName(s.axes), s.placement);
   auto& hierarchical = static_cast<MpiBackend&>(*s.hierarchical);
   const std::uint64_t before = hierarchical.hierarchicalCalls();
   std::vector<std::uint64_t> got, flat, library;
@@ -186,36 +186,56 @@ std::unique_ptr<Backend> backendOnHosts(const Mesh& mesh, MpiAlgorithm algorithm
   return backend;
 }
 
+/// Every case on every group of `meshGroups`, the hierarchical backend made by `makeHierarchical`.
+template <typename MakeHierarchical>
+void checkEveryGroup(const MeshGroups& meshGroups, const std::string& placement, std::uint32_t& seed,
+                     MakeHierarchical makeHierarchical) {
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse(meshGroups.mesh, worldSize(), mesh).isOk());
+  std::unique_ptr<Backend> flat, library, hierarchical;
+  ASSERT_TRUE(detail::createMpiBackend(mesh, testOptions(MpiAlgorithm::PointToPoint), flat).isOk());
+  ASSERT_TRUE(detail::createMpiBackend(mesh, testOptions(MpiAlgorithm::Library), library).isOk());
+  const Status created = makeHierarchical(mesh, hierarchical);
+  ASSERT_TRUE(created.isOk()) << created.toString();
+  for (const std::string& axesText : meshGroups.axes) {
+    Subject s{mesh, {}, hierarchical.get(), flat.get(), library.get(), placement};
+    ASSERT_TRUE(mesh.parseAxes(axesText, s.axes).isOk());
+    FirstFailure failure;
+    for (std::size_t c = 0; c < std::size(kCounts); ++c) {
+      for (const bool inPlace : {false, true}) {
+        for (const Reduction r : kReductions) {
+          checkCase(s, Kind::AllReduce, r, kCounts[c], inPlace, ++seed, failure);
+          checkCase(s, Kind::ReduceScatter, r, kCounts[c] / 4 + 1, inPlace, ++seed, failure);
+        }
+        for (const Reduction r : kGathers)
+          checkCase(s, Kind::AllGather, r, kCounts[c] / 4 + 1, inPlace, ++seed, failure);
+      }
+    }
+    EXPECT_TRUE(allRanksAgree(failure.ok)) << meshGroups.mesh << " / " << axesText << " placed " << placement;
+  }
+}
+
 TEST(HierarchicalCollectives, EqualTheFlatAndLibraryResultsOnEveryPlacement) {
   if (worldSize() != 8) GTEST_SKIP() << "the placements are of 8 ranks";
   std::uint32_t seed = 1;
   for (const MeshGroups& meshGroups : kMeshes) {
-    Mesh mesh;
-    ASSERT_TRUE(Mesh::parse(meshGroups.mesh, worldSize(), mesh).isOk());
-    std::unique_ptr<Backend> flat, library;
-    ASSERT_TRUE(detail::createMpiBackend(mesh, testOptions(MpiAlgorithm::PointToPoint), flat).isOk());
-    ASSERT_TRUE(detail::createMpiBackend(mesh, testOptions(MpiAlgorithm::Library), library).isOk());
     for (const Placement& placement : placements()) {
-      Status created;
-      auto hierarchical = backendOnHosts(mesh, MpiAlgorithm::Hierarchical, placement.hosts, created);
-      ASSERT_TRUE(created.isOk()) << created.toString();
-      for (const std::string& axesText : meshGroups.axes) {
-        Subject s{mesh, {}, hierarchical.get(), flat.get(), library.get(), &placement};
-        ASSERT_TRUE(mesh.parseAxes(axesText, s.axes).isOk());
-        FirstFailure failure;
-        for (std::size_t c = 0; c < std::size(kCounts); ++c) {
-          for (const bool inPlace : {false, true}) {
-            for (const Reduction r : kReductions) {
-              checkCase(s, Kind::AllReduce, r, kCounts[c], inPlace, ++seed, failure);
-              checkCase(s, Kind::ReduceScatter, r, kCounts[c] / 4 + 1, inPlace, ++seed, failure);
-            }
-            for (const Reduction r : kGathers)
-              checkCase(s, Kind::AllGather, r, kCounts[c] / 4 + 1, inPlace, ++seed, failure);
-          }
-        }
-        EXPECT_TRUE(allRanksAgree(failure.ok)) << meshGroups.mesh << " / " << axesText << " placed " << placement.name;
-      }
+      checkEveryGroup(meshGroups, placement.name, seed, [&](const Mesh& mesh, std::unique_ptr<Backend>& out) {
+        return detail::createMpiBackendOnHosts(mesh, testOptions(MpiAlgorithm::Hierarchical), placement.hosts, out);
+      });
     }
+  }
+}
+
+// The same on the hosts the ranks really run on: one host in ordinary CI (the flat path, as
+// `hierarchical` falls back to p2p there); the multi-host tier runs it across the rig's hosts.
+TEST(HierarchicalCollectives, EqualTheFlatAndLibraryResultsWhereTheRanksRun) {
+  if (worldSize() != 8) GTEST_SKIP() << "the meshes are of 8 ranks";
+  std::uint32_t seed = 1000;
+  for (const MeshGroups& meshGroups : kMeshes) {
+    checkEveryGroup(meshGroups, "where the ranks run", seed, [](const Mesh& mesh, std::unique_ptr<Backend>& out) {
+      return detail::createMpiBackend(mesh, testOptions(MpiAlgorithm::Hierarchical), out);
+    });
   }
 }
 
