@@ -28,7 +28,8 @@ TEST(WatchedBlockingCallDeathTest, EndsTheJobNamingACallThatNeverReturns) {
           return 0;
         });
       },
-      ::testing::ExitedWithCode(kJobAbortExitCode), "rank 7 cannot go on: .*MPI_Comm_split for axes tp made no progress");
+      ::testing::ExitedWithCode(kJobAbortExitCode),
+      "rank 7 cannot go on: .*MPI_Comm_split for axes tp made no progress");
 }
 
 TEST(JobEndGrace, IsTheTimeoutPlusOneSecondAtMostFive) {
