@@ -16,6 +16,7 @@
 #include "backend/mpi/arg_check.hpp"
 #include "backend/mpi/host_hierarchy.hpp"
 #include "backend/mpi/host_memory.hpp"
+#include "backend/mpi/library_output.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/peer_memory.hpp"
@@ -187,6 +188,10 @@ class MpiBackend final : public Backend {
     return Status::ok();
   }
 
+  // Whether library collectives write through staging_ (library_output.hpp): when a Timeout
+  // returns instead of ending the job.
+  bool stagesOutput() const { return !options_.abortOnTimeout; }
+  static Status checkStaging(const LibraryOutput& out);
   Status libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                           const MpiGroup& group);
   Status libraryReduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
@@ -201,6 +206,7 @@ class MpiBackend final : public Backend {
   Status failure_;     // the Timeout or MPI failure that made the backend unusable
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
+  ScratchBuffer staging_;  // library collectives' outputs (stagesOutput)
   HostMemory memory_;
   std::vector<int> hosts_;  // host of every world rank
   PeerMemory peers_;

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <string_view>
@@ -22,6 +24,7 @@
 #include "common/size_text.hpp"
 #include "core/check.hpp"
 #include "job/job_end.hpp"
+#include "job/stall_watchdog.hpp"
 
 namespace chimera {
 namespace {
@@ -32,11 +35,16 @@ bool gChimeraInitializedMpi = false;
 // errors instead of aborting; the duplication (collective over `base`) is bounded by
 // `timeoutMs`, so a rank that never creates its backend is a Timeout naming it rather than a hang.
 Status duplicateWorld(MPI_Comm base, int rank, int size, std::int64_t timeoutMs, MPI_Comm& out) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(base, &out, &request), "MPI_Comm_idup"));
-  const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
+  // MPI writes the handle when the duplication completes, which a late rank may make happen
+  // after a Timeout: the set keeps the handle's memory.
+  auto handle = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  detail::RequestSet duplication;
+  duplication.keep(handle);
   CHIMERA_RETURN_IF_ERROR(
-      detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
+      detail::mpiStatus(MPI_Comm_idup(base, handle.get(), &duplication.add(detail::kWholeGroup)), "MPI_Comm_idup"));
+  const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
+  CHIMERA_RETURN_IF_ERROR(duplication.waitAll(world, "creating the MPI backend (MPI_Comm_idup)"));
+  out = *handle;
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
@@ -58,7 +66,7 @@ Status mpiWorld(int& rank, int& size) {
 void finalizeMpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (gChimeraInitializedMpi && finalized == 0) MPI_Finalize();
+  if (gChimeraInitializedMpi && finalized == 0) detail::watchedFinalize();
   gChimeraInitializedMpi = false;
 }
 
@@ -105,10 +113,14 @@ int rankListTag(std::span<const int> ranks) {
 // completes.
 Status meetMembers(std::span<const int> ranks, int worldRank, int worldSize, int tag, std::int64_t timeoutMs) {
   const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, worldRank, worldSize, timeoutMs, "the world");
-  int token = 1;
-  std::vector<int> tokens(ranks.size(), 0);
+  // [this rank's token, one from each member], the set's for as long as MPI may write them.
+  auto store = std::make_shared<std::vector<int>>(ranks.size() + 1, 0);
+  int& token = (*store)[0];
+  token = 1;
+  int* tokens = store->data() + 1;
   detail::RequestSet requests;
   requests.reserve(2 * ranks.size());
+  requests.keep(store);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == worldRank) continue;
     CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(
@@ -149,8 +161,15 @@ Status createMpiBackendOnRanks(std::span<const int> worldRanks, const Mesh& mesh
   const std::vector<int> list(worldRanks.begin(), worldRanks.end());
   Status status =
       detail::mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
+  // No bounded form: after the meeting every member is here, and one that stalls or dies before its
+  // call would hang the others, so the call runs under a watchdog that ends the job.
   if (status.isOk())
-    status = detail::mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm), "MPI_Comm_create_group");
+    status = detail::mpiStatus(
+        detail::watchedBlockingCall(worldRank, std::chrono::milliseconds(options.timeoutMs),
+                                    "MPI_Comm_create_group of an MPI backend over chosen world ranks (after the "
+                                    "members met)",
+                                    [&] { return MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm); }),
+        "MPI_Comm_create_group");
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   MPI_Group_free(&world);
   CHIMERA_RETURN_IF_ERROR(status);
