@@ -168,7 +168,8 @@ void addDataMovement(Context& c, std::vector<Entry>& entries) {
        [&c, world, b] { MPI_Bcast(c.recv.data(), static_cast<int>(c.count), MPI_FLOAT, 0, c.group.comm); }},
       {"scatter + ring allgather",
        [&c, world, b] {
-         must(detail::scatterAllGatherBroadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, c.group));
+         must(detail::scatterAllGatherBroadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, c.group,
+                                                nullptr));
        }},
       {"backend (auto)",
        [&c, world, b] { must(c.backend->broadcast(c.send.data(), c.recv.data(), c.count, DataType::F32, 0, world)); }}};

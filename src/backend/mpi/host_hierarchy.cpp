@@ -76,8 +76,8 @@ Status HostHierarchyCache::get(AxisSet axes, const MpiGroup& group, const HostHi
   const int local = layout.localIndex[me];
   MPI_Request request = MPI_REQUEST_NULL;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Ibarrier(group.comm, &request), "MPI_Ibarrier (host communicators)"));
-  CHIMERA_RETURN_IF_ERROR(
-      waitOne(group, request, kWholeGroup, "creating the host and lane communicators of the hierarchical collectives"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, Lends::Chimera,
+                                  "creating the host and lane communicators of the hierarchical collectives"));
   MPI_Comm hostComm = MPI_COMM_NULL;
   MPI_Comm laneComm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(

@@ -74,6 +74,7 @@ MpiBackend::~MpiBackend() {
     hierarchies_.abandon();
     scratch_.abandon();
     staging_.abandon();
+    partialSums_.abandon();
     return;
   }
   int finalized = 0;
@@ -225,7 +226,7 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
   const HostHierarchy* hierarchy = nullptr;
   CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::ReduceScatter, total * dataTypeSize(dtype), axes, *group, hierarchy));
   if (hierarchy != nullptr)
-    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, staging_,
+    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, partialSums_,
                                      options_.segmentBytes);
   if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) || !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};

@@ -211,7 +211,7 @@ class MpiBackend final : public Backend {
   std::vector<int> hosts_;  // host of every world rank
   PeerMemory peers_;
   HostHierarchyCache hierarchies_;
-  ScratchBuffer staging_;  // the hierarchical ReduceScatter's partial sums
+  ScratchBuffer partialSums_;  // the hierarchical ReduceScatter's partial sums
   std::uint64_t hierarchicalCalls_ = 0;
 };
 

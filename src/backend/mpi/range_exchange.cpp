@@ -138,7 +138,7 @@ Status exchangeRanges(const void* from, void* to, const RangeTransfers& transfer
     CHIMERA_RETURN_IF_ERROR(forEachPiece(
         transfers.receives[static_cast<std::size_t>(peer)], kMaxMpiCount, [&](std::size_t offset, std::size_t count) {
           return mpiStatus(MPI_Irecv(at(to, offset, es), static_cast<int>(count), type, peer, kExchangeRangesTag,
-                                     group.comm, &requests.add(peer)),
+                                     group.comm, &requests.add(peer, Lends::Caller)),
                            "MPI_Irecv (exchange of ranges)");
         }));
   }
