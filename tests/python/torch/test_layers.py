@@ -35,11 +35,12 @@ COMM_IDS = ["fused", "unfused", "torch"]
 
 def bytes_ok(pctx, comm, fusion, gloo=None) -> bool:
     """Fusion on sends less than recorded, fusion off exactly that; torch has no Session. With
-    `gloo`, the counts of every rank summed (a per-rank Session counts only its own calls)."""
+    `gloo`, a per-rank Session's counts of its own calls (rank_bytes_*), summed over the ranks."""
     if comm == "torch":
         return pctx.session is None and pctx.stats() == {}
     s = pctx.stats()
-    counts = torch.tensor([s["bytes_sent"], s["bytes_as_recorded"]], dtype=torch.int64)
+    prefix = "rank_" if gloo is not None else ""
+    counts = torch.tensor([s[prefix + "bytes_sent"], s[prefix + "bytes_as_recorded"]], dtype=torch.int64)
     if gloo is not None:
         dist.all_reduce(counts, group=gloo)
     sent, recorded = counts.tolist()
