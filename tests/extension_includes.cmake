@@ -13,6 +13,7 @@ endif()
 # The private headers of src/ an extension may include, and why.
 set(allowed
   core/check.hpp                  # the check macros (CHIMERA_CHECK_ARG, CHIMERA_RETURN_IF_ERROR), header-only
+  common/hash.hpp                 # the library's one hash (header-only): the gloo transport's group agreement
   tools/plan_report.hpp           # chimera.plan() returns chimera-plan's --json report (plan_report.cpp is compiled in)
   backend/null/null_backend.hpp   # the overhead benchmark's backend that moves no data (python -m chimera.bench)
 )

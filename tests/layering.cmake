@@ -1,17 +1,21 @@
 # SPDX-License-Identifier: Apache-2.0
 # The layering check (CTest `unit.layering`, `cmake -P`): reads the layer table of
-# docs/architecture.md ("Dependencies run one way") and fails on every #include of src/,
-# include/, kernels/, python/src/ and python/chimera/torch/csrc/ that reaches a layer its file's
-# layer does not build on (directly or through the layers it builds on), on a file of no layer,
-# on an include that resolves to no file of these layers, and on a table whose layers build on
-# a layer further down (dependencies must run one way).
+# docs/architecture.md ("Dependencies run one way") and fails on every direct #include of src/,
+# include/, kernels/, python/src/, python/chimera/torch/csrc/, benchmarks/ and examples/ whose
+# header belongs to a layer that the including file's row does not name (a layer named by a
+# named layer does not count: each row lists what its files include), on an example's include
+# of a header outside include/chimera/ (the examples show the installed API), on a file of no
+# layer, on an include that resolves to no file of these layers, and on a table whose layers
+# build on a layer further down (dependencies must run one way).
 #   -DROOT=<repository root>
+#   -DPLANT=<file>:<header>[|...]  checks as if each file also included that header (the test
+#                                  unit.layering_detects shows that a violation fails the check)
 cmake_minimum_required(VERSION 3.25)
 if(NOT DEFINED ROOT)
   message(FATAL_ERROR "usage: cmake -DROOT=<repository root> -P layering.cmake")
 endif()
 set(doc "${ROOT}/docs/architecture.md")
-set(roots src include kernels python/src python/chimera/torch/csrc)
+set(roots src include kernels python/src python/chimera/torch/csrc benchmarks examples)
 set(problems "")
 
 # The table: rows "| `layer` | `path` `path` ... | `layer` ... |" after its header row.
@@ -46,17 +50,16 @@ foreach(line IN LISTS lines)
   string(REGEX MATCHALL "`[^`]+`" below "${below_cell}")
   string(REPLACE "`" "" paths "${paths}")
   string(REPLACE "`" "" below "${below}")
-  # What `name` may include: itself, the layers it names and everything they may include; a
-  # named layer must be defined above.
+  # What a file of `name` may include directly: its own layer and the layers its row names, not
+  # what those build on in turn; a named layer must be defined above.
   set(reach_${name} ${name})
   foreach(lower IN LISTS below)
     if(NOT lower IN_LIST layers)
       list(APPEND problems "layer '${name}' builds on '${lower}', which is not a layer above it in the table")
       continue()
     endif()
-    list(APPEND reach_${name} ${reach_${lower}})
+    list(APPEND reach_${name} ${lower})
   endforeach()
-  list(REMOVE_DUPLICATES reach_${name})
   set(paths_${name} ${paths})
   list(APPEND layers ${name})
 endforeach()
@@ -124,6 +127,12 @@ foreach(top IN LISTS roots)
     endif()
     get_filename_component(dir "${source}" DIRECTORY)
     file(STRINGS "${ROOT}/${source}" includes REGEX "^[ \t]*#[ \t]*include[ \t]*(\"[^\"]+\"|<chimera/[^>]+>)")
+    string(REPLACE "|" ";" plants "${PLANT}")
+  foreach(plant IN LISTS plants)
+      if(plant MATCHES "^${source}:(.+)$")
+        list(APPEND includes "#include \"${CMAKE_MATCH_1}\"")
+      endif()
+    endforeach()
     foreach(line IN LISTS includes)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[\"<]([^\">]+)[\">].*" "\\1" included "${line}")
       resolve("${dir}" "${included}" target)
@@ -133,7 +142,9 @@ foreach(top IN LISTS roots)
         continue()
       endif()
       layer_of("${target}" theirs)
-      if(theirs STREQUAL "")
+      if(own STREQUAL "examples" AND NOT theirs STREQUAL "examples" AND NOT target MATCHES "^include/chimera/")
+        list(APPEND problems "${source} (examples): #include \"${included}\" reaches ${target}, not a public header")
+      elseif(theirs STREQUAL "")
         list(APPEND problems "${source} (${own}): #include \"${included}\" reaches ${target}, of no layer")
       elseif(NOT theirs IN_LIST reach_${own})
         list(APPEND problems "${source} (${own}): #include \"${included}\" reaches layer '${theirs}', \

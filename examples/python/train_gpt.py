@@ -55,8 +55,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import chimera.torch as ct
-from chimera.torch.layers import ColumnParallelLinear, ParallelContext, RowParallelLinear
+from chimera.torch.layers import ColumnParallelLinear, RowParallelLinear
 from chimera.torch.moe_baselines import ChimeraDispatcher, PerExpertDispatcher
+from chimera.torch.parallel_context import ParallelContext
 
 
 def check_shapes(args, axes) -> None:

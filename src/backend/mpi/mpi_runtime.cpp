@@ -98,14 +98,14 @@ namespace {
 // A tag for the meeting and the communicator of one rank list, equal on its members: a hash of the
 // list, so that creations of different lists in flight at once do not match each other's messages.
 int rankListTag(std::span<const int> ranks) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (int r : ranks) h = (h ^ static_cast<std::uint64_t>(r)) * 1099511628211ull;
+  detail::Hasher hash;  // the library's one hash
+  for (int r : ranks) hash.add(static_cast<std::uint64_t>(r));
   int upperBound = 32767;  // the least MPI_TAG_UB the standard allows
   void* value = nullptr;
   int found = 0;
   if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found) == MPI_SUCCESS && found != 0 && value != nullptr)
     upperBound = *static_cast<int*>(value);
-  return static_cast<int>(h % static_cast<std::uint64_t>(upperBound));
+  return static_cast<int>(hash.value() % static_cast<std::uint64_t>(upperBound));
 }
 
 // Every member sends one token to every other and receives theirs, bounded by `timeoutMs`: after

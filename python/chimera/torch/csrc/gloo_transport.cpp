@@ -19,11 +19,13 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chimera/mesh.hpp"
+#include "common/hash.hpp"
 #include "host_transport.hpp"
 
 namespace chimera::torch_ext {
@@ -58,17 +60,40 @@ at::Tensor wrap(const void* data, std::size_t count, DataType dtype) {
                        at::TensorOptions().dtype(scalarTypeOf(dtype)).device(at::kCPU));
 }
 
-// Runs `body`, turning a c10 error (a gloo failure, its timeout) into a Status.
+// A wait that reached its bound: thrown by bounded() (and so by GlooHostBackend::wait), turned
+// into Status::timeout by guarded(). The kind of the failure decides, never its text.
+class TimedOut : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Runs `body`, which waits on gloo or the store; a failure that comes only after `timeout` has
+// passed is a TimedOut (gloo's and the store's own timers are set to the same bound, and what
+// they throw is no typed timeout), any other failure passes unchanged.
+template <typename F>
+void bounded(std::chrono::milliseconds timeout, F&& body) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    body();
+  } catch (const TimedOut&) {
+    throw;
+  } catch (const std::exception& error) {
+    if (std::chrono::steady_clock::now() - start >= timeout) throw TimedOut(error.what());
+    throw;
+  }
+}
+
+// Runs `body`, turning a TimedOut into Status::timeout and any other c10 error (a gloo failure)
+// into Status::backendError.
 template <typename F>
 Status guarded(const char* what, F&& body) {
   try {
     body();
     return Status::ok();
+  } catch (const TimedOut& error) {
+    return Status::timeout(std::string(what) + " over gloo: " + error.what());
   } catch (const std::exception& error) {
-    const std::string message = std::string(what) + " over gloo: " + error.what();
-    if (message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos)
-      return Status::timeout(message);
-    return Status::backendError(message);
+    return Status::backendError(std::string(what) + " over gloo: " + error.what());
   }
 }
 
@@ -283,7 +308,8 @@ class GlooHostBackend final : public chimera::Backend {
     for (AxisSet axes : missing) {
       c10::intrusive_ptr<c10d::Backend> gloo;
       const std::string what = "creating the gloo group of axes " + mesh_.axesName(axes);
-      if (Status s = guarded(what.c_str(), [&] { gloo = factory_(axes); }); !s.isOk()) return s;
+      if (Status s = guarded(what.c_str(), [&] { bounded(timeout_, [&] { gloo = factory_(axes); }); }); !s.isOk())
+        return s;
       groups_.emplace(axes.bits(), std::move(gloo));
     }
     return Status::ok();
@@ -296,9 +322,9 @@ class GlooHostBackend final : public chimera::Backend {
   // One MIN AllReduce over the whole mesh of the new groups' count, a hash of their axis sets
   // in order, and the first and last axis set, each with its negation (the range across ranks).
   Status agreeOnNewGroups(const std::vector<AxisSet>& groups) {
-    std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the axis sets in order
-    for (AxisSet axes : groups) hash = (hash ^ axes.bits()) * 1099511628211ull;
-    const std::int64_t words[] = {static_cast<std::int64_t>(groups.size()), static_cast<std::int64_t>(hash >> 2),
+    detail::Hasher hash;  // the library's one hash, over the axis sets in order
+    for (AxisSet axes : groups) hash.add(std::uint64_t{axes.bits()});
+    const std::int64_t words[] = {static_cast<std::int64_t>(groups.size()), hash.agreementValue(),
                                   groups.front().bits(), groups.back().bits()};
     constexpr std::size_t n = std::size(words);
     std::int64_t range[2 * n];
@@ -362,7 +388,20 @@ class GlooHostBackend final : public chimera::Backend {
     std::snprintf(text, sizeof text, "%x", axes.bits());
     return text;
   }
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) const { work->wait(timeout_); }
+  // Waits for `work` at most the timeout: one still running then (c10d's Work::wait throws, or
+  // returns with the work incomplete) is a TimedOut, as is one that failed only after the bound.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) const {
+    bounded(timeout_, [&] {
+      try {
+        work->wait(timeout_);
+      } catch (const std::exception& error) {
+        if (!work->isCompleted()) throw TimedOut(error.what());
+        throw;
+      }
+      if (!work->isCompleted())
+        throw TimedOut("not completed within the timeout of " + std::to_string(timeout_.count()) + " ms");
+    });
+  }
   at::Tensor boxOf(const void* tensor, std::span<const std::int64_t> shape, const Box& box, DataType dtype) const {
     TORCH_CHECK(tensor != nullptr && box.offset.size() == shape.size() && box.extent.size() == shape.size(),
                 "a box of rank ", box.offset.size(), " for a tensor of rank ", shape.size());
@@ -438,15 +477,18 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
   const std::string what = "creating the gloo mesh backend of mesh " + mesh.toString() + " over torch ranks " + ranks +
                            " (this is rank " + std::to_string(globalRank) + "; every rank must create it)";
   return guarded(what.c_str(), [&] {
-    const std::int64_t arrivals = store->add(name + "/creations", 1);
-    const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
-    GroupFactory factory = [makeGroup, prefix, mesh, index, timeoutMs](AxisSet axes) {
-      // One prefix per group: the axes, and the colour its members share.
-      const std::string group = prefix + mesh.axesName(axes) + "/" + std::to_string(mesh.groupColor(index, axes)) + "/";
-      return makeGroup(group, mesh.groupIndex(index, axes), mesh.groupSize(axes), timeoutMs);
-    };
-    c10::intrusive_ptr<c10d::Backend> whole = factory(mesh.allAxes());
-    out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs);
+    bounded(std::chrono::milliseconds(timeoutMs), [&] {
+      const std::int64_t arrivals = store->add(name + "/creations", 1);
+      const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
+      GroupFactory factory = [makeGroup, prefix, mesh, index, timeoutMs](AxisSet axes) {
+        // One prefix per group: the axes, and the colour its members share.
+        const std::string group =
+            prefix + mesh.axesName(axes) + "/" + std::to_string(mesh.groupColor(index, axes)) + "/";
+        return makeGroup(group, mesh.groupIndex(index, axes), mesh.groupSize(axes), timeoutMs);
+      };
+      c10::intrusive_ptr<c10d::Backend> whole = factory(mesh.allAxes());
+      out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs);
+    });
   });
 }
 
