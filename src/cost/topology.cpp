@@ -220,7 +220,10 @@ Status hostsTopology(std::string_view name, std::span<const int> hosts, Topology
                       "cached calibration '{}' is not a host-network profile of {} ranks (fabric {}, {} ranks)", cached,
                       hosts.size(), fabricName(t.fabric), t.ranks);
   }
-  t.name = std::string(name);
+  // The name shows in every explanation: a long placement is named by its layout instead.
+  constexpr std::size_t kLongestName = 80;
+  t.name = name.size() <= kLongestName ? std::string(name)
+                                       : fmt::format("hosts {} ({} ranks)", hostsLayoutKey(hosts), hosts.size());
   CHIMERA_RETURN_IF_ERROR(placeRanks(hosts, t));
   CHIMERA_RETURN_IF_ERROR(validateTopology(t));
   out = std::move(t);

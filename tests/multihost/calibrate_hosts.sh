@@ -12,7 +12,7 @@ layout="$2"
 dir="$3"
 mkdir -p "$dir"
 export CHIMERA_TOPOLOGY_CACHE="$dir/cache"
-run=("$bench" --calibrate -b 64K -e 1M -n 2 -w 1 --out "$dir/profile.json")
+run=("$bench" --calibrate -b 16K -e 256K -n 2 -w 1 --out "$dir/profile.json")
 if [ "${OMPI_COMM_WORLD_RANK:-0}" != 0 ]; then exec "${run[@]}"; fi
 "${run[@]}"
 python3 - "$dir/profile.json" "$dir/cache/hosts-$layout.json" <<'PY'

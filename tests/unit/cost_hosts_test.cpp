@@ -91,6 +91,8 @@ TEST(HostsTopology, BlocksBecomeRanksPerDomainAndAnyOtherPlacementListsTheDomain
 TEST(HostsTopology, OneHostStaysTheHostPresetAndSeveralNameEveryRanksHost) {
   EXPECT_EQ(hostsTopologyName(std::vector<int>(8, 0)), "host:8");
   EXPECT_EQ(hostsTopologyName(roundRobin(2, 4)), "hosts:0,1,0,1");
+  EXPECT_EQ(launchTopology(roundRobin(2, 8)).name, "hosts:0,1,0,1,0,1,0,1");
+  EXPECT_EQ(launchTopology(roundRobin(4, 64)).name, "hosts 16+16+16+16 (64 ranks)");  // explanations stay short
 }
 
 TEST(HostsTopology, MalformedPlacementsAreErrorsNamingTheProblem) {
