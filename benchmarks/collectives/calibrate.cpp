@@ -207,10 +207,63 @@ Status checkWritable(const std::string& path) {
   return Status::ok();
 }
 
-Status loadBase(const Options& options, int worldSize, Topology& out) {
-  const std::string name = options.topology.empty() ? fmt::format("host:{}", worldSize) : options.topology;
+// The base the fit keeps the fabric of: --topology, else the launch's own (host:N on one host,
+// the host-network topology of where the ranks run across hosts).
+Status loadBase(const Options& options, const std::vector<int>& hosts, Topology& out) {
+  const std::string name = options.topology.empty() ? hostsTopologyName(hosts) : options.topology;
   const Status status = loadTopology(name, out);
   return status.isOk() ? status : Status(status.code(), "--topology: " + status.message());
+}
+
+// Whether every group of `sample` (g consecutive world ranks) runs inside one host.
+bool insideHosts(const CalibrationSample& sample, const std::vector<int>& hosts) {
+  for (std::size_t rank = 0; rank < hosts.size(); ++rank) {
+    const std::size_t first = rank - rank % static_cast<std::size_t>(sample.groupSize);
+    if (hosts[rank] != hosts[first]) return false;
+  }
+  return true;
+}
+
+// Whether the hand-off of a ManyToMany sample (member i to member i + g/2) crosses hosts anywhere.
+bool crossesHosts(const CalibrationSample& sample, const std::vector<int>& hosts) {
+  if (sample.primitive != StepKind::ManyToMany) return false;
+  const auto g = static_cast<std::size_t>(sample.groupSize);
+  for (std::size_t rank = 0; rank < hosts.size(); ++rank) {
+    if (rank % g < g / 2 && hosts[rank] != hosts[rank + g / 2]) return true;
+  }
+  return false;
+}
+
+// Across hosts the two links are fitted apart: the samples whose groups stay inside a host
+// fit everything but the cross link (as on one host), then the hand-offs that cross hosts fit
+// the cross link on that result. Without samples inside hosts (ranks placed round-robin) the
+// base's local figures stay. `out` keeps the base's placement.
+Status fitAcrossHosts(int rank, const Topology& base, const std::vector<CalibrationSample>& samples,
+                      const std::vector<int>& hosts, Topology& out, FitReport& report) {
+  std::vector<CalibrationSample> inside;
+  std::vector<CalibrationSample> across;
+  for (const CalibrationSample& sample : samples) {
+    if (insideHosts(sample, hosts)) inside.push_back(sample);
+    if (crossesHosts(sample, hosts)) across.push_back(sample);
+  }
+  CHIMERA_CHECK_ARG(!across.empty(), "no calibration sample crosses hosts: cannot fit the cross link");
+  Topology local = base;
+  if (!inside.empty()) {
+    CHIMERA_RETURN_IF_ERROR(fitProfile(base, inside, local, &report));
+  } else {
+    print(rank, "# no group of consecutive ranks runs inside one host: the local link keeps the base's figures\n");
+  }
+  Topology crossFit;
+  FitReport crossReport;
+  CHIMERA_RETURN_IF_ERROR(fitProfile(local, across, crossFit, &crossReport));
+  print(rank, fmt::format("# across hosts: {} inside-host samples fit the local link, {} hand-offs across hosts "
+                          "the cross link: alpha {:.1f} us, {:.3g} MB/s per direction (rms error {:.1f} %)\n",
+                          inside.size(), across.size(), crossFit.cross.alphaSeconds * 1e6,
+                          crossFit.cross.bytesPerSecond / 1e6, crossReport.rmsRelativeError * 100.0));
+  local.cross = crossFit.cross;
+  local.calibration.samples = static_cast<int>(inside.size() + across.size());
+  out = std::move(local);
+  return Status::ok();
 }
 
 }  // namespace
@@ -225,15 +278,19 @@ Status runCalibration(const Options& options) {
       agreeOnStatus(calibrationPoints(worldSize, options.sizesGiven ? options.minBytes : kDefaultMinBytes,
                                       options.sizesGiven ? options.maxBytes : kDefaultMaxBytes, samples)));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? checkWritable(options.outPath) : Status::ok()));
-  Topology base;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, worldSize, base)));
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
+  std::map<int, GroupBackend> backends;
+  const int firstGroup = samples.front().groupSize;
+  CHIMERA_RETURN_IF_ERROR(groupBackend(kind, worldSize, firstGroup, backends[firstGroup]));
+  const std::vector<int> hosts = backends[firstGroup].backend->hostOfRank();
+  const bool acrossHosts = std::any_of(hosts.begin(), hosts.end(), [](int host) { return host != 0; });
+  Topology base;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadBase(options, hosts, base)));
   print(rank, fmt::format("# chimera-bench --calibrate: {} samples on {} ranks, backend {}, fitting '{}'; every "
                           "primitive of a group size and size timed in turn, {} rounds after {} warm-up, in {} "
                           "passes; median of the rounds, slowest rank\n",
                           samples.size(), worldSize, kind, base.name, options.iters, options.warmupIters, kPasses));
-  std::map<int, GroupBackend> backends;
   std::vector<std::vector<double>> times(samples.size());
   std::vector<double> localPasses;
   std::size_t localBytes = 0;
@@ -254,8 +311,13 @@ Status runCalibration(const Options& options) {
   for (std::size_t i = 0; i < samples.size(); ++i) samples[i].seconds = median(times[i]);
   Topology fitted;
   FitReport report;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitProfile(base, samples, fitted, &report)));
-  fitted.name = base.name + "-calibrated";
+  if (acrossHosts && base.fabric == Fabric::HostNetwork) {
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitAcrossHosts(rank, base, samples, hosts, fitted, report)));
+    fitted.name = fmt::format("hosts-{}-calibrated", hostsLayoutKey(hosts));
+  } else {
+    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(fitProfile(base, samples, fitted, &report)));
+    fitted.name = base.name + "-calibrated";
+  }
   // The local passes around plan steps (packs, unpacks, copies): no collective sample
   // exercises them, so they get their own measurement. A pass reads and writes its bytes.
   const double localSeconds = median(localPasses);
@@ -283,6 +345,17 @@ Status runCalibration(const Options& options) {
                           localBytes, localSeconds * 1e6, fitted.device.memoryBytesPerSecond / 1e9));
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? saveTopology(fitted, options.outPath) : Status::ok()));
   print(rank, fmt::format("# wrote {} (use --topology {})\n", options.outPath, options.outPath));
+  if (acrossHosts && fitted.fabric == Fabric::HostNetwork) {
+    // Cached for the layout: launches with these ranks per host take its links by default.
+    const std::string cached = calibrationCachePath(hostsLayoutKey(hosts));
+    if (!cached.empty()) {
+      std::error_code error;
+      if (rank == 0) std::filesystem::create_directories(std::filesystem::path(cached).parent_path(), error);
+      CHIMERA_RETURN_IF_ERROR(agreeOnStatus(rank == 0 ? saveTopology(fitted, cached) : Status::ok()));
+      print(rank, fmt::format("# cached as {}: the default links of launches with {} ranks per host\n", cached,
+                              hostsLayoutKey(hosts)));
+    }
+  }
   return Status::ok();
 }
 

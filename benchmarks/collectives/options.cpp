@@ -189,7 +189,7 @@ Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
       --chain OPS          a chain, e.g. "allreduce:tp,send:pp" (with --from, --mesh)
       --from LAYOUT        start layout, e.g. "pp=@0,tp=P"
       --consume LAYOUT     consumed layout (default: the chain's final layout)
-      --topology NAME|FILE cost model preset or calibrated profile (host)
+      --topology NAME|FILE cost model preset or calibrated profile (the launch's: host:N, hosts:... across hosts)
       --backend mpi|nccl   nccl: device buffers, CUDA-event timing (nccl if built with CUDA and a GPU is present)
       --chunks N|auto      chunks of the pipelined fused plan timed next to the fused one (auto: the cost model's)
       --only baseline|fused  run and time only this program, no pipelined one (one side's link bytes)

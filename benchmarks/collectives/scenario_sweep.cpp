@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_context.hpp"
 #include "bench_device.hpp"
@@ -46,9 +47,20 @@ std::vector<ScenarioText> requestedScenarios(const Options& options) {
   return scenarioPresets();
 }
 
-/// The topology of the cost model: --topology, else the host preset for the world size.
-Status loadRunTopology(const Options& options, int worldSize, Topology& out) {
-  const std::string name = options.topology.empty() ? fmt::format("host:{}", worldSize) : options.topology;
+/// The host of every world rank, from a backend of `kind` over the world (Backend::hostOfRank).
+Status launchHosts(const std::string& kind, int worldSize, std::vector<int>& out) {
+  Mesh mesh;
+  CHIMERA_RETURN_IF_ERROR(Mesh::parse(fmt::format("world={}", worldSize), worldSize, mesh));
+  std::unique_ptr<Backend> backend;
+  CHIMERA_RETURN_IF_ERROR(createBenchBackend(kind, mesh, backend));
+  out = backend->hostOfRank();
+  return Status::ok();
+}
+
+/// The topology of the cost model: --topology, else the launch's own: the host preset for the
+/// world size on one host, the host-network topology of where the ranks run across hosts.
+Status loadRunTopology(const Options& options, const std::vector<int>& hosts, Topology& out) {
+  const std::string name = options.topology.empty() ? hostsTopologyName(hosts) : options.topology;
   const Status status = loadTopology(name, out);
   if (!status.isOk()) return Status(status.code(), "--topology: " + status.message());
   return Status::ok();
@@ -310,10 +322,12 @@ Status runScenarioSweep(const Options& options, ScenarioOutcome& out) {
     CHIMERA_RETURN_IF_ERROR(agreeOnStatus(resolveScenario(text, worldSize, options.mesh, scenario)));
     scenarios.push_back(std::move(scenario));
   }
-  Topology topology;
-  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadRunTopology(options, worldSize, topology)));
   const std::string kind = options.backend.empty() ? defaultBackendName() : options.backend;
   CHIMERA_RETURN_IF_ERROR(agreeOnStatus(backendAvailable(kind)));
+  std::vector<int> hosts;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(launchHosts(kind, worldSize, hosts)));
+  Topology topology;
+  CHIMERA_RETURN_IF_ERROR(agreeOnStatus(loadRunTopology(options, hosts, topology)));
   JsonReportFile json;
   CHIMERA_RETURN_IF_ERROR(json.open(options.jsonPath, rank));
   ScenarioRunInfo info{worldSize, kind, topology.name, "median", options.iters, options.warmupIters};

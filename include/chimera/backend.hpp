@@ -85,7 +85,9 @@ class Backend {
   /// (`SessionOptions::topology`), and an Executor or a routed exchange without
   /// `CHIMERA_TOPOLOGY`: a topology preset or profile, or "bytes" (bytes alone).
   /// Host backends: "host:N" (hostTopology; N = the mesh's ranks), the preset fitted to MPI on one
-  /// machine; the default, for a backend no preset describes (NCCL), "bytes".
+  /// machine, when every rank runs on one host; across hosts (hostOfRank) the MPI backend gives
+  /// "hosts:H0,H1,..." (hostsTopologyName), the host-network topology of where its ranks run.
+  /// The default, for a backend no preset describes (NCCL), "bytes".
   virtual std::string defaultTopology() const { return "bytes"; }
   /// This process's world rank.
   virtual int rank() const = 0;

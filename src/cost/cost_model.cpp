@@ -28,6 +28,7 @@ Status CostModel::predictStep(const CommStep& step, StepCost& out) const {
   cost.seconds =
       cost.latencySeconds + cost.transferSeconds + cost.reduceSeconds + cost.overheadSeconds + cost.localSeconds;
   cost.bottleneck = std::move(terms.bottleneck);
+  cost.crossBytes = terms.crossBytes;
   out = std::move(cost);
   return Status::ok();
 }
@@ -71,8 +72,10 @@ double localPassSeconds(const Topology& topology, double bytes, int passingRanks
   double speedup = 1;
   if (topology.computeSlots > 0) {
     const int passing = passingRanks > 0 ? std::min(passingRanks, topology.ranks) : topology.ranks;
+    // On a host network each host has its cores: the ranks of one host (spread evenly) share them.
+    const double hosts = topology.fabric == Fabric::HostNetwork ? domainCount(topology) : 1;
     const double slots = topology.computeSlots;
-    speedup = std::max(1.0, topology.ranks / slots) / std::max(1.0, passing / slots);
+    speedup = std::max(1.0, topology.ranks / hosts / slots) / std::max(1.0, passing / hosts / slots);
   }
   return 2.0 * bytes / (topology.device.memoryBytesPerSecond * speedup);
 }

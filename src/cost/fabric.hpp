@@ -23,6 +23,7 @@ struct RoundCost {
   double latencySeconds = 0;   ///< the largest alpha among the flows' paths
   double transferSeconds = 0;  ///< load / capacity of the busiest resource
   std::string bottleneck;      ///< that resource's name; empty when no bytes moved
+  double crossBytes = 0;       ///< bytes of the flows between two domains (hosts, nodes, NUMA domains)
 };
 
 /// Prices one round on `topology`. Flows from a rank to itself, and empty flows, cost

@@ -35,18 +35,128 @@ std::vector<Flow> chainRound(const Groups& groups, double bytes) {
   return flows;
 }
 
-// Reductions of all participating ranks run at once; on a host they share computeSlots cores.
-double reduceSharing(const Topology& topology, const Groups& groups) {
-  if (topology.computeSlots <= 0) return 1.0;
-  std::size_t reducers = 0;
-  for (const auto& group : groups) reducers += group.size();
-  return std::max(1.0, static_cast<double>(reducers) / topology.computeSlots);
-}
-
 void addRounds(StepTerms& terms, const RoundCost& round, double count, double latencyCount) {
   terms.latencySeconds += latencyCount * round.latencySeconds;
   terms.transferSeconds += count * round.transferSeconds;
+  terms.crossBytes += count * round.crossBytes;
   if (!round.bottleneck.empty()) terms.bottleneck = round.bottleneck;
+}
+
+// Reductions of all participating ranks run at once; on a host they share computeSlots cores
+// (on a host network, each host its own).
+double reduceSharing(const Topology& topology, const Groups& groups) {
+  if (topology.computeSlots <= 0) return 1.0;
+  std::vector<std::size_t> reducers(
+      static_cast<std::size_t>(topology.fabric == Fabric::HostNetwork ? domainCount(topology) : 1), 0);
+  for (const auto& group : groups) {
+    for (const int rank : group) {
+      ++reducers[topology.fabric == Fabric::HostNetwork ? static_cast<std::size_t>(domainOf(topology, rank)) : 0];
+    }
+  }
+  const std::size_t most = *std::max_element(reducers.begin(), reducers.end());
+  return std::max(1.0, static_cast<double>(most) / topology.computeSlots);
+}
+
+// A collective over groups that span hosts, as run hierarchically: each group's members on
+// one host (`inside`, in group order) and, across hosts, the i-th member on every host (`lanes`).
+struct Hierarchy {
+  Groups inside;
+  Groups lanes;
+  int mostInside = 0;  // members of the largest host part
+  int mostHosts = 0;   // hosts of the widest lane
+};
+
+bool spansHosts(const Topology& topology, const Groups& groups) {
+  if (topology.fabric != Fabric::HostNetwork) return false;
+  for (const auto& group : groups) {
+    for (const int rank : group) {
+      if (domainOf(topology, rank) != domainOf(topology, group.front())) return true;
+    }
+  }
+  return false;
+}
+
+Hierarchy hierarchyOf(const Topology& topology, const Groups& groups) {
+  Hierarchy h;
+  for (const auto& group : groups) {
+    std::vector<int> hosts;  // in order of first member
+    Groups parts;
+    for (const int rank : group) {
+      const int host = domainOf(topology, rank);
+      const auto at = std::find(hosts.begin(), hosts.end(), host);
+      if (at == hosts.end()) {
+        hosts.push_back(host);
+        parts.push_back({rank});
+      } else {
+        parts[static_cast<std::size_t>(at - hosts.begin())].push_back(rank);
+      }
+    }
+    std::size_t widest = 0;
+    for (const auto& part : parts) widest = std::max(widest, part.size());
+    for (std::size_t i = 0; i < widest; ++i) {
+      std::vector<int> lane;
+      for (const auto& part : parts) {
+        if (i < part.size()) lane.push_back(part[i]);
+      }
+      h.mostHosts = std::max(h.mostHosts, static_cast<int>(lane.size()));
+      h.lanes.push_back(std::move(lane));
+    }
+    h.mostInside = std::max(h.mostInside, static_cast<int>(widest));
+    for (auto& part : parts) h.inside.push_back(std::move(part));
+  }
+  return h;
+}
+
+// One ring round of `groups` in which each member sends `bytesOf(member)`.
+template <typename BytesOf>
+std::vector<Flow> ringRoundOf(const Groups& groups, BytesOf bytesOf) {
+  std::vector<Flow> flows;
+  for (const auto& group : groups) {
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      flows.push_back({group[i], group[(i + 1) % group.size()], bytesOf(group[i])});
+    }
+  }
+  return flows;
+}
+
+// The rounds of the hierarchical AllReduce, ReduceScatter and AllGather of the host-network
+// fabric: AllReduce = ReduceScatter inside each host, AllReduce across hosts on the 1/c shard,
+// AllGather inside; ReduceScatter = inside, then across on the shard; AllGather = across, then
+// inside on the gathered H shards. Each byte of a host's shard crosses its NIC once per ring
+// step, every lane of the host at once.
+void addHierarchicalRounds(const Topology& topology, const CommStep& step, StepTerms& terms) {
+  const Hierarchy h = hierarchyOf(topology, step.groups);
+  const auto bytes = static_cast<double>(step.bytesPerRank);
+  std::vector<double> inHost(static_cast<std::size_t>(topology.ranks), 1);  // members on the rank's host, its group
+  for (const auto& part : h.inside) {
+    for (const int rank : part) inHost[static_cast<std::size_t>(rank)] = static_cast<double>(part.size());
+  }
+  const double c = h.mostInside;
+  const double hosts = h.mostHosts;
+  const auto shard = [&](int rank) { return bytes / inHost[static_cast<std::size_t>(rank)]; };
+  const RoundCost inside = priceRound(topology, ringRoundOf(h.inside, shard));
+  switch (step.kind) {
+    case StepKind::AllReduce: {
+      const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
+      addRounds(terms, inside, 2 * (c - 1), 2 * (c - 1));
+      addRounds(terms, across, 2 * (hosts - 1), 2 * (hosts - 1));
+      break;
+    }
+    case StepKind::ReduceScatter: {
+      const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
+      addRounds(terms, inside, c - 1, c - 1);
+      addRounds(terms, across, hosts - 1, hosts - 1);
+      break;
+    }
+    case StepKind::AllGather: {
+      const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int) { return bytes; }));
+      const RoundCost gathered = priceRound(topology, ringRoundOf(h.inside, [&](int) { return hosts * bytes; }));
+      addRounds(terms, across, hosts - 1, hosts - 1);
+      addRounds(terms, gathered, c - 1, c - 1);
+      break;
+    }
+    default: CHIMERA_ASSERT(false);
+  }
 }
 
 StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
@@ -55,6 +165,14 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
   if (n < 2) return terms;  // a group of one moves nothing
   const auto bytes = static_cast<double>(step.bytesPerRank);
   const double chunk = bytes / n;
+  const bool hierarchical =
+      step.kind == StepKind::AllReduce || step.kind == StepKind::ReduceScatter || step.kind == StepKind::AllGather;
+  if (hierarchical && spansHosts(topology, step.groups)) {
+    addHierarchicalRounds(topology, step, terms);
+    if (step.kind != StepKind::AllGather) terms.reducedBytes = (n - 1) * chunk * reduceSharing(topology, step.groups);
+    terms.transferSeconds *= topology.transferFactors.of(step.kind);
+    return terms;
+  }
   switch (step.kind) {
     case StepKind::AllReduce:
       addRounds(terms, priceRound(topology, ringRound(step.groups, chunk)), 2 * (n - 1), 2 * (n - 1));

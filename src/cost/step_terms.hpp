@@ -24,6 +24,7 @@ struct StepTerms {
   int steps = 0;            ///< 1 when the step moves bytes (its overhead includes stepSeconds), else 0
   double localSeconds = 0;  ///< localPassSeconds of the step's local bytes (0 when unmodelled)
   std::string bottleneck;   ///< the resource limiting the largest round ("" if none)
+  double crossBytes = 0;    ///< bytes moved between domains over all rounds (StepCost::crossBytes)
 };
 
 /// Expands `step` into its algorithm's rounds on `topology` and prices them.

@@ -6,9 +6,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -19,11 +22,12 @@ namespace chimera {
 
 namespace {
 
-constexpr std::array<std::pair<Fabric, std::string_view>, 4> kFabricNames = {{
+constexpr std::array<std::pair<Fabric, std::string_view>, 5> kFabricNames = {{
     {Fabric::SharedMemory, "shared-memory"},
     {Fabric::PcieDomains, "pcie-domains"},
     {Fabric::NvSwitch, "nvswitch"},
     {Fabric::NvSwitchMultiNode, "nvswitch-multinode"},
+    {Fabric::HostNetwork, "host-network"},
 }};
 
 constexpr double kGB = 1e9;  // GB/s as vendors quote it: 10^9 bytes per second
@@ -34,7 +38,9 @@ constexpr int kMaxPresetCount = 1 << 17;  // bound for "host:N" / "multinode-ib:
 bool finiteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
 bool finitePositive(double x) { return std::isfinite(x) && x > 0; }
 
-bool usesCrossLink(Fabric fabric) { return fabric == Fabric::PcieDomains || fabric == Fabric::NvSwitchMultiNode; }
+bool usesCrossLink(Fabric fabric) {
+  return fabric == Fabric::PcieDomains || fabric == Fabric::NvSwitchMultiNode || fabric == Fabric::HostNetwork;
+}
 
 // This machine: 8 MPI processes on 2 cores, exchanging through one memory system. The median
 // of four chimera-bench --calibrate runs on the quiet machine (docs/cost_model.md, "host"):
@@ -115,6 +121,21 @@ Topology multinodePreset(int nodes) {
   return t;
 }
 
+// Hosts of MPI processes joined by a network (docs/cost_model.md, "Across hosts"): inside a
+// host the "host" preset's memory bus, factors and step costs; across hosts a 2 Gbit/s link
+// (250 MB/s per direction, 50 us): the rig's link, 38x slower than the memory bus, in the range
+// of a network against the memory inside a host (InfiniBand NDR 50 GB/s against NVLink 450 GB/s
+// is 9x, 10 Gbit/s Ethernet against a host's memory 10-40x). Erring slow makes the planner
+// spend local passes to cut the bytes that cross, which any such link repays; a calibration
+// cached for the launch layout replaces both links.
+Topology hostsPreset(int ranks) {
+  Topology t = hostPreset(ranks);
+  t.name = "hosts";
+  t.fabric = Fabric::HostNetwork;
+  t.cross = {us(50), 0.25 * kGB};
+  return t;
+}
+
 // Fitted to the paper's observation (docs/cost_model.md): above 0.5 an 8-rank fan-out of
 // 4 peers per port loses to a 1:1 send plus a 4-rank AllToAll.
 constexpr double kH20PeerPenalty = 0.6;
@@ -155,6 +176,60 @@ Status readFile(const std::string& path, std::string& out) {
   return Status::ok();
 }
 
+// "hosts:H0,H1,...": the host of every rank.
+Status parseHosts(std::string_view text, std::vector<int>& out) {
+  std::vector<int> hosts;
+  std::string_view rest = text.substr(kHostsPresetPrefix.size());
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    int host = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), host);
+    CHIMERA_CHECK_ARG(!item.empty() && ec == std::errc() && ptr == item.data() + item.size() && host >= 0,
+                      "topology '{}': expected hosts:H0,H1,... with the host (a number from 0) of every rank, got '{}'",
+                      text.substr(0, 64), item);
+    CHIMERA_CHECK_ARG(hosts.size() < static_cast<std::size_t>(kMaxTopologyRanks),
+                      "topology hosts:...: more than {} ranks", kMaxTopologyRanks);
+    hosts.push_back(host);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  out = std::move(hosts);
+  return Status::ok();
+}
+
+// A profile file's text read as a topology; errors name the file.
+Status parseProfile(const std::string& path, std::string_view text, Topology& out) {
+  Topology loaded;
+  const Status parsed = topologyFromJson(text, loaded);
+  if (!parsed.isOk()) return Status(parsed.code(), fmt::format("profile '{}': {}", path, parsed.message()));
+  out = std::move(loaded);
+  return Status::ok();
+}
+
+// The launch topology of ranks on `hosts`: the layout's cached calibration when one is
+// stored (its links, with this placement), else hostsPreset's defaults.
+Status hostsTopology(std::string_view name, std::span<const int> hosts, Topology& out) {
+  Topology t = hostsPreset(static_cast<int>(hosts.size()));
+  const std::string cached = calibrationCachePath(hostsLayoutKey(hosts));
+  if (!cached.empty() && std::filesystem::exists(cached)) {
+    std::string text;
+    CHIMERA_RETURN_IF_ERROR(readFile(cached, text));
+    CHIMERA_RETURN_IF_ERROR(parseProfile(cached, text, t));
+    CHIMERA_CHECK_ARG(t.fabric == Fabric::HostNetwork && t.ranks == static_cast<int>(hosts.size()),
+                      "cached calibration '{}' is not a host-network profile of {} ranks (fabric {}, {} ranks)", cached,
+                      hosts.size(), fabricName(t.fabric), t.ranks);
+  }
+  // The name shows in every explanation: a long placement is named by its layout instead.
+  constexpr std::size_t kLongestName = 80;
+  t.name = name.size() <= kLongestName ? std::string(name)
+                                       : fmt::format("hosts {} ({} ranks)", hostsLayoutKey(hosts), hosts.size());
+  CHIMERA_RETURN_IF_ERROR(placeRanks(hosts, t));
+  CHIMERA_RETURN_IF_ERROR(validateTopology(t));
+  out = std::move(t);
+  return Status::ok();
+}
+
 }  // namespace
 
 std::string_view fabricName(Fabric fabric) {
@@ -180,16 +255,104 @@ double TransferFactors::of(OpKind kind) const {
   return index < 0 ? 1.0 : values[static_cast<std::size_t>(index)];
 }
 
+namespace {
+
+Status validateDomains(const Topology& t) {
+  if (t.domains.empty()) {
+    CHIMERA_CHECK_ARG(t.ranksPerDomain >= 1 && t.ranks % t.ranksPerDomain == 0,
+                      "topology '{}': ranks_per_domain {} must be >= 1 and divide ranks {}", t.name, t.ranksPerDomain,
+                      t.ranks);
+    CHIMERA_CHECK_ARG(usesCrossLink(t.fabric) || t.ranksPerDomain == t.ranks,
+                      "topology '{}': fabric {} has one domain, so ranks_per_domain must equal ranks {}, got {}",
+                      t.name, fabricName(t.fabric), t.ranks, t.ranksPerDomain);
+    return Status::ok();
+  }
+  CHIMERA_CHECK_ARG(t.ranksPerDomain == 0, "topology '{}': give ranks_per_domain ({}) or domains, not both", t.name,
+                    t.ranksPerDomain);
+  CHIMERA_CHECK_ARG(usesCrossLink(t.fabric), "topology '{}': fabric {} has one domain, so it takes no domains", t.name,
+                    fabricName(t.fabric));
+  CHIMERA_CHECK_ARG(static_cast<int>(t.domains.size()) == t.ranks,
+                    "topology '{}': domains lists {} ranks, the topology has {}", t.name, t.domains.size(), t.ranks);
+  int next = 0;  // domains numbered in the order of their lowest rank
+  for (std::size_t rank = 0; rank < t.domains.size(); ++rank) {
+    const int domain = t.domains[rank];
+    CHIMERA_CHECK_ARG(domain >= 0 && domain <= next,
+                      "topology '{}': domain {} of rank {} must be in 0..{} (domains are numbered 0, 1, ... in the "
+                      "order of their lowest rank)",
+                      t.name, domain, rank, next);
+    if (domain == next) ++next;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+int domainOf(const Topology& topology, int rank) {
+  return topology.domains.empty() ? rank / topology.ranksPerDomain : topology.domains[static_cast<std::size_t>(rank)];
+}
+
+int domainCount(const Topology& topology) {
+  if (topology.domains.empty()) return topology.ranks / topology.ranksPerDomain;
+  return 1 + *std::max_element(topology.domains.begin(), topology.domains.end());
+}
+
+Status placeRanks(std::span<const int> hostOfRank, Topology& topology) {
+  CHIMERA_CHECK_ARG(static_cast<int>(hostOfRank.size()) == topology.ranks,
+                    "placement lists the hosts of {} ranks, topology '{}' has {}", hostOfRank.size(), topology.name,
+                    topology.ranks);
+  Topology placed = topology;
+  placed.domains.assign(hostOfRank.begin(), hostOfRank.end());
+  placed.ranksPerDomain = 0;
+  const int hosts = placed.ranks == 0 ? 0 : domainCount(placed);
+  CHIMERA_RETURN_IF_ERROR(validateDomains(placed));
+  // Equal blocks of consecutive ranks: the ranks_per_domain form older profiles and presets use.
+  const int block = placed.ranks / hosts;
+  bool blocks = placed.ranks % hosts == 0;
+  for (int rank = 0; blocks && rank < placed.ranks; ++rank) blocks = hostOfRank[rank] == rank / block;
+  if (blocks) {
+    placed.domains.clear();
+    placed.ranksPerDomain = block;
+  }
+  topology = std::move(placed);
+  return Status::ok();
+}
+
+std::string hostsTopologyName(std::span<const int> hostOfRank) {
+  const bool oneHost = std::all_of(hostOfRank.begin(), hostOfRank.end(), [](int host) { return host == 0; });
+  if (oneHost) return fmt::format("host:{}", hostOfRank.size());
+  return fmt::format("{}{}", kHostsPresetPrefix, fmt::join(hostOfRank, ","));
+}
+
+std::string hostsLayoutKey(std::span<const int> hostOfRank) {
+  std::vector<int> counts;
+  for (const int host : hostOfRank) {
+    if (host < 0) continue;
+    if (static_cast<std::size_t>(host) >= counts.size()) counts.resize(static_cast<std::size_t>(host) + 1, 0);
+    ++counts[static_cast<std::size_t>(host)];
+  }
+  return fmt::format("{}", fmt::join(counts, "+"));
+}
+
+std::string calibrationCachePath(std::string_view layoutKey) {
+  std::string dir;
+  if (const char* own = std::getenv("CHIMERA_TOPOLOGY_CACHE"); own != nullptr && *own != '\0') {
+    if (std::string_view(own) == "none") return {};
+    dir = own;
+  } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    dir = fmt::format("{}/chimera/topology", xdg);
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    dir = fmt::format("{}/.cache/chimera/topology", home);
+  } else {
+    return {};
+  }
+  return fmt::format("{}/hosts-{}.json", dir, layoutKey);
+}
+
 Status validateTopology(const Topology& t) {
   CHIMERA_CHECK_ARG(!t.name.empty(), "topology name is empty");
   CHIMERA_CHECK_ARG(t.ranks >= 1 && t.ranks <= kMaxTopologyRanks, "topology '{}': ranks must be in 1..{}, got {}",
                     t.name, kMaxTopologyRanks, t.ranks);
-  CHIMERA_CHECK_ARG(t.ranksPerDomain >= 1 && t.ranks % t.ranksPerDomain == 0,
-                    "topology '{}': ranks_per_domain {} must be >= 1 and divide ranks {}", t.name, t.ranksPerDomain,
-                    t.ranks);
-  CHIMERA_CHECK_ARG(usesCrossLink(t.fabric) || t.ranksPerDomain == t.ranks,
-                    "topology '{}': fabric {} has one domain, so ranks_per_domain must equal ranks {}, got {}", t.name,
-                    fabricName(t.fabric), t.ranks, t.ranksPerDomain);
+  CHIMERA_RETURN_IF_ERROR(validateDomains(t));
   CHIMERA_CHECK_ARG(finiteNonNegative(t.local.alphaSeconds) && finitePositive(t.local.bytesPerSecond),
                     "topology '{}': local link needs alpha >= 0 and bandwidth > 0, got alpha {} s, {} B/s", t.name,
                     t.local.alphaSeconds, t.local.bytesPerSecond);
@@ -239,6 +402,11 @@ Status loadTopology(std::string_view nameOrPath, Topology& out) {
     out = multinodePreset(count);
     return Status::ok();
   }
+  if (nameOrPath.substr(0, kHostsPresetPrefix.size()) == kHostsPresetPrefix) {
+    std::vector<int> hosts;
+    CHIMERA_RETURN_IF_ERROR(parseHosts(nameOrPath, hosts));
+    return hostsTopology(nameOrPath, hosts, out);
+  }
   if (nameOrPath == "pcie-4080x8") {
     out = pcie4080Preset();
     return Status::ok();
@@ -257,14 +425,11 @@ Status loadTopology(std::string_view nameOrPath, Topology& out) {
   std::string text;
   if (const Status read = readFile(path, text); !read.isOk()) {
     return Status::invalidArgument(fmt::format(
-        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N) and not a readable profile file ({})", path,
-        fmt::join(topologyPresetNames(), ", "), read.message()));
+        "unknown topology '{}': not a preset ({}, multinode-ib:N, host:N, hosts:H0,H1,...) and not a readable "
+        "profile file ({})",
+        path, fmt::join(topologyPresetNames(), ", "), read.message()));
   }
-  Topology loaded;
-  const Status parsed = topologyFromJson(text, loaded);
-  if (!parsed.isOk()) return Status(parsed.code(), fmt::format("profile '{}': {}", path, parsed.message()));
-  out = std::move(loaded);
-  return Status::ok();
+  return parseProfile(path, text, out);
 }
 
 Status saveTopology(const Topology& topology, const std::string& path) {

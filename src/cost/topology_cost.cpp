@@ -124,6 +124,19 @@ Status planProgram(const Plan& plan, CommProgram& out, bool movesBoxes) {
   return Status::ok();
 }
 
+Status planLinkBytes(const CostModel& model, const Plan& plan, double& out) {
+  CommProgram program;
+  CHIMERA_RETURN_IF_ERROR(planProgram(plan, program, model.topology().movesBoxes));
+  double bytes = 0;
+  for (const CommStep& step : program) {
+    StepCost cost;
+    CHIMERA_RETURN_IF_ERROR(model.predictStep(step, cost));
+    bytes += cost.crossBytes;
+  }
+  out = bytes;
+  return Status::ok();
+}
+
 TopologyCost::TopologyCost(Topology topology) : model_(std::move(topology)) {}
 
 Status loadPlanCost(std::string_view name, std::unique_ptr<PlanCost>& out, std::optional<bool> movesBoxes) {
@@ -144,7 +157,8 @@ Status TopologyCost::checkMesh(const Mesh& mesh) const {
   const Topology& topology = model_.topology();
   CHIMERA_RETURN_IF_ERROR(validateTopology(topology));
   if (mesh.size() <= topology.ranks) return Status::ok();
-  const int perNode = topology.fabric == Fabric::NvSwitchMultiNode ? topology.ranksPerDomain : 8;
+  const int perNode =
+      topology.fabric == Fabric::NvSwitchMultiNode && topology.ranksPerDomain > 0 ? topology.ranksPerDomain : 8;
   const int nodes = (mesh.size() + perNode - 1) / perNode;
   return Status::invalidArgument(
       fmt::format("mesh {} has {} ranks but topology '{}' has {} GPUs: price it on one that covers the mesh "

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "chimera/planning/topology.hpp"
 #include "common/json.hpp"
@@ -108,6 +109,25 @@ class FieldReader {
     return Status::ok();
   }
 
+  // Optional: the domain of every rank, an array of integers.
+  Status domains(std::string_view key, std::vector<int>& out) const {
+    const Json* value = detail::findMember(object_, key);
+    if (value == nullptr) return Status::ok();
+    CHIMERA_CHECK_ARG(value->is_array() && !value->empty(), "field '{}{}' must be a non-empty array of integers",
+                      prefix(), key);
+    std::vector<int> list;
+    list.reserve(value->size());
+    for (const Json& item : *value) {
+      const std::optional<std::int64_t> number = detail::intValue(item);
+      CHIMERA_CHECK_ARG(number && *number >= 0 && *number < kMaxTopologyRanks,
+                        "field '{}{}' must list integers in 0..{}, got {}", prefix(), key, kMaxTopologyRanks - 1,
+                        detail::dumpJson(item));
+      list.push_back(static_cast<int>(*number));
+    }
+    out = std::move(list);
+    return Status::ok();
+  }
+
   Status calibration(std::string_view key, CalibrationInfo& out) const {
     const Json* value = detail::findMember(object_, key);
     if (value == nullptr) return Status::ok();
@@ -141,12 +161,16 @@ class FieldReader {
 }  // namespace
 
 std::string topologyToJson(const Topology& t) {
-  Json json = Json::object({{"format", kFormat},
-                            {"name", t.name},
-                            {"fabric", fabricName(t.fabric)},
-                            {"ranks", t.ranks},
-                            {"ranks_per_domain", t.ranksPerDomain},
-                            {"local_link", linkToJson(t.local)},
+  Json json =
+      Json::object({{"format", kFormat}, {"name", t.name}, {"fabric", fabricName(t.fabric)}, {"ranks", t.ranks}});
+  // Blocks of consecutive ranks keep the ranks_per_domain form; any other placement lists the
+  // domain of every rank.
+  if (t.domains.empty()) {
+    json["ranks_per_domain"] = t.ranksPerDomain;
+  } else {
+    json["domains"] = t.domains;
+  }
+  json.update(Json::object({{"local_link", linkToJson(t.local)},
                             {"cross_link", linkToJson(t.cross)},
                             {"peer_penalty", t.peerPenalty},
                             {"reduce_s_per_byte", t.reduceSecondsPerByte},
@@ -157,7 +181,7 @@ std::string topologyToJson(const Topology& t) {
                             {"moves_boxes", t.movesBoxes},
                             {"device", Json::object({{"memory_bytes_per_s", t.device.memoryBytesPerSecond},
                                                      {"launch_s", t.device.launchSeconds},
-                                                     {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}});
+                                                     {"peak_flops_per_s", t.device.peakFlopsPerSecond}})}}));
   Json factors = Json::object();
   for (std::size_t i = 0; i < kTransferKinds.size(); ++i) {
     factors[std::string(kTransferKindNames[i])] = t.transferFactors.values[i];
@@ -175,7 +199,7 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(detail::parseJson(text, json));
   const FieldReader reader(json, "");
   CHIMERA_RETURN_IF_ERROR(
-      reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "local_link", "cross_link",
+      reader.checkKnown({"format", "name", "fabric", "ranks", "ranks_per_domain", "domains", "local_link", "cross_link",
                          "peer_penalty", "reduce_s_per_byte", "compute_slots", "step_s", "peer_s", "fusion_margin",
                          "moves_boxes", "transfer_factors", "device", "calibration"}));
   std::string format;
@@ -187,7 +211,8 @@ Status topologyFromJson(std::string_view text, Topology& out) {
   CHIMERA_RETURN_IF_ERROR(reader.string("fabric", true, fabric));
   CHIMERA_RETURN_IF_ERROR(parseFabric(fabric, t.fabric));
   CHIMERA_RETURN_IF_ERROR(reader.integer("ranks", true, t.ranks));
-  CHIMERA_RETURN_IF_ERROR(reader.integer("ranks_per_domain", true, t.ranksPerDomain));
+  CHIMERA_RETURN_IF_ERROR(reader.domains("domains", t.domains));
+  CHIMERA_RETURN_IF_ERROR(reader.integer("ranks_per_domain", t.domains.empty(), t.ranksPerDomain));
   CHIMERA_RETURN_IF_ERROR(reader.link("local_link", true, t.local));
   CHIMERA_RETURN_IF_ERROR(reader.link("cross_link", false, t.cross));
   CHIMERA_RETURN_IF_ERROR(reader.number("peer_penalty", false, t.peerPenalty));

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace chimera::detail {
@@ -74,6 +75,11 @@ std::string humanPlanReport(const PlanQuery& query, const ChainPlan& plan, const
       fmt::format("  total {} ({} max per rank)\n\n", size(plan.fusedBytes.total), size(plan.fusedBytes.maxPerRank));
   const std::int64_t redundant = std::max<std::int64_t>(0, plan.baselineBytes.total - plan.fusedBytes.total);
   text += fmt::format("redundant bytes (chain minus best plan): {}\n", size(redundant));
+  if (query.linkBytes) {
+    text += fmt::format("bytes crossing hosts: chain {}, best plan {}\n",
+                        size(static_cast<std::int64_t>(query.linkBytes->baseline)),
+                        size(static_cast<std::int64_t>(query.linkBytes->fused)));
+  }
   text +=
       fmt::format("decision ({} cost): {}\nwhy: {}\n", query.cost, plan.useFused ? "fused" : "baseline", plan.explain);
   return text;
@@ -112,6 +118,10 @@ Json jsonPlanReport(const PlanQuery& query, const ChainPlan& plan, const ChainAn
       {"decision", plan.useFused ? "fused" : "baseline"},
       {"explain", plan.explain},
   });
+  if (query.linkBytes) {  // a placed job (chimera-plan --hosts)
+    out["link_bytes"] = Json::object({{"baseline", static_cast<std::int64_t>(std::llround(query.linkBytes->baseline))},
+                                      {"fused", static_cast<std::int64_t>(std::llround(query.linkBytes->fused))}});
+  }
   if (plan.fused.rank != kWorldPlan) {  // planned as one rank (chimera-plan --rank)
     out["rank"] = static_cast<std::int64_t>(plan.fused.rank);
     out["rank_transfers"] = rankTransfers(plan.fused);

@@ -23,6 +23,9 @@ struct StepCost {
   /// The resource that limited the bandwidth term ("cpu link domain 0->1", "gpu 3 tx",
   /// "memory bus"); empty when nothing was transferred.
   std::string bottleneck;
+  /// Bytes the step moves between domains (between hosts on a host network, nodes, NUMA
+  /// domains) as its algorithm runs, all ranks together: what crosses the slow link.
+  double crossBytes = 0;
 };
 
 /// Which of two programs to run, and why.

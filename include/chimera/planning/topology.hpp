@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Topologies (unstable tier): the presets (host, pcie-4080x8, nvswitch-h20x8, dgx-h100x8,
-// multinode-ib:N) and calibrated profile files the cost model prices plans on.
+// multinode-ib:N, hosts:PLACEMENT) and calibrated profile files the cost model prices plans on.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,9 +32,17 @@ enum class Fabric : std::uint8_t {
   /// Nodes of `ranksPerDomain` GPUs on an NVSwitch (as NvSwitch) joined by a network: each
   /// GPU has its own NIC (`cross` link, per direction) used by its inter-node transfers.
   NvSwitchMultiNode,
+  /// Hosts (the domains) joined by a network, processes exchanging through host memory: inside
+  /// a host every transfer uses that host's memory bus (`local` link, as SharedMemory); a
+  /// transfer between hosts uses the sending host's NIC transmit side and the receiving host's
+  /// NIC receive side (`cross` link, per direction), shared by all ranks of the host crossing at
+  /// once. Reductions run on `computeSlots` cores per host. AllReduce, ReduceScatter and
+  /// AllGather over a group spanning hosts are priced hierarchically (inside each host, across
+  /// hosts on the shard, inside again), as the MPI backend runs them.
+  HostNetwork,
 };
 
-/// "shared-memory", "pcie-domains", "nvswitch", "nvswitch-multinode".
+/// "shared-memory", "pcie-domains", "nvswitch", "nvswitch-multinode", "host-network".
 std::string_view fabricName(Fabric fabric);
 /// Parses a name as printed by fabricName. InvalidArgument naming the text when unknown.
 [[nodiscard]] Status parseFabric(std::string_view text, Fabric& out);
@@ -99,14 +108,20 @@ struct Topology {
   std::string name;  ///< preset name or the name stored in a profile
   Fabric fabric = Fabric::SharedMemory;
   int ranks = 0;  ///< world ranks it describes (1..kMaxTopologyRanks)
-  /// Ranks per NUMA domain (PcieDomains) or per node (NvSwitchMultiNode); divides `ranks`.
-  /// Equal to `ranks` for the other fabrics.
+  /// Ranks per NUMA domain (PcieDomains), per node (NvSwitchMultiNode) or per host
+  /// (HostNetwork) when the domains are blocks of consecutive ranks; divides `ranks`. Equal to
+  /// `ranks` for the one-domain fabrics. 0 when `domains` lists the domain of every rank.
   int ranksPerDomain = 0;
+  /// The domain (NUMA domain, node, host) of every rank, for any placement (round-robin,
+  /// uneven hosts): `ranks` entries, domains numbered 0, 1, ... in the order of their lowest
+  /// rank (as Backend::hostOfRank). Empty: blocks of `ranksPerDomain` consecutive ranks.
+  std::vector<int> domains;
   LinkParams local;                 ///< per-GPU link / NVSwitch port / memory bus
   LinkParams cross;                 ///< CPU link between domains, or per-GPU NIC; unused otherwise
   double peerPenalty = 0;           ///< NVSwitch bandwidth drop per extra concurrent peer (>= 0)
   double reduceSecondsPerByte = 0;  ///< local reduction cost of one byte on one core / device (>= 0)
-  /// Cores that all ranks' reductions share (SharedMemory); 0 = every rank reduces on its own device.
+  /// Cores that all ranks' reductions share (SharedMemory), or that the ranks of one host share
+  /// (HostNetwork); 0 = every rank reduces on its own device.
   int computeSlots = 0;
   /// Fixed cost of every communication step, paid once per step however many rounds it
   /// has: the collective's kernel launch and the synchronisation that ends the step (>= 0).
@@ -128,19 +143,50 @@ struct Topology {
   CalibrationInfo calibration;      ///< set by fitProfile; saved with the profile
 };
 
-/// Checks the fields of `topology` (ranges above, ranksPerDomain dividing ranks, cross link
-/// set where the fabric uses it). InvalidArgument naming the field and value otherwise.
+/// Checks the fields of `topology` (ranges above, ranksPerDomain dividing ranks or domains
+/// listing every rank, cross link set where the fabric uses it). InvalidArgument naming the
+/// field and value otherwise.
 [[nodiscard]] Status validateTopology(const Topology& topology);
+
+/// The domain of `rank` (0 <= rank < topology.ranks): `domains[rank]`, else the block
+/// rank / ranksPerDomain.
+int domainOf(const Topology& topology, int rank);
+/// The number of domains: one more than the largest domain of a rank.
+int domainCount(const Topology& topology);
+
+/// Sets the domain of every rank from `hostOfRank` (Backend::hostOfRank's numbering; it must
+/// list `topology.ranks` hosts): equal blocks of consecutive ranks become `ranksPerDomain`,
+/// any other placement `domains`. InvalidArgument naming the problem when the list does not
+/// fit or the fabric has one domain.
+[[nodiscard]] Status placeRanks(std::span<const int> hostOfRank, Topology& topology);
 
 /// The preset names loadTopology accepts: "host", "pcie-4080x8", "nvswitch-h20x8",
 /// "dgx-h100x8", "multinode-ib" (2 nodes; "multinode-ib:N" for N nodes).
 std::vector<std::string> topologyPresetNames();
 
+/// "hosts:H0,H1,...": the launch topology of ranks on hosts H0, H1, ... (the host of every
+/// rank, numbered from 0 in the order of their lowest rank), as hostsTopologyName writes it.
+inline constexpr std::string_view kHostsPresetPrefix = "hosts:";
+/// The name of the launch topology of ranks on `hostOfRank`: "host:N" when they all run on
+/// one host, else "hosts:H0,H1,..." (kHostsPresetPrefix).
+std::string hostsTopologyName(std::span<const int> hostOfRank);
+
+/// The layout key of a placement: ranks per host in host order joined by '+' ("4+4", "3+5"),
+/// which names its cached calibration (calibrationCachePath).
+std::string hostsLayoutKey(std::span<const int> hostOfRank);
+/// Where the calibration of launches with layout `layoutKey` is cached:
+/// $CHIMERA_TOPOLOGY_CACHE, else $XDG_CACHE_HOME/chimera/topology, else
+/// $HOME/.cache/chimera/topology, then "hosts-<layoutKey>.json". Empty when none of the
+/// variables is set, or CHIMERA_TOPOLOGY_CACHE is "none".
+std::string calibrationCachePath(std::string_view layoutKey);
+
 /// Finds a topology by preset name (see topologyPresetNames; "host:N" sets the number of
-/// host processes, default 8) or else by path of a profile JSON file written by
-/// saveTopology. InvalidArgument when the text is neither a preset nor a readable file
-/// of at most 1 MiB (the message lists the presets), or when the file is malformed (the
-/// message names the file, and the field or the parse position).
+/// host processes, default 8; "hosts:H0,H1,..." the host-network topology of that placement,
+/// with the links of the layout's cached calibration when one is stored, else the defaults
+/// of docs/cost_model.md) or else by path of a profile JSON file written by saveTopology.
+/// InvalidArgument when the text is neither a preset nor a readable file of at most 1 MiB
+/// (the message lists the presets), or when the file (or the cached calibration) is
+/// malformed (the message names the file, and the field or the parse position).
 [[nodiscard]] Status loadTopology(std::string_view nameOrPath, Topology& out);
 
 /// The profile JSON of `topology` (format "chimera-topology-1"), pretty-printed.

@@ -27,6 +27,11 @@ namespace chimera {
 /// stage or the plan names no mesh.
 [[nodiscard]] Status planProgram(const Plan& plan, CommProgram& out, bool movesBoxes = false);
 
+/// The bytes planProgram(plan) moves between domains on `model`'s topology (between hosts on a
+/// host network), all ranks together, as its steps' algorithms run (StepCost::crossBytes).
+/// The errors of planProgram and CostModel::predictStep.
+[[nodiscard]] Status planLinkBytes(const CostModel& model, const Plan& plan, double& out);
+
 /// The planner's cost from the topology model: value = predicted seconds of planProgram(plan)
 /// on the topology, tie broken by the bytes all ranks send. A plan that cannot be priced
 /// (a mesh larger than the topology, a malformed step) gets an infinite value and says why

@@ -24,6 +24,7 @@
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "chimera/planning/topology.hpp"
 #include "common/env.hpp"
 #include "core/check.hpp"
 
@@ -76,7 +77,8 @@ class MpiBackend final : public Backend {
 
   std::string_view name() const override { return "mpi"; }
   const Mesh& mesh() const override { return mesh_; }
-  std::string defaultTopology() const override { return hostTopology(mesh_.size()); }
+  /// host:N on one host; across hosts the host-network topology of where the ranks run.
+  std::string defaultTopology() const override { return hostsTopologyName(hosts_); }
   int rank() const override { return rank_; }
 
   // Host calls: each completes before it returns, so the stream is ignored.
