@@ -31,10 +31,12 @@ MODES = ["count-allreduce", "count-reducescatter", "count-allgather", "count-bro
 # correct one: the skipping rank's next call matches its peers' skipped one (same signature),
 # and the data of both differ; the guarantee there is a Timeout on the call nobody matches.
 SILENT_ON_SKIPPING_RANK = {"skipped-call"}
-# One bad argument on the last rank, per public entry point of the C++ API (the torch ones are
-# in bad_args_torch.py).
+# One bad argument on the last rank, per public entry point of the C++ API.
 BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
                       "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch"]
+# The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
+TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-dtensor", "bad-moe-topk",
+                            "bad-moe-replicated-id"]
 RANKS = 4
 STALLED_RANK = 2
 
@@ -52,9 +54,9 @@ def parse_report(path):
 
 
 def run_case(args, mode, checks):
-    ranks = args.ranks if mode in BAD_ARGUMENT_MODES else RANKS
+    ranks = args.ranks if mode.startswith("bad-") else RANKS
     env = dict(os.environ, CHIMERA_LOG_LEVEL=os.environ.get("CHIMERA_LOG_LEVEL", "off"))
-    if mode in BAD_ARGUMENT_MODES:
+    if mode.startswith("bad-"):
         # The release defaults: the argument check as built, the default timeout (10 minutes).
         env.pop("CHIMERA_CHECK_ARGS", None)
         env.pop("CHIMERA_TIMEOUT_MS", None)
@@ -63,7 +65,7 @@ def run_case(args, mode, checks):
         env.update(CHIMERA_CHECK_ARGS="1" if checks else "0", CHIMERA_TIMEOUT_MS=str(args.timeout_ms))
         linger = args.timeout_ms + 2000
     with tempfile.TemporaryDirectory(prefix="chimera-fault-") as out:
-        cmd = args.mpiexec + ["-n", str(ranks), args.binary, mode, out, str(linger)]
+        cmd = args.mpiexec + ["-n", str(ranks)] + args.binary.split() + [mode, out, str(linger)]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -148,7 +150,7 @@ def judge_bad_argument(case, args):
 
 def judge(case, args):
     """Problems with a case, as a list of strings (empty: passed)."""
-    if case["mode"] in BAD_ARGUMENT_MODES:
+    if case["mode"].startswith("bad-"):
         return judge_bad_argument(case, args)
     problems = []
     mode, checks, reports = case["mode"], case["checks"], case["reports"]
@@ -188,7 +190,7 @@ def summary(case):
         else:
             label = rep["code"] + (" (stopped rank, after SIGCONT)" if stalled else "")
             if not stalled:
-                key = "call_ms" if case["mode"] in BAD_ARGUMENT_MODES else "ms"
+                key = "call_ms" if case["mode"].startswith("bad-") else "ms"
                 slowest = max(slowest, int(rep[key]))
         counts[label] = counts.get(label, 0) + 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())), slowest / 1000.0
@@ -196,7 +198,7 @@ def summary(case):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--binary", required=True)
+    parser.add_argument("--binary", required=True, help="fault_rank, or PYTHON bad_args_torch.py (space separated)")
     parser.add_argument("--mpiexec", required=True, help="mpiexec and its flags, space separated")
     parser.add_argument("--modes", default=",".join(MODES + BAD_ARGUMENT_MODES))
     parser.add_argument("--checks", default="on,off")
@@ -212,7 +214,7 @@ def main():
     print("|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for checks in [c == "on" for c in args.checks.split(",")]:
-            if mode in ("stall", "absent-rank") + tuple(BAD_ARGUMENT_MODES) and not checks:
+            if (mode in ("stall", "absent-rank") or mode.startswith("bad-")) and not checks:
                 continue  # neither depends on the argument check (bad arguments run with the defaults)
             case = run_case(args, mode, checks)
             problems = judge(case, args)
