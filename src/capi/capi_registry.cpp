@@ -38,16 +38,17 @@ Registry& registry() {
 struct KindNames {
   const char* name;
   const char* maker;
+  const char* gone;  // what its destruction is called
 };
 
 KindNames names(HandleKind kind) {
   switch (kind) {
-    case HandleKind::Comm: return {"communicator", "chimeraCommInit*"};
-    case HandleKind::Session: return {"session", "chimeraSessionBegin*"};
-    case HandleKind::RoutedExchange: return {"routed exchange", "chimeraRoutedExchangeCreate"};
-    case HandleKind::RoutedHandle: return {"routed dispatch handle", "chimeraRoutedDispatch"};
+    case HandleKind::Comm: return {"communicator", "chimeraCommInit*", "destroyed"};
+    case HandleKind::Session: return {"session", "chimeraSessionBegin*", "ended"};
+    case HandleKind::RoutedExchange: return {"routed exchange", "chimeraRoutedExchangeCreate", "destroyed"};
+    case HandleKind::RoutedHandle: return {"routed dispatch handle", "chimeraRoutedDispatch", "destroyed"};
   }
-  return {"handle", "chimera"};
+  return {"handle", "chimera", "destroyed"};
 }
 
 Status find(const Registry& r, std::uintptr_t handle, HandleKind kind, const Entry*& out) {
@@ -56,7 +57,7 @@ Status find(const Registry& r, std::uintptr_t handle, HandleKind kind, const Ent
   const auto it = r.live.find(handle);
   if (it == r.live.end()) {
     return Status::invalidArgument(
-        fmt::format("{} {:#x} is not live (already destroyed, or not made by {})", want.name, handle, want.maker));
+        fmt::format("{} {:#x} is not live (already {}, or not made by {})", want.name, handle, want.gone, want.maker));
   }
   if (it->second.kind != kind)
     return Status::invalidArgument(

@@ -36,22 +36,26 @@ struct DispatchObject {
 constexpr std::size_t kOptionsLayoutBytes[] = {sizeof(chimeraRoutedOptions_t)};
 static_assert(std::size(kOptionsLayoutBytes) == CHIMERA_ROUTED_OPTIONS_VERSION, "one layout per version");
 
-// The C options as the C++ ones; InvalidArgument naming a field out of range.
+// The C options as the C++ ones; InvalidArgument naming a field out of range, or the struct's
+// header when it was not declared with its initializer. The fields are read either way (the
+// layout of every version starts with version 1's), so that a rank whose struct is refused
+// still joins its peers' creation with their group and token axes, and they fail with it.
 Status readOptions(const CommObject& comm, const chimeraRoutedOptions_t& options, chimera::RoutedExchangeOptions& o) {
-  CHIMERA_RETURN_IF_ERROR(
+  const Status header =
       chimera::detail::checkVersionedStruct(options, CHIMERA_ROUTED_OPTIONS_VERSION, "chimeraRoutedOptions_t",
-                                            "CHIMERA_ROUTED_OPTIONS_INITIALIZER", kOptionsLayoutBytes));
+                                            "CHIMERA_ROUTED_OPTIONS_INITIALIZER", kOptionsLayoutBytes);
+  o.numExperts = options.numExperts;
+  o.topK = options.topK;
+  o.hidden = options.hidden;
+  if (options.group != nullptr) CHIMERA_RETURN_IF_ERROR(comm.mesh.parseAxes(options.group, o.group));
+  if (options.tokenLayout != nullptr) o.tokenLayout = options.tokenLayout;
+  CHIMERA_RETURN_IF_ERROR(header);
   CHIMERA_CHECK_ARG(options.program >= 0 && options.program <= 2, "program {} (0 planned, 1 fused, 2 per expert)",
                     options.program);
   CHIMERA_CHECK_ARG(options.dropOverflow == 0 || options.dropOverflow == 1, "dropOverflow {} (expected 1 or 0)",
                     options.dropOverflow);
-  o.numExperts = options.numExperts;
-  o.topK = options.topK;
-  o.hidden = options.hidden;
   CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(options.datatype, o.dtype));
   CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(options.weightType, o.weightDtype));
-  if (options.group != nullptr) CHIMERA_RETURN_IF_ERROR(comm.mesh.parseAxes(options.group, o.group));
-  if (options.tokenLayout != nullptr) o.tokenLayout = options.tokenLayout;
   o.capacity = options.capacity;
   o.overflow = options.dropOverflow == 1 ? chimera::CapacityOverflow::Drop : chimera::CapacityOverflow::Error;
   o.program = static_cast<chimera::RoutedProgram>(options.program);

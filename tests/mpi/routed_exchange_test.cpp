@@ -848,6 +848,8 @@ TEST(RoutedExchange, CreateWithABadOptionOnOneRankFailsEveryRankAtOnce) {
       ASSERT_TRUE(createOnEveryRank(w, good, first));
     }
     for (const Bad& bad : bads) {
+      // E + 1 experts split over a group of one rank.
+      if (std::string(bad.what) == "expert" && w.mesh().groupSize(good.group) == 1) continue;
       const std::string label = std::string(fresh ? "fresh backend, " : "groups made, ") + bad.what;
       RoutedExchangeOptions options = good;
       if (me == odd) bad.spoil(options);
