@@ -217,14 +217,33 @@ Status RoutedExchange::Impl::agreeOnOptions(const Status& local) {
   std::int64_t words[4] = {static_cast<std::int64_t>(tag), -static_cast<std::int64_t>(tag), failed ? 1 : 0,
                            failed ? ranks - index : 0};
   CHIMERA_RETURN_IF_ERROR(backend.allReduce(words, words, 4, DataType::I64, ReduceOp::Max, group));
+  bool anyFailed = words[2] > 0;
+  int failedRank = anyFailed ? groupRanks[static_cast<std::size_t>(ranks - words[3])] : -1;
+  bool tagsDiffer = words[0] != -words[1];
+  // Replicas outside the dispatch group ("tp=R", "tp=P" over tp with group ep) meet in every
+  // dispatch: the verdict of their groups crosses the token axes in a second round, so that no
+  // group creates its exchange while a replica's group refused (its dispatch would then wait
+  // for that replica).
+  // Decided by the token axes alone (every rank parsed them, also one whose placement is
+  // malformed), so that every member of the token axes makes the round.
+  const bool replicasOutside =
+      placement != TokenPlacement::Stage && tokenSize > 1 && (tokenAxes.bits() & ~group.bits()) != 0;
+  if (replicasOutside) {
+    const std::int64_t world = backend.mesh().size();
+    std::int64_t more[3] = {anyFailed ? 1 : 0, anyFailed ? world - failedRank : 0, tagsDiffer ? 1 : 0};
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(more, more, 3, DataType::I64, ReduceOp::Max, tokenAxes));
+    anyFailed = more[0] > 0;
+    failedRank = anyFailed ? static_cast<int>(world - more[1]) : -1;
+    tagsDiffer = more[2] > 0;
+  }
   if (failed) return local;
   const Mesh& mesh = backend.mesh();
-  if (words[2] > 0)
-    return Status::mismatch(fmt::format(
-        "routed exchange over group {}: rank {} of the group refused its options (see its error); no exchange was "
-        "created",
-        mesh.axesName(group), groupRanks[static_cast<std::size_t>(ranks - words[3])]));
-  if (words[0] != -words[1])
+  if (anyFailed)
+    return Status::mismatch(
+        fmt::format("routed exchange over group {}: rank {} refused its options (see its error); no exchange was "
+                    "created",
+                    mesh.axesName(group), failedRank));
+  if (tagsDiffer)
     return Status::mismatch(
         fmt::format("routed exchange over group {}: its ranks create exchanges with other options (experts, top-k, "
                     "hidden size, dtypes, capacity, token layout or program differ)",

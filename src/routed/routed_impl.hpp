@@ -74,8 +74,9 @@ struct RoutedExchange::Impl {
   // joins its peers' first round.
   Status resolve();
   // The first round of create over the dispatch group: one MAX AllReduce of the options' tag and
-  // of this rank's verdict `local`. Returns `local` when it failed; Mismatch naming the lowest
-  // failing member on every other rank, or naming the group when the options differ.
+  // of this rank's verdict `local` (and a second over the token axes where replicas lie outside
+  // the group). Returns `local` when it failed; Mismatch naming the lowest failing rank on every
+  // other rank, or naming the group when the options differ.
   Status agreeOnOptions(const Status& local);
   // InvalidArgument (returned before any communication) unless `st` was dispatched by this
   // exchange and completed.
