@@ -58,6 +58,10 @@ typedef enum {
   chimeraBackward = 1 /**< from stage k to stage k-1 (the backward pass) */
 } chimeraDirection_t;
 
+/* Handles. Every handle below is a number the library's registry gives out, not an address: it
+ * is never reused (a 64-bit generation), so a handle that was destroyed, destroyed twice, never
+ * made, or of another kind is chimeraInvalidArgument in every call that takes it, even when a
+ * newer handle's object lives where the old one's did. */
 /** A communicator: a backend bound to a mesh. */
 typedef struct chimeraComm* chimeraComm_t;
 /** A recording session on a communicator. */
@@ -145,8 +149,9 @@ chimeraResult_t chimeraGetUniqueId(chimeraUniqueId* id);
 /** Creates an NCCL communicator (device memory) for world rank `rank` of `mesh`, driving CUDA
  * device `device`, from `id`. Collective. chimeraUnsupported without CUDA. */
 chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int rank, int device, chimeraUniqueId id);
-/** Frees a communicator. NULL is a no-op. chimeraInvalidArgument (nothing freed) while sessions on
- * it are live, or when `comm` is not a live handle (destroyed already, or never created). */
+/** Frees a communicator. NULL is a no-op. chimeraInvalidArgument (nothing freed) while sessions or
+ * routed exchanges on it are live, or when `comm` is not a live handle (destroyed already, or
+ * never created). */
 chimeraResult_t chimeraCommDestroy(chimeraComm_t comm);
 /** This process's world rank. */
 chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank);
@@ -251,32 +256,61 @@ chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream);
 
 /* ---- Routed exchange of MoE layers (see chimera::RoutedExchange, docs/moe.md) ---- */
 
-/** A routed exchange (top-k dispatch and combine) over a group of a communicator. */
+/** A routed exchange (top-k dispatch and combine) over a group of a communicator. Like every
+ * handle of this header it is a registry number, not an address: a handle that was destroyed,
+ * destroyed twice, never made, or of another kind is chimeraInvalidArgument in every call. */
 typedef struct chimeraRoutedExchange* chimeraRoutedExchange_t;
-/** The state of one routed dispatch, which combine and both backwards reuse. */
+/** The state of one routed dispatch, which combine and both backwards reuse. It belongs to the
+ * exchange that made it: passing it to another exchange is chimeraInvalidArgument on this rank,
+ * before any communication (a peer still waiting in the call then fails by its timeout). */
 typedef struct chimeraRoutedHandle* chimeraRoutedHandle_t;
-/** Options of a routed exchange (see chimera::RoutedExchangeOptions); zero-initialise, then set. */
+/** The layout version of chimeraRoutedOptions_t this header declares. */
+#define CHIMERA_ROUTED_OPTIONS_VERSION 1
+/** Options of a routed exchange (see chimera::RoutedExchangeOptions): declare it with
+ * CHIMERA_ROUTED_OPTIONS_INITIALIZER, then set fields (see "Versioned structs"). */
 typedef struct {
+  size_t size;                  /**< sizeof(chimeraRoutedOptions_t) (set by the initializer) */
+  unsigned int magic;           /**< CHIMERA_STRUCT_MAGIC (set by the initializer) */
+  unsigned int version;         /**< CHIMERA_ROUTED_OPTIONS_VERSION (set by the initializer) */
   int64_t numExperts;           /**< E, placed in contiguous blocks of E/R over the group */
-  int topK;                     /**< K */
+  int topK;                     /**< K, in [1, E] */
   int64_t hidden;               /**< H, elements per token row */
-  chimeraDataType_t datatype;   /**< of the rows: chimeraFloat32 or chimeraFloat64 */
-  chimeraDataType_t weightType; /**< of the weights: chimeraFloat32 or chimeraFloat64 */
-  const char* group;            /**< dispatch axes ("ep", "ep+tp"); NULL: every axis */
-  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P", "pp=@k"; NULL: "" */
-  int64_t capacity;             /**< tokens per (source, destination rank); 0: dropless */
-  int dropOverflow;             /**< capacity mode: 1 drop and count, 0 fail */
-  int program;                  /**< 0 planned, 1 fused, 2 per (token, expert) */
-  size_t scratchLimitBytes;     /**< 0: CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB */
+  chimeraDataType_t datatype;   /**< of the rows: chimeraFloat32 (default), chimeraFloat64, chimeraFloat16 or
+                                     chimeraBfloat16 */
+  chimeraDataType_t weightType; /**< of the weights: as datatype */
+  const char* group;            /**< dispatch axes ("ep", "ep+tp"); NULL (default): every axis */
+  const char* tokenLayout;      /**< "", "tp=S0", "tp=R", "tp=P", "pp=@k"; NULL (default): "" */
+  int64_t capacity;             /**< tokens per (source, destination rank); 0 (default): dropless */
+  int dropOverflow;             /**< capacity mode: 1 (default) drop and count, 0 fail */
+  int program;                  /**< 0 (default) planned, 1 fused, 2 per (token, expert) */
+  size_t scratchLimitBytes;     /**< 0 (default): CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES, else 16 GiB */
+  const char* topology;         /**< the cost model of the planned program ("bytes", a preset or a profile
+                                     file); NULL (default): CHIMERA_TOPOLOGY, else the backend's own */
 } chimeraRoutedOptions_t;
-/** Creates a routed exchange on `comm` (no communication). chimeraUnsupported on NCCL. */
+/** A chimeraRoutedOptions_t with its header set and every field at its default. */
+#define CHIMERA_ROUTED_OPTIONS_INITIALIZER                                                                         \
+  {                                                                                                                \
+    sizeof(chimeraRoutedOptions_t), CHIMERA_STRUCT_MAGIC, CHIMERA_ROUTED_OPTIONS_VERSION, 0, 0, 0, chimeraFloat32, \
+        chimeraFloat32, NULL, NULL, 0, 1, 0, 0, NULL                                                               \
+  }
+/** Creates a routed exchange on `comm`. Collective over the communicator's mesh when the
+ * communicators of its group or token axes do not exist yet, else over its dispatch group
+ * (one small agreement on the options). An option that is bad on one rank (K outside [1, E], E
+ * not divisible by the group, a malformed layout, an unknown dtype or cost model, a capacity
+ * over the scratch limit) is chimeraInvalidArgument on that rank and chimeraMismatch naming it on
+ * the others of the group, in that agreement; options that differ between ranks are
+ * chimeraMismatch on every rank. chimeraUnsupported on NCCL. */
 chimeraResult_t chimeraRoutedExchangeCreate(chimeraComm_t comm, const chimeraRoutedOptions_t* options,
                                             chimeraRoutedExchange_t* out);
-/** Frees a routed exchange (after its dispatches). NULL is a no-op. */
+/** Frees a routed exchange. NULL is a no-op; a handle that is not live is chimeraInvalidArgument.
+ * Dispatch handles it made may be destroyed before or after it. A communicator with live routed
+ * exchanges cannot be destroyed (chimeraInvalidArgument). */
 chimeraResult_t chimeraRoutedExchangeDestroy(chimeraRoutedExchange_t exchange);
 /** Dispatches `tokens` rows of `x` by `topkIdx`/`topkWeights` ([tokens, K]); collective over the group.
  * `*rows` receives the number of rows this rank received. "pp=@k": stage k+1 passes NULL and 0
- * (chimeraRoutedHandleTokens then says how many tokens its combine writes). */
+ * (chimeraRoutedHandleTokens then says how many tokens its combine writes). An expert id out of
+ * range on one rank is chimeraInvalidArgument there and chimeraMismatch on its peers; with
+ * "tp=R" / "tp=P", on every replica too. */
 chimeraResult_t chimeraRoutedDispatch(chimeraRoutedExchange_t exchange, const void* x, const int64_t* topkIdx,
                                       const void* topkWeights, int64_t tokens, chimeraRoutedHandle_t* out,
                                       int64_t* rows);
@@ -301,7 +335,7 @@ chimeraResult_t chimeraRoutedHandleBytes(chimeraRoutedHandle_t dispatch, uint64_
 /** The tokens of the dispatch's combine output y and of grad x: this rank's own, or with
  * "pp=@k" on stage k+1 those of its peer on stage k. */
 chimeraResult_t chimeraRoutedHandleTokens(chimeraRoutedHandle_t dispatch, int64_t* tokens);
-/** Frees a dispatch's state. NULL is a no-op. */
+/** Frees a dispatch's state. NULL is a no-op; a handle that is not live is chimeraInvalidArgument. */
 chimeraResult_t chimeraRoutedHandleDestroy(chimeraRoutedHandle_t dispatch);
 
 #ifdef __cplusplus

@@ -103,7 +103,10 @@ struct RoutedStats {
 };
 
 /// The state of one dispatch: who sent what where, so that combine and both backwards reuse it
-/// without another count exchange. Produced by RoutedExchange::dispatch; move-only.
+/// without another count exchange. Produced by RoutedExchange::dispatch; move-only. A handle
+/// belongs to the exchange that dispatched into it: receive, combine and both backwards of any
+/// other exchange return InvalidArgument for it, before any communication (as for a handle that
+/// holds no completed dispatch), on the calling rank only.
 class RoutedDispatch {
  public:
   RoutedDispatch();
@@ -143,19 +146,28 @@ class RoutedDispatch {
 /// With "pp=@k" the calls are collective over the dispatch groups of stages k and k+1 together,
 /// each rank in its role (role()); a call outside the role is InvalidArgument on that rank, and
 /// in dispatch and dispatchBackward it fails the ranks it exchanges with as well.
-/// Errors: InvalidArgument for a bad argument on this rank; routing metadata that does not
-/// agree between ranks (an expert id out of range, K or H or the program different on one
-/// rank, a buffer of the wrong size reported by a binding) is an error on every rank of the
-/// group (Mismatch on the ranks that learn it from a peer), never a hang or garbage.
+/// Errors: InvalidArgument for a bad argument on this rank (Mismatch naming this rank on the
+/// others of the call, in the call's first round, except for a handle from another exchange or
+/// without a completed dispatch, which fails on the calling rank before any message); an
+/// expert id out of range on any replica of "tp=R" / "tp=P" fails every replica, whether or not
+/// it dispatches that token; routing metadata that does not agree between ranks (an expert id out of range, K or H or
+/// the program different on one rank, a buffer of the wrong size reported by a binding) is an error on every rank of
+/// the group (Mismatch on the ranks that learn it from a peer), never a hang or garbage.
 class RoutedExchange {
  public:
   /// Checks `options` against `backend`'s mesh and decides the program. Creates the
   /// communicators of the dispatch group and of the token axes that do not exist yet
   /// (Backend::createGroups: collective over the mesh, as every rank creates the exchange with
   /// the same group and layout), then agrees on the options over the dispatch group (one small
-  /// AllReduce): Mismatch on every rank of the group where one rank's options differ.
+  /// AllReduce). Every check that can fail on one rank (layout, dtypes, capacity, K in [1, E],
+  /// E divisible by R, the cost model, capacity blocks over the scratch limit) runs before any
+  /// message, and a rank whose check failed still takes part: it returns InvalidArgument naming
+  /// the argument, and every other rank of the group Mismatch naming that rank, in the same
+  /// round; where the options of the ranks differ, every rank returns Mismatch. `localError`,
+  /// when not Ok, is this rank's own failure found before the call (a binding's check): it takes
+  /// part the same way and returns it. No exchange is made unless every rank returns Ok.
   [[nodiscard]] static Status create(Backend& backend, const RoutedExchangeOptions& options,
-                                     std::unique_ptr<RoutedExchange>& out);
+                                     std::unique_ptr<RoutedExchange>& out, const Status& localError = Status::ok());
   ~RoutedExchange();
   RoutedExchange(const RoutedExchange&) = delete;
   RoutedExchange& operator=(const RoutedExchange&) = delete;

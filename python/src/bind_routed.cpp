@@ -34,11 +34,17 @@ nb::dict statsDict(const RoutedStats& s) {
   return d;
 }
 
-RoutedProgram toProgram(const std::string& text) {
-  if (text == "planned") return RoutedProgram::Planned;
-  if (text == "fused") return RoutedProgram::Fused;
-  if (text == "per_expert") return RoutedProgram::PerExpert;
-  raiseStatus(Status::invalidArgument(fmt::format("unknown program '{}' (planned, fused, per_expert)", text)));
+Status toProgram(const std::string& text, RoutedProgram& out) {
+  if (text == "planned") {
+    out = RoutedProgram::Planned;
+  } else if (text == "fused") {
+    out = RoutedProgram::Fused;
+  } else if (text == "per_expert") {
+    out = RoutedProgram::PerExpert;
+  } else {
+    return Status::invalidArgument(fmt::format("unknown program '{}' (planned, fused, per_expert)", text));
+  }
+  return Status::ok();
 }
 
 class PyRoutedExchange : public Resource {
@@ -46,25 +52,41 @@ class PyRoutedExchange : public Resource {
   PyRoutedExchange(nb::object backend, std::int64_t numExperts, int topK, std::int64_t hidden, nb::handle dtype,
                    nb::handle weightDtype, nb::handle group, const std::string& layout, std::int64_t capacity,
                    const std::string& overflow, const std::string& program, const std::optional<std::string>& topology,
-                   std::size_t scratchLimit)
+                   std::size_t scratchLimit, const std::optional<std::string>& failure)
       : Resource(nb::cast<PyBackend*>(backend)), backendRef_(std::move(backend)) {
     Backend& b = owner()->get("RoutedExchange");
+    // A bad option here is this rank's failure in the exchange's first round, not a raise
+    // before it: every peer then raises at once (Mismatch naming this rank) instead of waiting.
     RoutedExchangeOptions options;
+    std::unique_ptr<nb::python_error> error;
+    const auto convert = [&](auto&& body) {
+      if (error != nullptr) return;
+      try {
+        body();
+      } catch (nb::python_error& e) {
+        error = std::make_unique<nb::python_error>(std::move(e));
+      }
+    };
     options.numExperts = numExperts;
     options.topK = topK;
     options.hidden = hidden;
-    options.dtype = toDataType(dtype);
-    options.weightDtype = toDataType(weightDtype);
-    options.group = toAxes(group, b.mesh());
+    convert([&] { options.dtype = toDataType(dtype); });
+    convert([&] { options.weightDtype = toDataType(weightDtype); });
+    convert([&] { options.group = toAxes(group, b.mesh()); });
     options.tokenLayout = layout;
     options.capacity = capacity;
-    if (overflow != "drop" && overflow != "error")
-      raiseStatus(Status::invalidArgument(fmt::format("unknown overflow '{}' (drop, error)", overflow)));
-    options.overflow = overflow == "drop" ? CapacityOverflow::Drop : CapacityOverflow::Error;
-    options.program = toProgram(program);
+    options.overflow = overflow == "error" ? CapacityOverflow::Error : CapacityOverflow::Drop;
+    Status local = failure.has_value() ? Status::invalidArgument(*failure)
+                   : error != nullptr  ? Status::invalidArgument(error->what())
+                                       : Status::ok();
+    if (local.isOk() && overflow != "drop" && overflow != "error")
+      local = Status::invalidArgument(fmt::format("unknown overflow '{}' (drop, error)", overflow));
+    if (const Status parsed = toProgram(program, options.program); local.isOk()) local = parsed;
     options.topology = topology.value_or("");
     options.scratchLimitBytes = scratchLimit;
-    check(RoutedExchange::create(b, options, exchange_));
+    const Status created = RoutedExchange::create(b, options, exchange_, local);
+    if (error != nullptr && !failure.has_value()) throw std::move(*error);
+    check(created);
   }
   ~PyRoutedExchange() override { PyRoutedExchange::close(); }
   void close() override { exchange_.reset(); }
@@ -173,11 +195,15 @@ void bindRouted(nb::module_& m) {
                                "of the group makes the same calls in the same order.")
       .def(nb::init<nb::object, std::int64_t, int, std::int64_t, nb::handle, nb::handle, nb::handle, const std::string&,
                     std::int64_t, const std::string&, const std::string&, const std::optional<std::string>&,
-                    std::size_t>(),
+                    std::size_t, const std::optional<std::string>&>(),
            nb::arg("backend"), nb::arg("num_experts"), nb::arg("top_k"), nb::arg("hidden"), nb::arg("dtype") = "f32",
            nb::arg("weight_dtype") = "f32", nb::arg("group").none() = nb::none(), nb::arg("layout") = "",
            nb::arg("capacity") = 0, nb::arg("overflow") = "drop", nb::arg("program") = "planned",
-           nb::arg("topology").none() = nb::none(), nb::arg("scratch_limit") = 0)
+           nb::arg("topology").none() = nb::none(), nb::arg("scratch_limit") = 0, nb::arg("error").none() = nb::none(),
+           "Creates the exchange, collectively over its group (and over the mesh while its groups' communicators do "
+           "not exist). A bad option on this rank raises InvalidArgument here and Mismatch naming this rank on the "
+           "peers, in the creation's first round. `error`: this rank's own failure found before the call; the rank "
+           "takes part in the creation with it and raises it.")
       .def_prop_ro("explain", [](PyRoutedExchange& self) { return self.get("explain").explain(); })
       .def_prop_ro("once_per_rank", [](PyRoutedExchange& self) { return self.get("once_per_rank").oncePerRank(); })
       .def_prop_ro("splits_replicas",

@@ -51,21 +51,22 @@ using chimera::detail::toResult;
 
 using chimera::detail::guardedCall;
 
-// Ok for a live communicator (capi_registry.hpp).
-Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
+using chimera::detail::CommObject;
+using chimera::detail::lookup;
 
 // InvalidArgument when `count` elements of `type`, times the size of the group along `axes`
 // when `perRank`, do not fit in one buffer.
-Status checkCount(const chimeraComm* comm, std::size_t count, chimera::DataType type, chimera::AxisSet axes,
+Status checkCount(const CommObject* comm, std::size_t count, chimera::DataType type, chimera::AxisSet axes,
                   bool perRank, const char* what) {
   std::size_t bytes = 0;
   const auto parts = perRank ? static_cast<std::size_t>(comm->mesh.groupSize(axes)) : std::size_t{1};
   return chimera::detail::bufferBytes(count, chimera::dataTypeSize(type), parts, what, bytes);
 }
 
-Status commonArgs(const chimeraComm* comm, const chimeraDataType_t& datatype, const char* axesText,
+// Looks up the live communicator `commHandle` into `comm`, then reads the datatype and the axes.
+Status commonArgs(chimeraComm_t commHandle, const chimeraDataType_t& datatype, const char* axesText, CommObject*& comm,
                   chimera::DataType& type, chimera::AxisSet& axes) {
-  CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+  CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
   CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
   CHIMERA_CHECK_ARG(axesText != nullptr, "null axes text");
   return comm->mesh.parseAxes(axesText, axes);
@@ -110,11 +111,10 @@ chimeraResult_t chimeraCommInitMpi(chimeraComm_t* comm, const char* mesh) {
     int rank = 0;
     int size = 0;
     CHIMERA_RETURN_IF_ERROR(chimera::mpiWorld(rank, size));
-    auto made = std::make_unique<chimeraComm>();
+    auto made = std::make_unique<CommObject>();
     CHIMERA_RETURN_IF_ERROR(parseMesh(mesh, size, made->mesh));
     CHIMERA_RETURN_IF_ERROR(chimera::createMpiBackend(made->mesh, made->backend));
-    *comm = made.release();
-    chimera::detail::registerComm(*comm);
+    *comm = chimera::detail::publish<chimeraComm_t>(std::move(made));
     return Status::ok();
   };
   return guardedCall("chimeraCommInitMpi", run);
@@ -145,13 +145,12 @@ chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int r
   auto run = [&]() -> Status {
     CHIMERA_CHECK_ARG(comm != nullptr, "null chimeraComm_t* to fill");
     CHIMERA_CHECK_ARG(mesh != nullptr, "null mesh text");
-    auto made = std::make_unique<chimeraComm>();
+    auto made = std::make_unique<CommObject>();
     CHIMERA_RETURN_IF_ERROR(chimera::Mesh::parse(mesh, made->mesh));
     chimera::NcclUniqueId nccl;
     std::memcpy(nccl.bytes.data(), id.internal, sizeof(id.internal));
     CHIMERA_RETURN_IF_ERROR(chimera::createNcclBackend(made->mesh, rank, device, nccl, made->backend));
-    *comm = made.release();
-    chimera::detail::registerComm(*comm);
+    *comm = chimera::detail::publish<chimeraComm_t>(std::move(made));
     return Status::ok();
   };
   return guardedCall("chimeraCommInitRank", run);
@@ -166,26 +165,23 @@ chimeraResult_t chimeraCommInitRank(chimeraComm_t* comm, const char* mesh, int r
 }
 
 chimeraResult_t chimeraCommDestroy(chimeraComm_t comm) {
-  return guardedCall("chimeraCommDestroy", [&]() -> Status {
-    if (comm == nullptr) return Status::ok();
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::releaseComm(comm));
-    delete comm;
-    return Status::ok();
-  });
+  return guardedCall("chimeraCommDestroy", [&]() -> Status { return chimera::detail::destroy<CommObject>(comm); });
 }
 
-chimeraResult_t chimeraCommRank(chimeraComm_t comm, int* rank) {
+chimeraResult_t chimeraCommRank(chimeraComm_t commHandle, int* rank) {
   return guardedCall("chimeraCommRank", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(rank != nullptr, "null int* for the rank");
     *rank = comm->backend->rank();
     return Status::ok();
   });
 }
 
-chimeraResult_t chimeraCommSize(chimeraComm_t comm, int* size) {
+chimeraResult_t chimeraCommSize(chimeraComm_t commHandle, int* size) {
   return guardedCall("chimeraCommSize", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(size != nullptr, "null int* for the size");
     *size = comm->mesh.size();
     return Status::ok();
@@ -199,12 +195,13 @@ void chimeraFinalize(void) {
 }
 
 chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
-                                 chimeraRedOp_t op, const char* axes, chimeraComm_t comm) {
+                                 chimeraRedOp_t op, const char* axes, chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
   return guardedCall("chimeraAllReduce", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
     CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraAllReduce count"));
     return comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set, comm->stream);
@@ -212,12 +209,13 @@ chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t co
 }
 
 chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, chimeraDataType_t datatype,
-                                     chimeraRedOp_t op, const char* axes, chimeraComm_t comm) {
+                                     chimeraRedOp_t op, const char* axes, chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
   return guardedCall("chimeraReduceScatter", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
     CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, recvcount, type, set, true, "chimeraReduceScatter recvcount"));
     return comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set, comm->stream);
@@ -225,53 +223,59 @@ chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_
 }
 
 chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, chimeraDataType_t datatype,
-                                 const char* axes, chimeraComm_t comm) {
+                                 const char* axes, chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   return guardedCall("chimeraAllGather", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, sendcount, type, set, true, "chimeraAllGather sendcount"));
     return comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set, comm->stream);
   });
 }
 
 chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t countPerPeer, chimeraDataType_t datatype,
-                                const char* axes, chimeraComm_t comm) {
+                                const char* axes, chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   return guardedCall("chimeraAllToAll", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, countPerPeer, type, set, true, "chimeraAllToAll countPerPeer"));
     return comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set, comm->stream);
   });
 }
 
 chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t count, chimeraDataType_t datatype,
-                                 int root, const char* axes, chimeraComm_t comm) {
+                                 int root, const char* axes, chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   chimera::AxisSet set;
   return guardedCall("chimeraBroadcast", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(commonArgs(comm, datatype, axes, type, set));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraBroadcast count"));
     return comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set, comm->stream);
   });
 }
 
 chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
-                            chimeraComm_t comm) {
+                            chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   return guardedCall("chimeraSend", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraSend count"));
     return comm->backend->send(sendbuff, count, type, peer, comm->stream);
   });
 }
 
-chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer, chimeraComm_t comm) {
+chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t datatype, int peer,
+                            chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   return guardedCall("chimeraRecv", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
     CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraRecv count"));
     return comm->backend->recv(recvbuff, count, type, peer, comm->stream);
@@ -280,9 +284,10 @@ chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t data
 
 chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatype, const char* from, const char* to,
                                     const void* input, size_t inputBytes, void* output, size_t outputBytes,
-                                    chimeraComm_t comm) {
+                                    chimeraComm_t commHandle) {
   auto run = [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(shape != nullptr && from != nullptr && to != nullptr, "null shape or layout text");
     chimera::TensorSpec spec;
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The objects behind the C API's opaque handles, and the Status -> chimeraResult_t bridge.
+// The objects behind the C API's opaque handles (a handle is a registry number, not their
+// address: capi_registry.hpp), and the Status -> chimeraResult_t bridge.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,7 +14,14 @@
 #include "chimera/executor.hpp"
 #include "chimera/session.hpp"
 
-struct chimeraComm {
+namespace chimera::detail {
+
+/// The kinds of handle the C API hands out (capi_registry.hpp), each with its object below.
+enum class HandleKind : std::uint8_t { Comm = 1, Session = 2, RoutedExchange = 3, RoutedHandle = 4 };
+
+/// The object of a chimeraComm_t.
+struct CommObject {
+  static constexpr HandleKind kKind = HandleKind::Comm;
   chimera::Mesh mesh;
   std::unique_ptr<chimera::Backend> backend;
   std::unique_ptr<chimera::Executor> executor;  ///< for chimeraRedistribute, made on first use
@@ -22,10 +31,15 @@ struct chimeraComm {
   void* stream = nullptr;
 };
 
-struct chimeraSession {
-  chimeraComm* comm = nullptr;
+/// The object of a chimeraSession_t: its communicator outlives it (the registry refuses to
+/// destroy a communicator with live sessions).
+struct SessionObject {
+  static constexpr HandleKind kKind = HandleKind::Session;
+  CommObject* comm = nullptr;
   std::unique_ptr<chimera::Session> session;
 };
+
+}  // namespace chimera::detail
 
 namespace chimera::detail {
 

@@ -18,8 +18,9 @@ namespace {
 using chimera::Status;
 using chimera::detail::guardedCall;
 
-Status checkComm(const chimeraComm* comm) { return chimera::detail::lookupComm(comm); }
-Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
+using chimera::detail::CommObject;
+using chimera::detail::lookup;
+using chimera::detail::SessionObject;
 
 // The bytes of chimeraSessionConfig_t per layout version (version 2 added `topology`).
 constexpr std::size_t kConfigLayoutBytes[] = {offsetof(chimeraSessionConfig_t, topology),
@@ -38,9 +39,10 @@ chimeraResult_t chimeraGetVersion(int* version) {
   });
 }
 
-chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) {
+chimeraResult_t chimeraCommCreateGroups(chimeraComm_t commHandle, const char* groups) {
   return guardedCall("chimeraCommCreateGroups", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(groups != nullptr, "null group list");
     std::vector<chimera::AxisSet> sets;
     std::string_view rest(groups);
@@ -56,25 +58,28 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t comm, const char* groups) 
   });
 }
 
-chimeraResult_t chimeraCommSetStream(chimeraComm_t comm, void* stream) {
+chimeraResult_t chimeraCommSetStream(chimeraComm_t commHandle, void* stream) {
   return guardedCall("chimeraCommSetStream", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     comm->stream = stream;
     return Status::ok();
   });
 }
 
-chimeraResult_t chimeraCommSynchronize(chimeraComm_t comm) {
+chimeraResult_t chimeraCommSynchronize(chimeraComm_t commHandle) {
   return guardedCall("chimeraCommSynchronize", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     return comm->backend->synchronize(comm->stream);
   });
 }
 
-chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessionConfig_t* config,
+chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t commHandle, const chimeraSessionConfig_t* config,
                                           chimeraSession_t* session) {
   return guardedCall("chimeraSessionBeginConfig", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
@@ -93,20 +98,20 @@ chimeraResult_t chimeraSessionBeginConfig(chimeraComm_t comm, const chimeraSessi
       if (config->version >= 2 && config->topology != nullptr) options.topology = config->topology;
     }
     if (options.stream == nullptr) options.stream = comm->stream;
-    auto made = std::make_unique<chimeraSession>();
+    auto made = std::make_unique<SessionObject>();
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
-    *session = made.release();
-    chimera::detail::registerSession(*session);
+    *session = chimera::detail::publish<chimeraSession_t>(std::move(made), chimera::detail::handleValue(commHandle));
     return Status::ok();
   });
 }
 
-chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, chimeraDataType_t datatype,
+chimeraResult_t chimeraSessionRecv(chimeraSession_t sessionHandle, const char* shape, chimeraDataType_t datatype,
                                    const char* layout, const char* axis, chimeraDirection_t direction, void* buffer,
                                    size_t bytes, chimeraTensor_t* out) {
   return guardedCall("chimeraSessionRecv", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     CHIMERA_CHECK_ARG(shape != nullptr && layout != nullptr && axis != nullptr && out != nullptr,
                       "null shape, layout or axis text, or chimeraTensor_t* to fill");
     const long long way = chimera::detail::cEnumValue(direction);
@@ -129,9 +134,10 @@ chimeraResult_t chimeraSessionRecv(chimeraSession_t session, const char* shape, 
   });
 }
 
-chimeraResult_t chimeraSessionSetStream(chimeraSession_t session, void* stream) {
+chimeraResult_t chimeraSessionSetStream(chimeraSession_t sessionHandle, void* stream) {
   return guardedCall("chimeraSessionSetStream", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     session->session->setStream(stream);
     return Status::ok();
   });

@@ -15,20 +15,22 @@ using chimera::Status;
 
 using chimera::detail::guardedCall;
 
-// Ok for a live session (capi_registry.hpp).
-Status checkSession(const chimeraSession* session) { return chimera::detail::lookupSession(session); }
+using chimera::detail::CommObject;
+using chimera::detail::lookup;
+using chimera::detail::SessionObject;
 
 chimera::TensorHandle toHandle(chimeraTensor_t t) { return {t.index, t.window}; }
 chimeraTensor_t fromHandle(chimera::TensorHandle t) { return {t.index, t.window}; }
 
-Status parseLayout(const chimeraSession* session, const char* text, chimera::Layout& out) {
+Status parseLayout(const SessionObject* session, const char* text, chimera::Layout& out) {
   CHIMERA_CHECK_ARG(text != nullptr, "null layout text");
   return chimera::Layout::parse(text, session->comm->mesh, out);
 }
 
-Status record(chimeraSession* s, const char* opText, chimeraTensor_t input, void* output, size_t outputBytes,
-              chimeraTensor_t* out) {
-  CHIMERA_RETURN_IF_ERROR(checkSession(s));
+Status record(chimeraSession_t sessionHandle, const char* opText, chimeraTensor_t input, void* output,
+              size_t outputBytes, chimeraTensor_t* out) {
+  SessionObject* s = nullptr;
+  CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, s));
   CHIMERA_CHECK_ARG(opText != nullptr && out != nullptr, "null op text or chimeraTensor_t* to fill");
   chimera::Chain chain;
   CHIMERA_RETURN_IF_ERROR(chimera::Chain::parse(opText, s->comm->mesh, chain));
@@ -60,29 +62,30 @@ static_assert(std::size(kCStatsMembers) == chimera::kSessionStatsFields.size(),
 
 extern "C" {
 
-chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session) {
+chimeraResult_t chimeraSessionBegin(chimeraComm_t commHandle, int fusion, chimeraSession_t* session) {
   auto run = [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::lookupComm(comm));
+    CommObject* comm = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
     CHIMERA_CHECK_ARG(session != nullptr, "null chimeraSession_t* to fill");
     CHIMERA_CHECK_ARG(fusion >= -1 && fusion <= 1, "fusion {} (expected 1 on, 0 off, -1 from the environment)", fusion);
     chimera::SessionOptions options;
     CHIMERA_RETURN_IF_ERROR(chimera::SessionOptions::fromEnvironment(options));
     if (fusion >= 0) options.fusion = fusion == 1;
     options.stream = comm->stream;
-    auto made = std::make_unique<chimeraSession>();
+    auto made = std::make_unique<SessionObject>();
     made->comm = comm;
     CHIMERA_RETURN_IF_ERROR(chimera::Session::create(*comm->backend, options, made->session));
-    *session = made.release();
-    chimera::detail::registerSession(*session);
+    *session = chimera::detail::publish<chimeraSession_t>(std::move(made), chimera::detail::handleValue(commHandle));
     return Status::ok();
   };
   return guardedCall("chimeraSessionBegin", run);
 }
 
-chimeraResult_t chimeraSessionTensor(chimeraSession_t session, void* buffer, size_t bytes, const char* shape,
+chimeraResult_t chimeraSessionTensor(chimeraSession_t sessionHandle, void* buffer, size_t bytes, const char* shape,
                                      chimeraDataType_t datatype, const char* layout, chimeraTensor_t* out) {
   auto run = [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     CHIMERA_CHECK_ARG(shape != nullptr && out != nullptr, "null shape text or chimeraTensor_t* to fill");
     chimera::TensorSpec spec;
     CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, spec.dtype));
@@ -102,9 +105,10 @@ chimeraResult_t chimeraSessionRecord(chimeraSession_t session, const char* op, c
   return guardedCall("chimeraSessionRecord", [&] { return record(session, op, input, output, outputBytes, out); });
 }
 
-chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
+chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t sessionHandle, chimeraTensor_t t, const char* layout) {
   auto run = [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     chimera::Layout read;
     CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
     return session->session->declareRead(toHandle(t), read);
@@ -112,9 +116,10 @@ chimeraResult_t chimeraSessionDeclareRead(chimeraSession_t session, chimeraTenso
   return guardedCall("chimeraSessionDeclareRead", run);
 }
 
-chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t t, const char* layout) {
+chimeraResult_t chimeraSessionConsume(chimeraSession_t sessionHandle, chimeraTensor_t t, const char* layout) {
   auto run = [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     chimera::Layout read;
     CHIMERA_RETURN_IF_ERROR(parseLayout(session, layout, read));
     return session->session->consume(toHandle(t), read);
@@ -122,31 +127,36 @@ chimeraResult_t chimeraSessionConsume(chimeraSession_t session, chimeraTensor_t 
   return guardedCall("chimeraSessionConsume", run);
 }
 
-chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t session, chimeraTensor_t t, size_t offset,
+chimeraResult_t chimeraSessionDeclareReadRange(chimeraSession_t sessionHandle, chimeraTensor_t t, size_t offset,
                                                size_t bytes) {
   return guardedCall("chimeraSessionDeclareReadRange", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     return session->session->declareRead(toHandle(t), offset, bytes);
   });
 }
 
-chimeraResult_t chimeraSessionConsumeRange(chimeraSession_t session, chimeraTensor_t t, size_t offset, size_t bytes) {
+chimeraResult_t chimeraSessionConsumeRange(chimeraSession_t sessionHandle, chimeraTensor_t t, size_t offset,
+                                           size_t bytes) {
   return guardedCall("chimeraSessionConsumeRange", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     return session->session->consume(toHandle(t), offset, bytes);
   });
 }
 
-chimeraResult_t chimeraSessionFlush(chimeraSession_t session) {
+chimeraResult_t chimeraSessionFlush(chimeraSession_t sessionHandle) {
   return guardedCall("chimeraSessionFlush", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     return session->session->flush();
   });
 }
 
-chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionStats_t* stats) {
+chimeraResult_t chimeraSessionGetStats(chimeraSession_t sessionHandle, chimeraSessionStats_t* stats) {
   return guardedCall("chimeraSessionGetStats", [&]() -> Status {
-    CHIMERA_RETURN_IF_ERROR(checkSession(session));
+    SessionObject* session = nullptr;
+    CHIMERA_RETURN_IF_ERROR(lookup(sessionHandle, session));
     CHIMERA_CHECK_ARG(stats != nullptr, "null chimeraSessionStats_t*");
     CHIMERA_RETURN_IF_ERROR(
         chimera::detail::checkVersionedStruct(*stats, CHIMERA_SESSION_STATS_VERSION, "chimeraSessionStats_t",
@@ -161,12 +171,7 @@ chimeraResult_t chimeraSessionGetStats(chimeraSession_t session, chimeraSessionS
 }
 
 chimeraResult_t chimeraSessionEnd(chimeraSession_t session) {
-  return guardedCall("chimeraSessionEnd", [&]() -> Status {
-    if (session == nullptr) return Status::ok();
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::releaseSession(session));
-    delete session;
-    return Status::ok();
-  });
+  return guardedCall("chimeraSessionEnd", [&]() -> Status { return chimera::detail::destroy<SessionObject>(session); });
 }
 
 }  // extern "C"

@@ -26,11 +26,15 @@ namespace {
 
 constexpr const char* kLog = "exec";
 
-// CHIMERA_CHECK_ARGS as the backends read it; a malformed value keeps the default here (the
+// CHIMERA_CHECK_ARGS as `backend` reads it: on by default in every build on host backends,
+// whose agreement is one small exchange (a rank with a bad buffer then fails every rank at
+// once instead of leaving its peers waiting for the timeout), in debug builds only on NCCL,
+// whose agreement synchronises the stream. A malformed value keeps the default here (the
 // backend refused it already when it was created).
-bool checkBuffersFromEnv() {
-  bool on = detail::kCheckArgsByDefault;
-  if (!detail::checkArgsFromEnv(on).isOk()) on = detail::kCheckArgsByDefault;
+bool checkBuffersFromEnv(const Backend& backend) {
+  const bool fallback = backend.name() == "nccl" ? detail::kCheckArgsByDefault : detail::kMpiCheckArgsByDefault;
+  bool on = fallback;
+  if (!detail::checkArgsFromEnv(on, fallback).isOk()) on = fallback;
   return on;
 }
 
@@ -88,7 +92,7 @@ struct Executor::Impl {
   detail::PreparedPlanCache preparedPlans{Executor::kDefaultPreparedPlanLimit};
   std::size_t passes = 0;
   detail::BackendReduction agreement;
-  bool checkBuffers = checkBuffersFromEnv();
+  bool checkBuffers = checkBuffersFromEnv(backend);
   detail::CopyCount copies;  // the local copies of every plan run
 };
 

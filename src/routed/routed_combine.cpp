@@ -28,11 +28,12 @@ using detail::wordsOf;
 namespace {
 
 // The opening of every call on a completed dispatch: InvalidArgument (returned) when the handle
-// holds none; else this rank's verdict `local`, which the call carries into its exchange:
-// `localError`, or InvalidArgument naming a null buffer that the handle's rows or tokens need.
-Status openCall(const RoutedDispatch::State& st, const char* call, const Status& localError, bool rowBufferNull,
-                const char* rowBuffer, bool tokenBufferNull, const char* tokenBuffer, Status& local) {
-  CHIMERA_CHECK_ARG(st.complete, "{}: the handle holds no completed dispatch", call);
+// holds none or comes from another exchange; else this rank's verdict `local`, which the call carries into its
+// exchange: `localError`, or InvalidArgument naming a null buffer that the handle's rows or tokens need.
+Status openCall(const RoutedExchange::Impl& m, const RoutedDispatch::State& st, const char* call,
+                const Status& localError, bool rowBufferNull, const char* rowBuffer, bool tokenBufferNull,
+                const char* tokenBuffer, Status& local) {
+  CHIMERA_RETURN_IF_ERROR(m.checkHandle(st, call));
   local = localError;
   if (local.isOk() && st.rows > 0 && rowBufferNull)
     local = Status::invalidArgument(fmt::format("{}: null {} with {} rows", call, rowBuffer, st.rows));
@@ -89,8 +90,8 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
   const RoutedDispatch::State& st = handle.state();
   CHIMERA_RETURN_IF_ERROR(m.checkRole("routed combine", true));
   Status local;
-  CHIMERA_RETURN_IF_ERROR(
-      openCall(st, "routed combine", localError, expertOut == nullptr, "expert output", y == nullptr, "output", local));
+  CHIMERA_RETURN_IF_ERROR(openCall(m, st, "routed combine", localError, expertOut == nullptr, "expert output",
+                                   y == nullptr, "output", local));
   RoutedStats own;
   // Each received record goes back as one row: its slots' rows weighted and summed in slot order.
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, m.rowBytes);
@@ -113,7 +114,7 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
   const RoutedDispatch::State& st = handle.state();
   CHIMERA_RETURN_IF_ERROR(m.checkRole("routed combine backward", true));
   Status local;
-  CHIMERA_RETURN_IF_ERROR(openCall(st, "routed combine backward", localError,
+  CHIMERA_RETURN_IF_ERROR(openCall(m, st, "routed combine backward", localError,
                                    gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr),
                                    "expert output or its gradient", gradY == nullptr, "gradient of y", local));
   RoutedStats own;
@@ -167,12 +168,12 @@ Status RoutedExchange::dispatchBackward(const void* gradRecvX, const void* gradR
     // Each side needs only its own buffers: the experts' rows' gradients, the source's grad x.
     CHIMERA_RETURN_IF_ERROR(m.checkRole("routed dispatch backward", false));
     const bool experts = m.role == RoutedRole::Experts;
-    CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, experts && gradRecvX == nullptr,
+    CHIMERA_RETURN_IF_ERROR(openCall(m, st, "routed dispatch backward", localError, experts && gradRecvX == nullptr,
                                      "gradient of the received rows", !experts && gradX == nullptr, "gradient of x",
                                      local));
     verdict = m.dispatchBackwardStage(gradRecvX, gradRowWeights, st, gradX, gradWeights, own, local);
   } else {
-    CHIMERA_RETURN_IF_ERROR(openCall(st, "routed dispatch backward", localError, gradRecvX == nullptr,
+    CHIMERA_RETURN_IF_ERROR(openCall(m, st, "routed dispatch backward", localError, gradRecvX == nullptr,
                                      "gradient of the received rows", gradX == nullptr, "gradient of x", local));
     verdict = m.dispatchBackwardGroup(gradRecvX, gradRowWeights, st, gradX, gradWeights, own, local);
   }

@@ -124,6 +124,15 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, c
   return Status::ok();
 }
 
+Status RoutedExchange::Impl::checkHandle(const RoutedDispatch::State& st, const char* call) const {
+  CHIMERA_CHECK_ARG(st.exchange == 0 || st.exchange == serial,
+                    "{}: the handle was dispatched by another routed exchange (#{}, this one is #{}); pass each "
+                    "handle to the exchange that made it",
+                    call, st.exchange, serial);
+  CHIMERA_CHECK_ARG(st.complete, "{}: the handle holds no completed dispatch", call);
+  return Status::ok();
+}
+
 Status RoutedExchange::Impl::checkRouting(const std::int64_t* topkIdx, std::int64_t begin, std::int64_t end) const {
   const int K = options.topK;
   const std::int64_t E = options.numExperts;
@@ -312,6 +321,7 @@ Status RoutedExchange::dispatch(const void* x, const std::int64_t* topkIdx, cons
   Impl& m = *impl_;
   handle = RoutedDispatch();
   RoutedDispatch::State& st = handle.state();
+  st.exchange = m.serial;
   st.tokens = tokens;
   st.slots = m.slots;
   Status local = localError;
@@ -332,10 +342,15 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
   // Replicas of the tokens (tp=R, tp=P) agree first, before any row moves: a replica that
   // failed, or replicas that pass different T, fail the dispatch on every replica, and the
   // count exchange tells the other ranks. Partial tokens are then reduced over the token axes.
+  // Every replica checks the whole routing before they agree, not only the block it dispatches:
+  // an id out of range on any replica then fails all of them (and, through the count exchange,
+  // their peers), instead of the ranks of one replica only.
   const std::byte* rows = static_cast<const std::byte*>(x);
   std::int64_t firstRow = 0;
-  if ((m.placement == TokenPlacement::Replicated || m.placement == TokenPlacement::Partial) && m.tokenSize > 1)
+  if ((m.placement == TokenPlacement::Replicated || m.placement == TokenPlacement::Partial) && m.tokenSize > 1) {
+    if (local.isOk() && tokens > 0) local = m.checkRouting(topkIdx, 0, tokens);
     CHIMERA_RETURN_IF_ERROR(m.agreeReplicas(tokens, local, st.stats));
+  }
   if (m.placement == TokenPlacement::Partial && local.isOk())
     CHIMERA_RETURN_IF_ERROR(m.reducePartial(x, tokens, rows, firstRow, st.stats));
   if (!local.isOk()) tokens = 0;
@@ -412,7 +427,7 @@ Status RoutedExchange::receive(RoutedDispatch& handle, void* recvX, std::int64_t
   const Impl& m = *impl_;
   CHIMERA_RETURN_IF_ERROR(m.checkRole("routed receive", true));
   RoutedDispatch::State& st = handle.state();
-  CHIMERA_CHECK_ARG(st.complete, "routed receive: the handle holds no completed dispatch");
+  CHIMERA_RETURN_IF_ERROR(m.checkHandle(st, "routed receive"));
   CHIMERA_CHECK_ARG(!st.received.empty() || st.rows == 0, "routed receive: the handle's rows were received already");
   const auto S = static_cast<std::size_t>(m.slots);
   const std::size_t record = m.headerBytes + m.rowBytes;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -39,13 +40,13 @@ Status parseTokenLayout(const Mesh& mesh, std::string_view text, AxisSet& axes, 
   } else if (p == "P" || p == "P(sum)") {
     placement = TokenPlacement::Partial;
   } else if (!p.empty() && p.front() == '@') {
+    placement = TokenPlacement::Stage;  // even when malformed: the group follows from it
     const std::string_view digits = p.substr(1);
     const bool number = !digits.empty() && digits.size() <= 6 &&
                         std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     CHIMERA_CHECK_ARG(number, "token layout '{}': a pipeline stage is @k with k a stage index", text);
     CHIMERA_CHECK_ARG(mesh.groupSize(axes) > 1 && (axes.bits() & (axes.bits() - 1)) == 0,
                       "token layout '{}': the tokens of a stage need one pipeline axis of two stages or more", text);
-    placement = TokenPlacement::Stage;
     stage = std::stoi(std::string(digits));
   } else {
     return Status::invalidArgument(
@@ -83,16 +84,15 @@ Status createGroups(Backend& backend, AxisSet group, AxisSet tokenAxes) {
 
 }  // namespace
 
-Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& options,
-                              std::unique_ptr<RoutedExchange>& out) {
-  if (backend.name() == "nccl")
-    return Status::unsupported(
-        "routed exchange: the row packing and expansion run on host memory only so far; the NCCL backend has "
-        "allToAllV and exchangeCounts, not the device kernels of the routed exchange");
-  auto impl = std::make_unique<Impl>(backend, options);
-  Impl& m = *impl;
+RoutedExchange::Impl::Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {
+  static std::atomic<std::uint64_t> exchanges{0};
+  serial = ++exchanges;
+}
+
+Status RoutedExchange::Impl::resolve() {
+  Impl& m = *this;
   const Mesh& mesh = backend.mesh();
-  CHIMERA_RETURN_IF_ERROR(parseTokenLayout(mesh, options.tokenLayout, m.tokenAxes, m.placement, m.stage));
+  const Status layout = parseTokenLayout(mesh, options.tokenLayout, m.tokenAxes, m.placement, m.stage);
   const bool staged = m.placement == TokenPlacement::Stage;
   // A stage's tokens dispatch over every axis but the pipeline's unless told otherwise.
   m.group = !options.group.empty() ? options.group
@@ -101,16 +101,15 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
   m.ranks = mesh.groupSize(m.group);
   m.index = mesh.groupIndex(backend.rank(), m.group);
   m.groupRanks = mesh.groupRanks(backend.rank(), m.group);
+  m.tokenSize = mesh.groupSize(m.tokenAxes);
+  m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
+  m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
+  CHIMERA_RETURN_IF_ERROR(layout);
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.dtype, "token"));
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.weightDtype, "weight"));
   CHIMERA_CHECK_ARG(options.capacity >= 0 && options.capacity <= detail::kMaxCountRecords,
                     "routed exchange: capacity {} outside 0..{}", options.capacity, detail::kMaxCountRecords);
-  m.tokenSize = mesh.groupSize(m.tokenAxes);
-  m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
-  m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
   if (m.tokenSize == 1 && m.placement != TokenPlacement::Partial && !staged) m.placement = TokenPlacement::Owned;
-  // A stage's tokens cross the pipeline axis point to point: no communicator over it is needed.
-  CHIMERA_RETURN_IF_ERROR(createGroups(backend, m.group, staged ? AxisSet() : m.tokenAxes));
 
   RoutedRequest request;
   request.mesh = mesh;
@@ -172,6 +171,9 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
       m.straight = false;
       m.explanation = {"the chain as issued forced (RoutedProgram::PerExpert)"};
       break;
+    default:
+      return Status::invalidArgument(
+          fmt::format("routed exchange: program {} is not a RoutedProgram", static_cast<int>(options.program)));
   }
   m.slots = m.oncePerRank ? static_cast<int>(std::min<std::int64_t>(options.topK, m.localExperts)) : 1;
   m.rowBytes = static_cast<std::size_t>(options.hidden) * dataTypeSize(options.dtype);
@@ -203,16 +205,68 @@ Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& opt
       .add(static_cast<std::uint64_t>(m.stage))
       .add(static_cast<std::uint64_t>(m.straight));
   m.tag = static_cast<std::uint32_t>(hasher.value());
-  // The group's ranks agree on the options here, once, by the whole tag: a rank whose exchange
-  // has other options fails every rank of the group now. The words of the exchange's rounds
-  // carry 7 bits of the tag, which catch a call on another exchange object.
-  std::int64_t tags[2] = {m.tag, -static_cast<std::int64_t>(m.tag)};
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(tags, tags, 2, DataType::I64, ReduceOp::Max, m.group));
-  if (tags[0] != -tags[1])
+  return Status::ok();
+}
+
+Status RoutedExchange::Impl::agreeOnOptions(const Status& local) {
+  // MAX of {tag, -tag, failed, R - index of a failed member}: whether the tags differ, whether a
+  // member failed and the lowest failing index, in the round that also agrees on the options.
+  // The words of the exchange's later rounds carry 7 bits of the tag, which catch a call on
+  // another exchange object.
+  const bool failed = !local.isOk();
+  std::int64_t words[4] = {static_cast<std::int64_t>(tag), -static_cast<std::int64_t>(tag), failed ? 1 : 0,
+                           failed ? ranks - index : 0};
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(words, words, 4, DataType::I64, ReduceOp::Max, group));
+  bool anyFailed = words[2] > 0;
+  int failedRank = anyFailed ? groupRanks[static_cast<std::size_t>(ranks - words[3])] : -1;
+  bool tagsDiffer = words[0] != -words[1];
+  // Replicas outside the dispatch group ("tp=R", "tp=P" over tp with group ep) meet in every
+  // dispatch: the verdict of their groups crosses the token axes in a second round, so that no
+  // group creates its exchange while a replica's group refused (its dispatch would then wait
+  // for that replica).
+  // Decided by the token axes alone (every rank parsed them, also one whose placement is
+  // malformed), so that every member of the token axes makes the round.
+  const bool replicasOutside =
+      placement != TokenPlacement::Stage && tokenSize > 1 && (tokenAxes.bits() & ~group.bits()) != 0;
+  if (replicasOutside) {
+    const std::int64_t world = backend.mesh().size();
+    std::int64_t more[3] = {anyFailed ? 1 : 0, anyFailed ? world - failedRank : 0, tagsDiffer ? 1 : 0};
+    CHIMERA_RETURN_IF_ERROR(backend.allReduce(more, more, 3, DataType::I64, ReduceOp::Max, tokenAxes));
+    anyFailed = more[0] > 0;
+    failedRank = anyFailed ? static_cast<int>(world - more[1]) : -1;
+    tagsDiffer = more[2] > 0;
+  }
+  if (failed) return local;
+  const Mesh& mesh = backend.mesh();
+  if (anyFailed)
+    return Status::mismatch(
+        fmt::format("routed exchange over group {}: rank {} refused its options (see its error); no exchange was "
+                    "created",
+                    mesh.axesName(group), failedRank));
+  if (tagsDiffer)
     return Status::mismatch(
         fmt::format("routed exchange over group {}: its ranks create exchanges with other options (experts, top-k, "
                     "hidden size, dtypes, capacity, token layout or program differ)",
-                    mesh.axesName(m.group)));
+                    mesh.axesName(group)));
+  return Status::ok();
+}
+
+Status RoutedExchange::create(Backend& backend, const RoutedExchangeOptions& options,
+                              std::unique_ptr<RoutedExchange>& out, const Status& localError) {
+  if (backend.name() == "nccl")
+    return Status::unsupported(
+        "routed exchange: the row packing and expansion run on host memory only so far; the NCCL backend has "
+        "allToAllV and exchangeCounts, not the device kernels of the routed exchange");
+  auto impl = std::make_unique<Impl>(backend, options);
+  Impl& m = *impl;
+  // Every check runs before the first message, and a rank whose check failed still makes the
+  // same calls as its peers (the groups' creation, then the agreement), so that none waits for it.
+  Status local = localError;
+  if (const Status resolved = m.resolve(); local.isOk()) local = resolved;
+  // A stage's tokens cross the pipeline axis point to point: no communicator over it is needed.
+  const Status created = createGroups(backend, m.group, m.placement == TokenPlacement::Stage ? AxisSet() : m.tokenAxes);
+  if (!created.isOk()) return local.isOk() ? created : local;
+  CHIMERA_RETURN_IF_ERROR(m.agreeOnOptions(local));
   out.reset(new RoutedExchange(std::move(impl)));
   return Status::ok();
 }

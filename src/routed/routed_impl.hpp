@@ -26,6 +26,8 @@ std::vector<std::byte>& spareReceived();
 struct RoutedExchange::Impl {
   Backend& backend;
   RoutedExchangeOptions options;
+  // This exchange's identity in the process, never reused: the handles it dispatches carry it.
+  std::uint64_t serial = 0;
   AxisSet group;
   std::vector<int> groupRanks;    // world rank of each group index
   int ranks = 1;                  // R
@@ -64,7 +66,21 @@ struct RoutedExchange::Impl {
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
 
-  Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {}
+  Impl(Backend& b, const RoutedExchangeOptions& o);
+
+  // create's steps. Every check that can fail on this rank alone (layout, dtypes, capacity, the
+  // cost model, K, E, the scratch of capacity blocks), without communication; the group and the
+  // token axes are set first, from whatever of the layout parses, so that a rank at fault still
+  // joins its peers' first round.
+  Status resolve();
+  // The first round of create over the dispatch group: one MAX AllReduce of the options' tag and
+  // of this rank's verdict `local` (and a second over the token axes where replicas lie outside
+  // the group). Returns `local` when it failed; Mismatch naming the lowest failing rank on every
+  // other rank, or naming the group when the options differ.
+  Status agreeOnOptions(const Status& local);
+  // InvalidArgument (returned before any communication) unless `st` was dispatched by this
+  // exchange and completed.
+  Status checkHandle(const RoutedDispatch::State& st, const char* call) const;
 
   // The calls over the dispatch group (every layout but "pp=@k", and stage k+1 of its hand-off).
   Status dispatchGroup(const void* x, const std::int64_t* topkIdx, const void* topkWeights, std::int64_t tokens,

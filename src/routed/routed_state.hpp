@@ -13,6 +13,10 @@
 namespace chimera {
 
 struct RoutedDispatch::State {
+  // The exchange that dispatched into this state (RoutedExchange::Impl::serial; 0: none yet):
+  // its tables are sized by that exchange's group, slots and rows, so every other exchange
+  // refuses the handle.
+  std::uint64_t exchange = 0;
   std::int64_t tokens = 0;  // T, this rank's tokens
   // The rows this rank dispatches: all of them, or its block when replicas split.
   std::int64_t ownBegin = 0;

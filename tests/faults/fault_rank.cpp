@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // One rank of a fault-injection run (driven by run_faults.py): runs one mismatch mode (or the
-// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend) on 4 ranks through the public
-// API with the environment's settings, and writes what this rank saw to OUTDIR/rank<R>.txt:
-//   code=<status code> ms=<wall time of the mode> data=<ok|wrong|-> message=<status message>
-// `ms` runs from MPI_Init (backend creation included). `data` is checked only when the call
-// returned ok: `wrong` is a silent wrong result.
+// long AllReduce a driver stalls with SIGSTOP, or a rank that never creates its backend, or a
+// bad argument on one rank) through the public API with the environment's settings, and
+// writes what this rank saw to OUTDIR/rank<R>.txt:
+//   code=<status code> ms=<wall time of the mode> call_ms=<the faulty call> next=<ok|failed|->
+//   data=<ok|wrong|-> message=<status message>
+// `ms` runs from MPI_Init (backend creation included); `call_ms` times the call given the bad
+// argument alone, and `next` says whether a good call made after it worked (bad-argument
+// modes). `data` is checked only when the call returned ok: `wrong` is a silent wrong result.
 // The process then waits (bounded) for the other ranks' reports and leaves with _Exit,
 // never MPI_Finalize: after a Timeout, operations may still be pending.
 #include <mpi.h>
@@ -24,6 +27,7 @@
 
 #include "chimera/executor.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "chimera/routed_exchange.hpp"
 #include "chimera/session.hpp"
 
 namespace chimera {
@@ -32,6 +36,8 @@ namespace {
 struct Outcome {
   Status status;
   std::string data = "-";  // ok / wrong / - (not checked)
+  double callMs = -1;      // bad-argument modes: the faulty call alone
+  std::string next = "-";  // bad-argument modes: whether the good call after it worked
 };
 
 struct Run {
@@ -212,6 +218,131 @@ Outcome modeStall(Run& r, const std::string& dir) {
   return {Status::internal("the stalled rank was never stopped")};
 }
 
+// Bad-argument modes: the last rank alone passes a bad argument to one call of an entry point
+// over the world; every rank must return an error within a second (InvalidArgument on the rank
+// at fault, an error naming it on the others), and the same call with good arguments must then
+// work on every rank. `call(bad)` makes the call; `bad` is true on the rank at fault only.
+Outcome badArgument(Run& r, const std::function<Status(bool bad)>& call) {
+  const bool bad = r.rank == r.mesh.size() - 1;
+  const auto start = std::chrono::steady_clock::now();
+  Outcome out{call(bad)};
+  out.callMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.next = call(false).isOk() ? "ok" : "failed";
+  return out;
+}
+
+Outcome modeBadAllReduce(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    return r.backend->allReduce(bad ? nullptr : buf.data(), buf.data(), kCount, DataType::F32, ReduceOp::Sum,
+                                r.mesh.allAxes());
+  });
+}
+
+Outcome modeBadReduceScatter(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    const std::vector<float> in = inputs(r.rank, 0, kCount * static_cast<std::size_t>(r.mesh.size()));
+    std::vector<float> out(kCount);
+    return r.backend->reduceScatter(in.data(), bad ? nullptr : out.data(), kCount, DataType::F32, ReduceOp::Sum,
+                                    r.mesh.allAxes());
+  });
+}
+
+Outcome modeBadAllGather(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    const std::vector<float> in = inputs(r.rank, 0);
+    std::vector<float> out(kCount * static_cast<std::size_t>(r.mesh.size()));
+    return r.backend->allGather(in.data(), bad ? nullptr : out.data(), kCount, DataType::F32, r.mesh.allAxes());
+  });
+}
+
+Outcome modeBadAllToAll(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> in = inputs(r.rank, 0, kCount * static_cast<std::size_t>(r.mesh.size()));
+    std::vector<float> out(in.size());
+    return r.backend->allToAll(in.data(), bad ? in.data() : out.data(), kCount, DataType::F32,
+                               r.mesh.allAxes());  // in place is not allowed
+  });
+}
+
+Outcome modeBadBroadcast(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    return r.backend->broadcast(buf.data(), buf.data(), kCount, DataType::F32, bad ? r.mesh.size() : 0,
+                                r.mesh.allAxes());  // a root outside the group
+  });
+}
+
+// The Executor: a redistribution whose output buffer is too small on one rank.
+Outcome modeBadExecutor(Run& r) {
+  Executor executor(*r.backend);
+  const TensorSpec spec{{64, 16}, DataType::F32};
+  Layout from, to;
+  Status status = Layout::parse("tp=S0", r.mesh, from);
+  if (status.isOk()) status = Layout::parse("tp=R", r.mesh, to);
+  if (!status.isOk()) return {status};
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> in(64 * 16 / static_cast<std::size_t>(r.mesh.groupSize(r.tp)), 1.0f), out(64 * 16);
+    return executor.redistribute(spec, from, to, in.data(), in.size() * 4, out.data(), (bad ? 8 : out.size()) * 4);
+  });
+}
+
+// The Session: a window whose consume declares a layout of another shape on one rank.
+Outcome modeBadSession(Run& r) {
+  SessionOptions options;
+  Status status = SessionOptions::fromEnvironment(options);
+  std::unique_ptr<Session> session;
+  if (status.isOk()) status = Session::create(*r.backend, options, session);
+  Layout partial, sharded, wrong;
+  if (status.isOk()) status = Layout::parse("tp=P", r.mesh, partial);
+  if (status.isOk()) status = Layout::parse("tp=S0", r.mesh, sharded);
+  if (status.isOk()) status = Layout::parse("tp=S2", r.mesh, wrong);
+  if (!status.isOk()) return {status};
+  const TensorSpec spec{{16, 8}, DataType::F32};
+  std::vector<float> buffer(16 * 8);
+  return badArgument(r, [&](bool bad) {
+    for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = inputValue(r.rank, 0, i);
+    TensorHandle x, y;
+    Status st = session->tensor(buffer.data(), buffer.size() * 4, spec, partial, x);
+    if (st.isOk()) st = session->allReduce(x, r.tp, y);
+    // Sharded over a dim the tensor lacks: this rank's bad argument to consume.
+    return st.isOk() ? session->consume(y, bad ? wrong : sharded) : st;
+  });
+}
+
+// The routed exchange: created with K = 0 on one rank (its communicators not made yet), then
+// a dispatch with an expert id out of range on one rank.
+Outcome modeBadRoutedCreate(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    RoutedExchangeOptions options;
+    options.numExperts = 2 * r.mesh.size();
+    options.topK = bad ? 0 : 2;
+    options.hidden = 4;
+    std::unique_ptr<RoutedExchange> exchange;
+    return RoutedExchange::create(*r.backend, options, exchange);
+  });
+}
+
+Outcome modeBadRoutedDispatch(Run& r) {
+  RoutedExchangeOptions options;
+  options.numExperts = 2 * r.mesh.size();
+  options.topK = 2;
+  options.hidden = 4;
+  options.tokenLayout = "tp=R";
+  std::unique_ptr<RoutedExchange> exchange;
+  Status status = RoutedExchange::create(*r.backend, options, exchange);
+  if (!status.isOk()) return {status};
+  return badArgument(r, [&](bool bad) {
+    const std::int64_t T = 6;
+    std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), w(static_cast<std::size_t>(T * 2), 0.5f);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % (2 * r.mesh.size()));
+    if (bad) ids.back() = options.numExperts;
+    RoutedDispatch handle;
+    return exchange->dispatch(x.data(), ids.data(), w.data(), T, handle);
+  });
+}
+
 void report(const std::string& dir, int rank, const Outcome& o, double ms) {
   std::string message = o.status.message();
   for (char& c : message) {
@@ -220,7 +351,8 @@ void report(const std::string& dir, int rank, const Outcome& o, double ms) {
   const std::string path = dir + "/rank" + std::to_string(rank) + ".txt";
   {
     std::ofstream file(path + ".tmp");
-    file << "code=" << statusCodeName(o.status.code()) << " ms=" << static_cast<long long>(ms) << " data=" << o.data
+    file << "code=" << statusCodeName(o.status.code()) << " ms=" << static_cast<long long>(ms)
+         << " call_ms=" << static_cast<long long>(o.callMs) << " next=" << o.next << " data=" << o.data
          << " message=" << message << "\n";
   }
   std::filesystem::rename(path + ".tmp", path);
@@ -282,6 +414,15 @@ int main(int argc, char** argv) {
       {"session-window", modeSessionWindow},
       {"stall", [&dir](Run& run) { return modeStall(run, dir); }},
       {"absent-rank", [](Run&) { return Outcome{Status::ok()}; }},
+      {"bad-allreduce", modeBadAllReduce},
+      {"bad-reducescatter", modeBadReduceScatter},
+      {"bad-allgather", modeBadAllGather},
+      {"bad-alltoall", modeBadAllToAll},
+      {"bad-broadcast", modeBadBroadcast},
+      {"bad-executor", modeBadExecutor},
+      {"bad-session", modeBadSession},
+      {"bad-routed-create", modeBadRoutedCreate},
+      {"bad-routed-dispatch", modeBadRoutedDispatch},
   };
   Outcome outcome{status};
   if (status.isOk() && !absent) {

@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Fault-injection driver: runs fault_rank on 4 MPI ranks for each mismatch mode, with the
-argument check on (the default) and off, and the SIGSTOP stall; checks every rank's report
-against the guarantees of docs/reliability.md and prints one table row per mode.
+argument check on (the default) and off, and the SIGSTOP stall; and each bad-argument mode
+(a bad argument on the last rank alone, one per public entry point) on --ranks ranks with
+the default timeout. Checks every rank's report against the guarantees of
+docs/reliability.md and prints one table row per mode.
+
+A bad-argument case passes when every rank reported within the wall-clock limit, the rank at
+fault returned InvalidArgument, every other rank an error other than Timeout, the faulty call
+took under --bad-call-limit seconds on every rank, and the same call with good arguments
+worked afterwards on every rank.
 
 With checks on (the default) a run passes when it ends within the wall-clock limit, the job
 exits non-zero, every rank that was not stopped reported, some rank reported an error, and no
@@ -24,6 +31,12 @@ MODES = ["count-allreduce", "count-reducescatter", "count-allgather", "count-bro
 # correct one: the skipping rank's next call matches its peers' skipped one (same signature),
 # and the data of both differ; the guarantee there is a Timeout on the call nobody matches.
 SILENT_ON_SKIPPING_RANK = {"skipped-call"}
+# One bad argument on the last rank, per public entry point of the C++ API.
+BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
+                      "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch"]
+# The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
+TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-dtensor", "bad-moe-topk",
+                            "bad-moe-replicated-id"]
 RANKS = 4
 STALLED_RANK = 2
 
@@ -41,11 +54,18 @@ def parse_report(path):
 
 
 def run_case(args, mode, checks):
-    env = dict(os.environ, CHIMERA_CHECK_ARGS="1" if checks else "0", CHIMERA_TIMEOUT_MS=str(args.timeout_ms),
-               CHIMERA_LOG_LEVEL=os.environ.get("CHIMERA_LOG_LEVEL", "off"))
-    linger = args.timeout_ms + 2000
+    ranks = args.ranks if mode.startswith("bad-") else RANKS
+    env = dict(os.environ, CHIMERA_LOG_LEVEL=os.environ.get("CHIMERA_LOG_LEVEL", "off"))
+    if mode.startswith("bad-"):
+        # The release defaults: the argument check as built, the default timeout (10 minutes).
+        env.pop("CHIMERA_CHECK_ARGS", None)
+        env.pop("CHIMERA_TIMEOUT_MS", None)
+        linger = int(args.wall * 1000)
+    else:
+        env.update(CHIMERA_CHECK_ARGS="1" if checks else "0", CHIMERA_TIMEOUT_MS=str(args.timeout_ms))
+        linger = args.timeout_ms + 2000
     with tempfile.TemporaryDirectory(prefix="chimera-fault-") as out:
-        cmd = args.mpiexec + ["-n", str(RANKS), args.binary, mode, out, str(linger)]
+        cmd = args.mpiexec + ["-n", str(ranks)] + args.binary.split() + [mode, out, str(linger)]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -71,11 +91,11 @@ def run_case(args, mode, checks):
                 proc.wait()
         wall = time.monotonic() - start
         reports = {}
-        for r in range(RANKS):
+        for r in range(ranks):
             path = os.path.join(out, f"rank{r}.txt")
             if os.path.exists(path):
                 reports[r] = parse_report(path)
-        return {"mode": mode, "checks": checks, "rc": proc.returncode, "hung": hung, "wall": wall,
+        return {"mode": mode, "checks": checks, "ranks": ranks, "rc": proc.returncode, "hung": hung, "wall": wall,
                 "reports": reports, "after_stop": after_stop, "output": output.decode(errors="replace")}
 
 
@@ -106,8 +126,32 @@ def stall(out, proc, args):
     return pid
 
 
-def judge(case):
+def judge_bad_argument(case, args):
+    """Problems with a bad-argument case (empty: passed)."""
+    problems = []
+    reports = case["reports"]
+    faulty = case["ranks"] - 1
+    if case["hung"]:
+        problems.append(f"still running after the {case['wall']:.0f} s wall-clock limit")
+    missing = sorted(set(range(case["ranks"])) - set(reports))
+    if missing:
+        problems.append(f"no report from ranks {missing} (crashed, or waiting)")
+    for r, rep in sorted(reports.items()):
+        if r == faulty and rep["code"] != "invalid":
+            problems.append(f"rank {r} (at fault) returned {rep['code']}, not InvalidArgument")
+        if r != faulty and rep["code"] in ("ok", "timeout"):
+            problems.append(f"rank {r} returned {rep['code']}")
+        if float(rep.get("call_ms", -1)) > args.bad_call_limit * 1000:
+            problems.append(f"rank {r} took {int(rep['call_ms'])} ms")
+        if rep.get("next") != "ok":
+            problems.append(f"rank {r}: the next good call {rep.get('next')}")
+    return problems
+
+
+def judge(case, args):
     """Problems with a case, as a list of strings (empty: passed)."""
+    if case["mode"].startswith("bad-"):
+        return judge_bad_argument(case, args)
     problems = []
     mode, checks, reports = case["mode"], case["checks"], case["reports"]
     expected = set(range(RANKS)) - ({STALLED_RANK} if mode == "stall" else set())
@@ -132,10 +176,11 @@ def judge(case):
 
 
 def summary(case):
-    """'Mismatch x4', 'Timeout x3, ok+wrong x1', ... and the slowest error in seconds."""
+    """'Mismatch x4', 'Timeout x3, ok+wrong x1', ... and the slowest error in seconds (bad-argument
+    modes: of the faulty call alone)."""
     counts = {}
     slowest = 0
-    for r in range(RANKS):
+    for r in range(case["ranks"]):
         rep = case["reports"].get(r)
         stalled = case["mode"] == "stall" and r == STALLED_RANK
         if rep is None:
@@ -145,19 +190,23 @@ def summary(case):
         else:
             label = rep["code"] + (" (stopped rank, after SIGCONT)" if stalled else "")
             if not stalled:
-                slowest = max(slowest, int(rep["ms"]))
+                key = "call_ms" if case["mode"].startswith("bad-") else "ms"
+                slowest = max(slowest, int(rep[key]))
         counts[label] = counts.get(label, 0) + 1
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())), slowest / 1000.0
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--binary", required=True)
+    parser.add_argument("--binary", required=True, help="fault_rank, or PYTHON bad_args_torch.py (space separated)")
     parser.add_argument("--mpiexec", required=True, help="mpiexec and its flags, space separated")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(MODES + BAD_ARGUMENT_MODES))
     parser.add_argument("--checks", default="on,off")
     parser.add_argument("--timeout-ms", type=int, default=2000)
     parser.add_argument("--wall", type=float, default=60.0, help="wall-clock limit per case, seconds")
+    parser.add_argument("--ranks", type=int, default=8, help="ranks of the bad-argument modes (the others run on 4)")
+    parser.add_argument("--bad-call-limit", type=float, default=1.0,
+                        help="seconds the faulty call of a bad-argument mode may take on any rank")
     args = parser.parse_args()
     args.mpiexec = args.mpiexec.split()
     failed = 0
@@ -165,10 +214,10 @@ def main():
     print("|---|---|---|---|---|---|")
     for mode in args.modes.split(","):
         for checks in [c == "on" for c in args.checks.split(",")]:
-            if mode in ("stall", "absent-rank") and not checks:
-                continue  # neither depends on the argument check
+            if (mode in ("stall", "absent-rank") or mode.startswith("bad-")) and not checks:
+                continue  # neither depends on the argument check (bad arguments run with the defaults)
             case = run_case(args, mode, checks)
-            problems = judge(case)
+            problems = judge(case, args)
             outcome, slowest = summary(case)
             if case["after_stop"] is not None:
                 outcome += f"; every other rank reported {case['after_stop']:.1f} s after the SIGSTOP"

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// C API abuse on 8 ranks: null, foreign, destroyed and doubly destroyed handles, a
-// communicator destroyed under a live session, and counts whose byte size does not fit.
+// C API abuse on 8 ranks: null, foreign, destroyed, doubly destroyed, wrong-kind and stale
+// handles (communicators, sessions, routed exchanges and dispatch handles), a communicator
+// destroyed under a live session or exchange, a routed handle given to another exchange,
+// unversioned options, and counts whose byte size does not fit.
 // Each gives a clear chimeraResult_t and message on the calling rank; none crashes.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "chimera/chimera.h"
@@ -104,6 +107,146 @@ TEST(CApiAbuse, RedistributeRefusesShortBuffers) {
                                 sizeof(out), comm),
             chimeraInvalidArgument);
   EXPECT_EQ(chimeraCommDestroy(comm), chimeraSuccess);
+}
+
+// The options of a top-1 routed exchange of 4 experts over tp, rows of 2 floats.
+chimeraRoutedOptions_t routedOptions() {
+  chimeraRoutedOptions_t options = CHIMERA_ROUTED_OPTIONS_INITIALIZER;
+  options.numExperts = 4;
+  options.topK = 1;
+  options.hidden = 2;
+  options.group = "tp";
+  return options;
+}
+
+// Dispatches 3 tokens, each to expert 0; the handle, or null.
+chimeraRoutedHandle_t dispatchThree(chimeraRoutedExchange_t exchange) {
+  float x[6] = {1, 1, 1, 1, 1, 1};
+  float w[3] = {1, 1, 1};
+  std::int64_t ids[3] = {0, 0, 0};
+  chimeraRoutedHandle_t handle = nullptr;
+  std::int64_t rows = 0;
+  if (chimeraRoutedDispatch(exchange, x, ids, w, 3, &handle, &rows) != chimeraSuccess) return nullptr;
+  return handle;
+}
+
+// Routed exchanges and dispatch handles live in the registry: destroyed ones, doubly destroyed
+// ones, handles of another kind and a handle made after another was destroyed are told apart,
+// without touching freed memory (the sanitizer stage runs this test under ASan).
+TEST(CApiAbuse, RoutedHandlesAreCheckedLikeEveryHandle) {
+  chimeraComm_t comm = nullptr;
+  ASSERT_EQ(chimeraCommInitMpi(&comm, "pp=2,tp=4"), chimeraSuccess) << chimeraGetLastError();
+  const chimeraRoutedOptions_t options = routedOptions();
+  chimeraRoutedExchange_t first = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &options, &first) == chimeraSuccess))
+      << chimeraGetLastError();
+  chimeraRoutedHandle_t handle = dispatchThree(first);
+  ASSERT_TRUE(allRanksAgree(handle != nullptr)) << chimeraGetLastError();
+  // A communicator with a live exchange stays.
+  EXPECT_EQ(chimeraCommDestroy(comm), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("1 live routed exchange")) << chimeraGetLastError();
+  // A handle of one kind where another is expected.
+  std::int64_t tokens = -1;
+  EXPECT_EQ(chimeraRoutedHandleTokens(reinterpret_cast<chimeraRoutedHandle_t>(first), &tokens), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("is a routed exchange, not a routed dispatch handle")) << chimeraGetLastError();
+  EXPECT_EQ(chimeraRoutedExchangeDestroy(reinterpret_cast<chimeraRoutedExchange_t>(comm)), chimeraInvalidArgument);
+  // Use after destroy and double destroy of a dispatch handle.
+  EXPECT_EQ(chimeraRoutedHandleDestroy(handle), chimeraSuccess);
+  EXPECT_EQ(chimeraRoutedHandleTokens(handle, &tokens), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("already destroyed")) << chimeraGetLastError();
+  float out[64] = {};
+  EXPECT_EQ(chimeraRoutedReceive(first, handle, out, nullptr, out, nullptr), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraRoutedCombine(first, handle, out, nullptr, out), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraRoutedHandleDestroy(handle), chimeraInvalidArgument);
+  EXPECT_EQ(tokens, -1);
+  // Use after destroy and double destroy of an exchange; a new exchange made afterwards (its
+  // object possibly where the old one's was) does not answer to the old handle.
+  EXPECT_EQ(chimeraRoutedExchangeDestroy(first), chimeraSuccess);
+  chimeraRoutedExchange_t second = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &options, &second) == chimeraSuccess))
+      << chimeraGetLastError();
+  EXPECT_NE(second, first);
+  chimeraRoutedHandle_t stale = nullptr;
+  float x[2] = {1, 1};
+  float w[1] = {1};
+  std::int64_t ids[1] = {0};
+  EXPECT_EQ(chimeraRoutedDispatch(first, x, ids, w, 1, &stale, nullptr), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("already destroyed")) << chimeraGetLastError();
+  EXPECT_EQ(stale, nullptr);
+  EXPECT_EQ(chimeraRoutedExchangeDestroy(first), chimeraInvalidArgument);
+  // A handle of another exchange (other options): refused by the exchange, not indexed.
+  chimeraRoutedOptions_t otherOptions = routedOptions();
+  otherOptions.numExperts = 8;
+  otherOptions.topK = 2;
+  chimeraRoutedExchange_t other = nullptr;
+  ASSERT_TRUE(allRanksAgree(chimeraRoutedExchangeCreate(comm, &otherOptions, &other) == chimeraSuccess))
+      << chimeraGetLastError();
+  chimeraRoutedHandle_t mine = dispatchThree(second);
+  ASSERT_TRUE(allRanksAgree(mine != nullptr)) << chimeraGetLastError();
+  EXPECT_EQ(chimeraRoutedReceive(other, mine, out, nullptr, out, nullptr), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("another routed exchange")) << chimeraGetLastError();
+  EXPECT_EQ(chimeraRoutedReceive(second, mine, out, nullptr, out, nullptr), chimeraSuccess) << chimeraGetLastError();
+  EXPECT_EQ(chimeraRoutedHandleDestroy(mine), chimeraSuccess);
+  EXPECT_EQ(chimeraRoutedExchangeDestroy(other), chimeraSuccess);
+  EXPECT_EQ(chimeraRoutedExchangeDestroy(second), chimeraSuccess);
+  EXPECT_EQ(chimeraCommDestroy(comm), chimeraSuccess) << chimeraGetLastError();
+}
+
+// Sessions and communicators: a handle made after another was destroyed does not answer to the
+// old one's value.
+TEST(CApiAbuse, DestroyedHandlesStayDeadAfterNewOnes) {
+  chimeraComm_t comm = nullptr;
+  ASSERT_EQ(chimeraCommInitMpi(&comm, "pp=2,tp=4"), chimeraSuccess) << chimeraGetLastError();
+  chimeraSession_t old = nullptr;
+  ASSERT_EQ(chimeraSessionBegin(comm, 1, &old), chimeraSuccess) << chimeraGetLastError();
+  ASSERT_EQ(chimeraSessionEnd(old), chimeraSuccess);
+  chimeraSession_t session = nullptr;
+  ASSERT_EQ(chimeraSessionBegin(comm, 1, &session), chimeraSuccess) << chimeraGetLastError();
+  EXPECT_NE(session, old);
+  EXPECT_EQ(chimeraSessionFlush(old), chimeraInvalidArgument);
+  EXPECT_EQ(chimeraSessionFlush(session), chimeraSuccess) << chimeraGetLastError();
+  // A session where a communicator is expected.
+  int rank = -1;
+  EXPECT_EQ(chimeraCommRank(reinterpret_cast<chimeraComm_t>(session), &rank), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("is a session, not a communicator")) << chimeraGetLastError();
+  EXPECT_EQ(chimeraSessionEnd(session), chimeraSuccess);
+  EXPECT_EQ(chimeraCommDestroy(comm), chimeraSuccess);
+}
+
+// chimeraRoutedOptions_t is versioned: a struct not declared with its initializer is refused on
+// the rank that passes it (InvalidArgument naming the initializer) and fails its group's
+// creation (Mismatch naming that rank), in the creation's agreement; none waits.
+TEST(CApiAbuse, RoutedOptionsAreVersioned) {
+  chimeraComm_t comm = nullptr;
+  ASSERT_EQ(chimeraCommInitMpi(&comm, "pp=2,tp=4"), chimeraSuccess) << chimeraGetLastError();
+  int rank = 0;
+  ASSERT_EQ(chimeraCommRank(comm, &rank), chimeraSuccess);
+  chimeraRoutedOptions_t options = routedOptions();
+  if (rank == 3) {
+    std::memset(&options, 0, sizeof(options));  // a zero-initialised struct: no magic
+    options.numExperts = 4;
+    options.topK = 1;
+    options.hidden = 2;
+    options.group = "tp";
+  }
+  chimeraRoutedExchange_t exchange = nullptr;
+  const chimeraResult_t result = chimeraRoutedExchangeCreate(comm, &options, &exchange);
+  const std::string error = result == chimeraSuccess ? "" : chimeraGetLastError();
+  // tp groups are ranks 0-3 and 4-7.
+  const chimeraResult_t want = rank == 3 ? chimeraInvalidArgument : rank < 4 ? chimeraMismatch : chimeraSuccess;
+  const std::string names = rank == 3 ? "CHIMERA_ROUTED_OPTIONS_INITIALIZER" : rank < 4 ? "rank 3" : "";
+  const bool right = result == want && error.find(names) != std::string::npos;
+  EXPECT_TRUE(right) << error;
+  EXPECT_TRUE(allRanksAgree(right));
+  if (exchange != nullptr) {
+    EXPECT_EQ(chimeraRoutedExchangeDestroy(exchange), chimeraSuccess);
+  }
+  // A version this library does not know.
+  chimeraRoutedOptions_t future = routedOptions();
+  future.version = CHIMERA_ROUTED_OPTIONS_VERSION + 1;
+  EXPECT_EQ(chimeraRoutedExchangeCreate(comm, &future, &exchange), chimeraInvalidArgument);
+  EXPECT_TRUE(lastErrorHas("does not know")) << chimeraGetLastError();
+  EXPECT_EQ(chimeraCommDestroy(comm), chimeraSuccess) << chimeraGetLastError();
 }
 
 }  // namespace

@@ -811,12 +811,166 @@ TEST(RoutedExchange, CapacityOverflowErrorFailsEveryRank) {
   EXPECT_TRUE(allRanksAgree(!st.isOk()));
 }
 
+// Seconds since `start`.
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// An option that is bad on one rank alone: that rank's creation fails with InvalidArgument
+// naming it, every other rank's with Mismatch naming that rank (the replicas of "tp=R" in the
+// other ep groups included), in the creation's rounds (well under a second, not the timeout),
+// with the groups' communicators still to be made (a fresh backend) and made already; a good
+// creation then works.
+TEST(RoutedExchange, CreateWithABadOptionOnOneRankFailsEveryRankAtOnce) {
+  if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  const int me = worldRank();
+  const int odd = size() - 1;
+  struct Bad {
+    const char* what;  // a word of the message on the rank at fault
+    void (*spoil)(RoutedExchangeOptions&);
+  };
+  const Bad bads[] = {
+      {"top", [](RoutedExchangeOptions& o) { o.topK = 0; }},
+      {"top", [](RoutedExchangeOptions& o) { o.topK = static_cast<int>(o.numExperts) + 1; }},
+      {"expert", [](RoutedExchangeOptions& o) { o.numExperts += 1; }},
+      {"token layout", [](RoutedExchangeOptions& o) { o.tokenLayout = "tp=Q"; }},
+      {"capacity", [](RoutedExchangeOptions& o) { o.capacity = -1; }},
+      {"cost model", [](RoutedExchangeOptions& o) { o.topology = "/nonexistent/profile.json"; }},
+      {"dtype", [](RoutedExchangeOptions& o) { o.dtype = DataType::I32; }},
+  };
+  for (const bool fresh : {true, false}) {
+    World w(meshCase(foldedMesh()));
+    ASSERT_TRUE(allRanksAgree(w.ok()));
+    RoutedExchangeOptions good = exchangeOptions(size(), 2, 4);
+    good.tokenLayout = "tp=R";
+    ASSERT_TRUE(w.mesh().parseAxes("ep", good.group).isOk());
+    if (!fresh) {
+      std::unique_ptr<RoutedExchange> first;
+      ASSERT_TRUE(createOnEveryRank(w, good, first));
+    }
+    for (const Bad& bad : bads) {
+      // E + 1 experts split over a group of one rank.
+      if (std::string(bad.what) == "expert" && w.mesh().groupSize(good.group) == 1) continue;
+      const std::string label = std::string(fresh ? "fresh backend, " : "groups made, ") + bad.what;
+      RoutedExchangeOptions options = good;
+      if (me == odd) bad.spoil(options);
+      std::unique_ptr<RoutedExchange> exchange;
+      const auto start = std::chrono::steady_clock::now();
+      const Status st = RoutedExchange::create(w.backend(), options, exchange);
+      const double seconds = secondsSince(start);
+      // InvalidArgument naming the option on rank `odd`, Mismatch naming it on every other rank:
+      // its ep group in the options' round, the other ep groups through their replicas over tp.
+      expectFailedAt(odd, st, label);
+      const std::string names = me == odd ? bad.what : "rank " + std::to_string(odd);
+      const bool named = st.message().find(names) != std::string::npos;
+      EXPECT_TRUE(named) << label << ": " << st.toString();
+      EXPECT_TRUE(allRanksAgree(named)) << label;
+      EXPECT_LT(seconds, 1.0) << label << ": waited for the timeout";
+      EXPECT_TRUE(allRanksAgree(seconds < 1.0)) << label;
+      std::unique_ptr<RoutedExchange> next;
+      EXPECT_TRUE(createOnEveryRank(w, good, next)) << label << ": the next good creation";
+    }
+  }
+}
+
+// A bad expert id in a replicated routing ("tp=R", "tp=P", split or not): every replica checks
+// the whole routing before any of them returns, so every rank of the mesh fails, whether the
+// replicas share the bad routing (InvalidArgument on each) or one replica alone has it
+// (InvalidArgument there, Mismatch on the rest); none waits, and the next dispatch works.
+TEST(RoutedExchange, ReplicatedRoutingWithABadIdFailsEveryRank) {
+  if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
+  World w(meshCase(foldedMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  const int me = worldRank();
+  const int odd = size() - 1;
+  AxisSet tp;
+  ASSERT_TRUE(w.mesh().parseAxes("tp", tp).isOk());
+  const std::vector<int> replicas = w.mesh().groupRanks(odd, tp);
+  const bool replicaOfOdd = std::find(replicas.begin(), replicas.end(), me) != replicas.end();
+  const std::int64_t T = 6;
+  const std::int64_t E = size();
+  std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), weights(static_cast<std::size_t>(T * 2), 0.5f);
+  std::vector<std::int64_t> good(static_cast<std::size_t>(T * 2));
+  for (std::size_t i = 0; i < good.size(); ++i) good[i] = static_cast<std::int64_t>(i % 2 == 0 ? 0 : E - 1);
+  for (const char* layout : {"tp=R", "tp=P"}) {
+    for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert}) {
+      RoutedExchangeOptions options = exchangeOptions(E, 2, 4);
+      options.tokenLayout = layout;
+      options.program = program;
+      ASSERT_TRUE(w.mesh().parseAxes("ep", options.group).isOk());
+      std::unique_ptr<RoutedExchange> exchange;
+      ASSERT_TRUE(createOnEveryRank(w, options, exchange));
+      for (const bool shared : {true, false}) {
+        const std::string label = std::string(layout) + (program == RoutedProgram::Fused ? " fused" : " per expert") +
+                                  (shared ? ", every replica" : ", one replica");
+        std::vector<std::int64_t> ids = good;
+        // The last token: dispatched by the last replica when they split their tokens.
+        if (shared ? replicaOfOdd : me == odd) ids.back() = E;
+        RoutedDispatch handle;
+        const auto start = std::chrono::steady_clock::now();
+        const Status st = exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle);
+        const double seconds = secondsSince(start);
+        const bool atFault = shared ? replicaOfOdd : me == odd;
+        const StatusCode want = atFault ? StatusCode::InvalidArgument : StatusCode::Mismatch;
+        EXPECT_EQ(st.code(), want) << label << ": " << st.toString();
+        EXPECT_TRUE(allRanksAgree(st.code() == want)) << label;
+        EXPECT_TRUE(allRanksAgree(seconds < 1.0)) << label << ": waited for the timeout";
+        RoutedDispatch next;
+        EXPECT_TRUE(allRanksAgree(exchange->dispatch(x.data(), good.data(), weights.data(), T, next).isOk()))
+            << label << ": the next good dispatch";
+      }
+    }
+  }
+}
+
+// A handle belongs to the exchange that dispatched into it: another exchange's receive,
+// combine and backwards refuse it with InvalidArgument before any communication (they would
+// index its tables with their own slots, row size and group), and it still works on its own.
+TEST(RoutedExchange, HandleOfAnotherExchangeIsRefused) {
+  World w(meshCase(flatMesh()));
+  ASSERT_TRUE(allRanksAgree(w.ok()));
+  RoutedExchangeOptions a = exchangeOptions(size(), 1, 4);
+  a.program = RoutedProgram::PerExpert;
+  RoutedExchangeOptions b = exchangeOptions(size(), size() > 1 ? 2 : 1, 4);
+  b.program = RoutedProgram::Fused;
+  std::unique_ptr<RoutedExchange> first, second;
+  ASSERT_TRUE(createOnEveryRank(w, a, first));
+  ASSERT_TRUE(createOnEveryRank(w, b, second));
+  const std::int64_t T = 5;
+  RoutedDispatch handle;
+  ASSERT_TRUE(allRanksAgree(dispatchToExpertZero(*first, T, handle).isOk()));
+  const auto rows = static_cast<std::size_t>(handle.rows());
+  std::vector<float> recvX(std::max<std::size_t>(1, rows) * 4 * 4), recvW(std::max<std::size_t>(1, rows) * 4);
+  std::vector<float> y(static_cast<std::size_t>(T * 4)), grad(static_cast<std::size_t>(T * 4), 1.0f);
+  const auto refused = [](const Status& st) {
+    return st.code() == StatusCode::InvalidArgument &&
+           st.message().find("another routed exchange") != std::string::npos;
+  };
+  const Status received = second->receive(handle, recvX.data(), nullptr, recvW.data());
+  EXPECT_TRUE(refused(received)) << received.toString();
+  const Status combined = second->combine(recvX.data(), recvW.data(), handle, y.data());
+  EXPECT_TRUE(refused(combined)) << combined.toString();
+  const Status back = second->combineBackward(grad.data(), recvX.data(), recvW.data(), handle, recvX.data(), nullptr);
+  EXPECT_TRUE(refused(back)) << back.toString();
+  const Status dispatchBack = second->dispatchBackward(recvX.data(), nullptr, handle, grad.data(), nullptr);
+  EXPECT_TRUE(refused(dispatchBack)) << dispatchBack.toString();
+  EXPECT_TRUE(allRanksAgree(refused(received) && refused(combined) && refused(back) && refused(dispatchBack)));
+  // A handle that holds no dispatch is refused too; the right exchange takes the handle.
+  RoutedDispatch empty;
+  EXPECT_EQ(first->receive(empty, nullptr, nullptr, nullptr).code(), StatusCode::InvalidArgument);
+  const Status own = first->receive(handle, recvX.data(), nullptr, recvW.data());
+  EXPECT_TRUE(own.isOk()) << own.toString();
+  const Status ownCombine = first->combine(recvX.data(), recvW.data(), handle, y.data());
+  EXPECT_TRUE(allRanksAgree(own.isOk() && ownCombine.isOk())) << ownCombine.toString();
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], 1.0f) << i;  // weight 1 x row of ones, one expert
+}
+
 // The C API: every token of every rank to expert (rank + 1) % R and to expert rank, weights 1
 // and 2; the identity expert gives y = 3 x.
 TEST(RoutedExchange, CApiDispatchCombine) {
   chimeraComm_t comm = nullptr;
   ASSERT_TRUE(allRanksAgree(chimeraCommInitMpi(&comm, flatMesh().c_str()) == chimeraSuccess));
-  chimeraRoutedOptions_t options{};
+  chimeraRoutedOptions_t options = CHIMERA_ROUTED_OPTIONS_INITIALIZER;
   options.numExperts = size();
   options.topK = size() > 1 ? 2 : 1;
   options.hidden = 3;

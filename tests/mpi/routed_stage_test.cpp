@@ -575,7 +575,7 @@ TEST(RoutedStage, CApi) {
   chimeraComm_t comm = nullptr;
   ASSERT_TRUE(allRanksAgree(chimeraCommInitMpi(&comm, mesh.c_str()) == chimeraSuccess));
   ASSERT_TRUE(allRanksAgree(chimeraCommCreateGroups(comm, "ep") == chimeraSuccess));
-  chimeraRoutedOptions_t options{};
+  chimeraRoutedOptions_t options = CHIMERA_ROUTED_OPTIONS_INITIALIZER;
   options.numExperts = 2 * half;
   options.topK = 2;
   options.hidden = 3;

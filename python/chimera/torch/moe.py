@@ -31,6 +31,9 @@ from .backend import mesh_backend
 
 _BACKENDS: dict = {}
 _EXCHANGES: dict = {}
+# The exchange of the last dispatch per (mesh, group): where a rank whose call is bad takes
+# part when its stand-in options name no cached exchange (its peers are most likely there).
+_LAST: dict = {}
 
 
 def _group_mesh(group) -> tuple[str, str]:
@@ -85,17 +88,19 @@ def _exchange(x, topk_idx, topk_weights, num_experts, mesh, group, layout, capac
     key = (mesh, group, num_experts, topk_idx.shape[1], x.shape[1], x.dtype, topk_weights.dtype, layout, capacity,
            overflow, program, topology, scratch_limit)
     if key not in _EXCHANGES:
+        # Made collectively; a bad option on this rank fails it here and on every peer at once.
         _EXCHANGES[key] = chimera._chimera.RoutedExchange(
             _backend(mesh), num_experts, int(topk_idx.shape[1]), int(x.shape[1]), dtype=x.dtype,
             weight_dtype=topk_weights.dtype, group=group, layout=layout, capacity=capacity, overflow=overflow,
             program=program, topology=topology, scratch_limit=scratch_limit)
+    _LAST[(mesh, group)] = _EXCHANGES[key]
     return _EXCHANGES[key]
 
 
 _ROW_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _problem(x, topk_idx, topk_weights, layout, mesh) -> Optional[str]:
+def _problem(x, topk_idx, topk_weights, num_experts, layout, mesh, capacity, overflow, program) -> Optional[str]:
     """What is wrong with one rank's dispatch arguments, or None."""
     if x.dim() != 2 or topk_idx.dim() != 2 or topk_weights.shape != topk_idx.shape or x.shape[0] != topk_idx.shape[0]:
         return (f"moe.dispatch: x {tuple(x.shape)}, topk_idx {tuple(topk_idx.shape)} and topk_weights "
@@ -107,25 +112,50 @@ def _problem(x, topk_idx, topk_weights, layout, mesh) -> Optional[str]:
                 f"float16 or bfloat16")
     if layout and mesh is None:
         return "moe.dispatch: a token layout names mesh axes: pass mesh= (e.g. 'tp=2,ep=4') too"
+    if not 1 <= topk_idx.shape[1] <= num_experts:
+        return f"moe.dispatch: topk_idx has K = {topk_idx.shape[1]} columns, outside 1..{num_experts} (num_experts)"
+    if program not in ("planned", "fused", "per_expert"):
+        return f"moe.dispatch: unknown program '{program}' (planned, fused, per_expert)"
+    if overflow not in ("drop", "error"):
+        return f"moe.dispatch: unknown overflow '{overflow}' (drop, error)"
+    if capacity < 0:
+        return f"moe.dispatch: capacity {capacity} < 0 (0 for dropless)"
     return None
 
 
 def _fail_collectively(problem, x, topk_idx, topk_weights, num_experts, mesh, group, layout, capacity, overflow,
                        program, topology, scratch_limit):
-    """Takes part in the dispatch with `problem` as this rank's failure, on an exchange of the
-    call's shapes where they are well-formed (so that its options match its peers'), and raises:
-    InvalidArgument here, Mismatch on the peers (replicas learn it in their agreement before any
-    row moves, the others in the count exchange)."""
+    """Takes part in the dispatch with `problem` as this rank's failure and raises: InvalidArgument
+    here, Mismatch naming this rank on the peers (replicas learn it in their agreement before any
+    row moves, the others in the count exchange). It dispatches on the exchange of the call's
+    options where they are well-formed and cached (its peers' when only a tensor was wrong), else
+    on the exchange of the last dispatch over the same mesh and group (where its peers are in a
+    steady loop), else it creates the exchange with the failure, which fails its peers' creation."""
     if x.dim() == 2 and x.shape[1] > 0:
         rows = x if x.dtype in _ROW_DTYPES else torch.empty(x.shape)
     else:
         rows = torch.empty((0, 1))
     k = topk_idx.shape[1] if topk_idx.dim() == 2 and 1 <= topk_idx.shape[1] <= num_experts else 1
     weights = torch.empty((0, k), dtype=topk_weights.dtype if topk_weights.dtype in _ROW_DTYPES else rows.dtype)
-    exchange = _exchange(rows, torch.empty((0, k), dtype=torch.int64), weights, num_experts, mesh, group, layout,
-                         capacity, overflow, program, topology, scratch_limit)
-    exchange.dispatch(None, None, None, rows.shape[0], error=problem)
-    raise ValueError(problem)  # the exchange raises InvalidArgument first; no bad call goes on
+    program = program if program in ("planned", "fused", "per_expert") else "planned"
+    overflow = overflow if overflow in ("drop", "error") else "drop"
+    capacity = max(capacity, 0)
+    key = (mesh, group, num_experts, k, rows.shape[1], rows.dtype, weights.dtype, layout, capacity, overflow, program,
+           topology, scratch_limit)
+    try:
+        exchange = _EXCHANGES.get(key) or _LAST.get((mesh, group))
+        if exchange is None:
+            chimera._chimera.RoutedExchange(
+                _backend(mesh), num_experts, k, int(rows.shape[1]), dtype=rows.dtype, weight_dtype=weights.dtype,
+                group=group, layout=layout, capacity=capacity, overflow=overflow, program=program, topology=topology,
+                scratch_limit=scratch_limit, error=problem)
+        elif exchange.role != "outside":
+            exchange.dispatch(None, None, None, 0, error=problem)
+    except chimera.InvalidArgument:
+        raise
+    except chimera.Error as e:
+        raise chimera.InvalidArgument(problem) from e
+    raise chimera.InvalidArgument(problem)  # the exchange raises InvalidArgument first; no bad call goes on
 
 
 class _Dispatch(torch.autograd.Function):
@@ -216,9 +246,12 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     (received token, local expert), grouped by local expert in order; recv_expert their global
     ids; recv_weight their routing weights; tokens_per_expert rows per local expert (int64).
 
-    A malformed call on one rank (shapes, dtypes) raises ValueError (chimera.InvalidArgument)
-    there and chimera.Mismatch naming that rank on every other rank of the group: the rank still
-    takes part in the exchange with its failure, so that no peer waits for it.
+    A malformed call on one rank (shapes, dtypes, K outside 1..E, an unknown program or overflow,
+    a negative capacity, a bad layout, E not divisible by the group, a cost model that does not
+    load, an expert id out of range, on any replica of "tp=R" / "tp=P") raises ValueError
+    (chimera.InvalidArgument) there and chimera.Mismatch naming that rank on every other rank of
+    the group, in the call's first round: the rank still takes part in the exchange (or in its
+    creation) with its failure, so that no peer waits for it, and the next good call works.
 
     A pipeline stage's tokens (``layout="pp=@k"`` with ``mesh="pp=P,ep=N"``, the group the
     dispatch axes within a stage): stage k passes its tokens and gets empty recv tensors; stage
@@ -232,7 +265,7 @@ def dispatch(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
     (it creates the exchange). Rule 5 (straight to stage k+1's experts) is priced as in
     docs/moe.md.
     """
-    problem = _problem(x, topk_idx, topk_weights, layout, mesh)
+    problem = _problem(x, topk_idx, topk_weights, num_experts, layout, mesh, capacity, overflow, program)
     if mesh is None:
         mesh, group = _group_mesh(group)
         layout = ""

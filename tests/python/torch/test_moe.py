@@ -204,6 +204,91 @@ def test_malformed_call_on_one_rank_fails_every_rank(world, fault, layout):
     agree(ok, gloo, f"{fault} {layout}: raised {type(raised).__name__}: {raised}")
 
 
+@pytest.mark.parametrize("fault", ["top_k_zero", "program"])
+def test_bad_option_on_one_rank_fails_every_rank_at_once(world, fault):
+    """One rank's options are bad (K = 0 against its peers' K = 2, an unknown program) while its
+    peers' exchange is cached: every rank fails in the dispatch's first round,
+    InvalidArgument on that rank and Mismatch naming it on the others, well within a second
+    (not the timeout), and the next good call works."""
+    rank, size, gloo = world
+    if size % 2:
+        pytest.skip("needs an even world")
+    odd = size - 1
+    x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=45)  # the same tokens on every rank
+    where = {"mesh": f"tp=2,ep={size // 2}", "group": "ep+tp", "layout": "tp=R", "program": "fused"}
+    bad = dict(where)
+    bad_idx, bad_w = idx, w
+    if rank == odd:
+        if fault == "top_k_zero":
+            bad_idx, bad_w = idx[:, :0], w[:, :0]
+        else:
+            bad["program"] = "fuzed"
+    start = time.monotonic()
+    try:
+        moe.dispatch(x, bad_idx, bad_w, 2 * size, **bad)
+        raised = None
+    except chimera.Error as error:
+        raised = error
+    seconds = time.monotonic() - start
+    if rank == odd:
+        ok = isinstance(raised, chimera.InvalidArgument)
+    else:
+        ok = isinstance(raised, chimera.Mismatch) and "rank" in str(raised)
+    recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, 2 * size, **where)
+    y = moe.combine(_expert(recv_x, recv_e), handle)
+    yr = sum(w[:, k:k + 1] * (x * (idx[:, k:k + 1] + 1).float()) for k in range(2))
+    agree(ok and seconds < 1.0 and torch.equal(y, yr), gloo,
+          f"{fault}: raised {type(raised).__name__}: {raised} after {seconds:.2f} s")
+
+
+@pytest.mark.parametrize("layout", ["tp=R", "tp=P"])
+def test_replicated_routing_with_a_bad_id_fails_every_rank(world, layout):
+    """A bad expert id in a routing replicated over tp (the same on both replicas, fused: the
+    replicas split their tokens): every rank raises, not only the replica that dispatches the
+    token; the next good call works."""
+    rank, size, gloo = world
+    if size % 2:
+        pytest.skip("needs an even world")
+    where = {"mesh": f"tp=2,ep={size // 2}", "group": "ep", "layout": layout, "program": "fused"}
+    x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=47)  # the same tokens on every rank
+    bad = idx.clone()
+    bad[-1, 0] = 2 * size  # the last token: dispatched by the second replica
+    start = time.monotonic()
+    try:
+        moe.dispatch(x, bad, w, 2 * size, **where)
+        raised = None
+    except chimera.Error as error:
+        raised = error
+    seconds = time.monotonic() - start
+    ok = isinstance(raised, chimera.InvalidArgument) and "outside" in str(raised)
+    moe.dispatch(x, idx, w, 2 * size, **where)
+    agree(ok and seconds < 1.0, gloo, f"{layout}: raised {type(raised).__name__}: {raised} after {seconds:.2f} s")
+
+
+def test_handle_of_another_exchange_is_refused(world):
+    """A dispatch's handle belongs to its exchange: another exchange's receive and combine raise
+    InvalidArgument (they would index its tables with their own sizes), its own still works."""
+    rank, size, gloo = world
+    x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=49)
+    _, _, _, _, first = moe.dispatch(x, idx[:, :1], w[:, :1], 2 * size, program="per_expert")
+    recv_x, recv_e, _, _, second = moe.dispatch(x, idx, w, 2 * size, program="fused")
+    rows = first.state.rows
+    refused = []
+    for call in (lambda: second.exchange.receive(first.state, torch.empty((rows, 4)), torch.empty(rows,
+                                                                                                   dtype=torch.int64),
+                                                 torch.empty(rows)),
+                 lambda: second.exchange.combine(torch.empty((rows, 4)), None, first.state, torch.empty((x.shape[0],
+                                                                                                        4)))):
+        try:
+            call()
+            refused.append(False)
+        except chimera.InvalidArgument as error:
+            refused.append("another routed exchange" in str(error))
+    y = moe.combine(_expert(recv_x, recv_e), second)
+    yr = sum(w[:, k:k + 1] * (x * (idx[:, k:k + 1] + 1).float()) for k in range(2))
+    agree(all(refused) and torch.equal(y, yr), gloo, f"refused {refused}")
+
+
 def test_backend_of_the_launch(world):
     """moe's backend is the launch's host transport: MPI under mpirun, the gloo mesh backend
     under torchrun; one per mesh, made once."""

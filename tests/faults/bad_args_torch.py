@@ -1,0 +1,136 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One rank of a bad-argument run on the torch entry points (driven by run_faults.py, as
+fault_rank is): the chimera process group, DTensor redistribution through chimera.torch and
+chimera.torch.moe. The last rank alone passes a bad argument to one call; each rank writes
+OUTDIR/rank<R>.txt as fault_rank does (code, ms, call_ms, next, data, message), then waits
+(bounded) for the others' reports and leaves with os._exit.
+
+Usage: bad_args_torch.py MODE OUTDIR LINGER_MS"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import chimera
+import chimera.torch as ct
+
+
+def code_of(error):
+    """The status code a report names for `error` (the words fault_rank writes)."""
+    if error is None:
+        return "ok"
+    for cls, name in ((chimera.InvalidArgument, "invalid"), (chimera.Mismatch, "mismatch"),
+                      (chimera.Timeout, "timeout")):
+        if isinstance(error, cls):
+            return name
+    text = str(error).lower()
+    for word, name in (("invalid argument", "invalid"), ("mismatch", "mismatch"), ("timeout", "timeout")):
+        if word in text:
+            return name
+    return type(error).__name__.lower()
+
+
+def attempt(call):
+    try:
+        call()
+        return None
+    except Exception as error:  # noqa: BLE001 - every failure is reported, none may escape
+        return error
+
+
+def all_gather(bad):
+    rank, size = dist.get_rank(), dist.get_world_size()
+    out = torch.empty(size * 16 - (1 if bad else 0))
+    dist.all_gather_into_tensor(out, torch.full((16,), float(rank)))
+
+
+def reduce_scatter(bad):
+    size = dist.get_world_size()
+    out = torch.empty(16 + (1 if bad else 0))
+    dist.reduce_scatter_tensor(out, torch.ones(size * 16))
+
+
+def dtensor(bad):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    size = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (size,))
+    local = torch.ones((4 - (1 if bad else 0), 8))
+    d = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size((4 * size, 8)),
+                           stride=(8, 1))
+    ct.redistribute(d, [Replicate()])
+
+
+def moe_inputs(size):
+    from chimera.torch import moe  # noqa: F401 - imported with the mode
+
+    tokens = 6
+    x = torch.ones((tokens, 4))
+    idx = torch.stack([torch.tensor([t % (2 * size), (t + 1) % (2 * size)]) for t in range(tokens)])
+    w = torch.full((tokens, 2), 0.5)
+    return x, idx, w
+
+
+def moe_top_k(bad):
+    from chimera.torch import moe
+
+    size = dist.get_world_size()
+    x, idx, w = moe_inputs(size)
+    if bad:  # K = 0 against the peers' K = 2
+        idx, w = idx[:, :0], w[:, :0]
+    moe.dispatch(x, idx, w, 2 * size)
+
+
+def moe_replicated_id(bad):
+    from chimera.torch import moe
+
+    size = dist.get_world_size()
+    x, idx, w = moe_inputs(size)
+    if bad:
+        idx = idx.clone()
+        idx[-1, 0] = 2 * size
+    moe.dispatch(x, idx, w, 2 * size, mesh=f"tp=2,ep={size // 2}", group="ep", layout="tp=R", program="fused")
+
+
+MODES = {
+    "bad-torch-allgather": all_gather,
+    "bad-torch-reducescatter": reduce_scatter,
+    "bad-dtensor": dtensor,
+    "bad-moe-topk": moe_top_k,
+    "bad-moe-replicated-id": moe_replicated_id,
+}
+
+
+def main():
+    mode, out, linger_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    start = time.monotonic()
+    ct.init_process_group()
+    rank, size = dist.get_rank(), dist.get_world_size()
+    call = MODES[mode]
+    warm = attempt(lambda: call(False))  # the groups, exchanges and plans of the good call exist
+    bad = rank == size - 1
+    begin = time.monotonic()
+    error = attempt(lambda: call(bad)) if warm is None else warm
+    call_ms = (time.monotonic() - begin) * 1000
+    following = attempt(lambda: call(False)) if warm is None else warm
+    message = " ".join(str(error).split()) if error is not None else ""
+    line = (f"code={code_of(error)} ms={int((time.monotonic() - start) * 1000)} call_ms={int(call_ms)} "
+            f"next={'ok' if following is None else 'failed'} data=- message={message}\n")
+    path = os.path.join(out, f"rank{rank}.txt")
+    with open(path + ".tmp", "w") as f:
+        f.write(line)
+    os.rename(path + ".tmp", path)
+    deadline = time.monotonic() + linger_ms / 1000
+    while time.monotonic() < deadline:
+        if all(os.path.exists(os.path.join(out, f"rank{r}.txt")) for r in range(size)):
+            break
+        time.sleep(0.02)
+    sys.stdout.flush()
+    os._exit(0 if error is None else 1)
+
+
+if __name__ == "__main__":
+    main()
