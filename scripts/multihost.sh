@@ -310,7 +310,8 @@ owned=0
 finish() {
   local status=$?
   trap - EXIT INT TERM HUP
-  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+  # shellcheck disable=SC2086
+  if [ -n "$child" ]; then kill -TERM $child 2>/dev/null || true; fi
   if [ "$owned" = 1 ]; then teardown; fi
   exit "$status"
 }
@@ -422,15 +423,15 @@ run_torchrun() {
     pids+=($!)
   done
   child="${pids[*]}"
-  local remaining=$hosts
-  while [ "$remaining" -gt 0 ]; do
-    local one=0
-    wait -n -p pid "${pids[@]}" || one=$?
-    remaining=$((remaining - 1))
+  local running=("${pids[@]}") one
+  while [ ${#running[@]} -gt 0 ]; do
+    one=0
+    wait -n -p pid "${running[@]}" || one=$?
+    running=($(printf '%s\n' "${running[@]}" | grep -vx "$pid" || true))
     if [ "$one" -ne 0 ] && [ "$status" -eq 0 ]; then
       status=$one
       log "a host's torchrun exited with $one: stopping the others"
-      kill -TERM "${pids[@]}" 2>/dev/null || true
+      kill -TERM "${running[@]}" 2>/dev/null || true
     fi
   done
   child=""
