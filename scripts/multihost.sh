@@ -164,10 +164,15 @@ teardown() {
   rmdir "$kStateRoot" 2>/dev/null || true
 }
 
-# Claims rig $id (mkdir is atomic); 1 when someone holds it.
+# Claims rig $id (mkdir is atomic); 1 when someone holds it. Tries again where another rig's
+# teardown removed the empty state root in between.
 claim_rig() {
-  mkdir -p "$kStateRoot"
-  mkdir "$(state_dir)" 2>/dev/null || return 1
+  local try
+  for try in 1 2 3; do
+    mkdir -p "$kStateRoot" 2>/dev/null || true
+    if mkdir "$(state_dir)" 2>/dev/null; then break; fi
+    if [ -d "$(state_dir)" ] || [ "$try" = 3 ]; then return 1; fi
+  done
   if [ -n "$(rig_namespaces)" ]; then rmdir "$(state_dir)"; return 1; fi
 }
 
