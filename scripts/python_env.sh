@@ -27,8 +27,11 @@ CHIMERA_TORCHTITAN_REQUIREMENTS=(
   xxhash==4.1.0 yarl==1.25.1
 )
 
-# Creates the venv when missing and installs what it lacks (quiet; nothing to do on a rerun).
-chimera_python_env() {
+# The Python linter (pyproject.toml's [tool.ruff] says which rules), pinned like the rest.
+CHIMERA_RUFF_REQUIREMENT=ruff==0.17.5
+
+# Creates the venv when missing (with the system packages it needs).
+chimera_python_venv() {
   local saved=("${CHIMERA_PACKAGES[@]}")
   CHIMERA_PACKAGES=(python3-venv python3-dev)
   chimera_install_deps
@@ -38,6 +41,11 @@ chimera_python_env() {
     python3 -m venv "$CHIMERA_VENV"
   fi
   mkdir -p "$CHIMERA_WHEELHOUSE"
+}
+
+# Creates the venv when missing and installs what it lacks (quiet; nothing to do on a rerun).
+chimera_python_env() {
+  chimera_python_venv
   chimera_wheelhouse_install "${CHIMERA_PYTHON_REQUIREMENTS[@]}"
   chimera_wheelhouse_install --no-deps "${CHIMERA_TORCHTITAN_REQUIREMENTS[@]}"
   chimera_log "installed ${CHIMERA_PYTHON_REQUIREMENTS[*]} and torchtitan into $CHIMERA_VENV from $CHIMERA_WHEELHOUSE"
@@ -55,6 +63,15 @@ chimera_wheelhouse_install() {
     "${pip[@]}" download -q -d "$CHIMERA_WHEELHOUSE" "${flags[@]}" "$@"
     "${pip[@]}" install -q --no-index --find-links "$CHIMERA_WHEELHOUSE" "${flags[@]}" "$@"
   fi
+}
+
+# ruff over every tracked Python file (the venv gets ruff alone when it is new; seconds). Lint
+# only: the files are checked, never rewritten.
+chimera_python_lint() {
+  chimera_python_venv
+  chimera_wheelhouse_install "$CHIMERA_RUFF_REQUIREMENT"
+  (cd "$CHIMERA_ROOT" && "$CHIMERA_VENV/bin/ruff" check --no-cache --output-format concise .)
+  chimera_log "python lint: $CHIMERA_RUFF_REQUIREMENT finds nothing in $(git -C "$CHIMERA_ROOT" ls-files '*.py' | wc -l) files"
 }
 
 # The value of NAME in the CMake cache of $CHIMERA_BUILD.

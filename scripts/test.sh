@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs what is missing, checks the C/C++/CUDA formatting (scripts/format.sh), builds into
+# Installs what is missing, checks the C/C++/CUDA formatting (scripts/format.sh) and lints the
+# Python files (ruff, chimera_python_lint in scripts/python_env.sh), builds into
 # build/, proves an installed copy can be consumed with find_package(chimera) (running a Session
 # on 4 MPI ranks), installs the Python package into a venv under build/ (pip install .),
 # then runs every test tier through ctest (unit, mpi, faults, python, gpu, multihost; gpu tests
@@ -14,6 +15,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 chimera_install_deps
 # Formatting first: it takes seconds and names every file that differs from .clang-format.
 "$CHIMERA_ROOT/scripts/format.sh" --check
+# Then the Python lint (ruff, pinned; rules in pyproject.toml), as quick.
+chimera_python_lint
 python_tests=()
 if [ "${CHIMERA_PYTHON:-1}" != 0 ]; then
   chimera_python_env

@@ -13,8 +13,6 @@ usage: plan_scale.py --plan build/bin/chimera-plan [--ranks 1024,4096,...] [--re
 """
 import argparse
 import os
-import resource
-import subprocess
 import sys
 import time
 

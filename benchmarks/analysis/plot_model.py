@@ -43,7 +43,8 @@ def main():
         compute = report["compute_s"] * 1e3
         for offset, key, colour in ((-width / 2, "baseline", "tab:red"), (width / 2, "fused", "tab:green")):
             comm = report[f"{key}_comm_s"] * 1e3
-            axes.bar(i + offset, compute, width, color="tab:grey", label="compute" if i == 0 and key == "baseline" else None)
+            axes.bar(i + offset, compute, width, color="tab:grey",
+                     label="compute" if i == 0 and key == "baseline" else None)
             axes.bar(i + offset, comm, width, bottom=compute, color=colour,
                      label=f"communication, {key}" if i == 0 else None)
         top = report["baseline_iteration_s"] * 1e3

@@ -14,8 +14,8 @@ by the same bandwidth-optimal formulas chimera's planner uses; chimera: its plan
 median wall time of each over --iters runs (each timed between barriers, max over ranks), and
 whether both results are equal. DTensor is also timed on the same mesh with its groups on the
 "chimera" c10d backend (its own collectives on chimera's host transport, the same as chimera's
-plans use), which separates the gain of the fused plan from that of the transport. DTensor's own call is also made inside
-``fused_redistribute()`` (with ``async_op=True``): how many of those redistributions chimera
+plans use), which separates the gain of the fused plan from that of the transport. DTensor's own
+call is also made inside ``fused_redistribute()`` (with ``async_op=True``): how many of those redistributions chimera
 planned ends the output (``routed_planned`` / ``routed_total`` per row). One JSON row per
 transition (--json FILE).
 """
@@ -172,7 +172,8 @@ def main():
         dt_ms = timed(lambda: d.redistribute(mesh, dst), args.iters)
         dt_chimera_ms = timed(lambda: d_chimera.redistribute(on_chimera, dst), args.iters)
         ch_ms = timed(lambda: ct.redistribute(d, dst), args.iters)
-        row = {"mesh": args.mesh, "transport": transport, "transition": f"{text(src)} -> {text(dst)}", "shape": args.shape,
+        row = {"mesh": args.mesh, "transport": transport, "transition": f"{text(src)} -> {text(dst)}",
+               "shape": args.shape,
                "dtype": args.dtype, "dtensor_bytes": int(dt_bytes.item()), "dtensor_collectives": counter.calls,
                "chimera_bytes": ch_bytes, "dtensor_ms": round(dt_ms, 3),
                "dtensor_on_chimera_backend_ms": round(dt_chimera_ms, 3), "chimera_ms": round(ch_ms, 3),
@@ -188,7 +189,8 @@ def main():
     planned = sum(r["routed_planned"] for r in rows)
     total = sum(r["routed_total"] for r in rows)
     if dist.get_rank() == 0:
-        print(f"chimera on its {transport} backend; fused_redistribute(): chimera planned {planned} of {total} redistributions "
+        print(f"chimera on its {transport} backend; fused_redistribute(): "
+              f"chimera planned {planned} of {total} redistributions "
               f"({planned / max(total, 1):.0%})", flush=True)
     if args.json and dist.get_rank() == 0:
         with open(args.json, "w") as f:

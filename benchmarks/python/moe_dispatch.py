@@ -66,8 +66,14 @@ import torch.distributed as dist
 import chimera.torch as ct
 from chimera.torch import moe_routings
 from chimera.torch.backend import transport
-from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, MpiComm, PerExpertDispatcher, TorchComm, \
-    TPChainDispatcher
+from chimera.torch.moe_baselines import (
+    AllGatherDispatcher,
+    ChimeraDispatcher,
+    MpiComm,
+    PerExpertDispatcher,
+    TorchComm,
+    TPChainDispatcher,
+)
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
 
@@ -226,7 +232,8 @@ def bench_row(args, mesh, comms, e, k, kind):
         want = moe_routings.forward_backward(dispatchers["per_expert"], x, idx, w, grad_y)
         for name, d in dispatchers.items():
             if name != "per_expert":
-                exact = exact and all(same(a, b) for a, b in zip(moe_routings.forward_backward(d, x, idx, w, grad_y), want))
+                got = moe_routings.forward_backward(d, x, idx, w, grad_y)
+                exact = exact and all(same(a, b) for a, b in zip(got, want))
         del want
     flag = torch.tensor([1 if exact else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)

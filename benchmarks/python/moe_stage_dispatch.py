@@ -43,7 +43,8 @@ import numpy as np
 import chimera
 
 # name: (program, topology) of the RoutedExchange.
-PROGRAMS = {"straight": ("fused", "bytes"), "handoff_once": ("planned", "pcie-4080x8"), "handoff": ("per_expert", "bytes")}
+PROGRAMS = {"straight": ("fused", "bytes"), "handoff_once": ("planned", "pcie-4080x8"),
+            "handoff": ("per_expert", "bytes")}
 
 
 def routing(rank: int, tokens: int, experts: int, top_k: int, hidden: int):
@@ -74,7 +75,8 @@ def step(backend, exchange, data, hidden: int):
     else:
         handle = exchange.dispatch(None, None, None, 0)
         rows = handle.rows
-        recv_x, recv_e, recv_w = np.empty((rows, hidden), np.float32), np.empty(rows, np.int64), np.empty(rows, np.float32)
+        recv_x = np.empty((rows, hidden), np.float32)
+        recv_e, recv_w = np.empty(rows, np.int64), np.empty(rows, np.float32)
         exchange.receive(handle, recv_x, recv_e, recv_w)
         y = np.empty((handle.tokens, hidden), np.float32)
         stats.append(handle.stats)
@@ -155,9 +157,11 @@ def main() -> None:
             rows.append(row)
             if backend.rank == 0:
                 print(f"{row['mesh']} E={experts} K={top_k} T={args.tokens} H={args.hidden}: "
-                      f"straight {row['straight_us']:.0f} us {row['straight_bytes']} B (link {row['straight_link_bytes']} B), "
+                      f"straight {row['straight_us']:.0f} us {row['straight_bytes']} B "
+                      f"(link {row['straight_link_bytes']} B), "
                       f"hand-off once per rank {row['handoff_once_us']:.0f} us {row['handoff_once_bytes']} B, "
-                      f"hand-off {row['handoff_us']:.0f} us {row['handoff_bytes']} B (link {row['handoff_link_bytes']} B), "
+                      f"hand-off {row['handoff_us']:.0f} us {row['handoff_bytes']} B "
+                      f"(link {row['handoff_link_bytes']} B), "
                       f"planned straight: {row['straight_planned']}, exact: {row['exact']}", flush=True)
         if backend.rank == 0 and args.json:
             with open(args.json, "w", encoding="utf-8") as f:

@@ -35,8 +35,9 @@ torchtitan issues it; each rank's experts' gradients stay local::
 
 ``--comm chimera`` (default) records every collective on a chimera Session with fusion per
 ``--fusion on|off``; ``--comm torch`` issues the same collectives with torch.distributed (gloo)
-as the reference. ``--compare`` trains fusion off, fusion on and gloo from the same start, interleaved
-step by step (so the three share the machine's load alike), and prints the losses side by side. Per step: loss, step time, communication time, and
+as the reference. ``--compare`` trains fusion off, fusion on and gloo from the same start,
+interleaved step by step (so the three share the machine's load alike), and prints the losses side
+by side. Per step: loss, step time, communication time, and
 the bytes the recorded collectives would send vs the bytes chimera sent. ``--json FILE`` writes
 all of it (rank 0).
 """

@@ -90,7 +90,6 @@ def _divide_by_one_with_sum(model) -> None:
 def after_import() -> None:
     """Applies the patches to the imported torchtitan modules."""
     from torch.nn.attention.flex_attention import create_block_mask
-
     from torchtitan.components import metrics
     from torchtitan.distributed import fsdp
     from torchtitan.distributed import utils as dist_utils

@@ -43,7 +43,6 @@ import torch.distributed as dist  # noqa: E402
 
 import chimera.torch as ct  # noqa: E402
 
-
 # The runs --backends names.
 BACKENDS = ("chimera", "chimera-unfused", "gloo")
 

@@ -35,12 +35,14 @@ enum class MpiAlgorithm : std::uint8_t {
   Ring,          ///< as PointToPoint, but ring ReduceScatter/AllGather/AllReduce (n-1 neighbour steps; fewer
                  ///< concurrent messages, for fabrics where fan-out costs more than steps)
   Library,       ///< the MPI library's collective (MPI_Allreduce, MPI_Reduce_scatter_block, ...)
+  Hierarchical,  ///< as PointToPoint, but AllReduce/ReduceScatter/AllGather over a group that spans hosts run
+                 ///< the hierarchical program (inside each host, across the hosts, inside again) at every size
 };
 
 /// Options of the MPI backend. A framework sets them in code; `fromEnvironment` gives the
 /// defaults the environment variables override (what `createMpiBackend(mesh, out)` uses).
 struct MpiBackendOptions {
-  /// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library.
+  /// CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library|hierarchical.
   MpiAlgorithm algorithm = MpiAlgorithm::Auto;
   /// Cross-rank argument agreement before each collective, and pairwise checks of
   /// point-to-point calls (CHIMERA_CHECK_ARGS=0|1, on by default in every build; see
@@ -73,7 +75,7 @@ struct MpiBackendOptions {
   [[nodiscard]] static Status fromEnvironment(MpiBackendOptions& out);
 };
 
-/// The CHIMERA_MPI_ALGORITHM spelling of `algorithm`: "auto", "p2p", "ring", "library".
+/// The CHIMERA_MPI_ALGORITHM spelling of `algorithm`: "auto", "p2p", "ring", "library", "hierarchical".
 std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 
 /// Creates the MPI backend (host memory) over MPI_COMM_WORLD for `mesh`, whose size must
@@ -96,9 +98,12 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm);
 ///   calls (send, recv, groupedP2P) are checked pairwise: each pair exchanges the list of
 ///   its transfers first, so differing counts, dtypes or numbers of messages give Mismatch at
 ///   both ends; a rank-local error still returns at once on that rank.
-/// - `CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library`: per-op choice by measured thresholds
-///   (default), chimera's own point-to-point algorithms (direct exchange), the same with
-///   ring ReduceScatter/AllGather/AllReduce, or the MPI library's collectives.
+/// - `CHIMERA_MPI_ALGORITHM=auto|p2p|ring|library|hierarchical`: per-op choice by measured
+///   thresholds, hierarchical over groups that span hosts (default), chimera's own
+///   point-to-point algorithms (direct exchange), the same with ring
+///   ReduceScatter/AllGather/AllReduce, the MPI library's collectives, or the direct exchange
+///   with the hierarchical program for every AllReduce/ReduceScatter/AllGather over a group
+///   that spans hosts (docs/performance.md, "Across hosts").
 /// - `CHIMERA_MPI_SEGMENT_BYTES` (default `1M`): segment size of chimera's ReduceScatter.
 /// - `CHIMERA_ABORT_ON_TIMEOUT=0|1` (default 0): `MpiBackendOptions::abortOnTimeout`.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, std::unique_ptr<Backend>& out);

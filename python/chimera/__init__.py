@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit as _atexit
 import json as _json
-import os as _os
 from pathlib import Path as _Path
 from typing import Any, Optional, Sequence
 
@@ -34,6 +33,7 @@ def _built_with_cuda() -> bool:
 _nccl.preload(_built_with_cuda())
 
 from . import _chimera  # noqa: E402  (after the NCCL choice)
+from . import placements as _placements  # noqa: E402
 from ._chimera import (  # noqa: E402
     Backend,
     BackendError,
@@ -59,7 +59,6 @@ from ._chimera import (  # noqa: E402
     world,
 )
 from .placements import Partial, Replicate, Shard, Stage  # noqa: E402
-from . import placements as _placements  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -151,7 +151,9 @@ def layout_text(axis_names: List[str], placements: Sequence[Any],
 def to_dtensor(placements: Sequence[Any]) -> list:
     """DTensor's placement objects for chimera's (imports torch). A Stage has none:
     ``chimera.InvalidArgument`` (a ValueError)."""
-    from torch.distributed.tensor import Partial as DPartial, Replicate as DReplicate, Shard as DShard
+    from torch.distributed.tensor import Partial as DPartial
+    from torch.distributed.tensor import Replicate as DReplicate
+    from torch.distributed.tensor import Shard as DShard
 
     out = []
     for p in placements:

@@ -15,6 +15,7 @@
 #include "chimera/backend.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
+#include "job/stall_watchdog.hpp"
 
 namespace chimera::detail {
 
@@ -44,6 +45,22 @@ void endJob(std::string_view subsystem, int rank, const Status& failure, std::ch
   if (initialized != 0 && finalized == 0) MPI_Abort(MPI_COMM_WORLD, kJobAbortExitCode);
 #endif
   std::_Exit(kJobAbortExitCode);
+}
+
+void watchedFinalize() {
+#if defined(CHIMERA_HAS_MPI)
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::int64_t timeoutMs = 600000;
+  if (!timeoutMsFromEnv(timeoutMs).isOk()) timeoutMs = 600000;
+  (void)watchedBlockingCall(rank, std::chrono::milliseconds(timeoutMs),
+                            "MPI_Finalize (it waits for every rank to finalise)", [] { return MPI_Finalize(); });
+#endif
 }
 
 }  // namespace chimera::detail

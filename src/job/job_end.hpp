@@ -30,4 +30,10 @@ namespace chimera::detail {
 [[noreturn]] void endJob(std::string_view subsystem, int rank, const Status& failure,
                          std::chrono::milliseconds timeout);
 
+/// MPI_Finalize bounded by CHIMERA_TIMEOUT_MS (default 600000; a malformed value counts as the
+/// default): MPI_Finalize waits for every rank, so a peer that stalled or died, or an operation
+/// abandoned after a Timeout, would keep it waiting without end; past the limit the job ends
+/// (watchedBlockingCall). Without MPI, or with MPI already finalised, does nothing.
+void watchedFinalize();
+
 }  // namespace chimera::detail

@@ -50,10 +50,10 @@ void StallWatchdog::watch() {
     if (std::chrono::steady_clock::now() >= deadline) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since_);
       endJob("job", rank_,
-             Status::timeout(
-                 fmt::format("{}{} made no progress for {} ms (the tool's limit: CHIMERA_TIMEOUT_MS + 2 s); "
-                             "a peer stalled in it or never joined it",
-                             what_, iteration_ >= 0 ? fmt::format(", iteration {},", iteration_) : "", ms.count())),
+             Status::timeout(fmt::format("{}{} made no progress for {} ms (limit {} ms, from CHIMERA_TIMEOUT_MS); "
+                                         "a peer stalled in it or never joined it",
+                                         what_, iteration_ >= 0 ? fmt::format(", iteration {},", iteration_) : "",
+                                         ms.count(), limit_.count())),
              limit_);
     }
     wake_.wait_until(lock, deadline);

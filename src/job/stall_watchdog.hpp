@@ -51,6 +51,19 @@ class StallWatchdog {
   std::thread thread_;
 };
 
+/// Runs `call`, a blocking call that has no bounded form (MPI_Comm_split, MPI_Comm_create_group,
+/// MPI_Finalize), under a StallWatchdog of `limit` for world rank `rank`: when it has not returned
+/// by then, a peer stalled or died inside it, and the job ends (job_end.hpp) naming `what`.
+/// Returns what `call` returns.
+template <typename Call>
+auto watchedBlockingCall(int rank, std::chrono::milliseconds limit, std::string_view what, Call&& call) {
+  StallWatchdog watchdog(rank, limit);
+  watchdog.enter(what);
+  auto result = call();
+  watchdog.leave();
+  return result;
+}
+
 /// The watchdog limit of chimera's tools: CHIMERA_TIMEOUT_MS (default 600000) plus 2 s.
 /// InvalidArgument when the variable is malformed.
 [[nodiscard]] Status toolStallLimit(std::chrono::milliseconds& out);

@@ -175,13 +175,15 @@ def main():
             elif mode == "stall":
                 problems.append("the other ranks did not all report after the SIGSTOP")
             verdict = "pass" if not problems else "FAIL: " + "; ".join(problems)
-            print(f"| {mode} | {'on' if checks else 'off'} | {outcome} | {slowest:.1f} | {case['wall']:.1f} | {verdict} |",
+            checks_text = "on" if checks else "off"
+            print(f"| {mode} | {checks_text} | {outcome} | {slowest:.1f} | {case['wall']:.1f} | {verdict} |",
                   flush=True)
             if problems:
                 failed += 1
                 for r, rep in sorted(case["reports"].items()):
                     print(f"    rank {r}: {rep['code']} data={rep['data']} {rep['message']}")
-                print("    mpiexec output:\n" + "\n".join("      " + l for l in case["output"].splitlines()[-20:]))
+                tail = case["output"].splitlines()[-20:]
+                print("    mpiexec output:\n" + "\n".join("      " + line for line in tail))
     return 1 if failed else 0
 
 

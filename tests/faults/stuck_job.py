@@ -7,7 +7,8 @@ logged the call it gave up in, its group and the rank it waited for ("rank N can
 ... on <group> ... still waiting for world rank M ..."; inside a collective of the MPI library,
 which does not say which member is late, the group's members). Prints one line per check.
 
-Usage: stuck_job.py --mpiexec "mpirun --oversubscribe" --ready REGEX [--delay S] [--timeout-ms 3000] -- PROGRAM ARGS..."""
+Usage: stuck_job.py --mpiexec "mpirun --oversubscribe" --ready REGEX [--delay S] [--timeout-ms 3000]
+                    -- PROGRAM ARGS..."""
 import argparse
 import os
 import re
@@ -93,7 +94,8 @@ def main():
                 try:
                     proc.wait(timeout=limit)
                     ended = time.monotonic() - stopped_at
-                    print(f"job ended {ended:.1f} s after the SIGSTOP (limit {limit:.0f} s), exit status {proc.returncode}")
+                    print(f"job ended {ended:.1f} s after the SIGSTOP (limit {limit:.0f} s), "
+                          f"exit status {proc.returncode}")
                     if proc.returncode == 0:
                         problems.append("the job exited 0")
                 except subprocess.TimeoutExpired:
@@ -117,9 +119,9 @@ def main():
         # and the stopped rank is among those silent in it (a rank may also name a live peer it waits
         # on, itself waiting for the stopped one). Only when every member answered does the line
         # name the group's members instead.
-        logged = [l for l in lines if re.search(
+        logged = [line for line in lines if re.search(
             rf"rank {rank} cannot go on: .* on .* still waiting for (world ranks? [0-9]|a member of the group's "
-            r"library collective \(world ranks [0-9])", l)]
+            r"library collective \(world ranks [0-9])", line)]
         if logged:
             print(f"rank {rank} logged: {logged[0].strip()[:300]}")
             roll = re.search(r"world ranks? ([0-9, ]+) of the group's library collective \(silent in a roll call",
@@ -131,7 +133,7 @@ def main():
     for problem in problems:
         print("FAIL:", problem)
     if problems:
-        print("output (last 40 lines):\n" + "\n".join("  " + l for l in text.splitlines()[-40:]))
+        print("output (last 40 lines):\n" + "\n".join("  " + line for line in text.splitlines()[-40:]))
         return 1
     print("pass")
     return 0

@@ -4,9 +4,11 @@
 // for different groups without caching a wrong communicator.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/mpi/mpi_backend_impl.hpp"
@@ -104,6 +106,47 @@ TEST(MpiReliability, LibraryCollectiveNamesTheLateRank) {
     EXPECT_TRUE(contains(status, "still waiting for world rank 0 of the group's library collective"))
         << status.toString();
     ok = status.code() == StatusCode::Timeout && contains(status, "world rank 0 of the group");
+  }
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// MPI cannot cancel a collective: one abandoned on a Timeout completes once the late member
+// arrives. With the Timeout returned to the caller (abortOnTimeout off), that late completion
+// must land in chimera's staging, not in the buffer the caller has had back since.
+TEST(MpiReliability, AnAbandonedLibraryCollectiveDoesNotWriteTheCallersBuffer) {
+  const Mesh mesh = Mesh::flat(worldSize());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 300;
+  options.checkArgs = false;  // the late member's collective must match the abandoned one
+  options.abortOnTimeout = false;
+  options.algorithm = detail::MpiAlgorithm::Library;
+  auto backend = makeBackend(mesh, options);
+  bool ok = backend != nullptr;
+  std::vector<float> data(256, 1.0f);
+  if (ok) ok = backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, mesh.allAxes()).isOk();
+  if (!allRanksAgree(ok)) return;
+  constexpr float kMine = -3.0f;  // what the caller keeps in its buffer after the Timeout
+  if (worldRank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // after the others gave up
+    (void)backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
+  } else {
+    const Status status =
+        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
+    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
+    ok = status.code() == StatusCode::Timeout;
+    std::fill(data.begin(), data.end(), kMine);
+  }
+  // Drive MPI until the late member's collective has completed everywhere.
+  ok = allRanksAgree(ok);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    int found = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, MPI_STATUS_IGNORE);
+  }
+  if (worldRank() != 0) {
+    const bool kept = std::all_of(data.begin(), data.end(), [](float v) { return v == kMine; });
+    EXPECT_TRUE(kept) << "the abandoned collective wrote into the caller's buffer after its call returned";
+    ok = ok && kept;
   }
   EXPECT_TRUE(allRanksAgree(ok));
 }

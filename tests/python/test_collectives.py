@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 import chimera
+
 from reference import as_f64, empty, make, rank_values, reduce
 
 pytestmark = pytest.mark.mpi
 
 COUNT = 24  # divisible by every group size of the meshes used (1, 2, 4, 8)
-CASES = [("numpy", d) for d in ("f32", "f64", "f16", "i32")] + [("torch", d) for d in ("f32", "f64", "f16", "bf16", "i32")]
+CASES = ([("numpy", d) for d in ("f32", "f64", "f16", "i32")]
+         + [("torch", d) for d in ("f32", "f64", "f16", "bf16", "i32")])
 GROUPS = ["tp", "dp", "dp+tp"]
 
 

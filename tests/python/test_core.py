@@ -45,7 +45,8 @@ def test_layout_text_and_queries():
     assert layout.local_bytes(spec) == 8 * 4 * 2
     assert layout.rank_box(2, spec) == ([0, 8], [8, 4])
     assert layout.after("send:pp", spec) == chimera.Layout("pp=@1,tp=S1", mesh)
-    assert chimera.Layout("dp+tp=S0", chimera.Mesh("dp=2,tp=2")) == chimera.Layout("dp=S0,tp=S0", chimera.Mesh("dp=2,tp=2"))
+    square = chimera.Mesh("dp=2,tp=2")
+    assert chimera.Layout("dp+tp=S0", square) == chimera.Layout("dp=S0,tp=S0", square)
     with pytest.raises(chimera.InvalidArgument, match="not divisible"):
         chimera.Layout("tp=S0", mesh).validate(chimera.TensorSpec((10,), "f32"))
     with pytest.raises(chimera.InvalidArgument, match="unknown mesh axis"):
@@ -199,7 +200,8 @@ def test_wrong_memory_space_raises_value_error():
 
 def test_import_does_not_load_libtorch():
     code = "import chimera, sys; print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
 
 
 def _probe(env_value, with_torch=True):

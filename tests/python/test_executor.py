@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import chimera
-from reference import (FLAT, as_f64, local_box, local_empty, logical_tensor, scenario_input, scenarios_for)
+
+from reference import FLAT, as_f64, local_box, local_empty, logical_tensor, scenario_input, scenarios_for
 
 pytestmark = pytest.mark.mpi
 

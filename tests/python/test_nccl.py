@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import chimera
+
 from reference import rank_values, reduce
 
 pytestmark = pytest.mark.mpi

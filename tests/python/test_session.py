@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import chimera
+
 from reference import as_f64, local_box, local_empty, logical_tensor, scenario_input, scenarios_for
 
 pytestmark = pytest.mark.mpi

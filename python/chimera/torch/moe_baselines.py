@@ -31,9 +31,10 @@ local expert, then by source rank, then by token; a token's combine output is
 functions (gradients to ``x`` and ``topk_weights``; the backward of each exchange is the
 exchange the other way). ``group`` is a torch.distributed process group (None: the default
 one; the dispatchers call ``all_to_all_single`` with splits, ``all_gather_into_tensor`` and
-``reduce_scatter_tensor`` on it) or an :class:`MpiComm` (the same collectives on MPI). ``bytes_sent`` counts what this rank passed to its collectives for
-other ranks: the splits given to ``all_to_all_single``, (n-1) x its shard for an AllGather,
-(n-1)/n of the input for a ReduceScatter (the bandwidth-optimal algorithms).
+``reduce_scatter_tensor`` on it) or an :class:`MpiComm` (the same collectives on MPI).
+``bytes_sent`` counts what this rank passed to its collectives for other ranks: the splits given
+to ``all_to_all_single``, (n-1) x its shard for an AllGather, (n-1)/n of the input for a
+ReduceScatter (the bandwidth-optimal algorithms).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/mpi/abandoned_memory.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -123,18 +125,54 @@ std::string missingPeers(const MpiGroup& group, std::span<const MPI_Request> req
   return text;
 }
 
-// Cancels and frees what is still pending of the point-to-point requests; collective
-// requests cannot be cancelled and are abandoned (the backend refuses further calls).
-void abandon(std::span<MPI_Request> requests, std::span<const int> peers) {
+// Gives up on what is still pending: cancels the point-to-point requests, lets those that write
+// into the caller's memory settle for up to kSettleWindowMs (a cancelled receive completes at
+// once; one already matched when its data is in), then frees the point-to-point requests left
+// (MPI completes them in the background) and abandons the collectives (MPI cannot cancel them).
+// Sets `pending` when one was left; returns whether a receive into the caller's memory was.
+bool abandon(std::span<MPI_Request> requests, std::span<const int> peers, std::span<const Lends> lends, bool& pending) {
+  const auto peerOf = [&](std::size_t i) { return i < peers.size() ? peers[i] : kWholeGroup; };
+  const auto lendsOf = [&](std::size_t i) { return i < lends.size() ? lends[i] : Lends::Chimera; };
+  bool settling = false;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i] == MPI_REQUEST_NULL || peerOf(i) == kWholeGroup) continue;
+    MPI_Cancel(&requests[i]);
+    settling = settling || lendsOf(i) == Lends::Caller;
+  }
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(kSettleWindowMs);
+  while (settling && Clock::now() < deadline) {
+    settling = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i] == MPI_REQUEST_NULL || peerOf(i) == kWholeGroup || lendsOf(i) != Lends::Caller) continue;
+      int done = 0;
+      if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
+      settling = settling || done == 0;
+    }
+    if (settling) std::this_thread::yield();
+  }
+  bool callerLent = false;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (requests[i] == MPI_REQUEST_NULL) continue;
-    const int peer = i < peers.size() ? peers[i] : kWholeGroup;
-    if (peer != kWholeGroup) {
-      MPI_Cancel(&requests[i]);
+    pending = true;
+    if (peerOf(i) != kWholeGroup) {
+      callerLent = callerLent || lendsOf(i) == Lends::Caller;
       MPI_Request_free(&requests[i]);
     }
     requests[i] = MPI_REQUEST_NULL;
   }
+  return callerLent;
+}
+
+// After a wait gave up with a receive into the caller's memory still pending, returning would let
+// MPI write there once the caller has the memory back: the job ends instead.
+[[noreturn]] void endWithCallerMemoryLent(const MpiGroup& group, const Status& failure) {
+  endJob("mpi", worldRankOf(group, group.index),
+         Status(failure.code(),
+                fmt::format("{}; a receive into the caller's memory was already matched and did not finish within "
+                            "{} ms of its cancellation, so returning would let MPI write into memory the caller "
+                            "has back",
+                            failure.message(), kSettleWindowMs)),
+         std::chrono::milliseconds(group.timeoutMs));
 }
 
 Status timedOut(const MpiGroup& group, std::string_view what, const std::string& missing) {
@@ -145,8 +183,15 @@ Status timedOut(const MpiGroup& group, std::string_view what, const std::string&
 }  // namespace
 
 Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span<const int> peers,
-               std::string_view what) {
+               std::span<const Lends> lends, std::string_view what, bool* leftPending) {
   if (requests.empty()) return Status::ok();
+  bool pending = false;
+  const auto giveUp = [&](const Status& failure) {
+    const bool callerLent = abandon(requests, peers, lends, pending);
+    if (leftPending != nullptr) *leftPending = pending;
+    if (callerLent) endWithCallerMemoryLent(group, failure);
+    return failure;
+  };
   thread_local std::vector<int> done;
   done.resize(requests.size());
   Clock::time_point deadline = Clock::now() + budget(group);
@@ -155,27 +200,20 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
     int completed = 0;
     const int rc =
         MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, done.data(), MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      abandon(requests, peers);
-      return mpiStatus(rc, what);
-    }
+    if (rc != MPI_SUCCESS) return giveUp(mpiStatus(rc, what));
     if (completed == MPI_UNDEFINED) return Status::ok();  // nothing left active
     const Clock::time_point now = Clock::now();
     if (completed > 0) {
       deadline = now + budget(group);
       continue;
     }
-    if (now >= deadline) {
-      const std::string missing = missingPeers(group, requests, peers);
-      abandon(requests, peers);
-      return timedOut(group, what, missing);
-    }
+    if (now >= deadline) return giveUp(timedOut(group, what, missingPeers(group, requests, peers)));
     polls.idle();
   }
 }
 
-Status waitOne(const MpiGroup& group, MPI_Request& request, int peer, std::string_view what) {
-  return waitAll(group, {&request, 1}, {&peer, 1}, what);
+Status waitOne(const MpiGroup& group, MPI_Request& request, int peer, Lends lends, std::string_view what) {
+  return waitAll(group, {&request, 1}, {&peer, 1}, {&lends, 1}, what);
 }
 
 Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status, std::string_view what) {
@@ -191,22 +229,41 @@ Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status,
   }
 }
 
-RequestSet::~RequestSet() { abandon(requests_, peers_); }
+RequestSet::~RequestSet() {
+  // An early error return: what is left is cancelled without settling (no group to name), and
+  // the set's memory kept when anything was.
+  for (std::size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i] == MPI_REQUEST_NULL) continue;
+    abandoned_ = true;
+    if (peers_[i] != kWholeGroup) {
+      MPI_Cancel(&requests_[i]);
+      MPI_Request_free(&requests_[i]);
+    }
+  }
+  if (abandoned_) {
+    for (std::shared_ptr<void>& memory : kept_) keepUntilExit(std::move(memory));
+  }
+}
 
 void RequestSet::reserve(std::size_t n) {
   requests_.reserve(n);
   peers_.reserve(n);
+  lends_.reserve(n);
 }
 
-MPI_Request& RequestSet::add(int peer) {
+MPI_Request& RequestSet::add(int peer, Lends lends) {
   peers_.push_back(peer);
+  lends_.push_back(lends);
   return requests_.emplace_back(MPI_REQUEST_NULL);
 }
 
 Status RequestSet::waitAll(const MpiGroup& group, std::string_view what) {
-  Status status = detail::waitAll(group, requests_, peers_, what);
+  bool pending = false;
+  Status status = detail::waitAll(group, requests_, peers_, lends_, what, &pending);
+  abandoned_ = abandoned_ || pending;
   requests_.clear();
   peers_.clear();
+  lends_.clear();
   return status;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
+#include "backend/mpi/library_output.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/ring.hpp"
 #include "common/host_reduce.hpp"
@@ -38,9 +39,9 @@ Status pairwiseAllToAll(const void* send, void* recv, std::size_t countPerPeer, 
     const int from = (me - s + n) % n;
     for (std::size_t begin = 0; begin < countPerPeer; begin += piece) {
       const int count = static_cast<int>(std::min(piece, countPerPeer - begin));
-      CHIMERA_RETURN_IF_ERROR(mpiStatus(
-          MPI_Irecv(out + from * blockBytes + begin * es, count, type, from, kAllToAllTag, group.comm, &step.add(from)),
-          "MPI_Irecv (pairwise all-to-all)"));
+      CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(out + from * blockBytes + begin * es, count, type, from, kAllToAllTag,
+                                                  group.comm, &step.add(from, Lends::Caller)),
+                                        "MPI_Irecv (pairwise all-to-all)"));
       CHIMERA_RETURN_IF_ERROR(mpiStatus(
           MPI_Isend(in + to * blockBytes + begin * es, count, type, to, kAllToAllTag, group.comm, &step.add(to)),
           "MPI_Isend (pairwise all-to-all)"));
@@ -91,7 +92,7 @@ Status directReduceScatter(const void* send, void* out, BlockSplit split, DataTy
       CHIMERA_RETURN_IF_ERROR(
           mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, from, kReduceScatterTag, group.comm, &receive),
                     "MPI_Irecv (direct ReduceScatter)"));
-      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, from, "direct ReduceScatter"));
+      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, from, Lends::Chimera, "direct ReduceScatter"));
       if (i == 1) {
         reduceTo(result + begin * es, slot, mine + begin * es, len, dtype, op);
       } else {
@@ -114,9 +115,10 @@ Status directAllGather(void* buf, BlockSplit split, DataType dtype, const MpiGro
   requests.reserve(2 * static_cast<std::size_t>(n - 1));
   for (int i = 1; i < n; ++i) {
     const int from = (me - i + n) % n;
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Irecv(bytes + split.offset(from) * es, static_cast<int>(split.size(from)),
-                                                type, from, kAllGatherTag, group.comm, &requests.add(from)),
-                                      "MPI_Irecv (direct AllGather)"));
+    CHIMERA_RETURN_IF_ERROR(
+        mpiStatus(MPI_Irecv(bytes + split.offset(from) * es, static_cast<int>(split.size(from)), type, from,
+                            kAllGatherTag, group.comm, &requests.add(from, Lends::Caller)),
+                  "MPI_Irecv (direct AllGather)"));
   }
   for (int i = 1; i < n; ++i) {
     const int to = (me + i) % n;
@@ -138,7 +140,7 @@ Status pointToPointAllReduce(const void* send, void* recv, std::size_t count, Da
 }
 
 Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype, int root,
-                                 const MpiGroup& group) {
+                                 const MpiGroup& group, ScratchBuffer* staging) {
   const BlockSplit split{count, group.size};
   const std::size_t es = dataTypeSize(dtype);
   if (group.index == root && send != recv && count > 0) std::memcpy(recv, send, count * es);
@@ -150,14 +152,19 @@ Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count
   }
   const MPI_Datatype type = mpiDataType(dtype);
   auto* mine = static_cast<std::byte*>(recv) + split.offset(group.index) * es;
+  ScratchBuffer unused;
+  const LibraryOutput out(staging != nullptr ? *staging : unused, mine, split.size(group.index) * es,
+                          staging != nullptr && group.index != root);
+  if (out.target() == nullptr) return Status::backendError("cannot allocate the staging of a broadcast's scatter");
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc =
       group.index == root
           ? MPI_Iscatterv(recv, counts.data(), displs.data(), type, MPI_IN_PLACE, 0, type, root, group.comm, &request)
-          : MPI_Iscatterv(nullptr, counts.data(), displs.data(), type, mine,
+          : MPI_Iscatterv(nullptr, counts.data(), displs.data(), type, out.target(),
                           counts[static_cast<std::size_t>(group.index)], type, root, group.comm, &request);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(rc, "MPI_Iscatterv (broadcast)"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Iscatterv (broadcast)"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, out.lends(), "MPI_Iscatterv (broadcast)"));
+  out.deliver();
   return ringAllGather(recv, split, dtype, group, kUnsegmented);
 }
 

@@ -43,8 +43,9 @@ namespace chimera::detail {
 
 /// Broadcast as MPI_Scatterv of the root's buffer into n blocks followed by a ring
 /// AllGather (bandwidth 2(n-1)/n of the message instead of a tree's log n). `send` is read
-/// on the root only; in-place when send == recv. `count` <= INT_MAX. Collective over `group`.
+/// on the root only; in-place when send == recv. `count` <= INT_MAX. `staging` (not null): the
+/// scatter's output goes through it (library_output.hpp). Collective over `group`.
 [[nodiscard]] Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count, DataType dtype,
-                                               int root, const MpiGroup& group);
+                                               int root, const MpiGroup& group, ScratchBuffer* staging);
 
 }  // namespace chimera::detail

@@ -6,6 +6,8 @@
 
 #include <array>
 #include <fstream>
+#include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -27,13 +29,18 @@ std::uint64_t thisHostKey() {
 }
 
 Status findHosts(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::vector<int>& out) {
-  const std::uint64_t mine = thisHostKey();
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(size));
+  // [this rank's key, every rank's key], kept by the set for as long as MPI may write it.
+  auto keyStore = std::make_shared<std::vector<std::uint64_t>>(static_cast<std::size_t>(size) + 1);
+  std::vector<std::uint64_t>& words = *keyStore;
+  words[0] = thisHostKey();
   const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (host placement)");
-  MPI_Request request = MPI_REQUEST_NULL;
+  RequestSet gather;
+  gather.keep(keyStore);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Iallgather(&mine, 1, MPI_UINT64_T, keys.data(), 1, MPI_UINT64_T, comm, &request), "MPI_Iallgather (hosts)"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "finding the host of every rank"));
+      MPI_Iallgather(words.data(), 1, MPI_UINT64_T, words.data() + 1, 1, MPI_UINT64_T, comm, &gather.add(kWholeGroup)),
+      "MPI_Iallgather (hosts)"));
+  CHIMERA_RETURN_IF_ERROR(gather.waitAll(world, "finding the host of every rank"));
+  const std::span<const std::uint64_t> keys(words.data() + 1, static_cast<std::size_t>(size));
   std::unordered_map<std::uint64_t, int> index;
   out.assign(static_cast<std::size_t>(size), 0);
   for (std::size_t r = 0; r < keys.size(); ++r) {

@@ -8,10 +8,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/exchange.hpp"
+#include "backend/mpi/hierarchical.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/p2p_check.hpp"
 #include "backend/mpi/ring.hpp"
@@ -61,13 +64,16 @@ MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBac
       p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
       groups_(world, mesh_, rank, options.timeoutMs),
       hosts_(std::move(hosts)),
-      peers_(std::move(peers)) {}
+      peers_(std::move(peers)),
+      hierarchies_(hosts_) {}
 
 MpiBackend::~MpiBackend() {
   if (!failure_.isOk()) {
     // Operations may still be pending on these; leave them to process exit.
     groups_.abandon();
+    hierarchies_.abandon();
     scratch_.abandon();
+    staging_.abandon();
     return;
   }
   int finalized = 0;
@@ -83,6 +89,11 @@ Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const S
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   if (!options_.checkArgs) return local;
   return agreeOnCall(*group, signature, local, rank_, mesh_.axesName(axes));
+}
+
+Status MpiBackend::checkStaging(const LibraryOutput& out) {
+  if (out.target() != nullptr) return Status::ok();
+  return Status::backendError("cannot allocate the staging of a library collective's output");
 }
 
 Status MpiBackend::unusable() const {
@@ -101,7 +112,8 @@ Status MpiBackend::fail(std::string_view call, const Status& status) {
 bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const {
   switch (options_.algorithm) {
     case MpiAlgorithm::PointToPoint:
-    case MpiAlgorithm::Ring: return true;
+    case MpiAlgorithm::Ring:
+    case MpiAlgorithm::Hierarchical: return true;
     case MpiAlgorithm::Library: return false;
     case MpiAlgorithm::Auto: break;
   }
@@ -111,13 +123,34 @@ bool MpiBackend::usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) 
   return chosen;
 }
 
+Status MpiBackend::chooseHierarchy(OpKind kind, std::size_t bytes, AxisSet axes, const MpiGroup& group,
+                                   const HostHierarchy*& out) {
+  out = nullptr;
+  const HostLayout& layout = hierarchies_.layout(axes, group);
+  bool chosen = false;
+  switch (options_.algorithm) {
+    case MpiAlgorithm::Hierarchical: chosen = layout.hosts() >= 2; break;
+    case MpiAlgorithm::Auto: chosen = layout.hierarchical() && bytes >= pointToPointThreshold(kind); break;
+    default: break;
+  }
+  if (!chosen) return Status::ok();
+  CHIMERA_LOG_DEBUG("mpi", "{} of {} bytes over {}: hierarchical ({} hosts, {} lanes)", opKindInfo(kind).call, bytes,
+                    group.label, layout.hosts(), layout.lanes);
+  ++hierarchicalCalls_;
+  return hierarchies_.get(axes, group, out);
+}
+
 Status MpiBackend::libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                                     const MpiGroup& group) {
+  const LibraryOutput out(staging_, recv, count * dataTypeSize(dtype), stagesOutput());
+  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
   MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count),
-                                                   mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm, &request),
-                                    "MPI_Iallreduce"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Iallreduce"));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Iallreduce(send == out.target() ? MPI_IN_PLACE : send, out.target(), static_cast<int>(count),
+                               mpiDataType(dtype), mpiReduceOp(dtype, op), group.comm, &request),
+                "MPI_Iallreduce"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, out.lends(), "MPI_Iallreduce"));
+  out.deliver();
   if (op == ReduceOp::Avg) divideByCount(recv, count, dtype, group.size);
   return Status::ok();
 }
@@ -134,6 +167,10 @@ Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count
       prepare(axes, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local, group));
   if (count == 0) return Status::ok();
   const std::size_t bytes = count * dataTypeSize(dtype);
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllReduce, bytes, axes, *group, hierarchy));
+  if (hierarchy != nullptr)
+    return hierarchicalAllReduce(send, recv, count, dtype, op, *group, *hierarchy, scratch_, options_.segmentBytes);
   if (!usePointToPoint(OpKind::AllReduce, bytes, group->size) && fitsOneCall(count))
     return libraryAllReduce(send, recv, count, dtype, op, *group);
   if (options_.algorithm != MpiAlgorithm::Ring)
@@ -152,7 +189,9 @@ Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_
   const std::size_t bytes = recvCount * dataTypeSize(dtype);
   const auto* sendBytes = static_cast<const std::byte*>(send);
   const bool inPlace = recv == sendBytes + static_cast<std::size_t>(group.index) * bytes;
-  void* target = recv;
+  const LibraryOutput out(staging_, recv, bytes, stagesOutput() && !inPlace);
+  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
+  void* target = out.target();
   if (inPlace) {
     target = scratch_.get(bytes);
     if (target == nullptr) return Status::backendError(fmt::format("cannot allocate {} bytes of scratch", bytes));
@@ -162,8 +201,10 @@ Status MpiBackend::libraryReduceScatter(const void* send, void* recv, std::size_
       mpiStatus(MPI_Ireduce_scatter_block(send, target, static_cast<int>(recvCount), mpiDataType(dtype),
                                           mpiReduceOp(dtype, op), group.comm, &request),
                 "MPI_Ireduce_scatter_block"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(group, request, kWholeGroup, "MPI_Ireduce_scatter_block"));
+  CHIMERA_RETURN_IF_ERROR(
+      waitOne(group, request, kWholeGroup, inPlace ? Lends::Chimera : out.lends(), "MPI_Ireduce_scatter_block"));
   if (inPlace) std::memcpy(recv, target, bytes);
+  out.deliver();
   if (op == ReduceOp::Avg) divideByCount(recv, recvCount, dtype, group.size);
   return Status::ok();
 }
@@ -181,6 +222,11 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
       prepare(axes, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local, group));
   if (recvCount == 0) return Status::ok();
   const std::size_t total = recvCount * static_cast<std::size_t>(group->size);
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::ReduceScatter, total * dataTypeSize(dtype), axes, *group, hierarchy));
+  if (hierarchy != nullptr)
+    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, staging_,
+                                     options_.segmentBytes);
   if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) || !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};
     CHIMERA_RETURN_IF_ERROR(
@@ -207,6 +253,9 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   const std::size_t total = sendCount * static_cast<std::size_t>(group->size);
   auto* mine = static_cast<std::byte*>(recv) + static_cast<std::size_t>(group->index) * sendCount * es;
   const bool inPlace = send == mine;
+  const HostHierarchy* hierarchy = nullptr;
+  CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllGather, total * es, axes, *group, hierarchy));
+  if (hierarchy != nullptr) return hierarchicalAllGather(send, recv, sendCount, dtype, *group, *hierarchy);
   if (usePointToPoint(OpKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};
@@ -215,11 +264,16 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
     return directAllGather(recv, split, dtype, *group);
   }
   const MPI_Datatype type = mpiDataType(dtype);
+  const LibraryOutput out(staging_, recv, total * es, stagesOutput());
+  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
   MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallgather(inPlace ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type,
-                                                   recv, static_cast<int>(sendCount), type, group->comm, &request),
-                                    "MPI_Iallgather"));
-  return waitOne(*group, request, kWholeGroup, "MPI_Iallgather");
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Iallgather(inPlace && out.target() == recv ? MPI_IN_PLACE : send, static_cast<int>(sendCount), type,
+                               out.target(), static_cast<int>(sendCount), type, group->comm, &request),
+                "MPI_Iallgather"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(*group, request, kWholeGroup, out.lends(), "MPI_Iallgather"));
+  out.deliver();
+  return Status::ok();
 }
 
 Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countPerPeer, DataType dtype, AxisSet axes) {
@@ -239,10 +293,14 @@ Status MpiBackend::allToAllCall(const void* send, void* recv, std::size_t countP
     return pairwiseAllToAll(send, recv, countPerPeer, dtype, *group, options_.maxMessageCount);
   const MPI_Datatype type = mpiDataType(dtype);
   const int count = static_cast<int>(countPerPeer);
+  const LibraryOutput out(staging_, recv, total * dataTypeSize(dtype), stagesOutput());
+  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
   MPI_Request request = MPI_REQUEST_NULL;
   CHIMERA_RETURN_IF_ERROR(
-      mpiStatus(MPI_Ialltoall(send, count, type, recv, count, type, group->comm, &request), "MPI_Ialltoall"));
-  return waitOne(*group, request, kWholeGroup, "MPI_Ialltoall");
+      mpiStatus(MPI_Ialltoall(send, count, type, out.target(), count, type, group->comm, &request), "MPI_Ialltoall"));
+  CHIMERA_RETURN_IF_ERROR(waitOne(*group, request, kWholeGroup, out.lends(), "MPI_Ialltoall"));
+  out.deliver();
+  return Status::ok();
 }
 
 Status MpiBackend::allToAllVCall(const void* send, std::span<const std::size_t> sendCounts,
@@ -275,11 +333,18 @@ Status MpiBackend::allToAllVCall(const void* send, std::span<const std::size_t> 
   // The counts differ between members by design: the agreement compares the call and dtype only.
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllToAll, -1, dtype, ReduceOp::Sum, 0}, local, group));
   const MPI_Datatype type = mpiDataType(dtype);
+  const std::size_t es = dataTypeSize(dtype);
+  std::size_t extent = 0;
+  for (std::size_t j = 0; j < n; ++j) extent = std::max(extent, (recvOffsets[j] + recvCounts[j]) * es);
+  const LibraryOutput out(staging_, recv, extent, stagesOutput());
+  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
   MPI_Request request = MPI_REQUEST_NULL;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type, group->comm, &request),
+      MPI_Ialltoallv(send, sc.data(), sd.data(), type, out.target(), rc.data(), rd.data(), type, group->comm, &request),
       "MPI_Ialltoallv"));
-  return waitOne(*group, request, kWholeGroup, "MPI_Ialltoallv");
+  CHIMERA_RETURN_IF_ERROR(waitOne(*group, request, kWholeGroup, out.lends(), "MPI_Ialltoallv"));
+  for (std::size_t j = 0; j < n; ++j) out.deliver(recvOffsets[j] * es, recvCounts[j] * es);  // the gaps stay
+  return Status::ok();
 }
 
 Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root,
@@ -298,14 +363,18 @@ Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count
   if (count == 0) return Status::ok();
   const std::size_t es = dataTypeSize(dtype);
   if (usePointToPoint(OpKind::Broadcast, count * es, group->size) && fitsOneCall(count))
-    return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group);
+    return scatterAllGatherBroadcast(send, recv, count, dtype, root, *group, stagesOutput() ? &staging_ : nullptr);
   if (group->index == root && send != recv) std::memcpy(recv, send, count * es);
   return forEachMessage(count, es, [&](std::size_t offset, int n) {
+    const LibraryOutput out(staging_, static_cast<std::byte*>(recv) + offset, n * es, stagesOutput());
+    CHIMERA_RETURN_IF_ERROR(checkStaging(out));
+    if (group->index == root) out.load(0, n * es);
     MPI_Request request = MPI_REQUEST_NULL;
-    CHIMERA_RETURN_IF_ERROR(mpiStatus(
-        MPI_Ibcast(static_cast<std::byte*>(recv) + offset, n, mpiDataType(dtype), root, group->comm, &request),
-        "MPI_Ibcast"));
-    return waitOne(*group, request, kWholeGroup, "MPI_Ibcast");
+    CHIMERA_RETURN_IF_ERROR(
+        mpiStatus(MPI_Ibcast(out.target(), n, mpiDataType(dtype), root, group->comm, &request), "MPI_Ibcast"));
+    CHIMERA_RETURN_IF_ERROR(waitOne(*group, request, kWholeGroup, out.lends(), "MPI_Ibcast"));
+    out.deliver();
+    return Status::ok();
   });
 }
 
@@ -394,7 +463,7 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
     MPI_Request request = MPI_REQUEST_NULL;
     CHIMERA_RETURN_IF_ERROR(sending ? mpiStatus(MPI_Isend(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Isend")
                                     : mpiStatus(MPI_Irecv(at, n, type, op.peer, kP2PTag, p2p_, &request), "MPI_Irecv"));
-    return waitOne(p2pGroup_, request, op.peer, sending ? "send" : "recv");
+    return waitOne(p2pGroup_, request, op.peer, sending ? Lends::Chimera : Lends::Caller, sending ? "send" : "recv");
   });
 }
 
@@ -415,17 +484,32 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   // on one communicator and tag match in the order they were posted. A box goes out as its
   // address; its receiver reads it once every address is in, and answers with a word (0: read)
   // that the sender waits for before its tensor may change.
-  std::vector<BoxAddress> addresses(boxSlots);
-  std::vector<int> answers(boxSlots, 0);
+  // Addresses and answers are chimera's: both sets keep them for as long as MPI may write them.
+  auto addressStore = std::make_shared<std::vector<BoxAddress>>(boxSlots);
+  auto answerStore = std::make_shared<std::vector<int>>(boxSlots, 0);
+  std::vector<BoxAddress>& addresses = *addressStore;
+  std::vector<int>& answers = *answerStore;
   RequestSet requests, arrivals;
   requests.reserve(ops.size());
+  requests.keep(addressStore);
+  requests.keep(answerStore);
+  arrivals.keep(addressStore);
+  arrivals.keep(answerStore);
+  // This rank's tensors may be read by its peers until the lease goes (before returning).
+  const bool sendsBoxes = std::any_of(
+      ops.begin(), ops.end(), [](const P2POp& op) { return op.box != nullptr && op.kind == P2POp::Kind::Send; });
+  std::optional<PeerMemory::Lease> lease;
+  if (sendsBoxes) lease.emplace(peers_);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
     const int tag = kP2PTag + op.channel;
     const bool sending = op.kind == P2POp::Kind::Send;
     Status posted = Status::ok();
     if (op.box != nullptr) {
-      if (sending) addresses[i] = {reinterpret_cast<std::uint64_t>(op.buffer), dataTypeSize(op.dtype), boxes[i]};
+      if (sending) {
+        addresses[i] = {reinterpret_cast<std::uint64_t>(op.buffer), dataTypeSize(op.dtype), boxes[i]};
+        if (lease) lease->stamp(addresses[i]);
+      }
       posted = mpiStatus(sending ? MPI_Isend(&addresses[i], sizeof(BoxAddress), MPI_BYTE, op.peer, kBoxTag + op.channel,
                                              p2p_, &requests.add(op.peer))
                                  : MPI_Irecv(&addresses[i], sizeof(BoxAddress), MPI_BYTE, op.peer, kBoxTag + op.channel,
@@ -438,7 +522,7 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
     } else {
       posted = forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
         auto* at = static_cast<std::byte*>(op.buffer) + offset;
-        MPI_Request& request = requests.add(op.peer);
+        MPI_Request& request = requests.add(op.peer, sending ? Lends::Chimera : Lends::Caller);
         const int rc = sending ? MPI_Isend(at, n, mpiDataType(op.dtype), op.peer, tag, p2p_, &request)
                                : MPI_Irecv(at, n, mpiDataType(op.dtype), op.peer, tag, p2p_, &request);
         if (rc == MPI_SUCCESS) return Status::ok();

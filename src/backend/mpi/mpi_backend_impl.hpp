@@ -9,11 +9,14 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/mpi/arg_check.hpp"
+#include "backend/mpi/host_hierarchy.hpp"
 #include "backend/mpi/host_memory.hpp"
+#include "backend/mpi/library_output.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/peer_memory.hpp"
@@ -38,9 +41,20 @@ using chimera::mpiAlgorithmName;
 /// createMpiBackend with explicit options.
 [[nodiscard]] Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options,
                                       std::unique_ptr<Backend>& out);
-/// The backend on duplicates of `base` (whose ranks are the mesh's world ranks).
+/// The backend on duplicates of `base` (whose ranks are the mesh's world ranks). `hostOfRank`,
+/// when not empty, is taken as the host of every world rank instead of the one found
+/// (createMpiBackendOnHosts).
 [[nodiscard]] Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
-                                        std::unique_ptr<Backend>& out);
+                                        std::unique_ptr<Backend>& out, std::span<const int> hostOfRank = {});
+
+/// Test hook: createMpiBackend over MPI_COMM_WORLD as if world rank r ran on host
+/// `hostOfRank[r]` (any numbers: equal means one host), so that placements over several hosts
+/// (blocks, round-robin, uneven) run on one machine. Everything that reads the placement sees
+/// this one: hostOfRank(), the peer reads (within a faked host only) and the hierarchical
+/// collectives. Collective over the world, bounded by options.timeoutMs; InvalidArgument when
+/// the list is not one entry per world rank, Mismatch when the ranks pass different lists.
+[[nodiscard]] Status createMpiBackendOnHosts(const Mesh& mesh, const MpiBackendOptions& options,
+                                             std::span<const int> hostOfRank, std::unique_ptr<Backend>& out);
 
 /// Backend over MPI_COMM_WORLD with host buffers; every call completes before it returns.
 /// With argument checking off, a rank-local argument error returns at once on that rank
@@ -105,6 +119,10 @@ class MpiBackend final : public Backend {
   /// Ok while the backend is usable; else the failure that made it unusable.
   const Status& failure() const { return failure_; }
 
+  /// Collectives that ran the hierarchical program since creation (tests and tools check the
+  /// selection with it).
+  std::uint64_t hierarchicalCalls() const { return hierarchicalCalls_; }
+
  private:
   // Runs `body` unless the backend already failed; a Timeout or BackendError from it is
   // stored (prefixed with the text `describe()` returns) and makes the backend unusable. An
@@ -141,6 +159,10 @@ class MpiBackend final : public Backend {
   Status prepare(AxisSet axes, const CallSignature& signature, const Status& local, const MpiGroup*& group);
   // Whether to run chimera's own algorithm for `kind` moving `bytes` per rank in a group of `groupSize`.
   bool usePointToPoint(OpKind kind, std::size_t bytes, int groupSize) const;
+  // The hierarchy of `group` (along `axes`) when `kind` moving `bytes` per rank runs the
+  // hierarchical program (its communicators made on first use); else null.
+  Status chooseHierarchy(OpKind kind, std::size_t bytes, AxisSet axes, const MpiGroup& group,
+                         const HostHierarchy*& out);
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
   // send and recv: one blocking transfer (checked, agreed, split into messages).
   Status blockingP2P(const P2POp& op);
@@ -166,6 +188,10 @@ class MpiBackend final : public Backend {
     return Status::ok();
   }
 
+  // Whether library collectives write through staging_ (library_output.hpp): when a Timeout
+  // returns instead of ending the job.
+  bool stagesOutput() const { return !options_.abortOnTimeout; }
+  static Status checkStaging(const LibraryOutput& out);
   Status libraryAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                           const MpiGroup& group);
   Status libraryReduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op,
@@ -180,9 +206,13 @@ class MpiBackend final : public Backend {
   Status failure_;     // the Timeout or MPI failure that made the backend unusable
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
+  ScratchBuffer staging_;  // library collectives' outputs (stagesOutput)
   HostMemory memory_;
   std::vector<int> hosts_;  // host of every world rank
   PeerMemory peers_;
+  HostHierarchyCache hierarchies_;
+  ScratchBuffer staging_;  // the hierarchical ReduceScatter's partial sums
+  std::uint64_t hierarchicalCalls_ = 0;
 };
 
 }  // namespace chimera::detail

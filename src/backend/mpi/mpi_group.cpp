@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <string>
 
 #include "backend/mpi/mpi_util.hpp"
 #include "backend/mpi/word_agreement.hpp"
 #include "common/hash.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
+#include "job/stall_watchdog.hpp"
 
 namespace chimera::detail {
 namespace {
@@ -59,8 +62,14 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
   std::string ranks;
   for (const int r : group.members) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   group.label = fmt::format("axes {} (world ranks {})", mesh_.axesName(axes), ranks);
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_split(world_, color, group.index, &group.comm),
-                                    fmt::format("MPI_Comm_split for axes {}", mesh_.axesName(axes))));
+  // MPI has no bounded split: after the agreement every rank is here, and one that stalls or dies
+  // before its split would hang the others, so the split runs under a watchdog that ends the job.
+  const std::string splitting =
+      fmt::format("MPI_Comm_split for axes {} (every rank agreed to create it)", mesh_.axesName(axes));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(watchedBlockingCall(rank_, std::chrono::milliseconds(timeoutMs_), splitting,
+                                    [&] { return MPI_Comm_split(world_, color, group.index, &group.comm); }),
+                splitting));
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_set_errhandler(group.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
   int commSize = 0;
   int commRank = 0;

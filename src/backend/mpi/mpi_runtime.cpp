@@ -2,22 +2,29 @@
 // MPI process setup and the MPI backend factory.
 #include <fmt/format.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/host_placement.hpp"
 #include "backend/mpi/mpi_backend_impl.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "backend/mpi/word_agreement.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/env.hpp"
+#include "common/hash.hpp"
 #include "common/log.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
 #include "job/job_end.hpp"
+#include "job/stall_watchdog.hpp"
 
 namespace chimera {
 namespace {
@@ -28,11 +35,16 @@ bool gChimeraInitializedMpi = false;
 // errors instead of aborting; the duplication (collective over `base`) is bounded by
 // `timeoutMs`, so a rank that never creates its backend is a Timeout naming it rather than a hang.
 Status duplicateWorld(MPI_Comm base, int rank, int size, std::int64_t timeoutMs, MPI_Comm& out) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(MPI_Comm_idup(base, &out, &request), "MPI_Comm_idup"));
-  const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
+  // MPI writes the handle when the duplication completes, which a late rank may make happen
+  // after a Timeout: the set keeps the handle's memory.
+  auto handle = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  detail::RequestSet duplication;
+  duplication.keep(handle);
   CHIMERA_RETURN_IF_ERROR(
-      detail::waitOne(world, request, detail::kWholeGroup, "creating the MPI backend (MPI_Comm_idup)"));
+      detail::mpiStatus(MPI_Comm_idup(base, handle.get(), &duplication.add(detail::kWholeGroup)), "MPI_Comm_idup"));
+  const detail::MpiGroup world = detail::worldGroup(base, rank, size, timeoutMs, "the world");
+  CHIMERA_RETURN_IF_ERROR(duplication.waitAll(world, "creating the MPI backend (MPI_Comm_idup)"));
+  out = *handle;
   return detail::mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
@@ -54,7 +66,7 @@ Status mpiWorld(int& rank, int& size) {
 void finalizeMpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (gChimeraInitializedMpi && finalized == 0) MPI_Finalize();
+  if (gChimeraInitializedMpi && finalized == 0) detail::watchedFinalize();
   gChimeraInitializedMpi = false;
 }
 
@@ -101,10 +113,14 @@ int rankListTag(std::span<const int> ranks) {
 // completes.
 Status meetMembers(std::span<const int> ranks, int worldRank, int worldSize, int tag, std::int64_t timeoutMs) {
   const detail::MpiGroup world = detail::worldGroup(MPI_COMM_WORLD, worldRank, worldSize, timeoutMs, "the world");
-  int token = 1;
-  std::vector<int> tokens(ranks.size(), 0);
+  // [this rank's token, one from each member], the set's for as long as MPI may write them.
+  auto store = std::make_shared<std::vector<int>>(ranks.size() + 1, 0);
+  int& token = (*store)[0];
+  token = 1;
+  int* tokens = store->data() + 1;
   detail::RequestSet requests;
   requests.reserve(2 * ranks.size());
+  requests.keep(store);
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == worldRank) continue;
     CHIMERA_RETURN_IF_ERROR(detail::mpiStatus(
@@ -145,8 +161,15 @@ Status createMpiBackendOnRanks(std::span<const int> worldRanks, const Mesh& mesh
   const std::vector<int> list(worldRanks.begin(), worldRanks.end());
   Status status =
       detail::mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
+  // No bounded form: after the meeting every member is here, and one that stalls or dies before its
+  // call would hang the others, so the call runs under a watchdog that ends the job.
   if (status.isOk())
-    status = detail::mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm), "MPI_Comm_create_group");
+    status = detail::mpiStatus(
+        detail::watchedBlockingCall(worldRank, std::chrono::milliseconds(options.timeoutMs),
+                                    "MPI_Comm_create_group of an MPI backend over chosen world ranks (after the "
+                                    "members met)",
+                                    [&] { return MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &comm); }),
+        "MPI_Comm_create_group");
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   MPI_Group_free(&world);
   CHIMERA_RETURN_IF_ERROR(status);
@@ -161,6 +184,7 @@ std::string_view mpiAlgorithmName(MpiAlgorithm algorithm) {
     case MpiAlgorithm::PointToPoint: return "p2p";
     case MpiAlgorithm::Ring: return "ring";
     case MpiAlgorithm::Library: return "library";
+    case MpiAlgorithm::Hierarchical: return "hierarchical";
   }
   return "unknown";
 }
@@ -172,9 +196,9 @@ Status mpiBackendOptionsFromEnv(MpiBackendOptions& out) {
   CHIMERA_RETURN_IF_ERROR(checkArgsFromEnv(options.checkArgs, kMpiCheckArgsByDefault));
   CHIMERA_RETURN_IF_ERROR(timeoutMsFromEnv(options.timeoutMs));
   static constexpr MpiAlgorithm kAlgorithms[] = {MpiAlgorithm::Auto, MpiAlgorithm::PointToPoint, MpiAlgorithm::Ring,
-                                                 MpiAlgorithm::Library};
+                                                 MpiAlgorithm::Library, MpiAlgorithm::Hierarchical};
   std::size_t algorithm = 0;  // Auto, the default
-  static constexpr std::string_view kNames[] = {"auto", "p2p", "ring", "library"};
+  static constexpr std::string_view kNames[] = {"auto", "p2p", "ring", "library", "hierarchical"};
   CHIMERA_RETURN_IF_ERROR(readEnvChoice("CHIMERA_MPI_ALGORITHM", kNames, algorithm));
   options.algorithm = kAlgorithms[algorithm];
   CHIMERA_RETURN_IF_ERROR(readEnvSize("CHIMERA_MPI_SEGMENT_BYTES", options.segmentBytes));
@@ -193,8 +217,46 @@ Status createMpiBackend(const Mesh& mesh, const MpiBackendOptions& options, std:
   return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out);
 }
 
+Status createMpiBackendOnHosts(const Mesh& mesh, const MpiBackendOptions& options, std::span<const int> hostOfRank,
+                               std::unique_ptr<Backend>& out) {
+  int rank = 0;
+  int size = 0;
+  CHIMERA_RETURN_IF_ERROR(mpiWorld(rank, size));
+  CHIMERA_CHECK_ARG(static_cast<int>(hostOfRank.size()) == size && size > 0,
+                    "createMpiBackendOnHosts: {} hosts given for a world of {} ranks (one per rank)", hostOfRank.size(),
+                    size);
+  return createMpiBackendOn(MPI_COMM_WORLD, mesh, options, out, hostOfRank);
+}
+
+namespace {
+
+constexpr int kGivenHostsTag = 0x484F;  // 'HO'
+
+// `given` numbered 0, 1, ... in the order of their lowest rank (as findHosts numbers them),
+// after a bounded agreement over `comm` that every rank passed the same list.
+Status takeGivenHosts(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::span<const int> given,
+                      std::vector<int>& out) {
+  std::vector<int> dense(given.size());
+  std::unordered_map<int, int> index;
+  Hasher hasher;
+  for (std::size_t r = 0; r < given.size(); ++r) {
+    dense[r] = index.try_emplace(given[r], static_cast<int>(index.size())).first->second;
+    hasher.add(static_cast<std::uint64_t>(dense[r]));
+  }
+  const std::int64_t hash = hasher.agreementValue();
+  std::array<std::int64_t, 2> words = {hash, -hash};
+  const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (given host placement)");
+  CHIMERA_RETURN_IF_ERROR(minOverGroup(world, words, kGivenHostsTag, "agreeing on the given host of every rank"));
+  if (words[0] != hash || words[1] != -hash)
+    return Status::mismatch("createMpiBackendOnHosts: the ranks passed different host placements");
+  out = std::move(dense);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptions& options,
-                          std::unique_ptr<Backend>& out) {
+                          std::unique_ptr<Backend>& out, std::span<const int> hostOfRank) {
   int rank = 0;
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_rank(base, &rank), "MPI_Comm_rank"));
@@ -212,7 +274,8 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
   std::vector<int> hosts;
-  CHIMERA_RETURN_IF_ERROR(findHosts(p2p, rank, size, options.timeoutMs, hosts));
+  CHIMERA_RETURN_IF_ERROR(hostOfRank.empty() ? findHosts(p2p, rank, size, options.timeoutMs, hosts)
+                                             : takeGivenHosts(p2p, rank, size, options.timeoutMs, hostOfRank, hosts));
   PeerMemory peers;
   CHIMERA_RETURN_IF_ERROR(PeerMemory::create(p2p, rank, size, options.timeoutMs, options.peerRead, hosts, peers));
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",

@@ -91,10 +91,12 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
     if (op.peer == self || std::find(peers.begin(), peers.end(), op.peer) != peers.end()) continue;
     peers.push_back(op.peer);
   }
-  std::vector<std::vector<std::int64_t>> outgoing;
+  auto outgoingStore = std::make_shared<std::vector<std::vector<std::int64_t>>>();
+  std::vector<std::vector<std::int64_t>>& outgoing = *outgoingStore;
   outgoing.reserve(peers.size());
   RequestSet requests;
   requests.reserve(peers.size());
+  requests.keep(outgoingStore);
   for (std::size_t i = 0; i < peers.size(); ++i) {
     outgoing.push_back(manifest(ops, peers[i]));
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(outgoing[i].data(), static_cast<int>(outgoing[i].size()), MPI_INT64_T,

@@ -3,20 +3,23 @@
 #include "backend/mpi/peer_memory.hpp"
 
 #include <fmt/format.h>
-#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <string>
 #include <string_view>
 #include <system_error>
 
+#include "backend/mpi/abandoned_memory.hpp"
 #include "backend/mpi/bounded_wait.hpp"
 #include "backend/mpi/mpi_group.hpp"
 #include "backend/mpi/mpi_util.hpp"
+#include "common/log.hpp"
 #include "core/check.hpp"
 
 namespace chimera::detail {
@@ -31,6 +34,7 @@ struct Announcement {
   std::int64_t pid = 0;
   std::uint64_t nonceAddress = 0;
   std::uint64_t nonce = 0;
+  Ancestry ancestry{};
 };
 
 // Reads `bytes` at `remote` of process `pid` into `local`; whether all of them arrived.
@@ -70,56 +74,134 @@ Status PeerMemory::create(MPI_Comm comm, int rank, int size, std::int64_t timeou
                           const std::vector<int>& hostOfRank, PeerMemory& out) {
   out.pids_.assign(static_cast<std::size_t>(size), 0);
   if (!enabled || size == 1) return Status::ok();
-#ifdef PR_SET_PTRACER
-  (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // Yama scope 1 would refuse siblings
-#endif
   std::random_device device;
   const std::uint64_t nonce = (static_cast<std::uint64_t>(device()) << 32) ^ device() ^
                               static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  const Announcement mine{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(&nonce), nonce};
-  std::vector<Announcement> all(static_cast<std::size_t>(size));
   const MpiGroup world = worldGroup(comm, rank, size, timeoutMs, "the world (peer memory)");
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(
-      mpiStatus(MPI_Iallgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, comm, &request),
-                "MPI_Iallgather (peer memory)"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "announcing this rank's memory to its host"));
-  // Read each peer of this host, then tell it whether that worked and hear the same back: the
-  // peer's read of this rank's nonce is over once its verdict is here.
+  // MPI writes these while the requests are pending: the sets own them, so that a late peer
+  // completes into memory that is still chimera's after a Timeout.
+  auto mine = std::make_shared<Announcement>(
+      Announcement{static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(&nonce), nonce, ownAncestry()});
+  auto all = std::make_shared<std::vector<Announcement>>(static_cast<std::size_t>(size));
+  {
+    RequestSet announce;
+    announce.keep(mine);
+    announce.keep(all);
+    CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallgather(mine.get(), sizeof(Announcement), MPI_BYTE, all->data(),
+                                                     sizeof(Announcement), MPI_BYTE, comm, &announce.add(kWholeGroup)),
+                                      "MPI_Iallgather (peer memory)"));
+    CHIMERA_RETURN_IF_ERROR(announce.waitAll(world, "announcing this rank's memory to its host"));
+  }
   std::vector<int> peers;
-  std::vector<std::uint8_t> readable, heard;
   for (int p = 0; p < size; ++p) {
-    const Announcement& a = all[static_cast<std::size_t>(p)];
-    if (p == rank || hostOfRank[static_cast<std::size_t>(p)] != hostOfRank[static_cast<std::size_t>(rank)]) continue;
-    std::uint64_t value = 0;
-    peers.push_back(p);
-    readable.push_back(readBytes(a.pid, &value, a.nonceAddress, sizeof(value)) && value == a.nonce ? 1 : 0);
+    if (p != rank && hostOfRank[static_cast<std::size_t>(p)] == hostOfRank[static_cast<std::size_t>(rank)])
+      peers.push_back(p);
   }
-  heard.assign(peers.size(), 0);
-  RequestSet verdicts;
-  verdicts.reserve(2 * peers.size());
+  const auto announcement = [&](std::size_t i) -> const Announcement& {
+    return (*all)[static_cast<std::size_t>(peers[i])];
+  };
+  // Round 1 reads every peer of this host as things are; round 2, only under Yama scope 1, retries
+  // the pairs where a read failed after the refused ranks declared their launcher as ptracer.
+  // Both ends of a pair know both verdicts after a round, so they retry alike.
+  auto readable = std::make_shared<std::vector<std::uint8_t>>(peers.size(), 0);
+  auto heard = std::make_shared<std::vector<std::uint8_t>>(peers.size(), 0);
+  const auto round = [&](const std::vector<std::size_t>& which, std::string_view what) -> Status {
+    RequestSet verdicts;
+    verdicts.keep(readable);
+    verdicts.keep(heard);
+    verdicts.reserve(2 * which.size());
+    for (const std::size_t i : which) {
+      const Announcement& a = announcement(i);
+      std::uint64_t value = 0;
+      (*readable)[i] = readBytes(a.pid, &value, a.nonceAddress, sizeof(value)) && value == a.nonce ? 1 : 0;
+    }
+    // Each peer's verdict on this rank arrives after its read of this rank's nonce is over.
+    for (const std::size_t i : which) {
+      CHIMERA_RETURN_IF_ERROR(
+          mpiStatus(MPI_Irecv(&(*heard)[i], 1, MPI_BYTE, peers[i], kVerdictTag, comm, &verdicts.add(peers[i])),
+                    "MPI_Irecv (peer memory)"));
+      CHIMERA_RETURN_IF_ERROR(
+          mpiStatus(MPI_Isend(&(*readable)[i], 1, MPI_BYTE, peers[i], kVerdictTag, comm, &verdicts.add(peers[i])),
+                    "MPI_Isend (peer memory)"));
+    }
+    return verdicts.waitAll(world, what);
+  };
+  std::vector<std::size_t> everyPeer(peers.size());
+  for (std::size_t i = 0; i < peers.size(); ++i) everyPeer[i] = i;
+  CHIMERA_RETURN_IF_ERROR(round(everyPeer, "agreeing on peer memory reads"));
+  const int scope = yamaPtraceScope();
+  std::vector<std::size_t> retry, refusedPeers;
+  std::vector<Ancestry> refused;
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    CHIMERA_RETURN_IF_ERROR(
-        mpiStatus(MPI_Irecv(&heard[i], 1, MPI_BYTE, peers[i], kVerdictTag, comm, &verdicts.add(peers[i])),
-                  "MPI_Irecv (peer memory)"));
-    CHIMERA_RETURN_IF_ERROR(
-        mpiStatus(MPI_Isend(&readable[i], 1, MPI_BYTE, peers[i], kVerdictTag, comm, &verdicts.add(peers[i])),
-                  "MPI_Isend (peer memory)"));
+    if ((*readable)[i] != 0 && (*heard)[i] != 0) continue;
+    retry.push_back(i);
+    if ((*heard)[i] == 0) {
+      refusedPeers.push_back(i);
+      refused.push_back(announcement(i).ancestry);
+    }
   }
-  CHIMERA_RETURN_IF_ERROR(verdicts.waitAll(world, "agreeing on peer memory reads"));
+  if (scope == 1 && !retry.empty()) {
+    const PtraceGrant grant = decidePtraceGrant(scope, mine->ancestry, refused);
+    CHIMERA_LOG_DEBUG("mpi", "peer reads: {}", grant.reason);
+    if (grant.tracer != 0) {
+      const Status declared = out.declaration_.declare(grant.tracer);
+      if (!declared.isOk()) CHIMERA_LOG_DEBUG("mpi", "peer reads: {}", declared.message());
+    }
+    CHIMERA_RETURN_IF_ERROR(round(retry, "agreeing on peer memory reads (after declaring a ptracer)"));
+  }
   int readsAll = peers.size() == static_cast<std::size_t>(size - 1) ? 1 : 0;
+  bool anyPair = false;
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    if (readable[i] != 0 && heard[i] != 0) {
-      out.pids_[static_cast<std::size_t>(peers[i])] = all[static_cast<std::size_t>(peers[i])].pid;
+    if ((*readable)[i] != 0 && (*heard)[i] != 0) {
+      out.pids_[static_cast<std::size_t>(peers[i])] = announcement(i).pid;
+      anyPair = true;
     } else {
       readsAll = 0;
     }
   }
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, &readsAll, 1, MPI_INT, MPI_MIN, comm, &request),
-                                    "MPI_Iallreduce (peer memory)"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(world, request, kWholeGroup, "agreeing on whether every rank reads every other"));
-  out.everyRank_ = readsAll != 0;
+  // A declaration no refused peer ended up using is taken back at once.
+  const bool declarationUsed = std::any_of(refusedPeers.begin(), refusedPeers.end(),
+                                           [&](std::size_t i) { return (*readable)[i] != 0 && (*heard)[i] != 0; });
+  if (!declarationUsed) out.declaration_.release();
+  if (anyPair) {
+    out.lease_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+    keepUntilExit(out.lease_);
+  }
+  auto agreed = std::make_shared<int>(readsAll);
+  RequestSet verdict;
+  verdict.keep(agreed);
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, agreed.get(), 1, MPI_INT, MPI_MIN, comm, &verdict.add(kWholeGroup)),
+                "MPI_Iallreduce (peer memory)"));
+  CHIMERA_RETURN_IF_ERROR(verdict.waitAll(world, "agreeing on whether every rank reads every other"));
+  out.everyRank_ = *agreed != 0;
   return Status::ok();
+}
+
+namespace {
+
+// Lease values: a random start, then one per lease, never 0 (the revoked value).
+std::uint64_t nextLeaseValue() {
+  static std::atomic<std::uint64_t> next{(static_cast<std::uint64_t>(std::random_device()()) << 32) | 1};
+  std::uint64_t value = next.fetch_add(1);
+  return value == 0 ? next.fetch_add(1) : value;
+}
+
+}  // namespace
+
+PeerMemory::Lease::Lease(const PeerMemory& memory) : word_(memory.lease_.get()), value_(nextLeaseValue()) {
+  if (word_ != nullptr) word_->store(value_, std::memory_order_seq_cst);
+}
+
+PeerMemory::Lease::~Lease() {
+  // Before the sender's call returns and its caller may change the tensor: a reader that checks
+  // the word after its read then sees that the read may have raced with a change.
+  if (word_ != nullptr) word_->store(0, std::memory_order_seq_cst);
+}
+
+void PeerMemory::Lease::stamp(BoxAddress& address) const {
+  address.leaseAddress = reinterpret_cast<std::uint64_t>(word_);
+  address.lease = value_;
 }
 
 bool PeerMemory::reads(int peer) const {
@@ -162,6 +244,15 @@ Status PeerMemory::read(int peer, const BoxAddress& from, void* base, std::size_
       return Status::backendError(fmt::format("reading a box from rank {}'s memory: {}", peer, why));
     }
   }
+  // Checked after the data: a lease still held now was held during the whole read.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::uint64_t lease = 0;
+  if (!readBytes(pids_[static_cast<std::size_t>(peer)], &lease, from.leaseAddress, sizeof(lease)) ||
+      lease != from.lease || from.lease == 0)
+    return Status::backendError(fmt::format(
+        "rank {} withdrew the box this rank was reading (it gave up on the transfer, and its tensor may have "
+        "changed during the read); the data read is not used",
+        peer));
   return Status::ok();
 }
 

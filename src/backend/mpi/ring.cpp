@@ -41,9 +41,9 @@ Status exchange(const void* sendBuf, std::size_t sendCount, void* recvBuf, std::
   const int left = wrap(group.index - 1, group.size);
   const MPI_Datatype type = mpiDataType(dtype);
   RequestSet step;
-  CHIMERA_RETURN_IF_ERROR(
-      mpiStatus(MPI_Irecv(recvBuf, static_cast<int>(recvCount), type, left, kRingTag, group.comm, &step.add(left)),
-                "MPI_Irecv (ring step)"));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(
+      MPI_Irecv(recvBuf, static_cast<int>(recvCount), type, left, kRingTag, group.comm, &step.add(left, Lends::Caller)),
+      "MPI_Irecv (ring step)"));
   CHIMERA_RETURN_IF_ERROR(
       mpiStatus(MPI_Isend(sendBuf, static_cast<int>(sendCount), type, right, kRingTag, group.comm, &step.add(right)),
                 "MPI_Isend (ring step)"));
@@ -113,7 +113,7 @@ Status ringReduceScatter(const void* send, void* out, BlockSplit split, DataType
       CHIMERA_RETURN_IF_ERROR(
           mpiStatus(MPI_Irecv(slot, static_cast<int>(len), type, left, kRingTag, group.comm, &receive),
                     "MPI_Irecv (ring ReduceScatter)"));
-      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, left, "ring ReduceScatter"));
+      CHIMERA_RETURN_IF_ERROR(waitOne(group, receive, left, Lends::Chimera, "ring ReduceScatter"));
       reduceTo(target + k * segElems * es, slot, mine + k * segElems * es, len, dtype, op);
     }
     CHIMERA_RETURN_IF_ERROR(sends.waitAll(group, "ring ReduceScatter (sends)"));

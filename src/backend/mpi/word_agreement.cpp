@@ -19,12 +19,15 @@ static_assert(sizeof(long long) == sizeof(std::int64_t), "MPI_LONG_LONG carries 
 Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what) {
   const std::size_t n = words.size();
   const int members = group.size;
-  thread_local std::vector<std::int64_t> incoming;
-  thread_local std::vector<std::int64_t> mine;
-  incoming.assign(n * static_cast<std::size_t>(members), 0);
-  mine.assign(words.begin(), words.end());
+  // Owned by the set: a peer that arrives after a Timeout completes into memory that is still chimera's.
+  auto incomingStore = std::make_shared<std::vector<std::int64_t>>(n * static_cast<std::size_t>(members), 0);
+  auto mineStore = std::make_shared<std::vector<std::int64_t>>(words.begin(), words.end());
+  std::vector<std::int64_t>& incoming = *incomingStore;
+  std::vector<std::int64_t>& mine = *mineStore;
   RequestSet requests;
   requests.reserve(2 * static_cast<std::size_t>(members));
+  requests.keep(incomingStore);
+  requests.keep(mineStore);
   for (int peer = 0; peer < members; ++peer) {
     if (peer == group.index) continue;
     CHIMERA_RETURN_IF_ERROR(
@@ -49,11 +52,15 @@ Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag
 }
 
 Status minByReduction(const MpiGroup& group, std::span<std::int64_t> words, std::string_view what) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()),
-                                                   MPI_LONG_LONG, MPI_MIN, group.comm, &request),
+  auto reduced = std::make_shared<std::vector<std::int64_t>>(words.begin(), words.end());
+  RequestSet reduction;
+  reduction.keep(reduced);
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, reduced->data(), static_cast<int>(reduced->size()),
+                                                   MPI_LONG_LONG, MPI_MIN, group.comm, &reduction.add(kWholeGroup)),
                                     "MPI_Iallreduce (agreement)"));
-  return waitOne(group, request, kWholeGroup, what);
+  CHIMERA_RETURN_IF_ERROR(reduction.waitAll(group, what));
+  std::copy(reduced->begin(), reduced->end(), words.begin());
+  return Status::ok();
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ std::vector<void*>& abandonedBuffers() {
 // (never freed) in that case, freed otherwise.
 template <typename T>
 Status waitKeeping(const MpiGroup& world, MPI_Request& request, std::unique_ptr<T[]>& buffers, std::string_view what) {
-  const Status status = waitOne(world, request, kWholeGroup, what);
+  const Status status = waitOne(world, request, kWholeGroup, Lends::Chimera, what);
   if (status.code() == StatusCode::Timeout) abandonedBuffers().push_back(buffers.release());
   return status;
 }

@@ -70,7 +70,6 @@ def main() -> int:
     os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
     os.environ["PYTORCH_PRINT_REPRO_ON_FAILURE"] = "0"
 
-    import torch
     import torch.distributed as dist
 
     master = dist.TCPStore(addr, port, world, rank == 0, timeout=datetime.timedelta(seconds=120))

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from chimera.torch import _extension
+
 from conftest import agree
 
 LATE = 2.0  # seconds rank 0 waits before joining, so the others' collective is still running

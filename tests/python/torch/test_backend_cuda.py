@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 import chimera.torch._extension as ext
+
 from conftest import agree
 
 pytestmark = pytest.mark.skipif(

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     RowwiseParallel,
@@ -18,6 +18,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 import chimera.torch as ct
+
 from conftest import agree, sub_mesh_input
 
 # The module, not the function chimera.torch exports under the same name.

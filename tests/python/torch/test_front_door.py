@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # chimera.torch is a layer over the package `chimera`: its compiled part _C holds only the c10d
-# process group and its gloo transport (also as a chimera Backend over a mesh), shares the one libchimera chimera._chimera loads, and raises the exceptions of
-# chimera's hierarchy. One process, no communication.
+# process group and its gloo transport (also as a chimera Backend over a mesh), shares the one
+# libchimera chimera._chimera loads, and raises the exceptions of chimera's hierarchy.
+# One process, no communication.
 import datetime
 
 import pytest

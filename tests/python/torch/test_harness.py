@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import chimera.torch as ct  # noqa: E402  registers the backend "chimera"
 from chimera.torch import moe  # noqa: E402
+
 from conftest import agree  # noqa: E402
 from test_moe import _check_case  # noqa: E402
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from chimera.torch.layers import ColumnParallelLinear, ParallelContext, RowParallelLinear
+
 from conftest import agree
 
 TOKENS, HIDDEN, FFN = 16, 8, 16

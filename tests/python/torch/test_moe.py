@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 import chimera
 from chimera.torch import moe
+
 from conftest import agree
 
 SIXTEEN_BIT = (torch.bfloat16, torch.float16)

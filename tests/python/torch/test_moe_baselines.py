@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from chimera.torch import moe_routings
 from chimera.torch.moe_baselines import AllGatherDispatcher, ChimeraDispatcher, PerExpertDispatcher, TPChainDispatcher
+
 from conftest import agree
 from moe_expected import combined, received
 
@@ -130,7 +131,8 @@ def test_chimera_matches_the_per_expert_baseline(world, program, size, case):
     want = moe_routings.forward_backward(PerExpertDispatcher(e, group), *data)
     got = moe_routings.forward_backward(ChimeraDispatcher(e, program, group=None if size == "world" else group), *data)
     ok = all(same(a, b) for a, b in zip(got[:4], want[:4])) and all(same(a, b) for a, b in zip(got[4:], want[4:]))
-    agree(bool(ok), gloo, f"chimera {program} {size} e{e} k{k} {kind}: recv {[same(a, b) for a, b in zip(got[:4], want[:4])]}"
+    agree(bool(ok), gloo, f"chimera {program} {size} e{e} k{k} {kind}: "
+          f"recv {[same(a, b) for a, b in zip(got[:4], want[:4])]}"
           f" y/dx/dw {[same(a, b) for a, b in zip(got[4:], want[4:])]}")
 
 
@@ -146,8 +148,8 @@ def test_chimera_sequence_shards_match_the_tp_chain(world, case):
     tp_group, _ = _groups(n, 2, gloo)
     data = inputs(list(range(n)), rank, e, k, kind, 9 + e + k, tokens=6)
     want = moe_routings.forward_backward(TPChainDispatcher(e, gloo, tp_group), *data)
-    got = moe_routings.forward_backward(ChimeraDispatcher(e, "planned", mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=S0"),
-                                       *data)
+    chimera_dispatcher = ChimeraDispatcher(e, "planned", mesh=f"ep={n // 2},tp=2", group="ep+tp", layout="tp=S0")
+    got = moe_routings.forward_backward(chimera_dispatcher, *data)
     ok = all(same(a, b) for a, b in zip(got[4:], want[4:]))
     agree(bool(ok), gloo, f"chimera tp=S0 e{e} k{k} {kind}: y/dx/dw {[same(a, b) for a, b in zip(got[4:], want[4:])]}")
 

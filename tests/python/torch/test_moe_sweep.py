@@ -11,6 +11,7 @@ import torch
 
 import chimera
 from chimera.torch import moe
+
 from conftest import agree
 
 # (mesh, dispatch group, token layout) per world size: the tokens' owner is the rank, its tp

@@ -6,8 +6,9 @@
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import agree
 from torch.distributed import pipelining
+
+from conftest import agree
 
 WIDTH = 16
 BATCH = 16

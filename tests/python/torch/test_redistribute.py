@@ -5,7 +5,6 @@
 # the context manager; meshes whose ranks are in any order, and sub-meshes. Under mpirun chimera
 # runs on its MPI backend, under torchrun on its gloo mesh backend (CHIMERA_EXPECT_TRANSPORT).
 import importlib
-import itertools
 import logging
 import math
 import os
@@ -20,6 +19,7 @@ from torch.distributed.tensor._dtensor_spec import DTensorSpec
 import chimera
 import chimera.torch as ct
 from chimera.torch.redistribute import bytes_of
+
 from conftest import agree, sub_mesh_input
 
 # The module, not the function chimera.torch exports under the same name.

@@ -12,6 +12,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 import chimera.torch as ct
+
 from conftest import agree
 
 MESHES = [(8,), (2, 4), (4, 2), (2, 2, 2)]

@@ -109,7 +109,7 @@ class GlooHostBackend final : public chimera::Backend {
   // Direct, over the whole mesh's point-to-point channel: member i sends block j of its input to
   // member j, all at once, and reduces the n blocks it receives in group-index order. Each rank
   // moves (n-1)/n of its input once; gloo's all-reduce moves it twice, and its own reduce-scatters
-  // are slower still (docs/torch.md).
+  // are slower still (docs/torch_design.md).
   Status reduceScatter(const void* send, void* recv, std::size_t recvCount, DataType dtype, ReduceOp op, AxisSet axes,
                        Stream) override {
     c10d::Backend* gloo = nullptr;

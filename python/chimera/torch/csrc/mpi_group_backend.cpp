@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <set>
 #include <utility>
@@ -14,6 +15,8 @@
 #include "chimera/mesh.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "core/check.hpp"
+#include "job/job_end.hpp"
+#include "job/stall_watchdog.hpp"
 
 namespace chimera::torch_ext {
 
@@ -46,14 +49,16 @@ void finalizeExtensionMpi() {
   finalizeMpi();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (gExtensionInitializedMpi && finalized == 0) MPI_Finalize();
+  if (gExtensionInitializedMpi && finalized == 0) detail::watchedFinalize();
   gExtensionInitializedMpi = false;
 }
 
 namespace {
 
-// A communicator over `ranks` of MPI_COMM_WORLD, made by those ranks alone.
-Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
+// A communicator over `ranks` of MPI_COMM_WORLD, made by those ranks alone. MPI has no bounded
+// form: a member that never arrives ends the job after `timeoutMs` (watchedBlockingCall) instead
+// of leaving the others waiting.
+Status groupCommunicator(std::span<const int> ranks, int tag, int worldRank, std::int64_t timeoutMs, MPI_Comm& out) {
   MPI_Group world = MPI_GROUP_NULL;
   MPI_Group group = MPI_GROUP_NULL;
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group"));
@@ -61,7 +66,11 @@ Status groupCommunicator(std::span<const int> ranks, int tag, MPI_Comm& out) {
   Status status =
       mpiStatus(MPI_Group_incl(world, static_cast<int>(list.size()), list.data(), &group), "MPI_Group_incl");
   if (status.isOk())
-    status = mpiStatus(MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &out), "MPI_Comm_create_group");
+    status =
+        mpiStatus(detail::watchedBlockingCall(worldRank, std::chrono::milliseconds(timeoutMs),
+                                              "MPI_Comm_create_group of a torch process group",
+                                              [&] { return MPI_Comm_create_group(MPI_COMM_WORLD, group, tag, &out); }),
+                  "MPI_Comm_create_group");
   if (status.isOk()) status = mpiStatus(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   MPI_Group_free(&world);
@@ -102,7 +111,7 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
   if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
   MPI_Comm comm = MPI_COMM_NULL;
-  CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, comm));
+  CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, worldRank, options.timeoutMs, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).
   Status status = createMpiBackendOnComm(&comm, Mesh::flat(static_cast<int>(worldRanks.size()), "group"), options, out);
   if (status.isOk()) status = MpiPointToPoint::create(&comm, options.timeoutMs, p2p);

@@ -11,7 +11,10 @@
 #include <thread>
 #include <utility>
 
+#include "backend/mpi/abandoned_memory.hpp"
+#include "backend/mpi/bounded_wait.hpp"
 #include "core/check.hpp"
+#include "job/job_end.hpp"
 
 namespace chimera::torch_ext {
 namespace {
@@ -22,6 +25,22 @@ Status mpiError(int code, const char* what) {
   int length = 0;
   MPI_Error_string(code, text, &length);
   return Status::backendError(fmt::format("{} failed: {}", what, std::string(text, static_cast<std::size_t>(length))));
+}
+
+// Cancels a receive and lets it settle for detail::kSettleWindowMs: a cancelled receive completes
+// at once, one already matched when its data is in. Whether it settled; when it did not, MPI may
+// still write into its buffer, which the caller (a torch tensor) may free or reuse.
+bool cancelReceive(MPI_Request& request) {
+  MPI_Cancel(&request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(detail::kSettleWindowMs);
+  while (request != MPI_REQUEST_NULL) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+    if (done != 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return request == MPI_REQUEST_NULL;
 }
 
 }  // namespace
@@ -36,6 +55,7 @@ struct MpiPointToPoint::Impl {
 
 struct MpiTransfer::Impl {
   MPI_Request request = MPI_REQUEST_NULL;
+  int rank = 0;  // this rank in the group, for the job's end
   bool isSend = false;
   int peer = 0;  // -1: any source
   int tag = 0;
@@ -50,11 +70,20 @@ MpiTransfer::MpiTransfer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MpiTransfer::~MpiTransfer() {
   if (impl_ == nullptr || impl_->done || impl_->request == MPI_REQUEST_NULL) return;
   if (!impl_->isSend) {
-    MPI_Cancel(&impl_->request);
-    MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
+    if (!cancelReceive(impl_->request)) endWithBufferLent("an unfinished receive was dropped");
     return;
   }
   (void)wait(impl_->timeoutMs);
+}
+
+void MpiTransfer::endWithBufferLent(const std::string& why) const {
+  const std::string peer = impl_->peer < 0 ? std::string("any rank") : fmt::format("rank {}", impl_->peer);
+  detail::endJob("torch", impl_->rank,
+                 Status::timeout(fmt::format(
+                     "{}: the receive of {} bytes (tag {}) from {} was already matched and did not finish within {} "
+                     "ms of its cancellation, so MPI may still write into a tensor torch has back",
+                     why, impl_->bytes, impl_->tag, peer, detail::kSettleWindowMs)),
+                 std::chrono::milliseconds(impl_->timeoutMs));
 }
 
 Status MpiTransfer::test(bool& done) {
@@ -94,8 +123,7 @@ Status MpiTransfer::wait(std::int64_t timeoutMs) {
   }
   const std::string peer = impl_->peer < 0 ? std::string("any rank") : fmt::format("rank {}", impl_->peer);
   if (!impl_->isSend) {
-    MPI_Cancel(&impl_->request);
-    MPI_Wait(&impl_->request, MPI_STATUS_IGNORE);
+    if (!cancelReceive(impl_->request)) endWithBufferLent(fmt::format("a receive timed out after {} ms", timeoutMs));
   } else {
     MPI_Request_free(&impl_->request);
   }
@@ -112,7 +140,32 @@ Status MpiPointToPoint::create(const void* comm, std::int64_t timeoutMs, std::un
   CHIMERA_CHECK_ARG(comm != nullptr && timeoutMs > 0, "point-to-point channel: null communicator or timeout {} ms",
                     timeoutMs);
   auto impl = std::make_unique<Impl>();
-  CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Comm_dup(*static_cast<const MPI_Comm*>(comm), &impl->comm), "MPI_Comm_dup"));
+  {
+    // Bounded like every wait: a member that never creates its channel is a Timeout, not a hang.
+    // MPI writes the handle when the duplication completes, which a late member may make happen
+    // after the Timeout: the handle's memory is then kept until the process exits.
+    auto handle = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+    MPI_Request request = MPI_REQUEST_NULL;
+    CHIMERA_RETURN_IF_ERROR(
+        mpiError(MPI_Comm_idup(*static_cast<const MPI_Comm*>(comm), handle.get(), &request), "MPI_Comm_idup"));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+    auto pause = std::chrono::microseconds(1);
+    for (;;) {
+      int done = 0;
+      CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Comm_idup"));
+      if (done != 0) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        detail::keepUntilExit(handle);
+        return Status::timeout(fmt::format(
+            "creating the point-to-point channel (MPI_Comm_idup) made no progress for {} ms: a member of the group "
+            "did not create it",
+            timeoutMs));
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    impl->comm = *handle;
+  }
   MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(impl->comm, &impl->rank);
   MPI_Comm_size(impl->comm, &impl->size);
@@ -154,6 +207,7 @@ Status post(MPI_Comm comm, bool isSend, void* buffer, std::size_t bytes, int pee
   impl->tag = tag;
   impl->bytes = bytes;
   impl->timeoutMs = timeoutMs;
+  MPI_Comm_rank(comm, &impl->rank);
   const int count = static_cast<int>(bytes);
   if (isSend) {
     CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &impl->request), "MPI_Isend"));

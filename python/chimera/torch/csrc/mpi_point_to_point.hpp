@@ -18,8 +18,9 @@ class MpiTransfer {
  public:
   struct Impl;
   explicit MpiTransfer(std::unique_ptr<Impl> impl);
-  /// An unfinished receive is cancelled; an unfinished send is waited for (bounded by the
-  /// group's timeout), since MPI may still be reading its buffer.
+  /// An unfinished receive is cancelled (one already matched gets a settle window to finish; if
+  /// it does not, MPI could write into a tensor torch has back, and the job ends); an unfinished
+  /// send is waited for (bounded by the group's timeout), since MPI may still be reading its buffer.
   ~MpiTransfer();
   MpiTransfer(const MpiTransfer&) = delete;
   MpiTransfer& operator=(const MpiTransfer&) = delete;
@@ -27,14 +28,17 @@ class MpiTransfer {
   /// Sets `done` when the transfer has completed. BackendError when MPI reports a failure.
   [[nodiscard]] Status test(bool& done);
   /// Waits until it completes, at most `timeoutMs` (> 0). Timeout names the peer and the
-  /// transfer, which is cancelled (a receive) or abandoned (a send); the group stays usable
-  /// for other peers.
+  /// transfer, which is cancelled (a receive, settled as by the destructor) or abandoned (a
+  /// send); the group stays usable for other peers.
   [[nodiscard]] Status wait(std::int64_t timeoutMs);
   /// The group rank a completed receive came from (a receive from any source); the peer
   /// otherwise.
   int source() const;
 
  private:
+  // Ends the job: a receive that could not be cancelled still holds its tensor.
+  [[noreturn]] void endWithBufferLent(const std::string& why) const;
+
   std::unique_ptr<Impl> impl_;
 };
 
@@ -43,7 +47,8 @@ class MpiTransfer {
 class MpiPointToPoint {
  public:
   struct Impl;
-  /// Duplicates `*comm` (an `MPI_Comm*`, collective over its ranks). `timeoutMs` > 0.
+  /// Duplicates `*comm` (an `MPI_Comm*`, collective over its ranks), bounded by `timeoutMs` (> 0):
+  /// Timeout when a member does not join.
   [[nodiscard]] static Status create(const void* comm, std::int64_t timeoutMs, std::unique_ptr<MpiPointToPoint>& out);
   explicit MpiPointToPoint(std::unique_ptr<Impl> impl);
   ~MpiPointToPoint();
