@@ -102,6 +102,11 @@ std::vector<detail::CliFlag> flagTable(Options& o) {
          if (v == "auto") return o.chunks = 0, Status::ok();
          return parseIntFlag<int>("--chunks", v, 1, o.chunks);
        }},
+      {"", "--only", true,
+       [&o](auto v) {
+         CHIMERA_CHECK_ARG(v == "baseline" || v == "fused", "--only: expected baseline or fused, got '{}'", v);
+         return o.only = v, Status::ok();
+       }},
       {"", "--calibrate", false, [&o](auto) { return o.calibrate = true, Status::ok(); }},
       {"", "--out", true, [&o](auto v) { return setText("--out", v, o.outPath); }},
       {"-h", "--help", false, [&o](auto) { return o.help = true, Status::ok(); }},
@@ -118,6 +123,7 @@ Status checkModes(const Options& options) {
   CHIMERA_CHECK_ARG(options.axis.empty() || !(options.calibrate || options.chainMode()),
                     "--axis applies to -C only (a chain names its own axes)");
   CHIMERA_CHECK_ARG(options.chunks == 0 || options.chainMode(), "--chunks applies to --scenario and --chain");
+  CHIMERA_CHECK_ARG(options.only.empty() || options.chainMode(), "--only applies to --scenario and --chain");
   CHIMERA_CHECK_ARG(options.topology.empty() || options.calibrate || options.chainMode(),
                     "--topology applies to --scenario, --chain and --calibrate");
   CHIMERA_CHECK_ARG(options.backend != "nccl" || options.calibrate || options.chainMode(),
@@ -186,6 +192,7 @@ Chains, baseline vs fused (docs/benchmarks.md "Scenarios"; median by default):
       --topology NAME|FILE cost model preset or calibrated profile (host)
       --backend mpi|nccl   nccl: device buffers, CUDA-event timing (nccl if built with CUDA and a GPU is present)
       --chunks N|auto      chunks of the pipelined fused plan timed next to the fused one (auto: the cost model's)
+      --only baseline|fused  run and time only this program, no pipelined one (one side's link bytes)
 Calibration:
       --calibrate --out FILE  measure the backend, fit the cost model, write the profile (-b 64K -e 16M)
   -h, --help               this text

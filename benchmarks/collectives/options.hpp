@@ -68,6 +68,9 @@ struct Options {
   /// --chunks N|auto: chunks of the pipelined fused plan timed next to the fused one in the
   /// chain modes; 0 = auto (the cost model's choice).
   int chunks = 0;
+  /// --only baseline|fused: in the chain modes, time only that program (no pipelined run), so
+  /// what crosses a link during the run is that program's; empty: all three.
+  std::string only;
   /// --calibrate: measure the backend at calibrationPoints and fit a profile to --out.
   bool calibrate = false;
   /// --out FILE: where --calibrate writes the profile.

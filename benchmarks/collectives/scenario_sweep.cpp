@@ -111,18 +111,30 @@ double slowestRankStatistic(TimeStatistic stat, std::vector<double> seconds) {
   return stat == TimeStatistic::Median ? medianIterationSeconds(samples) : meanIterationSeconds(samples);
 }
 
+/// Which of the three programs a row times (--only).
+struct TimedPrograms {
+  bool baseline = true;
+  bool fused = true;
+  bool pipelined = true;
+};
+
+TimedPrograms timedPrograms(const Options& options) {
+  return {options.only != "fused", options.only != "baseline", options.only.empty()};
+}
+
 /// Warm-up, then `iters` rounds of (barrier, baseline, barrier, fused, barrier, pipelined),
-/// each call timed alone.
+/// each call timed alone; a program --only leaves out is neither run nor timed (0 s).
 Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, double& baselineSeconds,
                double& fusedSeconds, double& pipelinedSeconds) {
   const auto barrier = [] { return mpiStatus(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); };
+  const TimedPrograms timed = timedPrograms(options);
   const std::string what = "chimera-bench " + row.request.chain.toString(row.backend.mesh()) + " from " +
                            row.request.from.toString() + ": baseline, fused and pipelined";
   for (int i = 0; i < options.warmupIters; ++i) {
     enterStretch(what);
-    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Baseline, row.buffers.baseline)));
-    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Fused, row.buffers.fused)));
-    CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.runPipelined()));
+    if (timed.baseline) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Baseline, row.buffers.baseline)));
+    if (timed.fused) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.run(ChainMode::Fused, row.buffers.fused)));
+    if (timed.pipelined) CHIMERA_RETURN_IF_ERROR(agreeOnStatus(row.runPipelined()));
   }
   std::vector<double> baseline(static_cast<std::size_t>(options.iters));
   std::vector<double> fused(baseline.size());
@@ -131,17 +143,17 @@ Status timeRow(const Options& options, TimeStatistic stat, const RowRun& row, do
   for (std::size_t i = 0; i < baseline.size() && failed.isOk(); ++i) {
     enterStretch(what, static_cast<int>(i));
     failed = barrier();
-    if (failed.isOk()) {
+    if (failed.isOk() && timed.baseline) {
       failed = timeOnBackend(
           row.backend, [&] { return row.run(ChainMode::Baseline, row.buffers.baseline); }, baseline[i]);
     }
     if (failed.isOk()) failed = barrier();
-    if (failed.isOk()) {
+    if (failed.isOk() && timed.fused) {
       failed = timeOnBackend(
           row.backend, [&] { return row.run(ChainMode::Fused, row.buffers.fused); }, fused[i]);
     }
     if (failed.isOk()) failed = barrier();
-    if (failed.isOk())
+    if (failed.isOk() && timed.pipelined)
       failed = timeOnBackend(
           row.backend, [&] { return row.runPipelined(); }, pipelined[i]);
   }
@@ -239,7 +251,8 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
   result.shape = shapeText(spec);
   result.plannerFuses = plan->useFused;
   result.predictedSpeedup = predictedSpeedup(*plan);
-  result.pipelinedTimeUs = pipelinedSeconds * 1e6;
+  const TimedPrograms timed = timedPrograms(run.options);
+  if (timed.pipelined) result.pipelinedTimeUs = pipelinedSeconds * 1e6;
   result.pipelineChunks = chunks;
   result.predictedPipelineGain = predictedGain;
   ResultRow& r = result.result;
@@ -248,7 +261,7 @@ Status measureRow(const ScenarioRun& run, const TensorSpec& spec, ScenarioRow& o
   r.dtype = spec.dtype;
   if (!plan->trace.ops.empty() && !from.axesOfKind(Placement::Kind::Partial).empty()) r.op = ReduceOp::Sum;
   r.timeUs = fusedSeconds * 1e6;
-  r.baselineTimeUs = baselineSeconds * 1e6;
+  if (timed.baseline) r.baselineTimeUs = baselineSeconds * 1e6;
   computeBandwidth(r, 1.0);
   if (run.options.check) r.wrong = wrong;
   out = std::move(result);

@@ -74,6 +74,8 @@ TEST(BenchOptions, BadInputNamesTheProblem) {
       {{"--stat", "p99"}, "p99"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},
       {{"-b"}, "-b needs a value"},
+      {{"--scenario", "tp_pp", "--only", "pipelined"}, "--only: expected baseline or fused, got 'pipelined'"},
+      {{"--only", "fused"}, "--only applies to --scenario and --chain"},
       {{"--help=1"}, "takes no value"},
   };
   for (const auto& [args, needle] : cases) {
@@ -82,6 +84,15 @@ TEST(BenchOptions, BadInputNamesTheProblem) {
     EXPECT_EQ(status.code(), StatusCode::InvalidArgument) << args.front();
     EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
   }
+}
+
+TEST(BenchOptions, OnlyPicksOneProgramOfAChain) {
+  Options options;
+  EXPECT_TRUE(options.only.empty());
+  ASSERT_TRUE(parse({"--scenario", "tp_pp", "--only", "baseline"}, options).isOk());
+  EXPECT_EQ(options.only, "baseline");
+  ASSERT_TRUE(parse({"--scenario", "all", "--only=fused"}, options).isOk());
+  EXPECT_EQ(options.only, "fused");
 }
 
 TEST(BenchOptions, HelpSkipsConsistencyChecks) {
