@@ -6,7 +6,7 @@
 # only. Two hosts share one veth pair; more hosts each have a veth pair to a bridge in a namespace
 # of its own (a switch: every host's link has the rate, the switch is not a bottleneck).
 #
-#   multihost.sh [--id N] up [--hosts N] [--rate R] [--delay D]
+#   multihost.sh [--id N|auto] up [--hosts N] [--rate R] [--delay D]     (auto: a free id, printed)
 #   multihost.sh [--id N] run [--ranks 4,4] [--map blocks|node] [--timeout S] [--mca K V]... [-x VAR]...
 #                             [--rate R] [--delay D] -- COMMAND...
 #   multihost.sh [--id N] run --torchrun [--ranks 2,2] [--python PY] [--timeout S] -- SCRIPT ARGS...
@@ -221,6 +221,12 @@ cmd_up() {
     die $kUsage "--hosts: expected 2..254, got '$hosts'"
   require_rig_tools
   id="${id:-0}"
+  if [ "$id" = auto ]; then
+    claim_free_id
+    bring_up "$hosts" ""
+    echo "$id"
+    return 0
+  fi
   check_id
   if rig_is_up; then
     [ "$(config_value hosts)" = "$hosts" ] ||
@@ -304,7 +310,8 @@ owned=0
 finish() {
   local status=$?
   trap - EXIT INT TERM HUP
-  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+  # shellcheck disable=SC2086
+  if [ -n "$child" ]; then kill -TERM $child 2>/dev/null || true; fi
   if [ "$owned" = 1 ]; then teardown; fi
   exit "$status"
 }
@@ -416,15 +423,15 @@ run_torchrun() {
     pids+=($!)
   done
   child="${pids[*]}"
-  local remaining=$hosts
-  while [ "$remaining" -gt 0 ]; do
-    local one=0
-    wait -n -p pid "${pids[@]}" || one=$?
-    remaining=$((remaining - 1))
+  local running=("${pids[@]}") one
+  while [ ${#running[@]} -gt 0 ]; do
+    one=0
+    wait -n -p pid "${running[@]}" || one=$?
+    running=($(printf '%s\n' "${running[@]}" | grep -vx "$pid" || true))
     if [ "$one" -ne 0 ] && [ "$status" -eq 0 ]; then
       status=$one
       log "a host's torchrun exited with $one: stopping the others"
-      kill -TERM "${pids[@]}" 2>/dev/null || true
+      kill -TERM "${running[@]}" 2>/dev/null || true
     fi
   done
   child=""
@@ -435,21 +442,27 @@ run_torchrun() {
 
 usage() { sed -n '3,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --id) id="${2:?--id needs a value}"; shift 2 ;;
-    -h | --help) usage; exit 0 ;;
-    *) break ;;
+main() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --id) id="${2:?--id needs a value}"; shift 2 ;;
+      -h | --help) usage; exit 0 ;;
+      *) break ;;
+    esac
+  done
+  [ $# -ge 1 ] || { usage >&2; exit $kUsage; }
+  local subcommand="$1"
+  shift
+  case "$subcommand" in
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status "$@" ;;
+    exec) cmd_exec "$@" ;;
+    run) cmd_run "$@" ;;
+    *) die $kUsage "unknown subcommand '$subcommand' (up, run, exec, status, down)" ;;
   esac
-done
-[ $# -ge 1 ] || { usage >&2; exit $kUsage; }
-subcommand="$1"
-shift
-case "$subcommand" in
-  up) cmd_up "$@" ;;
-  down) cmd_down "$@" ;;
-  status) cmd_status "$@" ;;
-  exec) cmd_exec "$@" ;;
-  run) cmd_run "$@" ;;
-  *) die $kUsage "unknown subcommand '$subcommand' (up, run, exec, status, down)" ;;
-esac
+}
+
+# One line, so that bash has read all of it before it runs (an edit of this file while a run
+# goes on does not reach the run).
+main "$@"; exit $?
