@@ -37,9 +37,10 @@ Status completeBy(MPI_Request& request, Clock::time_point deadline, std::int64_t
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Test(&request, &done, MPI_STATUS_IGNORE), step));
     if (done != 0) return Status::ok();
     if (Clock::now() >= deadline)
-      return Status::timeout(fmt::format("{}: {} did not complete within {} ms (a rank of the MPI world has not "
-                                         "reached the rendezvous, or stalls)",
-                                         what, step, timeoutMs));
+      return Status::timeout(
+          fmt::format("{}: {} did not complete within {} ms (a rank of the MPI world has not "
+                      "reached the rendezvous, or stalls)",
+                      what, step, timeoutMs));
     if (polls < 256)
       std::this_thread::yield();
     else
@@ -58,12 +59,15 @@ Status mpiAllGatherBytes(std::string_view mine, std::int64_t timeoutMs, std::str
   int size = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorldOf(rank, size));
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-  auto* exchange = new Exchange{static_cast<int>(mine.size()), std::vector<int>(static_cast<std::size_t>(size)),
-                                std::vector<int>(static_cast<std::size_t>(size)), {}, std::string(mine)};
+  auto* exchange = new Exchange{static_cast<int>(mine.size()),
+                                std::vector<int>(static_cast<std::size_t>(size)),
+                                std::vector<int>(static_cast<std::size_t>(size)),
+                                {},
+                                std::string(mine)};
   MPI_Request request = MPI_REQUEST_NULL;
-  Status status = mpiStatus(MPI_Iallgather(&exchange->length, 1, MPI_INT, exchange->lengths.data(), 1, MPI_INT,
-                                           MPI_COMM_WORLD, &request),
-                            "MPI_Iallgather");
+  Status status = mpiStatus(
+      MPI_Iallgather(&exchange->length, 1, MPI_INT, exchange->lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request),
+      "MPI_Iallgather");
   if (status.isOk()) status = completeBy(request, deadline, timeoutMs, what, "MPI_Iallgather of the lengths");
   if (status.isOk()) {
     long long total = 0;
@@ -75,10 +79,10 @@ Status mpiAllGatherBytes(std::string_view mine, std::int64_t timeoutMs, std::str
       status = Status::invalidArgument(fmt::format("{}: {} bytes in all exceed MPI's count", what, total));
     if (status.isOk()) {
       exchange->bytes.resize(static_cast<std::size_t>(total));
-      status = mpiStatus(MPI_Iallgatherv(exchange->mine.data(), exchange->length, MPI_BYTE, exchange->bytes.data(),
-                                         exchange->lengths.data(), exchange->offsets.data(), MPI_BYTE, MPI_COMM_WORLD,
-                                         &request),
-                         "MPI_Iallgatherv");
+      status = mpiStatus(
+          MPI_Iallgatherv(exchange->mine.data(), exchange->length, MPI_BYTE, exchange->bytes.data(),
+                          exchange->lengths.data(), exchange->offsets.data(), MPI_BYTE, MPI_COMM_WORLD, &request),
+          "MPI_Iallgatherv");
       if (status.isOk()) status = completeBy(request, deadline, timeoutMs, what, "MPI_Iallgatherv of the bytes");
     }
   }
