@@ -170,7 +170,7 @@ def run_in_child(backend: str, argv: list[str], found, run: int, work: Path) -> 
     subprocess.run([sys.executable, __file__, *argv, "--backends", backend, "--child-result", str(result),
                     "--child-run", str(run)],
                    env=env, check=True)
-    return json.loads(result.read_text()) if rank == 0 else {}
+    return json.loads(result.read_text()) if found.rank == 0 else {}
 
 
 def main(argv=None) -> int:
