@@ -12,8 +12,10 @@ data and steps; the launcher only creates the process group first (torchtitan th
 points torchtitan at a tokenizer and corpus made locally (assets.py: nothing is downloaded) and
 applies the CPU patches of cpu_patches.py. The first run (chimera) is in the MPI processes; each
 later one in a fresh process per rank that each MPI rank starts (torchtitan's second Trainer in
-one process trips over meshes of the first), rendezvousing over TCP, without MPI (a chimera run
-there is on chimera's gloo transport). ``--backends chimera-unfused`` runs on the chimera process
+one process trips over meshes of the first), without MPI (a chimera run there is on chimera's gloo
+transport). Every run meets in the one store of the launch, which MPI rank 0 makes on a free port
+(``chimera.torch.rendezvous.mpi_store``), under a prefix of its own, so launches on one host never
+collide and the ranks may be on several hosts. ``--backends chimera-unfused`` runs on the chimera process
 group with DTensor's own redistributions (fusion off): as the first run of a launch, it is on MPI
 as ``chimera`` is in another. ``--json`` writes the losses and step times of each run, the largest
 difference of chimera's losses from gloo's and what chimera planned (``chimera.torch.stats()``).
@@ -42,9 +44,12 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import chimera.torch as ct  # noqa: E402
+from chimera.torch import rendezvous  # noqa: E402
 
 # The runs --backends names.
 BACKENDS = ("chimera", "chimera-unfused", "gloo")
+# The bound of the rendezvous and of every process group's waits.
+TIMEOUT = timedelta(minutes=5)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,6 +77,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "chimera planned no redistribution (a test's verdict)")
     p.add_argument("--verbose", action="store_true", help="torchtitan's own log lines on every rank")
     p.add_argument("--child-result", help=argparse.SUPPRESS)  # a later run's process: rank 0 writes here
+    p.add_argument("--child-run", type=int, default=0, help=argparse.SUPPRESS)  # and its index in the launch
     return p.parse_args(argv)
 
 
@@ -108,17 +114,17 @@ def make_config(args, tokenizer: Path, data: Path, dump: Path):
     return config
 
 
-def train(backend: str, args, assets: tuple[Path, Path], port: int) -> dict:
-    """One training run on `backend`; returns its per-step losses and step times (all ranks agree)."""
+def train(backend: str, args, assets: tuple[Path, Path], store: dist.Store, run: int) -> dict:
+    """One training run on `backend`, the `run`-th of the launch, meeting in `store`; returns its
+    per-step losses and step times (all ranks agree)."""
     from torchtitan.trainer import Trainer  # noqa: F401  (imports the whole stack)
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    init = f"tcp://127.0.0.1:{port}"
+    init = dict(store=dist.PrefixStore(f"run{run}/", store), rank=rank, world_size=world, timeout=TIMEOUT)
     if backend.startswith("chimera"):
-        ct.init_process_group(init_method=init, rank=rank, world_size=world, timeout=timedelta(minutes=5))
+        ct.init_process_group(**init)
     else:
-        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world,
-                                timeout=timedelta(minutes=5))
+        dist.init_process_group(backend, **init)
     config = make_config(args, *assets, Path(tempfile.mkdtemp(prefix=f"titan-{backend}-")))
     losses: dict[int, float] = {}
     step_ms: list[float] = []
@@ -153,24 +159,32 @@ def train(backend: str, args, assets: tuple[Path, Path], port: int) -> dict:
     return {"losses": loss.tolist(), "step_ms": ms.tolist(), "stats": stats}
 
 
-def run_in_child(backend: str, argv: list[str], rank: int, world: int, port: int, work: Path) -> dict:
-    """The run on `backend` in a fresh process for this rank (no MPI: the MPI launcher's variables
-    are left out); returns rank 0's results (other ranks: {})."""
+def run_in_child(backend: str, argv: list[str], found, run: int, work: Path) -> dict:
+    """The `run`-th run, on `backend`, in a fresh process for this rank (no MPI: the MPI launcher's
+    variables are left out), meeting in the launch's store (`found`: this rank's rendezvous);
+    returns rank 0's results (other ranks: {})."""
     result = work / f"{backend}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "OPAL_", "PRTE_"))}
-    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port))
-    subprocess.run([sys.executable, __file__, *argv, "--backends", backend, "--child-result", str(result)],
+    env.update(found.environment())
+    subprocess.run([sys.executable, __file__, *argv, "--backends", backend, "--child-result", str(result),
+                    "--child-run", str(run)],
                    env=env, check=True)
-    return json.loads(result.read_text()) if rank == 0 else {}
+    return json.loads(result.read_text()) if found.rank == 0 else {}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     child = args.child_result is not None
-    env = dict(os.environ) if child else ct.mpi_environment()
-    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    if child:  # a client of the store rank 0's launcher process holds
+        found = None
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=TIMEOUT)
+    else:
+        found = rendezvous.mpi_store(TIMEOUT)
+        store = found.store
+        os.environ.update(RANK=str(found.rank), WORLD_SIZE=str(found.world_size), LOCAL_RANK=str(found.local_rank))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.pp * args.dp_shard * args.tp != world:
         raise SystemExit(f"pp*dp_shard*tp = {args.pp * args.dp_shard * args.tp}, but {world} ranks")
     work = Path(tempfile.mkdtemp(prefix=f"chimera-titan-{rank}-"))
@@ -190,22 +204,21 @@ def main(argv=None) -> int:
     if not args.verbose:
         logger.setLevel("ERROR")
     results = {}
-    base_port = int(env["MASTER_PORT"])
     backends = args.backends.split(",")
     unknown = set(backends) - set(BACKENDS)
     if unknown:
         raise SystemExit(f"--backends: unknown {', '.join(sorted(unknown))} (expected some of {', '.join(BACKENDS)})")
     if child:
-        result = train(backends[0], args, local, base_port)
+        result = train(backends[0], args, local, store, args.child_run)
         if rank == 0:
             Path(args.child_result).write_text(json.dumps(result))
         return 0
     parent_argv = [a for i, a in enumerate(argv) if a != "--backends" and (i == 0 or argv[i - 1] != "--backends")]
     for i, backend in enumerate(backends):
         if i == 0:
-            results[backend] = train(backend, args, local, base_port)
+            results[backend] = train(backend, args, local, store, i)
         else:
-            results[backend] = run_in_child(backend, parent_argv, rank, world, base_port + i, work)
+            results[backend] = run_in_child(backend, parent_argv, found, i, work)
         if rank == 0:
             r = results[backend]
             print(f"{backend}: losses {' '.join(f'{x:.6f}' for x in r['losses'])}; "

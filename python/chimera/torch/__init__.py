@@ -7,7 +7,8 @@ and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor redistribution thro
 see docs/torch.md.
 """
 
-from .backend import BACKEND_NAME, init_process_group, mpi_environment, register
+from .backend import BACKEND_NAME, init_process_group, register
+from .rendezvous import RendezvousError, mpi_environment
 
 register()
 
@@ -21,5 +22,5 @@ from .redistribute import (  # noqa: E402  (after registration)
 
 route_from_environment()
 
-__all__ = ["BACKEND_NAME", "fused_redistribute", "init_process_group", "mpi_environment", "redistribute",
-           "register", "reset_stats", "stats"]
+__all__ = ["BACKEND_NAME", "RendezvousError", "fused_redistribute", "init_process_group", "mpi_environment",
+           "redistribute", "register", "reset_stats", "stats"]

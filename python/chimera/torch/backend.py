@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The torch.distributed backend "chimera": registration, the choice of host transport, chimera's
-own Backend over a mesh of torch ranks on that transport, and an MPI-launch helper."""
+own Backend over a mesh of torch ranks on that transport, and init_process_group under an MPI
+launch (on the store of rendezvous.py)."""
 
 from __future__ import annotations
 
 import atexit
 import datetime
-import hashlib
 import os
 
 import torch  # noqa: F401  (loads libtorch before the extension)
@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import chimera
 
-from . import _extension
+from . import _extension, rendezvous
 
 BACKEND_NAME = "chimera"
 
@@ -126,33 +126,15 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=_devices())
 
 
-def mpi_environment(port: int | None = None) -> dict[str, str]:
-    """Sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from an MPI launch.
-
-    Values already set are kept. The rendezvous port defaults to one derived from the MPI job
-    (so concurrent jobs on one host do not collide). Raises chimera.BackendError (a RuntimeError)
-    when MPI cannot be initialised.
-    """
-    rank, size = _extension.load().mpi_world()
-    job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_orte_ess_jobid") or "chimera"
-    if port is None:
-        port = 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
-    env = {
-        "RANK": str(rank),
-        "WORLD_SIZE": str(size),
-        "LOCAL_RANK": os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)),
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-    }
-    for key, value in env.items():
-        os.environ.setdefault(key, value)
-    return {key: os.environ[key] for key in env}
-
-
 def init_process_group(backend: str = BACKEND_NAME, **kwargs) -> None:
-    """``torch.distributed.init_process_group`` under mpirun: fills the rendezvous variables from
-    the MPI launch first (see mpi_environment), then initialises with ``backend``."""
+    """``torch.distributed.init_process_group`` with ``backend``; under an MPI launch without
+    ``init_method`` or ``store``, on the store of the MPI rendezvous (rendezvous.mpi_store: rank 0's
+    store on a free port at an address every rank reached; ``MASTER_ADDR``/``MASTER_PORT`` win),
+    with rank and world size from MPI."""
     register()
     if "init_method" not in kwargs and "store" not in kwargs and _mpi_launch_size() is not None:
-        mpi_environment()
+        found = rendezvous.mpi_store(kwargs.get("timeout"))
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            os.environ.setdefault(key, found.environment()[key])
+        kwargs = {"store": found.store, "rank": found.rank, "world_size": found.world_size, **kwargs}
     dist.init_process_group(backend, **kwargs)

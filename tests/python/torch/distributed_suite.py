@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -35,16 +34,14 @@ NAME_GATES = re.compile(r"requires backend \w+ to be one of|only supported on mp
                         r"\b(GLOO|Gloo|gloo|NCCL|Nccl|nccl|MPI|UCC)\b")
 
 
-def _launch() -> tuple[int, int, str, int]:
-    """(rank, world size, master address, master port) of a torchrun or mpirun launch."""
+def _launch() -> tuple[int, int, str | None, int | None]:
+    """(rank, world size, master address, master port) of a torchrun launch: the suite's store
+    sits next to torchrun's; under mpirun (rank, world size, None, None): the store is the one
+    of chimera.torch's MPI rendezvous, on a port no other launch holds."""
     if "RANK" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ:
         return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), os.environ["MASTER_ADDR"],
                 int(os.environ["MASTER_PORT"]) + 1)
-    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-    size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_orte_ess_jobid") or "suite"
-    port = 20000 + int(hashlib.sha1(("suite" + job).encode()).hexdigest(), 16) % 20000
-    return rank, size, "127.0.0.1", port
+    return int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"]), None, None
 
 
 def _error_line(text: str) -> str:
@@ -72,7 +69,13 @@ def main() -> int:
 
     import torch.distributed as dist
 
-    master = dist.TCPStore(addr, port, world, rank == 0, timeout=datetime.timedelta(seconds=120))
+    timeout = datetime.timedelta(seconds=120)
+    if addr is None:
+        from chimera.torch import rendezvous
+
+        master = rendezvous.mpi_store(timeout).store
+    else:
+        master = dist.TCPStore(addr, port, world, rank == 0, timeout=timeout)
     if rank == 0:
         master.set("temp_dir", tempfile.mkdtemp(prefix="distributed_suite_"))
     temp_dir = master.get("temp_dir").decode()

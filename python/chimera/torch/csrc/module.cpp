@@ -20,6 +20,7 @@
 #include "chimera/mpi_backend.hpp"
 #include "host_transport.hpp"
 #include "mpi_group_backend.hpp"
+#include "mpi_rendezvous.hpp"
 #include "process_group.hpp"
 
 namespace py = pybind11;
@@ -193,6 +194,24 @@ PYBIND11_MODULE(_C, m) {
         return py::make_tuple(rank, size);
       },
       "(rank, size) of MPI_COMM_WORLD, initialising MPI when nobody has.");
+  m.def(
+      "mpi_all_gather_bytes",
+      [](const py::bytes& mine, std::int64_t timeoutMs, const std::string& what) {
+        const std::string bytes = mine;
+        std::vector<std::string> gathered;
+        chimera::Status status;
+        {
+          py::gil_scoped_release release;
+          status = chimera::torch_ext::mpiAllGatherBytes(bytes, timeoutMs, what, gathered);
+        }
+        chimera::torch_ext::check("rendezvous", status);
+        py::list out;
+        for (const std::string& g : gathered) out.append(py::bytes(g));
+        return out;
+      },
+      py::arg("mine"), py::arg("timeout_ms"), py::arg("what"),
+      "Every MPI world rank's bytes, in rank order, on every rank (collective over MPI_COMM_WORLD), bounded by "
+      "timeout_ms (chimera.Timeout naming `what`): the rendezvous' exchange before any store exists.");
   m.def("mpi_thread_multiple", &chimera::torch_ext::mpiThreadMultiple,
         "Whether MPI runs with MPI_THREAD_MULTIPLE (asynchronous CPU ops then run on a thread per group).");
   m.def("cuda_supported", &chimera::torch_ext::ChimeraProcessGroup::cudaSupported,
