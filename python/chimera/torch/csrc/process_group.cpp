@@ -584,7 +584,7 @@ WorkPtr ChimeraProcessGroup::allreduce_sparse(std::vector<at::Tensor>& tensors, 
 
 void ChimeraProcessGroup::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   startInline();
-  const std::chrono::milliseconds timeout = opts.timeout == ::kNoTimeout ? options_->timeout : opts.timeout;
+  const std::chrono::milliseconds timeout = opts.timeout == c10d::kUnsetTimeout ? options_->timeout : opts.timeout;
   torch_ext::monitoredBarrier(*host_.p2p, rank_, size_, timeout, options_->timeout, waitAllRanks);
 }
 
