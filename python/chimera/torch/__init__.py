@@ -4,10 +4,11 @@
 ``import chimera.torch`` registers the torch.distributed backend ``"chimera"`` (CPU tensors on
 chimera's MPI backend under an MPI launch, on gloo bootstrapped from the c10d Store otherwise)
 and, with CHIMERA_TORCH_REDISTRIBUTE=1, routes every DTensor redistribution through chimera;
-see docs/torch.md.
+``Options`` are the backend's ``pg_options``. See docs/torch.md.
 """
 
 from .backend import BACKEND_NAME, init_process_group, register
+from .options import Options
 from .rendezvous import RendezvousError, mpi_environment
 
 register()
@@ -22,5 +23,5 @@ from .redistribute import (  # noqa: E402  (after registration)
 
 route_from_environment()
 
-__all__ = ["BACKEND_NAME", "RendezvousError", "fused_redistribute", "init_process_group", "mpi_environment",
+__all__ = ["BACKEND_NAME", "Options", "RendezvousError", "fused_redistribute", "init_process_group", "mpi_environment",
            "redistribute", "register", "reset_stats", "stats"]

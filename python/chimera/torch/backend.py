@@ -15,6 +15,7 @@ import torch.distributed as dist
 import chimera
 
 from . import _extension, rendezvous
+from .options import ENVIRONMENT, MESH_DEFAULT_TIMEOUT, resolve
 
 BACKEND_NAME = "chimera"
 
@@ -23,16 +24,19 @@ BACKEND_NAME = "chimera"
 _MPI_LAUNCH_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
-def transport(world_size: int) -> str:
-    """The host transport of a process group in a world of ``world_size`` ranks: ``"mpi"``
-    when MPI launched exactly that many processes (mpirun), else ``"gloo"`` (torchrun, a
-    multi-process test harness: bootstrapped from the c10d Store). ``CHIMERA_TORCH_TRANSPORT=mpi|gloo``
-    overrides it."""
-    forced = os.environ.get("CHIMERA_TORCH_TRANSPORT", "").strip().lower()
-    if forced:
-        if forced not in ("mpi", "gloo"):
-            raise ValueError(f"CHIMERA_TORCH_TRANSPORT={forced!r}: expected 'mpi' or 'gloo'")
-        return forced
+# The transport the default group asked for (its Options), which mesh_backend follows too.
+_WORLD = {"transport": None}
+
+
+def transport(world_size: int, requested: str | None = None) -> str:
+    """The host transport of a process group in a world of ``world_size`` ranks: the one
+    ``requested`` (``chimera.torch.Options.transport``; the default group's when None), else
+    ``"mpi"`` when MPI launched exactly that many processes (mpirun), else ``"gloo"`` (torchrun,
+    a multi-process test harness: bootstrapped from the c10d Store). ``CHIMERA_TORCH_TRANSPORT=mpi|gloo``
+    overrides both."""
+    chosen = ENVIRONMENT.transport or requested or _WORLD["transport"]
+    if chosen:
+        return chosen
     return "mpi" if _mpi_launch_size() == world_size else "gloo"
 
 
@@ -60,7 +64,7 @@ def mesh_backend(mesh_text: str, ranks) -> chimera.Backend:
         return chimera.mpi_backend(chimera.Mesh(mesh_text), ranks=None if ranks == list(range(world)) else ranks)
     from torch.distributed import distributed_c10d as c10d
 
-    timeout_ms = int(os.environ.get("CHIMERA_TIMEOUT_MS", "600000"))
+    timeout_ms = (ENVIRONMENT.timeout or MESH_DEFAULT_TIMEOUT) // datetime.timedelta(milliseconds=1)
     store = c10d._get_default_store()  # noqa: SLF001 (torch has no public accessor)
 
     def make_group(prefix: str, rank: int, size: int, wait_ms: int):
@@ -71,22 +75,30 @@ def mesh_backend(mesh_text: str, ranks) -> chimera.Backend:
     return chimera._chimera._adopt_backend(capsule)  # noqa: SLF001 (the package's own hand-over)
 
 
-def _create_backend(dist_opts, _backend_options):
+def _create_backend(dist_opts, backend_options):
+    """torch's hook: the backend of one group, with ``backend_options`` (``pg_options``: a
+    ``chimera.torch.Options`` or None) resolved against the environment and torch's timeout."""
+    options = resolve(backend_options, getattr(dist_opts, "timeout", None))
     ranks = [int(r) for r in dist_opts.global_ranks_in_group]
     size = int(dist_opts.group_size)
     rank = int(dist_opts.group_rank)
-    world = dist.get_world_size() if ranks and dist.is_initialized() else size
-    timeout = getattr(dist_opts, "timeout", None)
-    timeout_ms = int(timeout.total_seconds() * 1000) if hasattr(timeout, "total_seconds") else 0
+    is_world = not (ranks and dist.is_initialized())
+    world = size if is_world else dist.get_world_size()
+    if is_world:
+        _WORLD["transport"] = options.transport
     gloo = None
-    if transport(world) == "gloo":
+    if transport(world, options.transport) == "gloo":
         # A gloo backend of the same group, from the group's own store: chimera's host transport.
         store = dist.PrefixStore("chimera/gloo/", dist_opts.store)
-        gloo = dist.ProcessGroupGloo(store, rank, size, timeout) if timeout is not None else dist.ProcessGroupGloo(
-            store, rank, size)
+        gloo = dist.ProcessGroupGloo(store, rank, size, options.timeout)
+    if options.redistribute:
+        from .redistribute import route_process_wide
+
+        route_process_wide()
     extension = _extension.load()
+    timeout_ms = options.timeout // datetime.timedelta(milliseconds=1)
     backend = extension.create_backend(rank, size, ranks, world, str(dist_opts.group_id), dist_opts.store,
-                                       timeout_ms, gloo)
+                                       timeout_ms, options.abort_on_timeout, gloo)
     # torch's ProcessGroup for it, named "chimera" (a plugin's is named "custom"). Returning a
     # ProcessGroup makes torch take it as it is, so do here what torch does for a backend:
     # the TORCH_DISTRIBUTED_DEBUG=DETAIL wrapper and one registration per device.
@@ -101,7 +113,7 @@ def _create_backend(dist_opts, _backend_options):
 
         backend = c10d._create_process_group_wrapper(  # noqa: SLF001
             wrapped_pg=backend, store_prefix=str(dist_opts.group_id), store=dist_opts.store, rank=rank,
-            world_size=size, timeout=timeout)
+            world_size=size, timeout=options.timeout)
     for device in _devices():
         group._register_backend(torch.device(device), backend_type, backend)  # noqa: SLF001
     return group

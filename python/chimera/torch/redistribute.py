@@ -23,7 +23,6 @@ import collections
 import contextlib
 import inspect
 import logging
-import os
 import re
 import threading
 import warnings
@@ -252,11 +251,18 @@ def fused_redistribute():
         _leave_routing()
 
 
-def route_from_environment() -> bool:
-    """Routes process-wide (until exit) when CHIMERA_TORCH_REDISTRIBUTE=1; called at import."""
-    value = os.environ.get("CHIMERA_TORCH_REDISTRIBUTE", "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"CHIMERA_TORCH_REDISTRIBUTE={value!r}: expected 0 or 1")
-    if value == "1":
+def route_process_wide() -> None:
+    """Routes every DTensor redistribution through chimera from now until exit (idempotent): what
+    CHIMERA_TORCH_REDISTRIBUTE=1 and ``chimera.torch.Options(redistribute=True)`` do."""
+    if not _ROUTING.get("process_wide"):
+        _ROUTING["process_wide"] = True
         _enter_routing()
-    return value == "1"
+
+
+def route_from_environment() -> bool:
+    """Routes process-wide when CHIMERA_TORCH_REDISTRIBUTE is on (options.ENVIRONMENT); called at import."""
+    from .options import ENVIRONMENT
+
+    if ENVIRONMENT.redistribute:
+        route_process_wide()
+    return bool(ENVIRONMENT.redistribute)

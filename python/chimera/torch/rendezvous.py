@@ -35,6 +35,7 @@ import torch.distributed as dist
 import chimera
 
 from . import _extension
+from .options import ENVIRONMENT
 
 # How long one connection attempt to one of rank 0's addresses may take before the next is tried.
 CONNECT_TIMEOUT_S = 5.0
@@ -68,12 +69,10 @@ class Rendezvous:
 
 
 def default_timeout() -> datetime.timedelta:
-    """``CHIMERA_TIMEOUT_MS`` when set, else torch's default process-group timeout."""
-    text = os.environ.get("CHIMERA_TIMEOUT_MS", "").strip()
-    if text:
-        if not text.isdigit() or int(text) <= 0:
-            raise chimera.InvalidArgument(f"CHIMERA_TIMEOUT_MS={text!r}: expected a positive number of milliseconds")
-        return datetime.timedelta(milliseconds=int(text))
+    """``CHIMERA_TIMEOUT_MS`` when set (options.ENVIRONMENT, read and checked once), else torch's
+    default process-group timeout."""
+    if ENVIRONMENT.timeout is not None:
+        return ENVIRONMENT.timeout
     from torch.distributed.constants import default_pg_timeout
 
     return default_pg_timeout

@@ -2,6 +2,9 @@
 # The "chimera" torch.distributed backend against gloo: every op DTensor, FSDP2 and Megatron
 # use, for every dtype gloo reduces, on values whose sums are exact (so results must be equal
 # bit for bit). Run under mpirun with 4 ranks (ctest label python).
+import os
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -216,17 +219,61 @@ def test_monitored_barrier_names_the_late_rank(world):
     rank, n, gloo = world
     import datetime
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
     # On a group of its own: a timed-out transfer may leave a group unusable (gloo closes the pair).
     group = dist.new_group(list(range(n)))
     message = ""
+    start = time.monotonic()
     if rank != 1:  # rank 1 never arrives
         try:
             dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=2))
         except RuntimeError as error:
             message = str(error)
-    # Rank 0 names rank 1; the others, never released, time out.
-    ok = ("Rank 1 failed to pass monitoredBarrier" in message) if rank == 0 else (rank == 1 or message != "")
-    agree(ok, gloo, f"monitored_barrier with rank 1 missing: {message!r}")
+    took = time.monotonic() - start
+    # Rank 0 names rank 1; the others raise at once (not after the group's timeout): answered by
+    # rank 0 on MPI, which names rank 1 to them too; over gloo rank 0's timed-out receive closes
+    # the group's connections first, as with gloo's own monitored barrier.
+    if rank == 0:
+        ok = "Rank 1 failed to pass monitoredBarrier in 2000 ms" in message
+    else:
+        named = "rank 1 failed to pass it" in message or os.environ.get("CHIMERA_EXPECT_TRANSPORT") == "gloo"
+        ok = rank == 1 or (f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting "
+                           "for send/recv from rank 0" in message and named)
+    agree(ok and took < 12, gloo, f"monitored_barrier with rank 1 missing: {message!r} after {took:.1f} s")
+    # A monitored barrier's timeout is an answer: every rank goes on.
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    agree(torch.equal(x, torch.full((4,), float(n))), gloo, "an all_reduce after a failed monitored barrier")
+
+
+def test_monitored_barrier_wait_all_ranks_names_every_late_rank(world):
+    rank, n, gloo = world
+    import datetime
+    group = dist.new_group(list(range(n)))
+    message = ""
+    if rank in (0, 2):  # ranks 1 and 3 never arrive
+        try:
+            dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=1), wait_all_ranks=True)
+        except RuntimeError as error:
+            message = str(error)
+    late = ", ".join(str(r) for r in range(1, n) if r != 2)
+    ok = {0: f"Ranks {late} failed to pass monitoredBarrier in 1000 ms" in message,
+          2: "Rank 2 successfully reached monitoredBarrier" in message}.get(rank, True)
+    agree(ok, gloo, f"monitored_barrier(wait_all_ranks=True): {message!r}")
+
+
+def test_monitored_barrier_rank_0_without_time(world):
+    rank, n, gloo = world
+    import datetime
+    group = dist.new_group(list(range(n)))
+    message = ""
+    if rank == 0:  # the others never arrive; with no time to wait, rank 0 raises at once
+        try:
+            group.monitored_barrier(datetime.timedelta(seconds=0))
+        except RuntimeError as error:
+            message = str(error)
+    agree(rank != 0 or "Rank 0 timed out in monitoredBarrier after 0 ms" in message, gloo,
+          f"monitored_barrier(timeout=0) on rank 0: {message!r}")
 
 
 def test_sequence_numbers_and_debug_detail(world):
@@ -263,8 +310,6 @@ def test_backend_name_in_ddp_logging(world):
 
 
 def test_transport(world):
-    import os
-
     import chimera.torch.backend as backend
     expected = os.environ.get("CHIMERA_EXPECT_TRANSPORT")
     got = backend.transport(world[1])

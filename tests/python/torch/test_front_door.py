@@ -34,9 +34,11 @@ def test_the_extension_is_only_the_process_group():
 def test_extension_errors_are_chimeras():
     store = dist.HashStore()
     with pytest.raises(chimera.InvalidArgument, match="group rank 5 of 2"):
-        _extension.load().create_backend(5, 2, [0, 1], 2, "group", store)
+        _extension.load().create_backend(5, 2, [0, 1], 2, "group", store, 1000, False)
     with pytest.raises(chimera.InvalidArgument, match="3 global ranks"):
-        _extension.load().create_backend(0, 2, [0, 1, 2], 2, "group", store)
+        _extension.load().create_backend(0, 2, [0, 1, 2], 2, "group", store, 1000, False)
+    with pytest.raises(chimera.InvalidArgument, match="a timeout of 0 ms"):
+        _extension.load().create_backend(0, 1, [0], 1, "group", store, 0, False)
 
 
 

@@ -73,3 +73,25 @@ def test_first_operation_of_a_group_is_point_to_point(world):
         ok = True
     agree(ok, gloo, "first operation of a new group is a recv from any source")
     dist.destroy_process_group(group)
+
+
+def test_tags_reserved_by_chimera_are_refused(world):
+    rank, n, gloo = world
+    # The largest tag is chimera's own (monitored_barrier's) on both transports, and negative
+    # tags are no tags: each is InvalidArgument on the calling rank, naming the tag and the range.
+    errors = []
+    for tag in (2**31 - 1, -1):
+        try:
+            dist.send(torch.ones(1), (rank + 1) % n, tag=tag)
+        except RuntimeError as error:
+            errors.append(str(error))
+    ok = len(errors) == 2 and all("invalid argument: tag" in e and "the tags a caller may use" in e for e in errors)
+    ok = ok and "tag 2147483647 is outside [0, " in errors[0] and "tag -1 is outside [0, " in errors[1]
+    # A tag the caller may use still works after the refusals.
+    out = torch.full((3,), float(rank))
+    got = torch.empty(3)
+    works = [dist.isend(out, (rank + 1) % n, tag=1000), dist.irecv(got, (rank - 1) % n, tag=1000)]
+    for w in works:
+        w.wait()
+    ok = ok and torch.equal(got, torch.full((3,), float((rank - 1) % n)))
+    agree(ok, gloo, f"reserved tags: {errors}")

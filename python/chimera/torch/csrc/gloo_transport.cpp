@@ -32,10 +32,11 @@ namespace chimera::torch_ext {
 namespace {
 
 // Transfers of chimera's own plans (gather, scatter, uneven all-to-all) share the gloo backend
-// with the caller's send/recv: they use tags from here down (one per channel), the caller's
-// tags are small, and the largest tag is monitoredBarrier's.
+// with the caller's send/recv: they use tags from here down (one per channel), the largest tag
+// is monitoredBarrier's, and the caller's are below kReduceScatterTag (the process group checks).
 constexpr int kPlanTagTop = INT_MAX - 1;
-// The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit).
+// The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit); the
+// lowest tag of chimera's own.
 constexpr int kReduceScatterTag = kPlanTagTop - 256;
 
 at::ScalarType scalarTypeOf(DataType dtype) {
@@ -431,7 +432,8 @@ class GlooHostPointToPoint final : public HostPointToPoint {
     std::vector<at::Tensor> tensors{tensor};
     return peer < 0 ? gloo_->recvAnysource(tensors, tag) : gloo_->recv(tensors, peer, tag);
   }
-  // The largest tag, which c10d callers do not use.
+  int userTagLimit() const override { return kReduceScatterTag; }
+  // The largest tag.
   int reservedTag() const override { return INT_MAX; }
 
  private:
@@ -442,7 +444,7 @@ class GlooHostPointToPoint final : public HostPointToPoint {
 
 Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs, HostTransport& out) {
   if (!gloo) return Status::invalidArgument("gloo transport: no gloo backend");
-  if (timeoutMs <= 0) timeoutMs = 30 * 60 * 1000;
+  if (timeoutMs <= 0) return Status::invalidArgument("gloo transport: timeout of " + std::to_string(timeoutMs) + " ms");
   const int rank = gloo->getRank();
   out.backend = std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs);
   out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
@@ -469,7 +471,8 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
   if (index < 0)
     return Status::invalidArgument("gloo mesh backend: rank " + std::to_string(globalRank) +
                                    " is not one of the mesh's ranks " + ranks);
-  if (timeoutMs <= 0) timeoutMs = std::int64_t{30} * 60 * 1000;
+  if (timeoutMs <= 0)
+    return Status::invalidArgument("gloo mesh backend: timeout of " + std::to_string(timeoutMs) + " ms");
   // The mesh's name in the store (its axes and ranks). Each creation over it takes the next
   // generation: a rank finishes creation g only after every member counted itself in for g
   // (they all meet in the whole-mesh group next), so members agree on g without talking.

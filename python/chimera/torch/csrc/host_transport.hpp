@@ -22,7 +22,8 @@ namespace chimera::torch_ext {
 
 /// Point-to-point on contiguous CPU tensors: a send or receive returns at once with a Work
 /// that completes when the transfer has; transfers between two ranks with one tag match in
-/// issue order. `wait()` without a timeout is bounded by the group's timeout.
+/// issue order. `wait()` without a timeout is bounded by the group's timeout. Tags are
+/// non-negative and below userTagLimit() (the process group checks) or the reserved one.
 class HostPointToPoint {
  public:
   virtual ~HostPointToPoint() = default;
@@ -31,7 +32,9 @@ class HostPointToPoint {
   /// Starts receiving into `tensor` from group rank `peer`, or from any rank when `peer` is
   /// -1 (the Work's sourceRank() says which, once complete).
   virtual c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) = 0;
-  /// The tag no caller's transfer uses (monitoredBarrier's).
+  /// The tags a caller may use are [0, userTagLimit()); the ones above are chimera's own.
+  virtual int userTagLimit() const = 0;
+  /// The tag no caller's transfer uses (monitoredBarrier's), at or above userTagLimit().
   virtual int reservedTag() const = 0;
 };
 
@@ -42,12 +45,14 @@ struct HostTransport {
 };
 
 /// The MPI transport over exactly the world ranks `worldRanks` (group order), made by the
-/// members alone; see createGroupBackend. Status errors as there.
+/// members alone, every wait bounded by `timeoutMs`, ending the job on a Timeout when
+/// `abortOnTimeout`; see createGroupBackend. Status errors as there.
 [[nodiscard]] Status createMpiTransport(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
-                                        HostTransport& out);
+                                        bool abortOnTimeout, HostTransport& out);
 
 /// The gloo transport over an existing c10d gloo backend of the group (made from the group's
-/// Store by the caller). Collectives on the backend are c10d calls on `gloo`, waited for.
+/// Store by the caller, with the same timeout). Collectives on the backend are c10d calls on
+/// `gloo`, each waited for at most `timeoutMs` (> 0; InvalidArgument otherwise).
 [[nodiscard]] Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs,
                                          HostTransport& out);
 
@@ -64,8 +69,8 @@ using GlooGroupMaker = std::function<c10::intrusive_ptr<c10d::Backend>(const std
 /// group, so other meshes and later backends over the same mesh never collide. The whole
 /// mesh's group is made now (collectives over all axes, point-to-point by mesh rank); each
 /// other group along an axis set by createGroups, by its members (a group not created is
-/// InvalidArgument naming it). Every wait is bounded by `timeoutMs` (<= 0: 30 minutes).
-/// InvalidArgument when the ranks and the mesh differ in size, a rank repeats or the caller is
+/// InvalidArgument naming it). Every wait is bounded by `timeoutMs`. InvalidArgument when the
+/// timeout is not positive, the ranks and the mesh differ in size, a rank repeats or the caller is
 /// not one of them; Timeout / BackendError when the members do not meet.
 [[nodiscard]] Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks, int globalRank,
                                            c10::intrusive_ptr<c10d::Store> store, const GlooGroupMaker& makeGroup,

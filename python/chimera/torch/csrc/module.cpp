@@ -77,10 +77,11 @@ Status awaitMembers(c10d::Store& store, int rank, int size, std::int64_t timeout
 }
 
 // The c10d backend of one group, its host transport made now: over `gloo` (a gloo backend of
-// the same group) when given, else over MPI.
+// the same group, made with the same timeout) when given, else over MPI. `timeoutMs` and
+// `abortOnTimeout` are the group's options as chimera.torch.Options resolved them.
 c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<int> globalRanks, int worldSize,
                                                 const std::string& groupId, c10::intrusive_ptr<c10d::Store> store,
-                                                std::int64_t timeoutMs,
+                                                std::int64_t timeoutMs, bool abortOnTimeout,
                                                 std::optional<c10::intrusive_ptr<c10d::Backend>> gloo) {
   const bool isWorld = globalRanks.empty();
   if (isWorld)
@@ -91,11 +92,13 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
   if (rank < 0 || rank >= size)
     check("process group",
           Status::invalidArgument("group rank " + std::to_string(rank) + " of " + std::to_string(size)));
-  const std::int64_t bound = timeoutMs > 0 ? timeoutMs : std::int64_t{30} * 60 * 1000;
+  if (timeoutMs <= 0)
+    check("process group", Status::invalidArgument("a timeout of " + std::to_string(timeoutMs) + " ms"));
+  auto options = ChimeraProcessGroup::Options::create(std::chrono::milliseconds(timeoutMs), abortOnTimeout);
   HostTransport host;
   bool asyncCpu = true;  // gloo's backend takes calls from any thread
   if (gloo.has_value() && *gloo) {
-    check("process group (gloo transport)", createGlooTransport(*gloo, bound, host));
+    check("process group (gloo transport)", createGlooTransport(*gloo, timeoutMs, host));
   } else {
     const std::string mismatch =
         mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
@@ -103,14 +106,15 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
     Status status;
     {
       py::gil_scoped_release release;
-      status = awaitMembers(*store, rank, size, bound);
+      status = awaitMembers(*store, rank, size, timeoutMs);
       const int tag = static_cast<int>(std::hash<std::string>{}(groupId)&0x3fffffff);
-      if (status.isOk()) status = createMpiTransport(globalRanks, tag, timeoutMs, host);
+      if (status.isOk()) status = createMpiTransport(globalRanks, tag, timeoutMs, abortOnTimeout, host);
     }
     check("process group (MPI transport)", status);
     asyncCpu = mpiThreadMultiple();
   }
-  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(host), std::move(store), asyncCpu, bound);
+  return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(host), std::move(store), asyncCpu,
+                                                  std::move(options));
 }
 
 // The capsule that hands a chimera Backend to the package `chimera` (chimera._chimera's
@@ -169,12 +173,13 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "chimera's torch.distributed backend (import chimera.torch to register it)";
   py::module_::import("torch.distributed");
   m.def("create_backend", &chimera::torch_ext::createBackend, py::arg("rank"), py::arg("size"), py::arg("global_ranks"),
-        py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms") = 0,
-        py::arg("gloo") = py::none(),
+        py::arg("world_size"), py::arg("group_id"), py::arg("store"), py::arg("timeout_ms"),
+        py::arg("abort_on_timeout"), py::arg("gloo") = py::none(),
         "Creates the c10d backend of one process group (collective over its members): its host transport over "
-        "`gloo` (a gloo backend of the same group) when given, else over MPI.");
+        "`gloo` (a gloo backend of the same group) when given, else over MPI; every wait bounded by `timeout_ms`, "
+        "a Timeout ending the job when `abort_on_timeout` (chimera.torch.Options resolves both).");
   m.def("gloo_mesh_backend", &chimera::torch_ext::glooMeshBackend, py::arg("mesh"), py::arg("global_ranks"),
-        py::arg("global_rank"), py::arg("store"), py::arg("make_group"), py::arg("timeout_ms") = 0,
+        py::arg("global_rank"), py::arg("store"), py::arg("make_group"), py::arg("timeout_ms"),
         "chimera's Backend over a mesh of torch global ranks on gloo (collective over them; `make_group(prefix, "
         "rank, size, timeout_ms)` makes each gloo group, `store` counts the mesh's creations), as a capsule for "
         "chimera._chimera._adopt_backend.");

@@ -7,7 +7,6 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <set>
 #include <utility>
 #include <vector>
@@ -79,12 +78,13 @@ Status groupCommunicator(std::span<const int> ranks, int tag, int worldRank, std
 
 }  // namespace
 
-Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
+Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs, bool abortOnTimeout,
                           std::unique_ptr<Backend>& out, std::unique_ptr<MpiPointToPoint>& p2p) {
   int worldRank = 0;
   int worldSize = 0;
   CHIMERA_RETURN_IF_ERROR(mpiWorld(worldRank, worldSize));
   CHIMERA_CHECK_ARG(!worldRanks.empty(), "a process group needs at least one rank");
+  CHIMERA_CHECK_ARG(timeoutMs > 0, "a process group's timeout of {} ms", timeoutMs);
   int groupRank = -1;
   std::set<int> seen;
   for (std::size_t i = 0; i < worldRanks.size(); ++i) {
@@ -104,12 +104,12 @@ Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t
   }
   const int safeTag = tag < 0 ? -(tag + 1) % tagUpperBound : tag % tagUpperBound;
 
+  // The process group's timeout and abort switch are resolved by chimera.torch (options.py);
+  // the rest of the backend's options come from the environment, as chimera's own do.
   MpiBackendOptions options;
   CHIMERA_RETURN_IF_ERROR(MpiBackendOptions::fromEnvironment(options));
-  const char* fromEnv = std::getenv("CHIMERA_TIMEOUT_MS");
-  if (timeoutMs > 0 && (fromEnv == nullptr || *fromEnv == '\0')) options.timeoutMs = timeoutMs;
-  // As TORCH_NCCL_ASYNC_ERROR_HANDLING: a Timeout ends the job unless CHIMERA_ABORT_ON_TIMEOUT=0.
-  if (std::getenv("CHIMERA_ABORT_ON_TIMEOUT") == nullptr) options.abortOnTimeout = true;
+  options.timeoutMs = timeoutMs;
+  options.abortOnTimeout = abortOnTimeout;
   MPI_Comm comm = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(groupCommunicator(worldRanks, safeTag, worldRank, options.timeoutMs, comm));
   // The backend works on duplicates of the group's communicator (collective over the group).

@@ -30,11 +30,13 @@ void finalizeExtensionMpi();
 /// Collective over those ranks only (MPI_Comm_create_group), so a torch sub-group is created
 /// by its members alone. `tag` must be equal on the members and differ between groups whose
 /// creations may overlap in time. InvalidArgument when the caller is not in `worldRanks`, a
-/// rank is out of range or repeated. Options come from the environment as createMpiBackend's;
-/// `timeoutMs` > 0 (torch's process-group timeout) bounds every wait instead of the default
-/// unless CHIMERA_TIMEOUT_MS is set. `p2p`: the group's point-to-point channel, on its own
-/// duplicate of the communicator, bounded by the same timeout.
+/// rank is out of range or repeated, or `timeoutMs` is not positive. `timeoutMs` (the process
+/// group's timeout) bounds every wait and `abortOnTimeout` says whether a Timeout ends the job;
+/// the backend's other options come from the environment as createMpiBackend's. `p2p`: the
+/// group's point-to-point channel, on its own duplicate of the communicator, bounded by the
+/// same timeout.
 [[nodiscard]] Status createGroupBackend(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs,
-                                        std::unique_ptr<Backend>& out, std::unique_ptr<MpiPointToPoint>& p2p);
+                                        bool abortOnTimeout, std::unique_ptr<Backend>& out,
+                                        std::unique_ptr<MpiPointToPoint>& p2p);
 
 }  // namespace chimera::torch_ext

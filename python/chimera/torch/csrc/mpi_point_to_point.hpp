@@ -53,7 +53,7 @@ class MpiPointToPoint {
   explicit MpiPointToPoint(std::unique_ptr<Impl> impl);
   ~MpiPointToPoint();
 
-  /// Tags at or above this are reserved (monitoredBarrier); a c10d tag is taken modulo it.
+  /// Tags at or above this are reserved (monitoredBarrier); a caller's tags are below it.
   int userTagLimit() const;
   /// The tag reserved for monitoredBarrier.
   int barrierTag() const;

@@ -106,18 +106,17 @@ class MpiHostPointToPoint final : public HostPointToPoint {
   c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) override {
     return post(tensor, peer, tag, false);
   }
+  int userTagLimit() const override { return channel_->userTagLimit(); }
   int reservedTag() const override { return channel_->barrierTag(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> post(const at::Tensor& tensor, int peer, int tag, bool isSend) {
-    // c10d tags are non-negative (the process group checks); the reserved one is the largest.
-    const int wireTag = tag == reservedTag() ? tag : tag % channel_->userTagLimit();
     at::Tensor buffer =
         tensor.is_contiguous() ? tensor : (isSend ? tensor.contiguous() : at::empty_like(tensor).contiguous());
     std::unique_ptr<MpiTransfer> transfer;
     const std::size_t bytes = static_cast<std::size_t>(buffer.numel()) * buffer.element_size();
-    const Status status = isSend ? channel_->send(buffer.data_ptr(), bytes, peer, wireTag, transfer)
-                                 : channel_->recv(buffer.data_ptr(), bytes, peer, wireTag, transfer);
+    const Status status = isSend ? channel_->send(buffer.data_ptr(), bytes, peer, tag, transfer)
+                                 : channel_->recv(buffer.data_ptr(), bytes, peer, tag, transfer);
     TORCH_CHECK(status.isOk(), "chimera ", isSend ? "send" : "recv", ": ", status.toString());
     const c10d::OpType type =
         isSend ? c10d::OpType::SEND : (peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV);
@@ -130,9 +129,11 @@ class MpiHostPointToPoint final : public HostPointToPoint {
 
 }  // namespace
 
-Status createMpiTransport(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs, HostTransport& out) {
+Status createMpiTransport(std::span<const int> worldRanks, int tag, std::int64_t timeoutMs, bool abortOnTimeout,
+                          HostTransport& out) {
   std::unique_ptr<MpiPointToPoint> channel;
-  if (Status status = createGroupBackend(worldRanks, tag, timeoutMs, out.backend, channel); !status.isOk())
+  if (Status status = createGroupBackend(worldRanks, tag, timeoutMs, abortOnTimeout, out.backend, channel);
+      !status.isOk())
     return status;
   out.p2p = std::make_unique<MpiHostPointToPoint>(std::move(channel));
   return Status::ok();

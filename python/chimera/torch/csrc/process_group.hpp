@@ -8,14 +8,18 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chimera/backend.hpp"
 #include "host_transport.hpp"
+#include "staging.hpp"
+#include "work.hpp"
 
 namespace chimera::torch_ext {
 
@@ -38,18 +42,35 @@ namespace chimera::torch_ext {
 /// Work for the batch (what batch_isend_irecv issues); CUDA send/recv in a batch are queued and
 /// run as one grouped call at endCoalescing. Errors (bad arguments, unsupported dtype or op, a
 /// transport failure) raise c10::Error, which Python sees as RuntimeError, naming the op and
-/// the problem.
+/// the problem. Every op goes through one helper, `collective` (as ProcessGroupNCCL's ops go
+/// through its `collective`): it counts the op, picks the backend of the op's device, and
+/// either queues the op's body or runs it at once, making the Work.
 class ChimeraProcessGroup final : public c10d::Backend {
  public:
+  /// The group's options, as PyTorch's backends take theirs (`Options : Backend::Options`):
+  /// torch's `timeout` bounds every wait of the group (its creation, its host transport's
+  /// collectives and transfers, its NCCL communicator; monitoredBarrier's default), and
+  /// `abortOnTimeout` says whether a Timeout on the MPI transport or NCCL ends the job.
+  /// chimera.torch.Options (options.py) resolves both from the user's options, the
+  /// environment and torch's timeout, and passes them here; nothing here has a default.
+  struct Options : c10d::Backend::Options {
+    Options(std::chrono::milliseconds timeout, bool abortOnTimeout);
+    static c10::intrusive_ptr<Options> create(std::chrono::milliseconds timeout, bool abortOnTimeout) {
+      return c10::make_intrusive<Options>(timeout, abortOnTimeout);
+    }
+    c10::intrusive_ptr<c10d::Backend::Options> clone() const override { return c10::make_intrusive<Options>(*this); }
+    bool abortOnTimeout;
+  };
+
   /// `host`: the group's host transport (both members set). `store`: the group's store, for
   /// the NCCL rendezvous. `asyncCpu`: asynchronous CPU collectives may run on the op thread
-  /// (MPI_THREAD_MULTIPLE, or a transport that is thread-safe). `timeoutMs`: the group's
-  /// timeout (monitoredBarrier's default).
+  /// (MPI_THREAD_MULTIPLE, or a transport that is thread-safe).
   ChimeraProcessGroup(int rank, int size, HostTransport host, c10::intrusive_ptr<c10d::Store> store, bool asyncCpu,
-                      std::int64_t timeoutMs);
+                      c10::intrusive_ptr<Options> options);
   ~ChimeraProcessGroup() override;
 
   const std::string getBackendName() const override { return "chimera"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
   bool supportsCoalescing() const override { return true; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -101,13 +122,15 @@ class ChimeraProcessGroup final : public c10d::Backend {
                                                const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+  /// CPU and CUDA: `tag` in [0, the host transport's userTagLimit()); InvalidArgument naming
+  /// the tag and the range otherwise (the tags above are chimera's own).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
-  /// Rank 0 waits for every other rank (at most the options' timeout, else the group's), then
-  /// releases them; a rank that does not arrive is named in the error ("Rank 1 failed to pass
-  /// monitoredBarrier in N ms"; every late rank with `waitAllRanks`), as gloo reports it.
+  /// torch's monitored barrier (monitored_barrier.hpp) with the options' timeout (the group's
+  /// when none is given): the late ranks are named in rank 0's error, each rank raises on its
+  /// own, and the group goes on.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   /// The number of operations issued on the group so far (equal on every rank of a group
   /// whose ranks issue the same operations).
@@ -123,32 +146,57 @@ class ChimeraProcessGroup final : public c10d::Backend {
   static bool cudaSupported();
 
  private:
-  struct Queued;
-  class OpThread;
+  // Where an op runs: the backend and stream of its device.
+  struct Target {
+    chimera::Backend* backend;
+    chimera::Stream stream;
+    c10::Device device;
+  };
+  // A CUDA send/recv queued between startCoalescing and endCoalescing.
+  struct Queued {
+    Target target;
+    at::Tensor tensor;  // kept alive until the grouped call
+    std::optional<Staged> staged;
+    P2POp op;
+    c10::intrusive_ptr<ChimeraWork> work;
+  };
+  using Body = std::function<void(const Target&)>;
+
+  c10::intrusive_ptr<Options> options_;
   HostTransport host_;
-  std::int64_t timeoutMs_;
   std::atomic<std::uint64_t> sequence_{0};
   std::unique_ptr<chimera::Backend> device_;
   int deviceIndex_ = -1;
   c10::intrusive_ptr<c10d::Store> store_;
-  chimera::Backend* backend_ = nullptr;  // the one the current op runs on (select)
-  chimera::Stream stream_ = nullptr;     // the stream it runs on: the tensor device's current stream (select)
   bool coalescing_ = false;
   std::vector<Queued> queued_;                          // CUDA send/recv of a batch
   std::vector<c10::intrusive_ptr<c10d::Work>> posted_;  // CPU send/recv of a batch
   std::unique_ptr<OpThread> opThread_;                  // null without asyncCpu
 
-  // An op asked for asynchronously (`asyncOp`) on a CPU tensor `t` (undefined: no tensor) is
-  // queued on the op thread as `run` and its Work returned; otherwise returns null after the
-  // ops queued before have completed, and the caller runs the op itself.
-  c10::intrusive_ptr<c10d::Work> defer(bool asyncOp, const at::Tensor& t, c10d::OpType type,
-                                       std::vector<at::Tensor> outputs, std::function<void()> run);
+  // Every collective: counts it, then either queues `body` on the op thread (`asyncOp` on a
+  // CPU `device` tensor, or none, outside a coalescing block, with an op thread) and returns
+  // its Work, or runs it at once after the ops queued before and returns a completed Work.
+  // `body` gets the backend of `device`'s device (select, run where the body runs, so its
+  // errors reach the Work as the body's do) and does the op's checks, staging and calls.
+  c10::intrusive_ptr<c10d::Work> collective(const char* name, c10d::OpType type, bool asyncOp, const at::Tensor& device,
+                                            std::vector<at::Tensor> outputs, Body body);
+  // Waits for the ops queued before and counts this one (the ops that run on the caller's thread).
+  void startInline();
+  // The backend for `t`'s device (undefined: the host's), creating the NCCL one on first use.
+  Target select(const at::Tensor& t, const char* op);
+  void createDeviceBackend(int device);
 
+  // Op bodies that composite ops share.
+  void allReduceOn(const Target& target, const char* op, const at::Tensor& tensor, const c10d::ReduceOp& reduceOp);
+  void allGatherOn(const Target& target, const char* op, const at::Tensor& output, const at::Tensor& input);
+  void allGatherListOn(const Target& target, std::vector<at::Tensor>& outputs, const at::Tensor& input);
+  void reduceScatterOn(const Target& target, const char* op, const at::Tensor& output, const at::Tensor& input,
+                       const c10d::ReduceOp& reduceOp);
+  at::Tensor allReduceSparseOn(const Target& target, const at::Tensor& tensor);
+  void allToAllSingleOn(const Target& target, const at::Tensor& output, const at::Tensor& input,
+                        const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
   // peer -1: a receive from any source.
   c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend);
-  // Picks the backend for `t`'s device (creating the NCCL one on first use) as backend_.
-  void select(const at::Tensor& t, const char* op);
-  void createDeviceBackend(int device);
 };
 
 }  // namespace chimera::torch_ext
