@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 import chimera.torch as ct
 from chimera.torch import options as chimera_options
+
 from conftest import agree
 
 # CHIMERA_TIMEOUT_MS, when the launch sets it, overrides every other timeout.

@@ -29,7 +29,8 @@ ROUNDS = 10
 # An address no host of these tests holds (inside the benchmarking range 198.18.0.0/15).
 FOREIGN_ADDRESS = "198.19.255.254"
 # mpirun forwards the ranks' output in pieces: a line may follow another without a newline.
-RESULT = re.compile(r"RESULT rank=(\d+) round=(\d+) entered=([\d.]+) ended=([\d.]+) (ok|failed)(.*?)(?=RESULT rank=|\n|$)")
+RESULT = re.compile(r"RESULT rank=(\d+) round=(\d+) entered=([\d.]+) ended=([\d.]+) (ok|failed)"
+                    r"(.*?)(?=RESULT rank=|\n|$)")
 
 
 def mpiexec() -> list[str]:
@@ -90,7 +91,8 @@ def assert_every_rank_fails(found: list[Report], *causes: str) -> None:
         assert any(cause in r.rest for cause in causes), f"rank {r.rank}: {r.rest} (expected one of {causes})"
         assert "RendezvousError" in r.rest, f"rank {r.rank}: {r.rest}"
         late = r.ended - last_in
-        assert late < TIMEOUT_S, f"rank {r.rank} failed {late:.1f} s after the last rank arrived (timeout {TIMEOUT_S} s)"
+        assert late < TIMEOUT_S, \
+            f"rank {r.rank} failed {late:.1f} s after the last rank arrived (timeout {TIMEOUT_S} s)"
 
 
 def test_two_jobs_started_together_both_come_up():
