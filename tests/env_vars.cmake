@@ -3,7 +3,7 @@
 # that the sources read must be listed in docs/configuration.md ("Environment variables"), and
 # every variable listed there must be read somewhere. A read is:
 #   C, C++, CUDA   getenv("CHIMERA_X") or chimera's readEnv*("CHIMERA_X", ...)
-#   Python         os.environ.get("CHIMERA_X"), os.getenv("CHIMERA_X"), os.environ["CHIMERA_X"]
+#   Python         os.environ.get("CHIMERA_X") (or environ.get: an environment passed in), os.getenv("CHIMERA_X"), os.environ["CHIMERA_X"]
 #                  (not an assignment), "CHIMERA_X" in os.environ
 #   shell          ${CHIMERA_X:-...}, ${CHIMERA_X-...}, ${CHIMERA_X:=...}, ${CHIMERA_X:+...}
 #   CMake          $ENV{CHIMERA_X}
@@ -45,7 +45,7 @@ endif()
 
 set(name_re "CHIMERA_[A-Z0-9_]+")
 set(c_re "(getenv|readEnv[A-Za-z]*)[ \t]*\\([ \t]*\"(${name_re})\"")
-set(py_re "(os\\.environ\\.get|os\\.getenv)\\([ \t]*\"(${name_re})\"|os\\.environ\\[\"(${name_re})\"\\][ \t]*([^= \t]|==|$)|\"(${name_re})\" (not )?in os\\.environ")
+set(py_re "((os\\.)?environ\\.get|os\\.getenv)\\([ \t]*\"(${name_re})\"|os\\.environ\\[\"(${name_re})\"\\][ \t]*([^= \t]|==|$)|\"(${name_re})\" (not )?in os\\.environ")
 set(sh_re "\\$\\{(${name_re}):?[-=+]")
 set(cmake_re "\\$ENV\\{(${name_re})\\}")
 

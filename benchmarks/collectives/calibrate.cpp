@@ -18,6 +18,7 @@
 
 #include "bench_context.hpp"
 #include "bench_device.hpp"
+#include "chimera/backend.hpp"
 #include "chimera/planning/calibration.hpp"
 #include "chimera/planning/cost_model.hpp"
 #include "core/check.hpp"

@@ -17,6 +17,7 @@
 #include "bench_context.hpp"
 #include "bench_device.hpp"
 #include "buffer_check.hpp"
+#include "chimera/backend.hpp"
 #include "chimera/executor.hpp"
 #include "chimera/planning/pipeline_cost.hpp"
 #include "chimera/planning/pipelined_chain.hpp"

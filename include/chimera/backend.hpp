@@ -49,6 +49,10 @@ struct P2POp {
 /// The cost model of a backend over host memory on one machine (its `defaultTopology`): the
 /// preset "host:N" for a mesh of `ranks` ranks, fitted to MPI on one machine.
 std::string hostTopology(int ranks);
+/// The cost model of a launch whose ranks run on `hostOfRank` (Backend::hostOfRank): hostTopology
+/// when they all run on one host, else "hosts:H0,H1,..." (the preset prefix kHostsPresetPrefix
+/// of chimera/planning/topology.hpp), the host-network topology of where the ranks run.
+std::string hostsTopologyName(std::span<const int> hostOfRank);
 
 /// Exit status of a job a backend ends after a Timeout or a failure that leaves it unusable,
 /// with `abortOnTimeout` on (MpiBackendOptions, NcclBackendOptions; CHIMERA_ABORT_ON_TIMEOUT):

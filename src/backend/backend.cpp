@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Backend interface's default implementations of the uneven all-to-all and the count
-// exchange, in terms of its other calls: any backend runs them; MPI and NCCL override both.
+// exchange, in terms of its other calls: any backend runs them; MPI and NCCL override both. And
+// the names of the host backends' default cost models.
 #include "chimera/backend.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -13,6 +16,12 @@
 namespace chimera {
 
 std::string hostTopology(int ranks) { return fmt::format("host:{}", ranks); }
+
+std::string hostsTopologyName(std::span<const int> hostOfRank) {
+  const bool oneHost = std::all_of(hostOfRank.begin(), hostOfRank.end(), [](int host) { return host == 0; });
+  if (oneHost) return hostTopology(static_cast<int>(hostOfRank.size()));
+  return fmt::format("hosts:{}", fmt::join(hostOfRank, ","));
+}
 
 Status Backend::allToAllV(const void* send, std::span<const std::size_t> sendCounts,
                           std::span<const std::size_t> sendOffsets, void* recv, std::span<const std::size_t> recvCounts,

@@ -317,12 +317,6 @@ Status placeRanks(std::span<const int> hostOfRank, Topology& topology) {
   return Status::ok();
 }
 
-std::string hostsTopologyName(std::span<const int> hostOfRank) {
-  const bool oneHost = std::all_of(hostOfRank.begin(), hostOfRank.end(), [](int host) { return host == 0; });
-  if (oneHost) return fmt::format("host:{}", hostOfRank.size());
-  return fmt::format("{}{}", kHostsPresetPrefix, fmt::join(hostOfRank, ","));
-}
-
 std::string hostsLayoutKey(std::span<const int> hostOfRank) {
   std::vector<int> counts;
   for (const int host : hostOfRank) {

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chimera/backend.hpp"
 #include "chimera/chain.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "chimera/backend.hpp"
 #include "chimera/planning/cost_model.hpp"
 #include "chimera/planning/topology.hpp"
 #include "chimera/planning/topology_cost.hpp"

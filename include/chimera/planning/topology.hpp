@@ -165,11 +165,9 @@ int domainCount(const Topology& topology);
 std::vector<std::string> topologyPresetNames();
 
 /// "hosts:H0,H1,...": the launch topology of ranks on hosts H0, H1, ... (the host of every
-/// rank, numbered from 0 in the order of their lowest rank), as hostsTopologyName writes it.
+/// rank, numbered from 0 in the order of their lowest rank), as hostsTopologyName
+/// (chimera/backend.hpp, the backends' default cost model) writes it.
 inline constexpr std::string_view kHostsPresetPrefix = "hosts:";
-/// The name of the launch topology of ranks on `hostOfRank`: "host:N" when they all run on
-/// one host, else "hosts:H0,H1,..." (kHostsPresetPrefix).
-std::string hostsTopologyName(std::span<const int> hostOfRank);
 
 /// The layout key of a placement: ranks per host in host order joined by '+' ("4+4", "3+5"),
 /// which names its cached calibration (calibrationCachePath).

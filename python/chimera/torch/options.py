@@ -83,12 +83,12 @@ class Options:
 
 def _read_environment(environ=os.environ) -> Options:
     """The options the environment variables set, checked (ValueError naming a malformed one)."""
-    def text(name: str) -> str | None:
-        value = environ.get(name, "").strip()
+    def text(value: str | None) -> str | None:
+        value = (value or "").strip()
         return value or None
 
-    def switch(name: str) -> bool | None:
-        value = text(name)
+    def switch(name: str, value: str | None) -> bool | None:
+        value = text(value)
         if value is None:
             return None
         if value.lower() not in _SWITCH:
@@ -96,15 +96,17 @@ def _read_environment(environ=os.environ) -> Options:
         return _SWITCH[value.lower()]
 
     timeout = None
-    if (value := text("CHIMERA_TIMEOUT_MS")) is not None:
+    if (value := text(environ.get("CHIMERA_TIMEOUT_MS"))) is not None:
         if not value.isdigit() or not 1 <= int(value) <= MAX_TIMEOUT_MS:
             raise ValueError(f"CHIMERA_TIMEOUT_MS={value!r}: expected a number of milliseconds in 1..{MAX_TIMEOUT_MS}")
         timeout = datetime.timedelta(milliseconds=int(value))
-    transport = text("CHIMERA_TORCH_TRANSPORT")
+    transport = text(environ.get("CHIMERA_TORCH_TRANSPORT"))
     if transport is not None:
         transport = _transport(transport.lower(), "CHIMERA_TORCH_TRANSPORT")
-    return Options(timeout=timeout, abort_on_timeout=switch("CHIMERA_ABORT_ON_TIMEOUT"), transport=transport,
-                   redistribute=switch("CHIMERA_TORCH_REDISTRIBUTE"))
+    return Options(timeout=timeout,
+                   abort_on_timeout=switch("CHIMERA_ABORT_ON_TIMEOUT", environ.get("CHIMERA_ABORT_ON_TIMEOUT")),
+                   transport=transport,
+                   redistribute=switch("CHIMERA_TORCH_REDISTRIBUTE", environ.get("CHIMERA_TORCH_REDISTRIBUTE")))
 
 
 # What the environment sets, read once at import.

@@ -155,7 +155,7 @@ Status scatterAllGatherBroadcast(const void* send, void* recv, std::size_t count
   ScratchBuffer unused;
   const LibraryOutput out(staging != nullptr ? *staging : unused, mine, split.size(group.index) * es,
                           staging != nullptr && group.index != root);
-  if (out.target() == nullptr) return Status::backendError("cannot allocate the staging of a broadcast's scatter");
+  if (!out.ready()) return Status::backendError("cannot allocate the staging of a broadcast's scatter");
   MPI_Request request = MPI_REQUEST_NULL;
   const int rc =
       group.index == root

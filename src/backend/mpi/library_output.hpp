@@ -25,8 +25,10 @@ class LibraryOutput {
         target_(staged && bytes > 0 ? static_cast<std::byte*>(staging.get(bytes)) : caller_),
         bytes_(bytes) {}
 
-  /// Where MPI writes; nullptr when the staging could not grow to the output's size.
+  /// Where MPI writes (the caller's pointer, maybe null, for an empty output).
   void* target() const { return target_; }
+  /// False when the staging could not grow to the output's size.
+  bool ready() const { return target_ != nullptr || bytes_ == 0; }
   /// What a wait on the collective lends (bounded_wait.hpp).
   Lends lends() const { return target_ == caller_ ? Lends::Caller : Lends::Chimera; }
   /// Copies `[offset, offset + bytes)` of the caller's memory into the target (a broadcast root's data).

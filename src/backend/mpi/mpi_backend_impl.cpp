@@ -93,7 +93,7 @@ Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const S
 }
 
 Status MpiBackend::checkStaging(const LibraryOutput& out) {
-  if (out.target() != nullptr) return Status::ok();
+  if (out.ready()) return Status::ok();
   return Status::backendError("cannot allocate the staging of a library collective's output");
 }
 

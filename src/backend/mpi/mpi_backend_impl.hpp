@@ -24,7 +24,6 @@
 #include "backend/mpi/scratch_buffer.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mpi_backend.hpp"
-#include "chimera/planning/topology.hpp"
 #include "common/env.hpp"
 #include "core/check.hpp"
 

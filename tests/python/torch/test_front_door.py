@@ -13,10 +13,10 @@ import chimera
 import chimera.torch  # noqa: F401  (registers the backend, loading _C)
 from chimera.torch import _extension
 
-# What the process group needs from Python: creating it, MPI's world and thread level, CUDA support, teardown;
-# and its gloo transport as chimera's Backend over a mesh.
-PROCESS_GROUP_API = {"create_backend", "named_process_group", "mpi_world", "mpi_thread_multiple", "cuda_supported",
-                     "finalize_mpi", "gloo_mesh_backend"}
+# What the process group needs from Python: creating it, MPI's world and thread level, the MPI rendezvous's
+# bounded all-gather, CUDA support, teardown; and its gloo transport as chimera's Backend over a mesh.
+PROCESS_GROUP_API = {"create_backend", "named_process_group", "mpi_world", "mpi_all_gather_bytes",
+                     "mpi_thread_multiple", "cuda_supported", "finalize_mpi", "gloo_mesh_backend"}
 
 
 def test_one_libchimera_is_loaded():
