@@ -29,7 +29,7 @@ namespace chimera::torch_ext {
 namespace {
 
 // Raises chimera's exception of `status`'s code (chimera._chimera owns the hierarchy).
-void check(const char* what, const Status& status) {
+void raiseChimeraError(const char* what, const Status& status) {
   if (status.isOk()) return;
   const std::string message = std::string("chimera ") + what + ": " + status.message();
   const py::object type = py::module_::import("chimera._chimera").attr("_error_type")(static_cast<int>(status.code()));
@@ -42,7 +42,7 @@ void check(const char* what, const Status& status) {
 std::string mpiMismatch(int worldSize, int torchRank, bool isWorld) {
   int mpiRank = 0;
   int mpiSize = 0;
-  check("process group", mpiWorldOf(mpiRank, mpiSize));
+  raiseChimeraError("process group", mpiWorldOf(mpiRank, mpiSize));
   if (mpiSize != worldSize)
     return "torch.distributed has " + std::to_string(worldSize) + " ranks but the MPI world has " +
            std::to_string(mpiSize) +
@@ -87,22 +87,22 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
   if (isWorld)
     for (int r = 0; r < size; ++r) globalRanks.push_back(r);
   if (static_cast<int>(globalRanks.size()) != size)
-    check("process group", Status::invalidArgument(std::to_string(globalRanks.size()) +
-                                                   " global ranks for a group of " + std::to_string(size)));
+    raiseChimeraError("process group", Status::invalidArgument(std::to_string(globalRanks.size()) +
+                                                               " global ranks for a group of " + std::to_string(size)));
   if (rank < 0 || rank >= size)
-    check("process group",
-          Status::invalidArgument("group rank " + std::to_string(rank) + " of " + std::to_string(size)));
+    raiseChimeraError("process group",
+                      Status::invalidArgument("group rank " + std::to_string(rank) + " of " + std::to_string(size)));
   if (timeoutMs <= 0)
-    check("process group", Status::invalidArgument("a timeout of " + std::to_string(timeoutMs) + " ms"));
+    raiseChimeraError("process group", Status::invalidArgument("a timeout of " + std::to_string(timeoutMs) + " ms"));
   auto options = ChimeraProcessGroup::Options::create(std::chrono::milliseconds(timeoutMs), abortOnTimeout);
   HostTransport host;
   bool asyncCpu = true;  // gloo's backend takes calls from any thread
   if (gloo.has_value() && *gloo) {
-    check("process group (gloo transport)", createGlooTransport(*gloo, timeoutMs, host));
+    raiseChimeraError("process group (gloo transport)", createGlooTransport(*gloo, timeoutMs, host));
   } else {
     const std::string mismatch =
         mpiMismatch(worldSize, isWorld ? rank : globalRanks[static_cast<std::size_t>(rank)], isWorld);
-    if (!mismatch.empty()) check("process group", Status::unsupported(mismatch));
+    if (!mismatch.empty()) raiseChimeraError("process group", Status::unsupported(mismatch));
     Status status;
     {
       py::gil_scoped_release release;
@@ -110,7 +110,7 @@ c10::intrusive_ptr<c10d::Backend> createBackend(int rank, int size, std::vector<
       const int tag = static_cast<int>(std::hash<std::string>{}(groupId)&0x3fffffff);
       if (status.isOk()) status = createMpiTransport(globalRanks, tag, timeoutMs, abortOnTimeout, host);
     }
-    check("process group (MPI transport)", status);
+    raiseChimeraError("process group (MPI transport)", status);
     asyncCpu = mpiThreadMultiple();
   }
   return c10::make_intrusive<ChimeraProcessGroup>(rank, size, std::move(host), std::move(store), asyncCpu,
@@ -137,7 +137,7 @@ py::capsule backendCapsule(std::unique_ptr<chimera::Backend> backend) {
 py::capsule glooMeshBackend(const std::string& meshText, const std::vector<int>& globalRanks, int globalRank,
                             c10::intrusive_ptr<c10d::Store> store, py::function makeGroup, std::int64_t timeoutMs) {
   Mesh mesh;
-  check("gloo mesh backend", Mesh::parse(meshText, mesh));
+  raiseChimeraError("gloo mesh backend", Mesh::parse(meshText, mesh));
   // The callable outlives this call inside the backend, which may be freed without the GIL.
   std::shared_ptr<py::function> maker(new py::function(std::move(makeGroup)), [](py::function* f) {
     py::gil_scoped_acquire acquire;
@@ -153,7 +153,7 @@ py::capsule glooMeshBackend(const std::string& meshText, const std::vector<int>&
     py::gil_scoped_release release;
     status = createGlooMeshBackend(mesh, globalRanks, globalRank, std::move(store), make, timeoutMs, backend);
   }
-  check("gloo mesh backend", status);
+  raiseChimeraError("gloo mesh backend", status);
   return backendCapsule(std::move(backend));
 }
 
@@ -195,7 +195,7 @@ PYBIND11_MODULE(_C, m) {
       [] {
         int rank = 0;
         int size = 0;
-        chimera::torch_ext::check("mpi_world", chimera::torch_ext::mpiWorldOf(rank, size));
+        chimera::torch_ext::raiseChimeraError("mpi_world", chimera::torch_ext::mpiWorldOf(rank, size));
         return py::make_tuple(rank, size);
       },
       "(rank, size) of MPI_COMM_WORLD, initialising MPI when nobody has.");
@@ -209,7 +209,7 @@ PYBIND11_MODULE(_C, m) {
           py::gil_scoped_release release;
           status = chimera::torch_ext::mpiAllGatherBytes(bytes, timeoutMs, what, gathered);
         }
-        chimera::torch_ext::check("rendezvous", status);
+        chimera::torch_ext::raiseChimeraError("rendezvous", status);
         py::list out;
         for (const std::string& g : gathered) out.append(py::bytes(g));
         return out;
