@@ -254,9 +254,13 @@ Status fitAcrossHosts(int rank, const Topology& base, const std::vector<Calibrat
   } else {
     print(rank, "# no group of consecutive ranks runs inside one host: the local link keeps the base's figures\n");
   }
+  // The cross fit scales the cross link's alpha: seed it positive should the local fit have
+  // zeroed the alphas, so the hand-offs' fixed cost is fitted to the cross link.
+  Topology crossBase = local;
+  crossBase.cross.alphaSeconds = base.cross.alphaSeconds > 0 ? base.cross.alphaSeconds : 1e-6;
   Topology crossFit;
   FitReport crossReport;
-  CHIMERA_RETURN_IF_ERROR(fitProfile(local, across, crossFit, &crossReport));
+  CHIMERA_RETURN_IF_ERROR(fitProfile(crossBase, across, crossFit, &crossReport));
   print(rank, fmt::format("# across hosts: {} inside-host samples fit the local link, {} hand-offs across hosts "
                           "the cross link: alpha {:.1f} us, {:.3g} MB/s per direction (rms error {:.1f} %)\n",
                           inside.size(), across.size(), crossFit.cross.alphaSeconds * 1e6,

@@ -44,15 +44,16 @@ std::string termName(int column) {
 
 struct Design {
   std::vector<Row> rows;               // terms of each sample divided by its measured time
+  std::vector<double> targets;         // the part of each measured time the terms fit, over that time
   std::vector<double> weights;         // robust (Huber) weight of each sample, in (0, 1]
   std::array<bool, kTerms> present{};  // whether any sample has the term at all
 };
 
-// predicted / measured - 1 for one sample.
-double relativeError(const Row& r, const Coefficients& c) {
+// predicted / measured - 1 for sample i.
+double relativeError(const Design& design, std::size_t i, const Coefficients& c) {
   double predicted = 0;
-  for (int j = 0; j < kTerms; ++j) predicted += r[j] * c[j];
-  return predicted - 1.0;
+  for (int j = 0; j < kTerms; ++j) predicted += design.rows[i][j] * c[j];
+  return predicted - design.targets[i];
 }
 
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
@@ -74,7 +75,9 @@ Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
   return Status::ok();
 }
 
-Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& samples, Design& out) {
+// With `fitStep` the step cost is a column of the fit; without it the base's step cost is one of
+// the fixed costs taken off each measurement.
+Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& samples, bool fitStep, Design& out) {
   Design design;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     CHIMERA_RETURN_IF_ERROR(checkSample(samples[i], i, base.ranks));
@@ -83,21 +86,19 @@ Status buildDesign(const Topology& base, const std::vector<CalibrationSample>& s
     Row row{};
     row[kLatency] = terms.latencySeconds;
     row[kReduce] = terms.reducedBytes;
-    row[kStep] = terms.steps;
+    row[kStep] = fitStep ? terms.steps : 0;
     row[transferColumn(samples[i].primitive)] = terms.transferSeconds;
-    // The step cost is fitted; the other fixed costs (per peer, per local pass) are the base's.
-    const double fixed = terms.overheadSeconds - terms.steps * base.stepSeconds + terms.localSeconds;
-    const double fitted = samples[i].seconds - fixed;
-    CHIMERA_CHECK_ARG(fitted > 0.05 * samples[i].seconds,
-                      "sample {}: measured {} s is at or below the base's fixed per-peer and local-pass cost {} s; "
-                      "calibrate larger sizes or lower the base's peer_s",
-                      i, samples[i].seconds, fixed);
+    // The other fixed costs (per peer, per local pass) are the base's. The error is relative to
+    // the whole measured time, so a sample whose time is mostly fixed cost does not weigh more.
+    const double fixed = terms.overheadSeconds - (fitStep ? terms.steps * base.stepSeconds : 0) + terms.localSeconds;
+    const double seconds = samples[i].seconds;
     Row weighted{};
     for (int j = 0; j < kTerms; ++j) {
-      weighted[j] = row[j] / fitted;
+      weighted[j] = row[j] / seconds;
       design.present[j] = design.present[j] || row[j] > 0;
     }
     design.rows.push_back(weighted);
+    design.targets.push_back((seconds - fixed) / seconds);
     design.weights.push_back(1.0);
   }
   out = std::move(design);
@@ -126,7 +127,7 @@ bool solveSubset(const Design& design, unsigned mask, Coefficients& out) {
     for (int a = 0; a < k; ++a) {
       const double xa = design.weights[i] * r[cols[a]] / scale[a];
       for (int b = 0; b < k; ++b) m[a][b] += xa * r[cols[b]] / scale[b];
-      m[a][k] += xa;
+      m[a][k] += xa * design.targets[i];
     }
   }
   for (int p = 0; p < k; ++p) {  // Gaussian elimination with partial pivoting
@@ -150,7 +151,7 @@ bool solveSubset(const Design& design, unsigned mask, Coefficients& out) {
 double weightedResidual(const Design& design, const Coefficients& c) {
   double sum = 0;
   for (std::size_t i = 0; i < design.rows.size(); ++i) {
-    const double e = relativeError(design.rows[i], c);
+    const double e = relativeError(design, i, c);
     sum += design.weights[i] * e * e;
   }
   return sum;
@@ -164,24 +165,45 @@ unsigned presentMask(const Design& design) {
   return mask;
 }
 
-// Checks that the samples determine every column they have. A reduction grows with the same
-// bytes as the transfer of its own primitive, so once each primitive has its own transfer
-// weight the reduction column is usually one of their combinations: it is then dropped
-// (`absorbed`) and the reducing primitives' weights carry its cost.
-Status chooseColumns(Design& design, bool& absorbed) {
-  absorbed = false;
-  Coefficients unconstrained{};
-  const unsigned full = presentMask(design);
-  if (solveSubset(design, full, unconstrained)) return Status::ok();
-  if (design.present[kReduce] && solveSubset(design, full & ~(1u << kReduce), unconstrained)) {
-    design.present[kReduce] = false;
-    for (Row& row : design.rows) row[kReduce] = 0;
-    absorbed = true;
-    return Status::ok();
+// Which of the optional columns a fit leaves out because the samples cannot tell them apart.
+struct Dropped {
+  // A reduction grows with the same bytes as the transfer of its own primitive, so once each
+  // primitive has its own transfer weight the reduction column is usually one of their
+  // combinations: the reducing primitives' weights then carry its cost.
+  bool reduce = false;
+  // When every sample has the same rounds per step (e.g. only hand-offs, one round each), the
+  // latency and step columns are proportional: the step keeps the base's cost.
+  bool step = false;
+};
+
+// Checks that the samples determine every column of `design` (built with the step column),
+// leaving out the reduction, then the step, then both, until they do.
+Status chooseColumns(const Topology& base, const std::vector<CalibrationSample>& samples, Design& design,
+                     Dropped& dropped) {
+  const Design full = design;
+  const bool canDropStep = full.present[kStep] && full.present[kLatency];
+  for (const Dropped choice : {Dropped{}, Dropped{true, false}, Dropped{false, true}, Dropped{true, true}}) {
+    if ((choice.reduce && !full.present[kReduce]) || (choice.step && !canDropStep)) continue;
+    Design candidate;
+    if (choice.step) {
+      CHIMERA_RETURN_IF_ERROR(buildDesign(base, samples, false, candidate));
+    } else {
+      candidate = full;
+    }
+    if (choice.reduce) {
+      candidate.present[kReduce] = false;
+      for (Row& row : candidate.rows) row[kReduce] = 0;
+    }
+    Coefficients unconstrained{};
+    if (solveSubset(candidate, presentMask(candidate), unconstrained)) {
+      design = std::move(candidate);
+      dropped = choice;
+      return Status::ok();
+    }
   }
   std::string terms;
   for (int j = 0; j < kTerms; ++j) {
-    if (design.present[j]) terms += (terms.empty() ? "" : ", ") + termName(j);
+    if (full.present[j]) terms += (terms.empty() ? "" : ", ") + termName(j);
   }
   return Status::invalidArgument(
       fmt::format("calibration samples do not determine the {} terms separately: measure several message sizes "
@@ -217,7 +239,7 @@ Status solveNonNegative(const Design& design, Coefficients& out) {
 // 1.4826 x the median absolute relative error: a standard deviation that outliers do not inflate.
 double robustScale(const Design& design, const Coefficients& c) {
   std::vector<double> errors;
-  for (const Row& r : design.rows) errors.push_back(std::fabs(relativeError(r, c)));
+  for (std::size_t i = 0; i < design.rows.size(); ++i) errors.push_back(std::fabs(relativeError(design, i, c)));
   std::nth_element(errors.begin(), errors.begin() + static_cast<std::ptrdiff_t>(errors.size() / 2), errors.end());
   return 1.4826 * errors[errors.size() / 2];
 }
@@ -233,7 +255,7 @@ Status solveRobust(Design& design, Coefficients& out) {
     if (cutoff <= 1e-12) return Status::ok();  // (nearly) exact fit: nothing to down-weight
     double change = 0;
     for (std::size_t i = 0; i < design.rows.size(); ++i) {
-      const double e = std::fabs(relativeError(design.rows[i], out));
+      const double e = std::fabs(relativeError(design, i, out));
       const double w = e <= cutoff ? 1.0 : cutoff / e;
       change = std::max(change, std::fabs(w - design.weights[i]));
       design.weights[i] = w;
@@ -289,14 +311,15 @@ Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& sa
   CHIMERA_RETURN_IF_ERROR(validateTopology(base));
   CHIMERA_CHECK_ARG(!samples.empty(), "calibration needs samples of several sizes, got none");
   Design design;
-  CHIMERA_RETURN_IF_ERROR(buildDesign(base, samples, design));
+  CHIMERA_RETURN_IF_ERROR(buildDesign(base, samples, true, design));
   int unknowns = 0;
   for (const bool present : design.present) unknowns += present ? 1 : 0;
   CHIMERA_CHECK_ARG(samples.size() >= static_cast<std::size_t>(unknowns),
                     "calibration needs at least {} samples for the {} terms they involve, got {}", unknowns, unknowns,
                     samples.size());
-  bool reduceAbsorbed = false;
-  CHIMERA_RETURN_IF_ERROR(chooseColumns(design, reduceAbsorbed));
+  Dropped dropped;
+  CHIMERA_RETURN_IF_ERROR(chooseColumns(base, samples, design, dropped));
+  const bool reduceAbsorbed = dropped.reduce;
   Coefficients c{};
   CHIMERA_RETURN_IF_ERROR(solveRobust(design, c));
 
@@ -332,11 +355,12 @@ Status fitProfile(const Topology& base, const std::vector<CalibrationSample>& sa
   fit.reduceFitted = design.present[kReduce];
   fit.reduceAbsorbed = reduceAbsorbed;
   fit.stepSeconds = fitted.stepSeconds;
+  fit.stepKept = dropped.step;
   // Errors over every sample, unweighted: the report hides no outlier.
   const double scale = robustScale(design, c);
   double sumSquares = 0;
-  for (const Row& r : design.rows) {
-    const double e = std::fabs(relativeError(r, c));
+  for (std::size_t i = 0; i < design.rows.size(); ++i) {
+    const double e = std::fabs(relativeError(design, i, c));
     fit.maxRelativeError = std::max(fit.maxRelativeError, e);
     sumSquares += e * e;
     if (e > 3 * scale && e > 1e-9) ++fit.outliers;

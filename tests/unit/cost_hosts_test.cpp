@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include "chimera/backend.hpp"
+#include "chimera/planning/calibration.hpp"
 #include "chimera/planning/cost_model.hpp"
 #include "chimera/planning/topology.hpp"
 #include "chimera/planning/topology_cost.hpp"
@@ -189,6 +191,39 @@ StepCost price(const Topology& t, const CommStep& step) {
   const Status status = CostModel(t).predictStep(step, cost);
   EXPECT_TRUE(status.isOk()) << status.toString();
   return cost;
+}
+
+// The cross link of a calibration across hosts is fitted to hand-offs alone (one round each):
+// their latency and step grow together, so the step keeps the base's cost and the link's
+// latency and bandwidth are recovered, whatever latency the base starts from.
+TEST(HostsTopology, CalibrationRecoversTheCrossLinkFromHandOffsAlone) {
+  const Topology base = launchTopology(blocks(2, 4));
+  Topology truth = base;
+  truth.cross = {120e-6, 0.11e9};
+  const auto seconds = [](const Topology& topology, const CommStep& step) {
+    StepCost cost;
+    EXPECT_TRUE(CostModel(topology).predictStep(step, cost).isOk()) << step.toString();
+    return cost.seconds;
+  };
+  std::vector<CalibrationSample> handOffs;
+  for (const std::uint64_t bytes : {std::uint64_t{16} << 10, std::uint64_t{64} << 10, std::uint64_t{256} << 10}) {
+    CalibrationSample sample{StepKind::ManyToMany, 8, 1, bytes, 0.0};
+    sample.seconds = seconds(truth, sampleStep(sample));
+    handOffs.push_back(sample);
+  }
+  const CommStep unseen = CommStep::manyToMany({{1, 5, 3 << 20}, {2, 6, 3 << 20}});
+  for (const double seed : {base.cross.alphaSeconds, 1e-6}) {
+    Topology start = base;
+    start.cross.alphaSeconds = seed;
+    Topology fitted;
+    FitReport report;
+    const Status status = fitProfile(start, handOffs, fitted, &report);
+    ASSERT_TRUE(status.isOk()) << status.toString();
+    EXPECT_TRUE(report.stepKept);
+    EXPECT_EQ(fitted.stepSeconds, base.stepSeconds);
+    EXPECT_NEAR(fitted.cross.alphaSeconds / truth.cross.alphaSeconds, 1.0, 1e-6);
+    EXPECT_NEAR(seconds(fitted, unseen) / seconds(truth, unseen), 1.0, 1e-6);
+  }
 }
 
 TEST(HostNetwork, HostsHaveTheirOwnBusAndShareOneNicPerDirection) {

@@ -31,6 +31,9 @@ struct FitReport {
   double bandwidthScale = 1;        ///< factor applied to every link class's bandwidth
   TransferFactors transferFactors;  ///< the fitted topology's per-primitive factors
   double stepSeconds = 0;           ///< fitted fixed cost of one step (the base's when no sample moves bytes)
+  /// Every sample had the same rounds per step, so the step cost could not be told from the
+  /// latency: the profile keeps the base's step cost and the latency carries the rest.
+  bool stepKept = false;
   double reduceSecondsPerByte = 0;  ///< fitted reduction cost (the base value when no sample reduces)
   bool reduceFitted = false;        ///< whether the samples determined the reduction cost on its own
   /// The reduction cost grew with the same bytes as the reducing primitives' transfers, so it
@@ -54,7 +57,9 @@ struct FitReport {
 /// b of the b_k, each measured primitive's transfer factor multiplied by b_k / b, the
 /// reduction cost set to gamma and the step cost to s. When the reduction cannot be told
 /// apart from the reducing primitives' transfers (it grows with the same bytes), their
-/// factors carry it and the reduction cost is 0 (FitReport::reduceAbsorbed).
+/// factors carry it and the reduction cost is 0 (FitReport::reduceAbsorbed). When every
+/// sample has the same rounds per step (only hand-offs, say), the step cost cannot be told
+/// from the latency: it keeps the base's value (FitReport::stepKept).
 /// `out.calibration` records the sample count and the fit error. InvalidArgument when a
 /// sample is malformed (named by index), there are fewer samples than parameters, or the
 /// samples do not determine the terms (e.g. all of one size). `out` is unchanged on error.
