@@ -395,10 +395,18 @@ cmd_run() {
   mapfile -t env_flags < <(forwarded_env)
   local root_flags=(--oversubscribe)
   if [ "$(id -u)" -eq 0 ]; then root_flags+=(--allow-run-as-root); fi
+  # The rig's hosts share this machine's cores. Open MPI yields the core while it waits only when
+  # it sees more ranks than slots, and the slots it sees are the ones the rig declares per host:
+  # with more ranks than cores, ranks that spin while waiting hold the cores their peers need,
+  # and every blocking call pays scheduler time slices (milliseconds) instead of the link.
+  local yield_flags=()
+  if [ "$total" -gt "$(nproc)" ] && [[ " ${extra[*]} " != *" mpi_yield_when_idle "* ]]; then
+    yield_flags=(--mca mpi_yield_when_idle 1)
+  fi
   # pml ob1 over self/vader/tcp: shared memory inside a host, TCP (through the rig's CIDR) across.
   local mpirun_args=(mpirun --host "$host_list" -np "$total" "${mapping[@]}" "${root_flags[@]}"
     --mca plm_rsh_agent "$kAgent" --mca pml ob1 --mca btl self,vader,tcp
-    --mca btl_tcp_if_include "$(cidr)" --mca oob_tcp_if_include "$(cidr)"
+    --mca btl_tcp_if_include "$(cidr)" --mca oob_tcp_if_include "$(cidr)" "${yield_flags[@]}"
     "${env_flags[@]}" "${extra[@]}" "$@")
   log "mpirun --host $host_list -np $total${mapping:+ --map-by node} -- $*"
   local status=0
