@@ -9,8 +9,11 @@ the link: the rig's veth counters (tx_bytes of every host's eth0, TCP/IP headers
 included) around a run of only that side (`--only baseline|fused`, no warm-up), once with 1 and
 once with 1 + --byte-iters iterations, the difference divided by --byte-iters, so start-up and
 connection set-up cancel out. Rows: {scenario, placement, link_bytes_chain, link_bytes_fused,
-baseline_us, fused_us, speedup, predicted}; `predicted` is chimera-bench's own (the cost model
-of the run's default topology), `speedup` the median of the runs' baseline/fused.
+baseline_us, fused_us, speedup, predicted, plan}: `fused` is the best fused plan, run whatever the
+planner decides (ChainMode::Fused); `plan` is the planner's decision ("fused", or "chain" where
+it keeps the chain as written, which is then what a Session or Executor runs); `predicted` is
+chimera-bench's own (the cost model of the run's default topology), `speedup` the median of the
+runs' baseline/fused.
 
     python3 benchmarks/multihost/sweep.py --bench build/bin/chimera-bench --json rows.json
 
@@ -133,6 +136,7 @@ def measure(rig, args):
                 "fused_us": statistics.median(r["time_us"] for r in measured),
                 "speedup": statistics.median(r["baseline_time_us"] / r["time_us"] for r in measured),
                 "predicted": measured[0]["predicted_speedup"],
+                "plan": "fused" if measured[0]["planner_fuses"] else "chain",
                 "wrong": wrong,
             }
             rows.append(row)
@@ -144,7 +148,7 @@ def table_row(row):
     predicted = "n/a" if row["predicted"] is None else f"{row['predicted']:.2f}"
     return (f"| {row['scenario']} | {row['placement']} | {row['link_bytes_chain'] / 2**20:.1f} | "
             f"{row['link_bytes_fused'] / 2**20:.1f} | {row['baseline_us'] / 1e3:.1f} | {row['fused_us'] / 1e3:.1f} | "
-            f"{row['speedup']:.2f} | {predicted} | {row['wrong']} |")
+            f"{row['speedup']:.2f} | {predicted} | {row['plan']} | {row['wrong']} |")
 
 
 def main(argv):
@@ -156,7 +160,7 @@ def main(argv):
         print(f"# rig {rig.id}: {hosts} hosts, ranks {args.ranks}, links {args.rate}; {args.size} per rank, "
               f"median of {args.repeats} runs of {args.iters} iterations", flush=True)
         print("| scenario | placement | link MiB chain | link MiB fused | baseline ms | fused ms | speedup | "
-              "predicted | #wrong |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+              "predicted | plan | #wrong |\n|---|---|---|---|---|---|---|---|---|---|", flush=True)
         rows = measure(rig, args)
     finally:
         rig.down()
