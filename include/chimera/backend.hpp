@@ -143,6 +143,16 @@ class Backend {
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
   [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
+  /// For a rank whose call of a collective on `axes` failed before reaching the backend (a
+  /// wrapper's own check, `local`, an error): takes part in the argument agreement the other
+  /// members' collective starts with, as a member with bad arguments, so that their call fails
+  /// at once (InvalidArgument) instead of waiting for this rank until the timeout. Returns
+  /// `local` (or BackendError / Timeout when the agreement itself fails). Where the backend
+  /// agrees on no arguments (CHIMERA_CHECK_ARGS off, or a backend without the check) it returns
+  /// `local` without communicating, and the other members wait as they would.
+  [[nodiscard]] virtual Status refuseCollective(AxisSet /*axes*/, const Status& local, Stream /*stream*/ = nullptr) {
+    return local;
+  }
   /// Whether grouped transfers with world rank `peer` may carry boxes (P2POp::box): the
   /// receiver reads the sender's box from its memory in one copy (MPI: ranks of one host that
   /// can read each other's memory, docs/performance.md). The same answer on both ranks of a

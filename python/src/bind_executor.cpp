@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Binding of the Executor: run a chain (as written, planned or fused) or redistribute a
 // tensor between layouts, on the caller's tensors (checked to be exactly the rank's local
-// tensors of the layouts; the logical spec is derived from them unless given).
+// tensors of the layouts, a misfit failing every rank; the logical spec is derived from them
+// unless given).
 #include <fmt/format.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -25,6 +26,33 @@ ChainMode toMode(const std::string& text) {
   if (text == "planned") return ChainMode::Planned;
   if (text == "fused") return ChainMode::Fused;
   raiseStatus(Status::invalidArgument(fmt::format("unknown mode '{}' (baseline, planned, fused)", text)));
+}
+
+/// The rank's local tensor as localBuffer checks it, or, when it does not fit, no buffer and
+/// the problem in `problem` (the first one found). The executor is then still called: its
+/// buffer agreement fails the call on every rank at once (docs/reliability.md) where raising
+/// here would leave the peers waiting in the call's first collective until the timeout.
+LocalBuffer fittingOrNone(nb::handle obj, const TensorSpec& spec, const Layout& layout, int rank, const char* call,
+                          const char* name, MemorySpace space, std::string& problem) {
+  try {
+    return localBuffer(obj, spec, layout, rank, call, name, space);
+  } catch (nb::python_error& error) {
+    if (problem.empty()) problem = nb::str(error.value()).c_str();
+    return {};
+  }
+}
+
+/// Runs `call` (an executor call, without the GIL); this rank's tensor problem, where there is
+/// one, is raised as InvalidArgument in place of the executor's verdict.
+template <typename Call>
+void runOrRaise(const std::string& problem, Call call) {
+  Status status;
+  {
+    nb::gil_scoped_release release;
+    status = call();
+  }
+  if (!problem.empty()) raiseStatus(Status::invalidArgument(problem));
+  check(status);
 }
 
 /// The Python-side Executor: owns the C++ executor and the cost model it was given until closed
@@ -65,10 +93,13 @@ class PyExecutor : public Resource {
     const Layout outLayout = consumed ? *consumed : trace.final();
     check(outLayout.validate(request.spec));
     request.consume = consumed;
-    const LocalBuffer in = localBuffer(input, request.spec, request.from, b.rank(), kCall, "input", backend().space());
-    const LocalBuffer out = localBuffer(output, request.spec, outLayout, b.rank(), kCall, "output", backend().space());
     const ChainMode chainMode = toMode(mode);
-    checkWithoutGil([&] { return executor.runChain(request, chainMode, in.data, in.bytes, out.data, out.bytes); });
+    std::string problem;
+    const LocalBuffer in =
+        fittingOrNone(input, request.spec, request.from, b.rank(), kCall, "input", backend().space(), problem);
+    const LocalBuffer out =
+        fittingOrNone(output, request.spec, outLayout, b.rank(), kCall, "output", backend().space(), problem);
+    runOrRaise(problem, [&] { return executor.runChain(request, chainMode, in.data, in.bytes, out.data, out.bytes); });
     return nb::borrow(output);
   }
 
@@ -81,10 +112,14 @@ class PyExecutor : public Resource {
     const TensorSpec spec = resolveSpec(specObj, {{tensor, &fromLayout}, {output, &toLayoutValue}}, b.rank(), kCall);
     check(fromLayout.validate(spec));
     check(toLayoutValue.validate(spec));
-    const LocalBuffer in = localBuffer(tensor, spec, fromLayout, b.rank(), kCall, "tensor", backend().space());
-    const LocalBuffer out = localBuffer(output, spec, toLayoutValue, b.rank(), kCall, "out", backend().space());
-    checkWithoutGil(
-        [&] { return executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes); });
+    std::string problem;
+    const LocalBuffer in =
+        fittingOrNone(tensor, spec, fromLayout, b.rank(), kCall, "tensor", backend().space(), problem);
+    const LocalBuffer out =
+        fittingOrNone(output, spec, toLayoutValue, b.rank(), kCall, "out", backend().space(), problem);
+    runOrRaise(problem, [&] {
+      return executor.redistribute(spec, fromLayout, toLayoutValue, in.data, in.bytes, out.data, out.bytes);
+    });
     return nb::borrow(output);
   }
 

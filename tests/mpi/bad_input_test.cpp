@@ -69,6 +69,45 @@ TEST(MpiBackendBadInput, NullBufferOnOneRankFailsEveryRank) {
   EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
 }
 
+// A wrapper's own check failing on rank 0 (refuseCollective) fails its group's members in
+// whichever collective they called; refusing with the check off sends nothing.
+TEST(MpiBackendBadInput, ARefusedCollectiveFailsEveryMemberOfTheGroup) {
+  for (const OpKind peersCall : {OpKind::AllGather, OpKind::ReduceScatter, OpKind::Broadcast}) {
+    BackendUnderTest t = checkedBackend();
+    const bool culprit = worldRank() == 0;
+    const int members = t.mesh.groupSize(t.axes);
+    std::vector<float> in(static_cast<std::size_t>(members) * 4, 1.0f), out(in.size());
+    Status status = t.status;
+    if (status.isOk() && culprit) {
+      status = t.backend->refuseCollective(t.axes, Status::invalidArgument("output has 3 elements, expected 4"));
+    } else if (status.isOk() && peersCall == OpKind::AllGather) {
+      status = t.backend->allGather(in.data(), out.data(), 4, DataType::F32, t.axes);
+    } else if (status.isOk() && peersCall == OpKind::ReduceScatter) {
+      status = t.backend->reduceScatter(in.data(), out.data(), 4, DataType::F32, ReduceOp::Sum, t.axes);
+    } else if (status.isOk()) {
+      status = t.backend->broadcast(in.data(), out.data(), 4, DataType::F32, 0, t.axes);
+    }
+    const bool inGroupWithCulprit = t.mesh.groupColor(0, t.axes) == t.mesh.groupColor(worldRank(), t.axes);
+    bool ok = true;
+    if (culprit) {
+      ok = has(status, StatusCode::InvalidArgument, "output has 3 elements");
+    } else if (inGroupWithCulprit) {
+      ok = !status.isOk() && status.code() != StatusCode::Timeout;
+    } else {
+      ok = status.isOk();
+    }
+    EXPECT_TRUE(ok) << opKindName(peersCall) << ": " << status.toString();
+    EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+  }
+  auto options = testOptions(detail::MpiAlgorithm::Auto);
+  options.checkArgs = false;
+  BackendUnderTest t = makeBackend(groupCases(worldSize()).front(), options);
+  const Status refused =
+      t.status.isOk() ? t.backend->refuseCollective(t.axes, Status::invalidArgument("bad")) : t.status;
+  EXPECT_TRUE(has(refused, StatusCode::InvalidArgument, "bad")) << refused.toString();
+  EXPECT_TRUE(allRanksAgree(has(refused, StatusCode::InvalidArgument, "bad") && stillWorks(t)));
+}
+
 TEST(MpiBackendBadInput, DifferentCountsDtypesOrCollectivesAreMismatchOnEveryRank) {
   BackendUnderTest t = checkedBackend();
   bool ok = t.status.isOk();

@@ -92,6 +92,13 @@ Status MpiBackend::prepare(AxisSet axes, const CallSignature& signature, const S
   return agreeOnCall(*group, signature, local, rank_, mesh_.axesName(axes));
 }
 
+Status MpiBackend::refuseCollective(AxisSet axes, const Status& local, Stream /*stream*/) {
+  CHIMERA_CHECK_ARG(!local.isOk(), "refuseCollective: the local status must be an error");
+  const MpiGroup* group = nullptr;
+  return guarded([&] { return fmt::format("refusal of a collective ({})", local.message()); },
+                 [&] { return prepare(axes, CallSignature{}, local, group); });
+}
+
 Status MpiBackend::checkStaging(const LibraryOutput& out) {
   if (out.ready()) return Status::ok();
   return Status::backendError("cannot allocate the staging of a library collective's output");

@@ -97,6 +97,7 @@ class MpiBackend final : public Backend {
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
+  Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
   bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
   std::vector<int> hostOfRank() const override { return hosts_; }

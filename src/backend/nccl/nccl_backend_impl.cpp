@@ -334,6 +334,13 @@ Status NcclBackend::reduceScatter(const void* send, void* recv, std::size_t recv
   return Status::ok();
 }
 
+Status NcclBackend::refuseCollective(AxisSet axes, const Status& local, Stream stream) {
+  CHIMERA_CHECK_ARG(!local.isOk(), "refuseCollective: the local status must be an error");
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
+  return agree(comm, axes, CallSignature{}, local, stream);
+}
+
 Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
                               Stream stream) {
   ncclComm_t comm = nullptr;

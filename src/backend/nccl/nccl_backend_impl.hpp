@@ -76,6 +76,7 @@ class NcclBackend final : public Backend {
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
+  Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <typeinfo>
 #include <utility>
 
 #include "monitored_barrier.hpp"
@@ -54,12 +55,39 @@ WorkPtr ChimeraProcessGroup::collective(const char* name, OpType type, bool asyn
   if (asyncOp && cpu && opThread_ != nullptr && !coalescing_) {
     ++sequence_;
     auto work = c10::make_intrusive<ChimeraWork>(rank_, type, std::move(outputs), false);
-    opThread_->push(work, [this, name, device, body = std::move(body)] { body(select(device, name)); });
+    opThread_->push(
+        work, [this, name, type, device, body = std::move(body)] { runBody(body, select(device, name), type, name); });
     return work;
   }
   startInline();
-  body(select(device, name));
+  runBody(body, select(device, name), type, name);
   return completedWork(rank_, type, std::move(outputs));
+}
+
+// An op whose own checks fail before it reaches the backend still takes part in the argument
+// agreement its peers' calls start with (Backend::refuseCollective), so that every rank's call
+// fails at once instead of the peers waiting in theirs until the timeout; the check's error is
+// raised here as the backend's verdict on this rank ("chimera <op>: invalid argument: ..."),
+// or as it was where it is not a plain c10::Error (a TypeError, say). Gather, scatter and the
+// all-to-alls run as point-to-point transfers (or may), whose agreement is pairwise: there the
+// error is raised at once and the peers' call waits until its timeout.
+void ChimeraProcessGroup::runBody(const Body& body, const Target& target, OpType type, const char* name) {
+  const std::uint64_t before = backendResults();
+  try {
+    body(target);
+  } catch (const c10::Error& error) {
+    if (backendResults() != before) throw;  // the backend saw the call: its verdict is every rank's
+    const bool pointToPoint =
+        type == OpType::GATHER || type == OpType::SCATTER || type == OpType::ALLTOALL || type == OpType::ALLTOALL_BASE;
+    if (pointToPoint) throw;
+    // The check's message less its "chimera <op>: " (the verdict names the op again).
+    std::string message = error.what_without_backtrace();
+    if (const std::size_t colon = message.find(": "); message.rfind("chimera ", 0) == 0 && colon != std::string::npos)
+      message.erase(0, colon + 2);
+    const Status refused = target.backend->refuseCollective(kGroup, Status::invalidArgument(message), target.stream);
+    if (typeid(error) != typeid(c10::Error)) throw;
+    check(name, refused);
+  }
 }
 
 void ChimeraProcessGroup::startInline() {

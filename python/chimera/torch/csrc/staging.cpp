@@ -6,9 +6,16 @@
 
 namespace chimera::torch_ext {
 
+namespace {
+thread_local std::uint64_t gBackendResults = 0;
+}  // namespace
+
 void check(const char* op, const Status& status) {
+  ++gBackendResults;
   TORCH_CHECK(status.isOk(), "chimera ", op, ": ", status.toString());
 }
+
+std::uint64_t backendResults() { return gBackendResults; }
 
 void requireDenseOn(const char* op, const at::Tensor& t, const c10::Device& device) {
   TORCH_CHECK(t.defined(), "chimera ", op, ": undefined tensor");

@@ -8,14 +8,20 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "chimera/backend.hpp"
 
 namespace chimera::torch_ext {
 
-/// Raises c10::Error "chimera <op>: <status>" unless `status` is ok.
+/// Raises c10::Error "chimera <op>: <status>" unless `status` is ok. Counts the calls on this
+/// thread (backendResults): every backend call's result passes through here.
 void check(const char* op, const Status& status);
+
+/// How many backend results check() has seen on this thread: unchanged across a failed op
+/// body, the op failed before it reached the backend.
+std::uint64_t backendResults();
 
 /// Raises unless `t` is a defined dense (strided) tensor on `device`, the device the op runs on.
 void requireDenseOn(const char* op, const at::Tensor& t, const c10::Device& device);
