@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
                      "\"identical\": %s, \"speedup\": %.4f, \"time_off_us\": %.1f, \"time_on_us\": %.1f, "
                      "\"bytes_as_recorded\": %llu, \"bytes_sent\": %llu, \"agreements_after_warmup\": %llu, "
                      "\"windows_per_iteration\": %llu, \"local_copies\": %llu, \"local_copy_bytes\": %llu, "
-                     "\"check_every_window\": %s, \"cost\": \"%s\"}\n",
+                     "\"check_every_window\": %s, \"topology\": \"%s\"}\n",
                      meshText.c_str(), microbatches, seq, hidden, iters, identical ? "true" : "false", speedup,
                      medianOff, medianOn, static_cast<unsigned long long>(totals[0]),
                      static_cast<unsigned long long>(totals[1]), static_cast<unsigned long long>(totals[2]),

@@ -122,7 +122,7 @@ typedef struct {
   unsigned int version; /**< CHIMERA_SESSION_CONFIG_VERSION (set by the initializer) */
   int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION (the default) */
   int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs); default 0 */
-  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_SESSION_CHECK (the default)
+  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_CHECK_EVERY_WINDOW (the default)
                          */
   void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL (the default): the
                              communicator's stream when the session begins (chimeraCommSetStream) */
@@ -192,7 +192,7 @@ chimeraResult_t chimeraRedistribute(const char* shape, chimeraDataType_t datatyp
                                     chimeraComm_t comm);
 
 /** Begins a session. `fusion`: 1 on, 0 off (runs exactly the recorded calls), -1 from the
- * environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK). Its work is ordered on the
+ * environment (CHIMERA_FUSION, CHIMERA_CHECK_EVERY_WINDOW). Its work is ordered on the
  * communicator's stream of this moment (chimeraCommSetStream). */
 chimeraResult_t chimeraSessionBegin(chimeraComm_t comm, int fusion, chimeraSession_t* session);
 /** Describes a tensor: logical `shape`, placed as `layout`, this rank's part in `buffer`. */

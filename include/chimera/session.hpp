@@ -61,7 +61,7 @@ struct SessionOptions {
   std::size_t preparedPlanLimit = Executor::kDefaultPreparedPlanLimit;
 
   /// The defaults, overridden by the environment: `CHIMERA_FUSION=0|1` sets `fusion`,
-  /// `CHIMERA_SESSION_CHECK=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLAN_LIMIT=N` sets
+  /// `CHIMERA_CHECK_EVERY_WINDOW=0|1` sets `checkEveryWindow`, `CHIMERA_PREPARED_PLAN_LIMIT=N` sets
   /// `preparedPlanLimit`, `CHIMERA_TOPOLOGY=NAME|FILE` sets `topology`. InvalidArgument naming
   /// the variable when a value is malformed (an unknown topology fails Session::create).
   [[nodiscard]] static Status fromEnvironment(SessionOptions& out);

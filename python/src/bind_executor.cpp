@@ -135,10 +135,11 @@ void bindExecutor(nb::module_& m) {
   nb::class_<PyExecutor>(m, "Executor",
                          "Runs chains and redistributions on a Backend, planning each distinct one once (cached). "
                          "Every rank of the mesh must make the same calls in the same order.")
-      .def(nb::init<nb::object, nb::handle>(), nb::arg("backend"), nb::arg("cost").none() = nb::none(),
-           "cost: \"bytes\" (fuse whenever fewer bytes move), a topology preset ('host:8', 'pcie-4080x8', ...) "
+      .def(nb::init<nb::object, nb::handle>(), nb::arg("backend"), nb::arg("topology").none() = nb::none(),
+           "topology: the cost model, \"bytes\" (fuse whenever fewer bytes move), a topology preset ('host:8', "
+           "'pcie-4080x8', ...) "
            "or a calibrated profile path; None: CHIMERA_TOPOLOGY, else the backend's own (host:N on the MPI and "
-           "gloo host backends, bytes on NCCL), as a Session prices. `.cost` names it.")
+           "gloo host backends, bytes on NCCL), as a Session prices. `.topology` names it.")
       .def("run_chain", &PyExecutor::runChain, nb::arg("chain"), nb::arg("input").none(), nb::arg("output").none(),
            nb::arg("from_layout"), nb::arg("consume").none() = nb::none(), nb::arg("spec").none() = nb::none(),
            nb::arg("mode") = "planned",
@@ -148,7 +149,7 @@ void bindExecutor(nb::module_& m) {
       .def("redistribute", &PyExecutor::redistribute, nb::arg("tensor").none(), nb::arg("from_layout"),
            nb::arg("to_layout"), nb::arg("out").none(), nb::arg("spec").none() = nb::none(),
            "Moves the tensor placed as from_layout into to_layout (local tensor `out`) by the cheapest plan.")
-      .def_prop_ro("cost", [](PyExecutor& self) { return std::string(self.get("cost").cost().name()); })
+      .def_prop_ro("topology", [](PyExecutor& self) { return std::string(self.get("topology").cost().name()); })
       .def(
           "plan_redistribution",
           [](PyExecutor& self, const std::vector<std::int64_t>& shape, nb::handle dtype, nb::handle from,

@@ -33,11 +33,11 @@ struct PyTensorHandle {
 /// The Python-side Session.
 class PySession : public Resource {
  public:
-  PySession(nb::object backend, nb::handle fusion, nb::handle checkEveryWindow, nb::handle cost,
+  PySession(nb::object backend, nb::handle fusion, nb::handle checkEveryWindow, nb::handle topology,
             nb::handle preparedPlanLimit, nb::handle perRank)
       : Resource(nb::cast<PyBackend*>(backend)),
         backendRef_(std::move(backend)),
-        cost_(cost.is_none() ? nullptr : makeCost(cost)) {
+        cost_(topology.is_none() ? nullptr : makeCost(topology)) {
     SessionOptions options;
     check(SessionOptions::fromEnvironment(options));
     if (!fusion.is_none()) options.fusion = nb::cast<bool>(fusion);
@@ -193,7 +193,7 @@ class PySession : public Resource {
     out["check_every_window"] = o.checkEveryWindow;
     out["prepared_plan_limit"] = o.preparedPlanLimit;
     out["per_rank"] = o.perRank;
-    out["cost"] = std::string(get("Session.options").cost().name());
+    out["topology"] = std::string(get("Session.options").cost().name());
     return out;
   }
 
@@ -231,7 +231,7 @@ class PySession : public Resource {
     nb::object tensor;  // kept alive until the window is flushed
   };
   nb::object backendRef_;
-  std::unique_ptr<PlanCost> cost_;  ///< the model cost= named; null: the Session's own (options.topology)
+  std::unique_ptr<PlanCost> cost_;  ///< the model topology= named; null: the Session's own (options.topology)
   std::unique_ptr<Session> session_;
   std::map<std::pair<std::uint64_t, std::uint32_t>, Value> window_;
 };
@@ -271,12 +271,14 @@ void bindSession(nb::module_& m) {
                         "collective over the window's groups and hand-off peers.")
       .def(nb::init<nb::object, nb::handle, nb::handle, nb::handle, nb::handle, nb::handle>(), nb::arg("backend"),
            nb::arg("fusion").none() = nb::none(), nb::arg("check_every_window").none() = nb::none(),
-           nb::arg("cost").none() = nb::none(), nb::arg("prepared_plan_limit").none() = nb::none(),
+           nb::arg("topology").none() = nb::none(), nb::arg("prepared_plan_limit").none() = nb::none(),
            nb::arg("per_rank").none() = nb::none(),
-           "Options default to the environment (CHIMERA_FUSION, CHIMERA_SESSION_CHECK, CHIMERA_PREPARED_PLAN_LIMIT, "
-           "CHIMERA_TOPOLOGY). cost: 'bytes' (fuse whenever fewer bytes move), a topology preset ('host:8', "
+           "Options default to the environment (CHIMERA_FUSION, CHIMERA_CHECK_EVERY_WINDOW, "
+           "CHIMERA_PREPARED_PLAN_LIMIT, "
+           "CHIMERA_TOPOLOGY). topology: the cost model, 'bytes' (fuse whenever fewer bytes move), a topology preset "
+           "('host:8', "
            "'pcie-4080x8', ...) or a profile file; None: CHIMERA_TOPOLOGY, else the backend's own (host:N on "
-           "MPI and gloo, bytes on NCCL). options()['cost'] names the model in use.")
+           "MPI and gloo, bytes on NCCL). options()['topology'] names the model in use.")
       .def("tensor", &PySession::tensor, nb::arg("tensor").none(), nb::arg("layout"),
            nb::arg("spec").none() = nb::none(),
            "Registers this rank's local tensor (None on a rank that holds nothing; then pass spec=).")

@@ -36,7 +36,7 @@ Status SessionOptions::fromEnvironment(SessionOptions& out) {
   SessionOptions options;
   CHIMERA_RETURN_IF_ERROR(detail::readEnvSwitch("CHIMERA_FUSION", options.fusion, options.fusion));
   CHIMERA_RETURN_IF_ERROR(
-      detail::readEnvSwitch("CHIMERA_SESSION_CHECK", options.checkEveryWindow, options.checkEveryWindow));
+      detail::readEnvSwitch("CHIMERA_CHECK_EVERY_WINDOW", options.checkEveryWindow, options.checkEveryWindow));
   CHIMERA_RETURN_IF_ERROR(
       detail::readEnvCount("CHIMERA_PREPARED_PLAN_LIMIT", options.preparedPlanLimit, options.preparedPlanLimit));
   if (std::optional<std::string> topology = detail::readEnvText("CHIMERA_TOPOLOGY")) options.topology = *topology;

@@ -378,7 +378,7 @@ TEST_F(SessionTp8, WaitRunsTheWindow) {
 TEST(SessionOptionsTest, EnvironmentFlags) {
   SessionOptions options;
   ::setenv("CHIMERA_FUSION", "0", 1);
-  ::setenv("CHIMERA_SESSION_CHECK", "1", 1);
+  ::setenv("CHIMERA_CHECK_EVERY_WINDOW", "1", 1);
   ::setenv("CHIMERA_PREPARED_PLAN_LIMIT", "12", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_FALSE(options.fusion);
@@ -396,7 +396,7 @@ TEST(SessionOptionsTest, EnvironmentFlags) {
   EXPECT_EQ(bad.code(), StatusCode::InvalidArgument);
   EXPECT_NE(bad.message().find("CHIMERA_FUSION='yes'"), std::string::npos) << bad.message();
   ::unsetenv("CHIMERA_FUSION");
-  ::unsetenv("CHIMERA_SESSION_CHECK");
+  ::unsetenv("CHIMERA_CHECK_EVERY_WINDOW");
   ::setenv("CHIMERA_TOPOLOGY", "pcie-4080x8", 1);
   EXPECT_TRUE(SessionOptions::fromEnvironment(options).isOk());
   EXPECT_EQ(options.topology, "pcie-4080x8");

@@ -108,9 +108,9 @@ def test_cost_model_is_the_backends_unless_named(world):
         named = os.environ.get("CHIMERA_TOPOLOGY") or backend.default_topology
         assert backend.default_topology == f"host:{size}"
         executor = chimera.Executor(backend)
-        assert executor.cost == chimera.Executor(backend, cost=named).cost
-        assert "CHIMERA_TOPOLOGY" in os.environ or executor.cost.startswith("host")
-        assert chimera.Executor(backend, cost="bytes").cost == "bytes"
+        assert executor.topology == chimera.Executor(backend, topology=named).topology
+        assert "CHIMERA_TOPOLOGY" in os.environ or executor.topology.startswith("host")
+        assert chimera.Executor(backend, topology="bytes").topology == "bytes"
         for source, target in REDISTRIBUTIONS:
             shape = [4 * size, 16]
             assert executor.plan_redistribution(shape, "f32", source, target) == chimera.plan_redistribution(

@@ -104,15 +104,15 @@ def test_options_are_named_as_the_constructor_takes_them(tp_backend):
 
 
 def test_cost_model_defaults_to_the_backends_own(tp_backend):
-    """Without cost=, a session on MPI prices with the host preset for its ranks; cost= names
+    """Without topology=, a session on MPI prices with the host preset for its ranks; topology= names
     another; an unknown one is an error naming it."""
     size = tp_backend.mesh.size
     for cost, name in ((None, "host" if size == 8 else f"host:{size}"), ("bytes", "bytes")):
-        session = chimera.Session(tp_backend, cost=cost)
-        assert session.options["cost"] == name
+        session = chimera.Session(tp_backend, topology=cost)
+        assert session.options["topology"] == name
         session.close()
     with pytest.raises(chimera.InvalidArgument, match="no-such-topology"):
-        chimera.Session(tp_backend, cost="no-such-topology")
+        chimera.Session(tp_backend, topology="no-such-topology")
 
 
 def test_window_is_not_flushed_on_exception(tp_backend):
@@ -289,7 +289,7 @@ def test_per_rank_hand_off_fused_equals_unfused(stage_backend, back):
     expected = torch.full((8 * tp, 16), float(sum(senders))) + len(senders) * torch.arange(16.0)
     received, counters = {}, {}
     for fusion in (False, True):
-        session = chimera.Session(backend, fusion=fusion, per_rank=True, cost="bytes")  # fuses this small hand-off
+        session = chimera.Session(backend, fusion=fusion, per_rank=True, topology="bytes")  # fuses this small hand-off
         for step in range(2):
             if stage == src:
                 x = torch.full((8 * tp, 16), float(rank)) + torch.arange(16.0)

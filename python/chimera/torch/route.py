@@ -41,13 +41,13 @@ class MeshRuntime:
     global ranks of the mesh in row-major order. Plans are priced by the executor's own choice,
     as a Session on the backend prices them: ``CHIMERA_TOPOLOGY`` when set, else the backend's
     own model (``host:N``), which picks fewer steps over fewer bytes where the steps cost more
-    (``.cost`` names it)."""
+    (``.topology`` names it)."""
 
     def __init__(self, mesh_text: str, ranks):
         self.mesh = chimera.Mesh(mesh_text)
         self.backend = _backend.mesh_backend(mesh_text, ranks)
         self.executor = chimera.Executor(self.backend)
-        self.cost = self.executor.cost
+        self.topology = self.executor.topology
 
     def plan_bytes(self, shape, dtype, source: str, target: str) -> tuple[int, int, str]:
         """(bytes over all ranks, of the busiest rank, plan text) of the plan source -> target runs;

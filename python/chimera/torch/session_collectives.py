@@ -33,7 +33,7 @@ class SessionCollectives:
             names = ctx.names
             groups = [[a for i, a in enumerate(names) if bits >> i & 1] for bits in range(1, 1 << len(names))]
             backend.create_groups(["+".join(g) for g in groups])
-        self.session = chimera.Session(backend, fusion=fusion, per_rank=ctx.per_rank, cost=topology)
+        self.session = chimera.Session(backend, fusion=fusion, per_rank=ctx.per_rank, topology=topology)
 
     def _tensor(self, t: torch.Tensor, shape, layout: str):
         """Records `t` (this rank's local tensor of the logical `shape`; empty on a rank that holds

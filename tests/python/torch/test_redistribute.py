@@ -92,12 +92,12 @@ def test_plans_are_priced_by_the_backends_model(world, mesh):
     runtime = routing.runtime_for(mesh)
     named = os.environ.get("CHIMERA_TOPOLOGY") or runtime.backend.default_topology
     ok = named == os.environ.get("CHIMERA_TOPOLOGY", f"host:{n}")
-    ok = ok and runtime.cost == chimera.Executor(runtime.backend, cost=named).cost
+    ok = ok and runtime.topology == chimera.Executor(runtime.backend, topology=named).topology
     d = make(mesh, (P, P), torch.float32)
     total, _, plan = bytes_of(d, (S0, S1))
     priced = chimera.plan_redistribution(runtime.mesh, list(d.shape), "f32", "a=P,b=P", "a=S0,b=S1", topology=named)
     agree(ok and total == priced["bytes"] and plan == priced["plan"], gloo,
-          f"runtime cost {runtime.cost}, named {named}, backend {runtime.backend.default_topology}: "
+          f"runtime topology {runtime.topology}, named {named}, backend {runtime.backend.default_topology}: "
           f"{plan} vs {priced}")
 
 
