@@ -62,12 +62,12 @@ Status runSample(const CalibrationSample& sample, int rank, Backend& backend, Ax
   const std::size_t elements = sample.bytesPerRank / dataTypeSize(kDtype);
   const auto g = static_cast<std::size_t>(sample.groupSize);
   switch (sample.primitive) {
-    case StepKind::AllReduce: return backend.allReduce(send, recv, elements, kDtype, ReduceOp::Sum, axes);
-    case StepKind::ReduceScatter: return backend.reduceScatter(send, recv, elements / g, kDtype, ReduceOp::Sum, axes);
-    case StepKind::AllGather: return backend.allGather(send, recv, elements, kDtype, axes);
-    case StepKind::AllToAll: return backend.allToAll(send, recv, elements / g, kDtype, axes);
-    case StepKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
-    case StepKind::ManyToMany: {
+    case OpKind::AllReduce: return backend.allReduce(send, recv, elements, kDtype, ReduceOp::Sum, axes);
+    case OpKind::ReduceScatter: return backend.reduceScatter(send, recv, elements / g, kDtype, ReduceOp::Sum, axes);
+    case OpKind::AllGather: return backend.allGather(send, recv, elements, kDtype, axes);
+    case OpKind::AllToAll: return backend.allToAll(send, recv, elements / g, kDtype, axes);
+    case OpKind::Broadcast: return backend.broadcast(send, recv, elements, kDtype, 0, axes);
+    case OpKind::ManyToMany: {
       const int half = sample.groupSize / 2;
       return rank % sample.groupSize < half ? backend.send(send, elements, kDtype, rank + half)
                                             : backend.recv(recv, elements, kDtype, rank - half);
@@ -189,7 +189,7 @@ std::string sampleLine(const CalibrationSample& sample, const CostModel& fitted)
   const std::string predicted = status.isOk() ? fmt::format("{:>12.1f}  {:>+7.1f}", cost.seconds * 1e6,
                                                             (cost.seconds - sample.seconds) / sample.seconds * 100.0)
                                               : fmt::format("{:>12}  {:>7}", "n/a", "");
-  return fmt::format("{:>14}  {:>6}  {:>10}  {:>12.1f}  {}\n", stepKindName(sample.primitive),
+  return fmt::format("{:>14}  {:>6}  {:>10}  {:>12.1f}  {}\n", opKindName(sample.primitive),
                      fmt::format("{}x{}", sample.numGroups, sample.groupSize), sample.bytesPerRank,
                      sample.seconds * 1e6, predicted);
 }
@@ -227,7 +227,7 @@ bool insideHosts(const CalibrationSample& sample, const std::vector<int>& hosts)
 
 // Whether the hand-off of a ManyToMany sample (member i to member i + g/2) crosses hosts anywhere.
 bool crossesHosts(const CalibrationSample& sample, const std::vector<int>& hosts) {
-  if (sample.primitive != StepKind::ManyToMany) return false;
+  if (sample.primitive != OpKind::ManyToMany) return false;
   const auto g = static_cast<std::size_t>(sample.groupSize);
   for (std::size_t rank = 0; rank < hosts.size(); ++rank) {
     if (rank % g < g / 2 && hosts[rank] != hosts[rank + g / 2]) return true;

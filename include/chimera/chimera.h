@@ -122,7 +122,8 @@ typedef struct {
   unsigned int version; /**< CHIMERA_SESSION_CONFIG_VERSION (set by the initializer) */
   int fusion;           /**< 1 fuse, 0 run exactly the recorded calls, -1 from CHIMERA_FUSION (the default) */
   int perRank;          /**< 1: each rank records only its own calls (chimeraSessionRecv for hand-offs); default 0 */
-  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_CHECK_EVERY_WINDOW (the default)
+  int checkEveryWindow; /**< 1 agree at every flush, 0 only on first sight, -1 from CHIMERA_CHECK_EVERY_WINDOW (the
+                         * default)
                          */
   void* stream;         /**< the stream the session's work is ordered on (cudaStream_t); NULL (the default): the
                              communicator's stream when the session begins (chimeraCommSetStream) */

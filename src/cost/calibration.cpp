@@ -29,7 +29,7 @@ constexpr int kTerms = kFirstTransfer + static_cast<int>(kTransferKinds.size());
 using Row = std::array<double, kTerms>;
 using Coefficients = std::array<double, kTerms>;
 
-int transferColumn(StepKind kind) {
+int transferColumn(OpKind kind) {
   const int index = transferKindIndex(kind);
   CHIMERA_ASSERT(index >= 0);  // checkSample admits only these kinds
   return kFirstTransfer + index;
@@ -58,9 +58,8 @@ double relativeError(const Design& design, std::size_t i, const Coefficients& c)
 
 Status checkSample(const CalibrationSample& s, std::size_t index, int ranks) {
   CHIMERA_CHECK_ARG(transferKindIndex(s.primitive) >= 0,
-                    "sample {}: primitive must be a collective or manytomany, got {}", index,
-                    stepKindName(s.primitive));
-  CHIMERA_CHECK_ARG(s.primitive != StepKind::ManyToMany || s.groupSize % 2 == 0,
+                    "sample {}: primitive must be a collective or manytomany, got {}", index, opKindName(s.primitive));
+  CHIMERA_CHECK_ARG(s.primitive != OpKind::ManyToMany || s.groupSize % 2 == 0,
                     "sample {}: a manytomany sample pairs the halves of each group, so its group size must be even, "
                     "got {}",
                     index, s.groupSize);
@@ -268,7 +267,7 @@ Status solveRobust(Design& design, Coefficients& out) {
 }  // namespace
 
 CommStep sampleStep(const CalibrationSample& sample) {
-  if (sample.primitive == StepKind::ManyToMany) {
+  if (sample.primitive == OpKind::ManyToMany) {
     std::vector<Transfer> transfers;
     const int half = sample.groupSize / 2;
     for (int g = 0; g < sample.numGroups; ++g) {
@@ -292,7 +291,7 @@ Status calibrationPoints(int worldSize, std::uint64_t minBytes, std::uint64_t ma
   CHIMERA_CHECK_ARG(minBytes > 0 && minBytes <= maxBytes, "calibration sizes need 0 < min <= max, got {} and {}",
                     minBytes, maxBytes);
   std::vector<CalibrationSample> points;
-  for (const StepKind kind : kTransferKinds) {
+  for (const OpKind kind : kTransferKinds) {
     for (int groupSize = 2; groupSize <= worldSize; groupSize *= 2) {
       if (worldSize % groupSize != 0) continue;
       const auto unit = static_cast<std::uint64_t>(16 * groupSize);

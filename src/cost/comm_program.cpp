@@ -11,15 +11,13 @@
 
 namespace chimera {
 
-std::string_view stepKindName(StepKind kind) { return opKindName(kind); }
-
-Status parseStepKind(std::string_view text, StepKind& out) {
+Status parseStepKind(std::string_view text, OpKind& out) {
   CHIMERA_CHECK_ARG(findOpKind(text, kOpInProgram, out), "unknown step kind '{}' (expected {})", text,
                     opKindKeywords(kOpInProgram));
   return Status::ok();
 }
 
-CommStep CommStep::collective(StepKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank) {
+CommStep CommStep::collective(OpKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank) {
   CommStep step;
   step.kind = kind;
   step.groups = std::move(groups);
@@ -29,18 +27,18 @@ CommStep CommStep::collective(StepKind kind, std::vector<std::vector<int>> group
 
 CommStep CommStep::manyToMany(std::vector<Transfer> transfers) {
   CommStep step;
-  step.kind = StepKind::ManyToMany;
+  step.kind = OpKind::ManyToMany;
   step.transfers = std::move(transfers);
   return step;
 }
 
 std::string CommStep::toString() const {
-  if (kind == StepKind::ManyToMany) {
+  if (kind == OpKind::ManyToMany) {
     std::uint64_t total = 0;
     for (const Transfer& t : transfers) total += t.bytes;
     return fmt::format("manytomany({} transfers, {} B)", transfers.size(), total);
   }
-  std::string text(stepKindName(kind));
+  std::string text(opKindName(kind));
   for (const auto& group : groups) text += fmt::format("[{}]", fmt::join(group, ","));
   return text + fmt::format(" L={}", bytesPerRank);
 }
@@ -50,7 +48,7 @@ Status validateStep(const CommStep& step, int worldSize) {
   CHIMERA_CHECK_ARG(opKindUsedIn(step.kind, kOpInProgram),
                     "{}: {} is not a step of a communication program (expected {})", what, opKindName(step.kind),
                     opKindKeywords(kOpInProgram));
-  if (step.kind == StepKind::ManyToMany) {
+  if (step.kind == OpKind::ManyToMany) {
     CHIMERA_CHECK_ARG(step.groups.empty(), "{}: a many-to-many step has transfers, not groups", what);
     for (std::size_t i = 0; i < step.transfers.size(); ++i) {
       const Transfer& t = step.transfers[i];

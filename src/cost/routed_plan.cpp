@@ -19,7 +19,7 @@ namespace {
 
 // Bytes world rank `rank` sends in `step` (the formulas of docs/planner.md section 3).
 double rankBytes(const CommStep& step, int rank) {
-  if (step.kind == StepKind::ManyToMany) {
+  if (step.kind == OpKind::ManyToMany) {
     double bytes = 0;
     for (const Transfer& t : step.transfers) {
       if (t.src == rank && t.dst != rank) bytes += static_cast<double>(t.bytes);
@@ -31,10 +31,10 @@ double rankBytes(const CommStep& step, int rank) {
     const double n = static_cast<double>(group.size());
     const double l = static_cast<double>(step.bytesPerRank);
     switch (step.kind) {
-      case StepKind::AllReduce: return 2 * (n - 1) / n * l;
-      case StepKind::ReduceScatter:
-      case StepKind::AllToAll: return (n - 1) / n * l;
-      case StepKind::AllGather: return (n - 1) * l;
+      case OpKind::AllReduce: return 2 * (n - 1) / n * l;
+      case OpKind::ReduceScatter:
+      case OpKind::AllToAll: return (n - 1) / n * l;
+      case OpKind::AllGather: return (n - 1) * l;
       default: return l;
     }
   }
@@ -101,7 +101,7 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
     straight = straight || f.src != f.owner;
   }
   if (!straight) {
-    program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, owners),
+    program.push_back(CommStep::collective(OpKind::AllToAll, groupsOf(request.mesh, request.group, owners),
                                            static_cast<std::uint64_t>(4 * ranks)));
   } else {
     // One round of 4-byte words: each source tells every destination its record count (the
@@ -212,13 +212,13 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
     for (int r = 0; r < request.mesh.size(); ++r) all[static_cast<std::size_t>(r)] = r;
     const auto groups = groupsOf(request.mesh, request.tokenAxes, all);
     if (request.placement == TokenPlacement::Partial) {
-      out.program.push_back(split ? CommStep::collective(StepKind::ReduceScatter, groups, full)
-                                  : CommStep::collective(StepKind::AllReduce, groups, full));
+      out.program.push_back(split ? CommStep::collective(OpKind::ReduceScatter, groups, full)
+                                  : CommStep::collective(OpKind::AllReduce, groups, full));
     }
     appendExchange(request, shape, flows, out.program);
     if (split) {
-      out.program.push_back(CommStep::collective(StepKind::AllGather, groups,
-                                                 static_cast<std::uint64_t>(static_cast<double>(full) / tp)));
+      out.program.push_back(
+          CommStep::collective(OpKind::AllGather, groups, static_cast<std::uint64_t>(static_cast<double>(full) / tp)));
     }
   } else {
     if (stage && !fuseTokens) out.program.push_back(handOff(request));

@@ -136,19 +136,19 @@ void addHierarchicalRounds(const Topology& topology, const CommStep& step, StepT
   const auto shard = [&](int rank) { return bytes / inHost[static_cast<std::size_t>(rank)]; };
   const RoundCost inside = priceRound(topology, ringRoundOf(h.inside, shard));
   switch (step.kind) {
-    case StepKind::AllReduce: {
+    case OpKind::AllReduce: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
       addRounds(terms, inside, 2 * (c - 1), 2 * (c - 1));
       addRounds(terms, across, 2 * (hosts - 1), 2 * (hosts - 1));
       break;
     }
-    case StepKind::ReduceScatter: {
+    case OpKind::ReduceScatter: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
       addRounds(terms, inside, c - 1, c - 1);
       addRounds(terms, across, hosts - 1, hosts - 1);
       break;
     }
-    case StepKind::AllGather: {
+    case OpKind::AllGather: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int) { return bytes; }));
       const RoundCost gathered = priceRound(topology, ringRoundOf(h.inside, [&](int) { return hosts * bytes; }));
       addRounds(terms, across, hosts - 1, hosts - 1);
@@ -166,27 +166,25 @@ StepTerms collectiveTerms(const Topology& topology, const CommStep& step) {
   const auto bytes = static_cast<double>(step.bytesPerRank);
   const double chunk = bytes / n;
   const bool hierarchical =
-      step.kind == StepKind::AllReduce || step.kind == StepKind::ReduceScatter || step.kind == StepKind::AllGather;
+      step.kind == OpKind::AllReduce || step.kind == OpKind::ReduceScatter || step.kind == OpKind::AllGather;
   if (hierarchical && spansHosts(topology, step.groups)) {
     addHierarchicalRounds(topology, step, terms);
-    if (step.kind != StepKind::AllGather) terms.reducedBytes = (n - 1) * chunk * reduceSharing(topology, step.groups);
+    if (step.kind != OpKind::AllGather) terms.reducedBytes = (n - 1) * chunk * reduceSharing(topology, step.groups);
     terms.transferSeconds *= topology.transferFactors.of(step.kind);
     return terms;
   }
   switch (step.kind) {
-    case StepKind::AllReduce:
+    case OpKind::AllReduce:
       addRounds(terms, priceRound(topology, ringRound(step.groups, chunk)), 2 * (n - 1), 2 * (n - 1));
       terms.reducedBytes = (n - 1) * chunk * reduceSharing(topology, step.groups);
       break;
-    case StepKind::ReduceScatter:
+    case OpKind::ReduceScatter:
       addRounds(terms, priceRound(topology, ringRound(step.groups, chunk)), n - 1, n - 1);
       terms.reducedBytes = (n - 1) * chunk * reduceSharing(topology, step.groups);
       break;
-    case StepKind::AllGather:
-      addRounds(terms, priceRound(topology, ringRound(step.groups, bytes)), n - 1, n - 1);
-      break;
-    case StepKind::AllToAll: addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1); break;
-    case StepKind::Broadcast: addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1); break;
+    case OpKind::AllGather: addRounds(terms, priceRound(topology, ringRound(step.groups, bytes)), n - 1, n - 1); break;
+    case OpKind::AllToAll: addRounds(terms, priceAllToAllRound(topology, step.groups, chunk), 1, 1); break;
+    case OpKind::Broadcast: addRounds(terms, priceRound(topology, chainRound(step.groups, bytes)), 1, n - 1); break;
     default: CHIMERA_ASSERT(false);  // ManyToMany is priced apart; validateStep refuses the rest
   }
   terms.transferSeconds *= topology.transferFactors.of(step.kind);
@@ -216,7 +214,7 @@ int manyToManyPeers(const Topology& topology, const std::vector<Transfer>& trans
 int collectivePeers(const CommStep& step) {
   const auto n = static_cast<int>(step.groups.front().size());
   if (n < 2 || step.bytesPerRank == 0) return 0;
-  return step.kind == StepKind::AllToAll ? n - 1 : 1;
+  return step.kind == OpKind::AllToAll ? n - 1 : 1;
 }
 
 // The fixed and local terms of `step` (see StepTerms).
@@ -238,7 +236,7 @@ Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out)
                     step.localLaunches);
   CHIMERA_CHECK_ARG(step.localRanks >= 0 && step.localRanks <= topology.ranks,
                     "step {}: local ranks must be in 0..{}, got {}", step.toString(), topology.ranks, step.localRanks);
-  if (step.kind != StepKind::ManyToMany) {
+  if (step.kind != OpKind::ManyToMany) {
     out = collectiveTerms(topology, step);
     addOverheads(topology, step, collectivePeers(step), out);
     return Status::ok();
@@ -248,7 +246,7 @@ Status stepTerms(const Topology& topology, const CommStep& step, StepTerms& out)
   for (const Transfer& t : step.transfers) flows.push_back({t.src, t.dst, static_cast<double>(t.bytes)});
   StepTerms terms;
   addRounds(terms, priceRound(topology, flows), 1, 1);
-  terms.transferSeconds *= topology.transferFactors.of(StepKind::ManyToMany);
+  terms.transferSeconds *= topology.transferFactors.of(OpKind::ManyToMany);
   addOverheads(topology, step, manyToManyPeers(topology, step.transfers), terms);
   out = terms;
   return Status::ok();

@@ -62,7 +62,7 @@ Status stepProgram(const Plan& plan, const PlanStep& step, bool movesBoxes, Comm
                     plan.buffers.size());
   const PlanBuffer& input = plan.buffers[static_cast<std::size_t>(step.input)];
   const auto bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, input.localBytes));
-  auto collective = [&](StepKind kind) {
+  auto collective = [&](OpKind kind) {
     out.push_back(CommStep::collective(kind, holdingGroups(input, step.axes), bytes));
   };
   switch (step.kind) {
@@ -77,7 +77,7 @@ Status stepProgram(const Plan& plan, const PlanStep& step, bool movesBoxes, Comm
                           "broadcast root {} outside its group of {}", step.root, group.size());
         std::rotate(group.begin(), group.begin() + step.root, group.end());
       }
-      out.push_back(CommStep::collective(StepKind::Broadcast, std::move(groups), bytes));
+      out.push_back(CommStep::collective(OpKind::Broadcast, std::move(groups), bytes));
       break;
     }
     case PlanStep::Kind::Send: {

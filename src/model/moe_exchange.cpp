@@ -53,7 +53,7 @@ CommStep routedStep(const MoeExchange& x, double rowsPerRank) {
 void addCountExchange(const MoeExchange& x, CommProgram& program) {
   if (!x.countExchange || x.groups.empty() || x.groups.front().size() < 2) return;
   program.push_back(
-      CommStep::collective(StepKind::AllToAll, x.groups, static_cast<std::uint64_t>(kCountBytes * x.experts)));
+      CommStep::collective(OpKind::AllToAll, x.groups, static_cast<std::uint64_t>(kCountBytes * x.experts)));
 }
 
 }  // namespace
@@ -73,9 +73,8 @@ CommProgram moeDispatcherProgram(const MoeExchange& x, MoeDispatcher dispatcher)
       static_cast<std::uint64_t>(std::llround(x.imbalance * static_cast<double>(x.tokens * x.topK * x.rowBytes)));
   CommStep step =
       x.combine
-          ? CommStep::collective(StepKind::ReduceScatter, x.groups,
-                                 static_cast<std::uint64_t>(n * x.tokens * x.rowBytes))
-          : CommStep::collective(StepKind::AllGather, x.groups,
+          ? CommStep::collective(OpKind::ReduceScatter, x.groups, static_cast<std::uint64_t>(n * x.tokens * x.rowBytes))
+          : CommStep::collective(OpKind::AllGather, x.groups,
                                  static_cast<std::uint64_t>(x.tokens * (x.rowBytes + kRoutingBytesPerExpert * x.topK)));
   step.localBytes = kept;
   step.localLaunches = 1;
@@ -96,7 +95,7 @@ CommProgram moeRoutedProgram(const MoeExchange& x) {
 std::int64_t programBytes(const CommProgram& program) {
   std::int64_t total = 0;
   for (const CommStep& step : program) {
-    if (step.kind == StepKind::ManyToMany) {
+    if (step.kind == OpKind::ManyToMany) {
       for (const Transfer& t : step.transfers) total += t.src != t.dst ? static_cast<std::int64_t>(t.bytes) : 0;
       continue;
     }
@@ -104,9 +103,9 @@ std::int64_t programBytes(const CommProgram& program) {
       const auto n = static_cast<std::int64_t>(group.size());
       const auto l = static_cast<std::int64_t>(step.bytesPerRank);
       switch (step.kind) {
-        case StepKind::AllGather: total += n * (n - 1) * l; break;
-        case StepKind::AllReduce: total += 2 * (n - 1) * l; break;
-        case StepKind::Broadcast: total += (n - 1) * l; break;
+        case OpKind::AllGather: total += n * (n - 1) * l; break;
+        case OpKind::AllReduce: total += 2 * (n - 1) * l; break;
+        case OpKind::Broadcast: total += (n - 1) * l; break;
         default:  // ReduceScatter, AllToAll: every rank sends (n-1)/n of its L
           total += (n - 1) * l;
           break;

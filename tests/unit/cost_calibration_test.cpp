@@ -33,7 +33,7 @@ std::vector<CalibrationSample> synthesise(const Topology& truth, double noise, s
   const CostModel model(truth);
   Noise rng(seed);
   std::vector<CalibrationSample> samples;
-  for (const StepKind kind : kTransferKinds) {
+  for (const OpKind kind : kTransferKinds) {
     for (const int groupSize : {2, 4, 8}) {
       for (std::uint64_t bytes = 4096; bytes <= (std::uint64_t{64} << 20); bytes *= 8) {
         CalibrationSample sample{kind, groupSize, 8 / groupSize, bytes, 0.0};
@@ -77,7 +77,7 @@ double stepError(const Topology& fitted, const Topology& truth, const CommStep& 
 // Steps no sample measured: other sizes, every primitive, and a group of 4 ranks beside 4 idle ones.
 std::vector<CommStep> heldOutSteps() {
   std::vector<CommStep> steps;
-  for (const StepKind kind : kTransferKinds) {
+  for (const OpKind kind : kTransferKinds) {
     for (const std::uint64_t bytes : {std::uint64_t{3} << 20, std::uint64_t{48} << 10}) {
       steps.push_back(sampleStep({kind, 8, 1, bytes, 0.0}));
       steps.push_back(sampleStep({kind, 4, 2, bytes, 0.0}));
@@ -100,11 +100,11 @@ TEST(Calibration, RecoversAHostWithPerPrimitiveAlgorithmsFromNoisyTimings) {
   EXPECT_NEAR(fitted.local.alphaSeconds / truth.local.alphaSeconds, 1.0, 0.05);
   EXPECT_NEAR(fitted.stepSeconds / truth.stepSeconds, 1.0, 0.05);
   // Bandwidth and factors are determined up to their product, per primitive.
-  for (const StepKind kind : {StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast, StepKind::ManyToMany}) {
+  for (const OpKind kind : {OpKind::AllGather, OpKind::AllToAll, OpKind::Broadcast, OpKind::ManyToMany}) {
     EXPECT_NEAR(fitted.transferFactors.of(kind) / fitted.local.bytesPerSecond /
                     (truth.transferFactors.of(kind) / truth.local.bytesPerSecond),
                 1.0, 0.03)
-        << stepKindName(kind);
+        << opKindName(kind);
   }
   // On 8 ranks sharing 2 cores the reduction grows with the same bytes as the transfer.
   EXPECT_TRUE(report.reduceAbsorbed);
@@ -162,8 +162,8 @@ TEST(Calibration, ScalesEveryLinkClassOfAPresetAndKeepsTheirRatio) {
   EXPECT_NEAR(report.alphaScale, 1.5, 0.05);
   EXPECT_NEAR(fitted.stepSeconds / base.stepSeconds, 1.0, 0.05);
   // The GPUs reduce for free: every primitive moves bytes as modelled, at 0.8x the bandwidth.
-  for (const StepKind kind : kTransferKinds) {
-    EXPECT_NEAR(fitted.transferFactors.of(kind) / report.bandwidthScale, 1.0 / 0.8, 0.03) << stepKindName(kind);
+  for (const OpKind kind : kTransferKinds) {
+    EXPECT_NEAR(fitted.transferFactors.of(kind) / report.bandwidthScale, 1.0 / 0.8, 0.03) << opKindName(kind);
   }
   EXPECT_NEAR(fitted.cross.bytesPerSecond / fitted.local.bytesPerSecond,
               base.cross.bytesPerSecond / base.local.bytesPerSecond, 1e-12);
@@ -177,7 +177,7 @@ TEST(Calibration, KeepsTheBaseReductionCostWhenNoSampleReduces) {
   truth.local = {5e-6, 6e9};
   std::vector<CalibrationSample> gathers;
   for (const CalibrationSample& s : synthesise(truth, 0.0, 3)) {
-    if (s.primitive == StepKind::AllGather || s.primitive == StepKind::AllToAll) gathers.push_back(s);
+    if (s.primitive == OpKind::AllGather || s.primitive == OpKind::AllToAll) gathers.push_back(s);
   }
   const Topology base = host;
   Topology fitted;
@@ -187,7 +187,7 @@ TEST(Calibration, KeepsTheBaseReductionCostWhenNoSampleReduces) {
   EXPECT_FALSE(report.reduceAbsorbed);
   EXPECT_EQ(fitted.reduceSecondsPerByte, base.reduceSecondsPerByte);
   // Unmeasured primitives keep the base's factor and take the links' bandwidth.
-  EXPECT_EQ(fitted.transferFactors.of(StepKind::AllReduce), base.transferFactors.of(StepKind::AllReduce));
+  EXPECT_EQ(fitted.transferFactors.of(OpKind::AllReduce), base.transferFactors.of(OpKind::AllReduce));
   EXPECT_NEAR(fitted.local.bytesPerSecond, truth.local.bytesPerSecond, 1e-6 * truth.local.bytesPerSecond);
 }
 
@@ -203,7 +203,7 @@ TEST(Calibration, PointsCoverEveryPrimitiveGroupSizeAndSizeAndFitBack) {
   }
   EXPECT_EQ(points.front().bytesPerRank, 1u << 20);
   EXPECT_EQ(points[2].bytesPerRank, 16u << 20);
-  EXPECT_EQ(points.back().primitive, StepKind::ManyToMany);
+  EXPECT_EQ(points.back().primitive, OpKind::ManyToMany);
   // Filling the points with a known machine's times and fitting recovers it.
   Topology truth = hostTruth();
   truth.local = {2e-4, 3.5e9};
@@ -222,8 +222,8 @@ TEST(Calibration, PointsCoverEveryPrimitiveGroupSizeAndSizeAndFitBack) {
 }
 
 TEST(Calibration, AManyToManySampleSendsFromTheFirstHalfOfEachGroupToTheSecond) {
-  const CommStep step = sampleStep({StepKind::ManyToMany, 4, 2, 1000, 0.0});
-  ASSERT_EQ(step.kind, StepKind::ManyToMany);
+  const CommStep step = sampleStep({OpKind::ManyToMany, 4, 2, 1000, 0.0});
+  ASSERT_EQ(step.kind, OpKind::ManyToMany);
   ASSERT_EQ(step.transfers.size(), 4u);
   const std::vector<std::pair<int, int>> expected = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
   for (std::size_t i = 0; i < expected.size(); ++i) {
@@ -242,30 +242,29 @@ TEST(Calibration, BadSamplesAreRejectedWithAReason) {
   EXPECT_NE(status.message().find("calibration needs samples of several sizes, got none"), std::string::npos)
       << status.message();
   // Latency, step, reduction and the AllReduce's transfer: 4 unknowns.
-  status = fitProfile(base, {{StepKind::AllReduce, 8, 1, 1 << 20, 1e-2}, {StepKind::AllReduce, 8, 1, 1 << 22, 4e-2}},
-                      fitted);
+  status =
+      fitProfile(base, {{OpKind::AllReduce, 8, 1, 1 << 20, 1e-2}, {OpKind::AllReduce, 8, 1, 1 << 22, 4e-2}}, fitted);
   EXPECT_NE(status.message().find("at least 4 samples for the 4 terms"), std::string::npos) << status.message();
 
-  status = fitProfile(base, {{StepKind::Send, 2, 1, 1024, 1e-3}}, fitted);
+  status = fitProfile(base, {{OpKind::Send, 2, 1, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("sample 0: primitive must be a collective or manytomany, got send"),
             std::string::npos)
       << status.message();
-  status =
-      fitProfile(base, {{StepKind::ManyToMany, 2, 1, 1024, 1e-3}, {StepKind::ManyToMany, 3, 2, 1024, 1e-3}}, fitted);
+  status = fitProfile(base, {{OpKind::ManyToMany, 2, 1, 1024, 1e-3}, {OpKind::ManyToMany, 3, 2, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("sample 1: a manytomany sample pairs the halves of each group, so its group size "
                                   "must be even, got 3"),
             std::string::npos)
       << status.message();
-  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, 1e-3}, {StepKind::AllGather, 4, 3, 1024, 1e-3}}, fitted);
+  status = fitProfile(base, {{OpKind::AllGather, 4, 1, 1024, 1e-3}, {OpKind::AllGather, 4, 3, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("sample 1: 3 groups of 4 ranks exceed"), std::string::npos) << status.message();
-  status = fitProfile(base, {{StepKind::AllGather, 4, 1, 1024, -1.0}}, fitted);
+  status = fitProfile(base, {{OpKind::AllGather, 4, 1, 1024, -1.0}}, fitted);
   EXPECT_NE(status.message().find("measured time must be > 0"), std::string::npos) << status.message();
-  status = fitProfile(base, {{StepKind::AllGather, 1, 1, 1024, 1e-3}}, fitted);
+  status = fitProfile(base, {{OpKind::AllGather, 1, 1, 1024, 1e-3}}, fitted);
   EXPECT_NE(status.message().find("group size >= 2"), std::string::npos) << status.message();
 
   // One size only: latency and bandwidth cannot be told apart.
   std::vector<CalibrationSample> oneSize;
-  for (int i = 0; i < 5; ++i) oneSize.push_back({StepKind::AllGather, 8, 1, 1 << 20, 1e-3 * (1 + 0.01 * i)});
+  for (int i = 0; i < 5; ++i) oneSize.push_back({OpKind::AllGather, 8, 1, 1 << 20, 1e-3 * (1 + 0.01 * i)});
   status = fitProfile(base, oneSize, fitted);
   EXPECT_NE(status.message().find("do not determine"), std::string::npos) << status.message();
   EXPECT_EQ(fitted.name, "untouched");

@@ -207,7 +207,7 @@ TEST(HostsTopology, CalibrationRecoversTheCrossLinkFromHandOffsAlone) {
   };
   std::vector<CalibrationSample> handOffs;
   for (const std::uint64_t bytes : {std::uint64_t{16} << 10, std::uint64_t{64} << 10, std::uint64_t{256} << 10}) {
-    CalibrationSample sample{StepKind::ManyToMany, 8, 1, bytes, 0.0};
+    CalibrationSample sample{OpKind::ManyToMany, 8, 1, bytes, 0.0};
     sample.seconds = seconds(truth, sampleStep(sample));
     handOffs.push_back(sample);
   }
@@ -250,7 +250,7 @@ TEST(HostNetwork, HostsHaveTheirOwnBusAndShareOneNicPerDirection) {
 TEST(HostNetwork, CollectivesAcrossHostsRunHierarchicallyWhateverThePlacement) {
   const double bytes = 16 << 20;
   const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
-  const CommStep allReduce = CommStep::collective(StepKind::AllReduce, {all}, 16 << 20);
+  const CommStep allReduce = CommStep::collective(OpKind::AllReduce, {all}, 16 << 20);
   const StepCost inBlocks = price(launchTopology(blocks(2, 4)), allReduce);
   const StepCost roundRobinCost = price(launchTopology(roundRobin(2, 8)), allReduce);
   // Across on the quarter shard: 2 (H-1)/H of the tensor per host and direction, all 8 ranks 2x.
@@ -259,18 +259,18 @@ TEST(HostNetwork, CollectivesAcrossHostsRunHierarchicallyWhateverThePlacement) {
   EXPECT_NEAR(roundRobinCost.seconds, inBlocks.seconds, 1e-9);
   // A flat ring on blocks would cross with 2 (n-1)/n of the tensor each way: 3.5 tensors.
   const StepCost reduceScatter =
-      price(launchTopology(roundRobin(2, 8)), CommStep::collective(StepKind::ReduceScatter, {all}, 16 << 20));
+      price(launchTopology(roundRobin(2, 8)), CommStep::collective(OpKind::ReduceScatter, {all}, 16 << 20));
   EXPECT_DOUBLE_EQ(reduceScatter.crossBytes, bytes);
   const StepCost allGather =
-      price(launchTopology(roundRobin(2, 8)), CommStep::collective(StepKind::AllGather, {all}, 2 << 20));
+      price(launchTopology(roundRobin(2, 8)), CommStep::collective(OpKind::AllGather, {all}, 2 << 20));
   EXPECT_DOUBLE_EQ(allGather.crossBytes, bytes);
   // A group inside one host never touches the network.
   const StepCost inside =
-      price(launchTopology(blocks(2, 4)), CommStep::collective(StepKind::AllReduce, {{0, 1, 2, 3}}, 16 << 20));
+      price(launchTopology(blocks(2, 4)), CommStep::collective(OpKind::AllReduce, {{0, 1, 2, 3}}, 16 << 20));
   EXPECT_EQ(inside.crossBytes, 0);
   // AllToAll: every member sends to the n - c members on other hosts once.
   const StepCost allToAll =
-      price(launchTopology({0, 0, 0, 1, 1, 1, 1, 1}), CommStep::collective(StepKind::AllToAll, {all}, 8 << 20));
+      price(launchTopology({0, 0, 0, 1, 1, 1, 1, 1}), CommStep::collective(OpKind::AllToAll, {all}, 8 << 20));
   EXPECT_DOUBLE_EQ(allToAll.crossBytes, 2.0 * 3 * 5 * (1 << 20));
 }
 

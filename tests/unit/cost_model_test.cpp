@@ -51,20 +51,20 @@ TEST(CostModel, RingAllReduceOnOneBusAddsAlphaBusAndSharedReduction) {
   const CostModel model(roundHost(4));
   // 6 rounds; each round 4 flows of 1000 B share the bus: 4 us; reductions: 3 rounds of
   // 1000 B on 4 ranks sharing 2 cores: 3 * 1000 * 2 ns.
-  const StepCost cost = price(model, CommStep::collective(StepKind::AllReduce, {iota(0, 4)}, 4000));
+  const StepCost cost = price(model, CommStep::collective(OpKind::AllReduce, {iota(0, 4)}, 4000));
   EXPECT_DOUBLE_EQ(cost.latencySeconds, 6e-6);
   EXPECT_DOUBLE_EQ(cost.transferSeconds, 24e-6);
   EXPECT_DOUBLE_EQ(cost.reduceSeconds, 6e-6);
   EXPECT_DOUBLE_EQ(cost.seconds, 36e-6);
   EXPECT_EQ(cost.bottleneck, "memory bus");
 
-  const StepCost rs = price(model, CommStep::collective(StepKind::ReduceScatter, {iota(0, 4)}, 4000));
+  const StepCost rs = price(model, CommStep::collective(OpKind::ReduceScatter, {iota(0, 4)}, 4000));
   EXPECT_DOUBLE_EQ(rs.seconds, 3e-6 + 12e-6 + 6e-6);
-  const StepCost ag = price(model, CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 1000));
+  const StepCost ag = price(model, CommStep::collective(OpKind::AllGather, {iota(0, 4)}, 1000));
   EXPECT_DOUBLE_EQ(ag.seconds, 3e-6 + 12e-6);
-  const StepCost a2a = price(model, CommStep::collective(StepKind::AllToAll, {iota(0, 4)}, 4000));
+  const StepCost a2a = price(model, CommStep::collective(OpKind::AllToAll, {iota(0, 4)}, 4000));
   EXPECT_DOUBLE_EQ(a2a.seconds, 1e-6 + 12e-6);  // 12 flows of 1000 B at once
-  const StepCost bcast = price(model, CommStep::collective(StepKind::Broadcast, {iota(0, 4)}, 1000));
+  const StepCost bcast = price(model, CommStep::collective(OpKind::Broadcast, {iota(0, 4)}, 1000));
   EXPECT_DOUBLE_EQ(bcast.seconds, 3e-6 + 3e-6);  // chain of 3 links, pipelined
 }
 
@@ -74,7 +74,7 @@ TEST(CostModel, PcieCrossHalfTrafficSharesTheCpuLink) {
   const double mb = 1e6;
   // Ring over all 8: links 3->4 and 7->0 cross halves, one flow per direction, and the
   // CPU link (12 GB/s) is slower than a GPU's own link (22 GB/s).
-  const StepCost ring = price(model, CommStep::collective(StepKind::AllReduce, {iota(0, 8)}, 8 * 1000000));
+  const StepCost ring = price(model, CommStep::collective(OpKind::AllReduce, {iota(0, 8)}, 8 * 1000000));
   EXPECT_NEAR(ring.transferSeconds, 14 * mb / pcie.cross.bytesPerSecond, 1e-12);
   EXPECT_NEAR(ring.latencySeconds, 14 * pcie.cross.alphaSeconds, 1e-15);
   EXPECT_EQ(ring.bottleneck.rfind("cpu link domain", 0), 0u) << ring.bottleneck;
@@ -99,13 +99,13 @@ TEST(CostModel, NvSwitchPortBandwidthFallsWithConcurrentPeers) {
   const Topology h100 = preset("dgx-h100x8");
   ASSERT_GT(h20.peerPenalty, 0.0);
   // 8-rank all-to-all of L = 8 MB: every port carries 7 MB to 7 peers.
-  const CommStep a2a = CommStep::collective(StepKind::AllToAll, {iota(0, 8)}, 8000000);
+  const CommStep a2a = CommStep::collective(OpKind::AllToAll, {iota(0, 8)}, 8000000);
   const StepCost slow = price(CostModel(h20), a2a);
   const StepCost fast = price(CostModel(h100), a2a);
   EXPECT_NEAR(slow.transferSeconds, 7e6 * (1 + 6 * h20.peerPenalty) / h20.local.bytesPerSecond, 1e-12);
   EXPECT_NEAR(fast.transferSeconds, 7e6 / h100.local.bytesPerSecond, 1e-12);
   // One peer each (a ring round) pays no penalty.
-  const StepCost ring = price(CostModel(h20), CommStep::collective(StepKind::AllGather, {iota(0, 8)}, 1000000));
+  const StepCost ring = price(CostModel(h20), CommStep::collective(OpKind::AllGather, {iota(0, 8)}, 1000000));
   EXPECT_NEAR(ring.transferSeconds, 7 * 1e6 / h20.local.bytesPerSecond, 1e-12);
 }
 
@@ -116,11 +116,11 @@ TEST(CostModel, StepLaunchPeersAndLocalPassesAreAddedPerStep) {
   t.device = {1e9, 3e-6, 0};  // 1 GB/s memory, 3 us per local kernel
   const CostModel model(t);
   // A ring AllGather: one peer, so the step cost alone; no local work.
-  const StepCost ring = price(model, CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 1000));
+  const StepCost ring = price(model, CommStep::collective(OpKind::AllGather, {iota(0, 4)}, 1000));
   EXPECT_NEAR(ring.overheadSeconds, 10e-6, 1e-15);
   EXPECT_EQ(ring.localSeconds, 0);
   // An AllToAll of 8 talks to 7 peers: 6 extra; a pack and an unpack of 1 MB each.
-  CommStep a2a = CommStep::collective(StepKind::AllToAll, {iota(0, 8)}, 1000000);
+  CommStep a2a = CommStep::collective(OpKind::AllToAll, {iota(0, 8)}, 1000000);
   a2a.localBytes = 2000000;
   a2a.localLaunches = 2;
   const StepCost all = price(model, a2a);
@@ -139,7 +139,7 @@ TEST(CostModel, StepLaunchPeersAndLocalPassesAreAddedPerStep) {
   const StepCost local = price(model, copy);
   EXPECT_NEAR(local.seconds, 3e-6 + 2 * 1000 / 1e9, 1e-15);
   // A step that moves nothing costs nothing.
-  EXPECT_EQ(price(model, CommStep::collective(StepKind::AllReduce, {{0}, {1}}, 1000)).seconds, 0);
+  EXPECT_EQ(price(model, CommStep::collective(OpKind::AllReduce, {{0}, {1}}, 1000)).seconds, 0);
 }
 
 TEST(CostModel, LocalPassesOfFewerRanksRunFasterWhenRanksShareCores) {
@@ -216,29 +216,29 @@ TEST(CostModel, MultiNodeTrafficUsesTheNicsAndNodeCountIsAParameter) {
 TEST(CostModel, EveryPresetIsMonotoneInBytesAndGroupSize) {
   for (const std::string& name : topologyPresetNames()) {
     const CostModel model(preset(name));
-    for (const StepKind kind :
-         {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll, StepKind::Broadcast}) {
+    for (const OpKind kind :
+         {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather, OpKind::AllToAll, OpKind::Broadcast}) {
       double previous = 0;
       for (std::uint64_t bytes = 1024; bytes <= (std::uint64_t{1} << 30); bytes *= 4) {
         const double t = price(model, CommStep::collective(kind, {iota(0, 8)}, bytes)).seconds;
-        EXPECT_GT(t, previous) << name << " " << stepKindName(kind) << " " << bytes;
+        EXPECT_GT(t, previous) << name << " " << opKindName(kind) << " " << bytes;
         previous = t;
       }
       // AllGather of L per rank gathers more as the group grows; the others at least pay
       // more rounds of latency.
       const double t4 = price(model, CommStep::collective(kind, {iota(0, 4)}, 1 << 24)).seconds;
       const double t8 = price(model, CommStep::collective(kind, {iota(0, 8)}, 1 << 24)).seconds;
-      EXPECT_GT(t8, t4) << name << " " << stepKindName(kind);
+      EXPECT_GT(t8, t4) << name << " " << opKindName(kind);
     }
   }
 }
 
 TEST(CostModel, TrivialStepsCostNothingAndProgramsAddUp) {
   const CostModel model(preset("pcie-4080x8"));
-  EXPECT_EQ(price(model, CommStep::collective(StepKind::AllReduce, {{3}}, 1 << 20)).seconds, 0.0);
+  EXPECT_EQ(price(model, CommStep::collective(OpKind::AllReduce, {{3}}, 1 << 20)).seconds, 0.0);
   EXPECT_EQ(price(model, CommStep::manyToMany({{2, 2, 1 << 20}})).seconds, 0.0);
   EXPECT_EQ(price(model, CommStep::manyToMany({})).seconds, 0.0);
-  const CommStep a = CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 1 << 20);
+  const CommStep a = CommStep::collective(OpKind::AllGather, {iota(0, 4)}, 1 << 20);
   const CommStep b = CommStep::manyToMany({{0, 5, 1 << 20}});
   double total = 0;
   ASSERT_TRUE(model.predict({a, b}, total).isOk());
@@ -248,16 +248,16 @@ TEST(CostModel, TrivialStepsCostNothingAndProgramsAddUp) {
 TEST(CostModel, MalformedStepsAreRejectedWithTheirIndex) {
   const CostModel model(preset("pcie-4080x8"));
   StepCost cost;
-  Status status = model.predictStep(CommStep::collective(StepKind::AllReduce, {{0, 1}, {1, 2}}, 64), cost);
+  Status status = model.predictStep(CommStep::collective(OpKind::AllReduce, {{0, 1}, {1, 2}}, 64), cost);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
   EXPECT_NE(status.message().find("rank 1 appears twice"), std::string::npos) << status.message();
-  status = model.predictStep(CommStep::collective(StepKind::AllGather, {{0, 1}, {2, 3, 4}}, 64), cost);
+  status = model.predictStep(CommStep::collective(OpKind::AllGather, {{0, 1}, {2, 3, 4}}, 64), cost);
   EXPECT_NE(status.message().find("same size"), std::string::npos) << status.message();
-  status = model.predictStep(CommStep::collective(StepKind::AllGather, {{0, 9}}, 64), cost);
+  status = model.predictStep(CommStep::collective(OpKind::AllGather, {{0, 9}}, 64), cost);
   EXPECT_NE(status.message().find("rank 9 outside the 8 ranks"), std::string::npos) << status.message();
-  status = model.predictStep(CommStep::collective(StepKind::ManyToMany, {{0, 1}}, 64), cost);
+  status = model.predictStep(CommStep::collective(OpKind::ManyToMany, {{0, 1}}, 64), cost);
   EXPECT_NE(status.message().find("transfers, not groups"), std::string::npos) << status.message();
-  status = model.predictStep(CommStep::collective(StepKind::AllToAll, {}, 64), cost);
+  status = model.predictStep(CommStep::collective(OpKind::AllToAll, {}, 64), cost);
   EXPECT_NE(status.message().find("at least one group"), std::string::npos) << status.message();
   double total = 0;
   status = model.predict({CommStep::manyToMany({{0, 1, 8}}), CommStep::manyToMany({{-1, 1, 8}})}, total);
@@ -268,20 +268,19 @@ TEST(CostModel, InvalidTopologyFailsEveryPredictionWithTheReason) {
   Topology broken = roundHost(4);
   broken.local.bytesPerSecond = 0;
   StepCost cost;
-  const Status status =
-      CostModel(broken).predictStep(CommStep::collective(StepKind::AllGather, {iota(0, 4)}, 64), cost);
+  const Status status = CostModel(broken).predictStep(CommStep::collective(OpKind::AllGather, {iota(0, 4)}, 64), cost);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
   EXPECT_NE(status.message().find("bandwidth > 0"), std::string::npos) << status.message();
 }
 
 TEST(CostModel, StepKindNamesRoundTrip) {
-  for (const StepKind kind : {StepKind::AllReduce, StepKind::ReduceScatter, StepKind::AllGather, StepKind::AllToAll,
-                              StepKind::Broadcast, StepKind::ManyToMany}) {
-    StepKind parsed = StepKind::AllReduce;
-    ASSERT_TRUE(parseStepKind(stepKindName(kind), parsed).isOk());
+  for (const OpKind kind : {OpKind::AllReduce, OpKind::ReduceScatter, OpKind::AllGather, OpKind::AllToAll,
+                            OpKind::Broadcast, OpKind::ManyToMany}) {
+    OpKind parsed = OpKind::AllReduce;
+    ASSERT_TRUE(parseStepKind(opKindName(kind), parsed).isOk());
     EXPECT_EQ(parsed, kind);
   }
-  StepKind parsed = StepKind::AllReduce;
+  OpKind parsed = OpKind::AllReduce;
   const Status bad = parseStepKind("allscatter", parsed);
   EXPECT_NE(bad.message().find("allscatter"), std::string::npos);
 }

@@ -55,10 +55,10 @@ TEST(CostPlanner, BaselineOfTpPpBecomesAllReduceInStageZeroThenStageHandOffs) {
   ASSERT_TRUE(planProgram(plan.baseline, program).isOk());
   ASSERT_EQ(program.size(), 2u) << plan.baseline.toString();
   const std::uint64_t local = 4096 * 1024 * 4;  // pp=@0,tp=P: every stage-0 rank holds the full tensor
-  EXPECT_EQ(program[0].kind, StepKind::AllReduce);
+  EXPECT_EQ(program[0].kind, OpKind::AllReduce);
   EXPECT_EQ(program[0].groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
   EXPECT_EQ(program[0].bytesPerRank, local);
-  EXPECT_EQ(program[1].kind, StepKind::ManyToMany);
+  EXPECT_EQ(program[1].kind, OpKind::ManyToMany);
   ASSERT_EQ(program[1].transfers.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(program[1].transfers[static_cast<std::size_t>(r)].src, r);
@@ -85,7 +85,7 @@ TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
   const ChainCase slice = chainCase("tp=4", 4, "R", "slice:tp:0", "tp=S0");
   ASSERT_TRUE(planProgram(planOn(slice, cost).baseline, program).isOk());
   ASSERT_EQ(program.size(), 1u);
-  EXPECT_EQ(program[0].kind, StepKind::ManyToMany);
+  EXPECT_EQ(program[0].kind, OpKind::ManyToMany);
   EXPECT_TRUE(program[0].transfers.empty());
   EXPECT_EQ(program[0].localBytes, 1024u * 1024 * 4);
   const ChainCase scale = chainCase("tp=4", 4, "R", "allreduce:tp", "R");
@@ -100,7 +100,7 @@ TEST(CostPlanner, PlanStepsCarryThePacksCopiesAndScalesTheExecutorMakes) {
   const ChainCase handOff = chainCase("sp=4,pp=2", 8, "pp=@0,sp=S1", "allgather:sp:1,send:pp", "pp=@1,sp=R");
   ASSERT_TRUE(planProgram(planOn(handOff, cost).fused, program).isOk());
   ASSERT_EQ(program.size(), 1u);
-  EXPECT_EQ(program[0].kind, StepKind::ManyToMany);
+  EXPECT_EQ(program[0].kind, OpKind::ManyToMany);
   EXPECT_EQ(program[0].localRanks, 4);
   EXPECT_EQ(program[0].localBytes, 4096u * 1024 * 4);
 }

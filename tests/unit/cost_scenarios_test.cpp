@@ -25,7 +25,7 @@ const std::vector<int> kAll = {0, 1, 2, 3, 4, 5, 6, 7};
 const std::vector<int> kLow = {0, 1, 2, 3};
 const std::vector<int> kHigh = {4, 5, 6, 7};
 
-CommStep collective(StepKind kind, Groups groups, std::uint64_t bytes) {
+CommStep collective(OpKind kind, Groups groups, std::uint64_t bytes) {
   return CommStep::collective(kind, std::move(groups), bytes);
 }
 
@@ -50,7 +50,7 @@ const std::vector<int> kEven = {0, 2, 4, 6};
 const std::vector<int> kOdd = {1, 3, 5, 7};
 
 std::vector<Scenario> paperScenarios(std::uint64_t s) {
-  using K = StepKind;
+  using K = OpKind;
   return {
       // tp=8, tp=P -> tp=S0: AllReduce then keep own shard = ReduceScatter.
       {"tp_sp", {collective(K::AllReduce, {kAll}, s)}, {collective(K::ReduceScatter, {kAll}, s)}},
@@ -119,7 +119,7 @@ TEST(CostScenarios, H20KeepsBaselineWhereFourRankOpsFuseIntoOneEightRankManyToMa
   // still wins: the model decides by fan-out, not by a blanket rule.
   const std::uint64_t s = std::uint64_t{64} << 20;
   const Scenario oneToOne{
-      "pp_sp_1to1", ppSp.baseline, {pairs(kEven, kOdd, s), collective(StepKind::AllGather, {kOdd}, s)}};
+      "pp_sp_1to1", ppSp.baseline, {pairs(kEven, kOdd, s), collective(OpKind::AllGather, {kOdd}, s)}};
   EXPECT_TRUE(decide("nvswitch-h20x8", oneToOne).fuse);
 }
 
@@ -159,9 +159,9 @@ TEST(CostScenarios, TpPpAcrossNodesGainsMoreBecauseTheNicCarriesOneEighth) {
   }
   const std::uint64_t s = std::uint64_t{1} << 30;
   const Scenario tpPp{"tp_pp_2nodes",
-                      {collective(StepKind::AllReduce, {node0}, s), pairs(node0, node1, s)},
-                      {collective(StepKind::ReduceScatter, {node0}, s), pairs(node0, node1, s / 8),
-                       collective(StepKind::AllGather, {node1}, s / 8)}};
+                      {collective(OpKind::AllReduce, {node0}, s), pairs(node0, node1, s)},
+                      {collective(OpKind::ReduceScatter, {node0}, s), pairs(node0, node1, s / 8),
+                       collective(OpKind::AllGather, {node1}, s / 8)}};
   const FusionDecision d = decide("multinode-ib:2", tpPp);
   EXPECT_TRUE(d.fuse) << d.explanation;
   EXPECT_NEAR(d.baselineSeconds / d.fusedSeconds, 3.5, 0.1) << d.explanation;
@@ -180,8 +180,8 @@ TEST(CostScenarios, DecisionReportsWhichProgramIsMalformed) {
   Topology topology;
   ASSERT_TRUE(loadTopology("pcie-4080x8", topology).isOk());
   FusionDecision d;
-  const Status status = CostModel(topology).decide({collective(StepKind::AllReduce, {kAll}, 64)},
-                                                   {CommStep::manyToMany({{0, 8, 64}})}, d);
+  const Status status =
+      CostModel(topology).decide({collective(OpKind::AllReduce, {kAll}, 64)}, {CommStep::manyToMany({{0, 8, 64}})}, d);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
   EXPECT_EQ(status.message().rfind("fused program: step 0:", 0), 0u) << status.message();
 }

@@ -63,11 +63,11 @@ TEST(OpKinds, LayerNamesAndParsersComeFromTheTable) {
   for (const OpKindInfo& info : kOpKinds) {
     EXPECT_EQ(chainOpKindName(info.kind), info.keyword);
     EXPECT_EQ(planStepKindName(info.kind), info.keyword);
-    EXPECT_EQ(stepKindName(info.kind), info.keyword);
-    StepKind parsed = StepKind::ManyToMany;
+    EXPECT_EQ(opKindName(info.kind), info.keyword);
+    OpKind parsed = OpKind::ManyToMany;
     EXPECT_EQ(parseStepKind(info.keyword, parsed).isOk(), opKindUsedIn(info.kind, kOpInProgram)) << info.keyword;
   }
-  StepKind parsed = StepKind::AllReduce;
+  OpKind parsed = OpKind::AllReduce;
   const Status unknown = parseStepKind("slice", parsed);
   EXPECT_EQ(
       unknown.message(),
@@ -76,7 +76,7 @@ TEST(OpKinds, LayerNamesAndParsersComeFromTheTable) {
 }
 
 TEST(OpKinds, AProgramStepOfAKindOutsidePrograms) {
-  CommStep step = CommStep::collective(StepKind::Send, {{0, 1}}, 64);
+  CommStep step = CommStep::collective(OpKind::Send, {{0, 1}}, 64);
   const Status status = validateStep(step, 2);
   EXPECT_EQ(status.code(), StatusCode::InvalidArgument);
   EXPECT_NE(status.message().find("send is not a step of a communication program"), std::string::npos)

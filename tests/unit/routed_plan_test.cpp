@@ -69,8 +69,8 @@ TEST(RoutedPlan, ReplicasSplitAndPartialTokensReduceScatter) {
   EXPECT_GE(static_cast<double>(d.baseline.bytesPerRank) / static_cast<double>(d.fused.bytesPerRank), 1.6);
   ASSERT_TRUE(planRouted(request("tp=2,ep=4", "ep", 64, 2, 1024, TokenPlacement::Partial, "tp"), nullptr, d).isOk());
   EXPECT_TRUE(d.splitReplicas);
-  EXPECT_EQ(d.fused.program.front().kind, StepKind::ReduceScatter);
-  EXPECT_EQ(d.baseline.program.front().kind, StepKind::AllReduce);
+  EXPECT_EQ(d.fused.program.front().kind, OpKind::ReduceScatter);
+  EXPECT_EQ(d.baseline.program.front().kind, OpKind::AllReduce);
   EXPECT_LT(d.fused.bytesPerRank, d.baseline.bytesPerRank);
 }
 
@@ -98,7 +98,7 @@ TEST(RoutedPlan, StageStraightPaysUnlessTheStageLinkIsSlow) {
   EXPECT_LT(d.fused.bytesPerRank, d.baseline.bytesPerRank);
   ASSERT_EQ(d.explanation.size(), 2u);
   EXPECT_NE(d.explanation[1].find("straight from the stage"), std::string::npos) << d.explanation[1];
-  EXPECT_EQ(d.baseline.program.front().kind, StepKind::ManyToMany);  // the hand-off
+  EXPECT_EQ(d.baseline.program.front().kind, OpKind::ManyToMany);  // the hand-off
   // Two expert ranks per stage: the hand-off's dispatch and combine move half their rows off-rank.
   ASSERT_TRUE(planRouted(request("pp=2,ep=2", "ep", 64, 8, 1024, TokenPlacement::Stage, "pp"), nullptr, d).isOk());
   EXPECT_FALSE(d.straightFromStage);

@@ -18,11 +18,11 @@ namespace chimera {
 /// slowest rank's time). For ManyToMany (point-to-point sends, as a pipeline hand-off)
 /// member i of the first half of each group sends L bytes to member i + groupSize / 2.
 struct CalibrationSample {
-  StepKind primitive = StepKind::AllReduce;  ///< a collective or ManyToMany (one of kTransferKinds)
-  int groupSize = 0;                         ///< ranks per group (>= 2)
-  int numGroups = 1;                         ///< concurrent groups (>= 1)
-  std::uint64_t bytesPerRank = 0;            ///< L as in CommStep (> 0)
-  double seconds = 0;                        ///< measured time (> 0)
+  OpKind primitive = OpKind::AllReduce;  ///< a collective or ManyToMany (one of kTransferKinds)
+  int groupSize = 0;                     ///< ranks per group (>= 2)
+  int numGroups = 1;                     ///< concurrent groups (>= 1)
+  std::uint64_t bytesPerRank = 0;        ///< L as in CommStep (> 0)
+  double seconds = 0;                    ///< measured time (> 0)
 };
 
 /// What a fit found.

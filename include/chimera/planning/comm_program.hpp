@@ -13,18 +13,15 @@
 
 namespace chimera {
 
-/// What one communication step does: the kinds used in programs (`opKindUsedIn(kind,
-/// kOpInProgram)`, op_kind.hpp). The collectives (AllReduce, ReduceScatter, AllGather, AllToAll,
-/// Broadcast, whose root is the first rank listed in each group) run over groups of world
-/// ranks; ManyToMany is a list of point-to-point transfers issued together (NCCL: one
+/// What one communication step does is an OpKind used in programs (`opKindUsedIn(kind,
+/// kOpInProgram)`, op_kind.hpp): the collectives (AllReduce, ReduceScatter, AllGather,
+/// AllToAll, Broadcast, whose root is the first rank listed in each group) run over groups of
+/// world ranks; ManyToMany is a list of point-to-point transfers issued together (NCCL: one
 /// ncclGroupStart/End of sends and receives).
-using StepKind = OpKind;
 
-/// "allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "manytomany" (opKindName).
-std::string_view stepKindName(StepKind kind);
-/// Parses a name as printed by stepKindName, among the program's kinds. InvalidArgument naming
-/// the text when unknown.
-[[nodiscard]] Status parseStepKind(std::string_view text, StepKind& out);
+/// Parses the kind of a step as opKindName prints it ("allreduce", ..., "manytomany"), among
+/// the program's kinds. InvalidArgument naming the text when unknown.
+[[nodiscard]] Status parseStepKind(std::string_view text, OpKind& out);
 
 /// One point-to-point transfer of a many-to-many step. A transfer from a rank to itself is a
 /// local copy and costs nothing in the model.
@@ -38,7 +35,7 @@ struct Transfer {
 /// prices; it does not depend on the planner's data structures, so any producer of
 /// programs (planner, benchmark, test) can describe its communication with it.
 struct CommStep {
-  StepKind kind = StepKind::AllReduce;
+  OpKind kind = OpKind::AllReduce;
   /// Collectives: the groups that run the collective concurrently, each an ordered list of
   /// world ranks (the ring order; for Broadcast the first rank is the root). No rank may
   /// appear twice in one step. Empty for ManyToMany.
@@ -61,7 +58,7 @@ struct CommStep {
   int localRanks = 0;
 
   /// A collective `kind` (not ManyToMany) over `groups` with `bytesPerRank` = L.
-  static CommStep collective(StepKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank);
+  static CommStep collective(OpKind kind, std::vector<std::vector<int>> groups, std::uint64_t bytesPerRank);
   /// A many-to-many step.
   static CommStep manyToMany(std::vector<Transfer> transfers);
 
