@@ -88,4 +88,19 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
   return Status::ok();
 }
 
+Status agreeOnNewGroups(const NewGroups& groups, const Status& local, int rank, const GroupMin& min) {
+  SignatureVerdict verdict;
+  if (Status s = agreeOnSignature(groups.hash, !local.isOk(), {}, min, verdict); !s.isOk()) return s;
+  if (!local.isOk()) return local;
+  if (verdict.anyFailed) {
+    return Status::invalidArgument(fmt::format(
+        "createGroups: another rank passed axes mesh {} does not have; no {} were created", groups.mesh, groups.what));
+  }
+  if (verdict.sameHash()) return Status::ok();
+  return Status::mismatch(fmt::format(
+      "rank {} of mesh {}: the ranks create different {} at once (this rank: [{}]); every rank must create the same "
+      "groups together (Backend::createGroups at setup); none was created",
+      rank, groups.mesh, groups.what, groups.names));
+}
+
 }  // namespace chimera::detail

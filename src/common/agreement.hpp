@@ -67,4 +67,19 @@ struct CallSignature {
 [[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank, std::string_view group,
                                  const GroupMin& min);
 
+/// What a transport creates in Backend::createGroups, for the messages of agreeOnNewGroups.
+struct NewGroups {
+  std::int64_t hash = 0;   ///< of the groups' axis sets, in the order given
+  std::string_view names;  ///< the groups' axes as the messages name them ("tp, dp+tp")
+  std::string_view what;   ///< what is made: "communicators", "gloo groups"
+  std::string_view mesh;   ///< the mesh, as Mesh::toString prints it
+};
+
+/// Collective over the world: the groups every rank is about to create agree, so that ranks
+/// creating different groups at once all fail instead of waiting for each other. Returns
+/// `local` when it is an error (axes the mesh lacks); InvalidArgument when another rank
+/// reported one; Mismatch naming `rank` when the ranks' groups differ (none may then be made);
+/// errors of `min` as they are.
+[[nodiscard]] Status agreeOnNewGroups(const NewGroups& groups, const Status& local, int rank, const GroupMin& min);
+
 }  // namespace chimera::detail

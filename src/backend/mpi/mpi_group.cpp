@@ -109,22 +109,12 @@ Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing, const S
     names += (names.empty() ? "" : ", ") + (local.isOk() ? mesh_.axesName(axes) : fmt::format("0x{:x}", axes.bits()));
   }
   const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
-  SignatureVerdict verdict;
-  CHIMERA_RETURN_IF_ERROR(agreeOnSignature(
-      hasher.agreementValue(), !local.isOk(), {},
+  const std::string mesh = mesh_.toString();
+  return detail::agreeOnNewGroups(
+      {hasher.agreementValue(), names, "communicators", mesh}, local, rank_,
       groupMin(world, kNewGroupsAgreementTag,
                fmt::format("creating the communicators of axes [{}] (every rank must create the same groups together)",
-                           names)),
-      verdict));
-  if (!local.isOk()) return local;
-  if (verdict.anyFailed)
-    return Status::invalidArgument(fmt::format(
-        "createGroups: another rank passed axes mesh {} does not have; no communicator was created", mesh_.toString()));
-  if (verdict.sameHash()) return Status::ok();
-  return Status::mismatch(fmt::format(
-      "rank {} of mesh {}: the ranks create different communicators at once (this rank: [{}]); every rank must "
-      "create the same groups together (Backend::createGroups at setup); none was created",
-      rank_, mesh_.toString(), names));
+                           names)));
 }
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {

@@ -19,12 +19,14 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "chimera/mesh.hpp"
+#include "common/agreement.hpp"
 #include "common/hash.hpp"
 #include "host_transport.hpp"
 
@@ -300,12 +302,13 @@ class GlooHostBackend final : public chimera::Backend {
   // for different groups at once all fail with Mismatch instead of waiting in the store.
   Status createGroups(std::span<const AxisSet> groups) override {
     std::vector<AxisSet> missing;
+    Status local = Status::ok();
     for (AxisSet axes : groups) {
-      if (Status s = checkAxes(axes, "createGroups"); !s.isOk()) return s;
+      if (local.isOk()) local = checkAxes(axes, "createGroups");
       if (!hasGroup(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
     }
-    if (missing.empty()) return Status::ok();
-    if (Status s = agreeOnNewGroups(missing); !s.isOk()) return s;
+    if (missing.empty()) return local;
+    if (Status s = agreeOnNewGroups(missing, local); !s.isOk()) return s;
     for (AxisSet axes : missing) {
       c10::intrusive_ptr<c10d::Backend> gloo;
       const std::string what = "creating the gloo group of axes " + mesh_.axesName(axes);
@@ -320,39 +323,26 @@ class GlooHostBackend final : public chimera::Backend {
   }
 
  private:
-  // One MIN AllReduce over the whole mesh of the new groups' count, a hash of their axis sets
-  // in order, and the first and last axis set, each with its negation (the range across ranks).
-  Status agreeOnNewGroups(const std::vector<AxisSet>& groups) {
+  // The agreement of every rank of the mesh on the new groups (common/agreement.hpp), its MIN
+  // an AllReduce over the whole mesh.
+  Status agreeOnNewGroups(const std::vector<AxisSet>& groups, const Status& local) {
     detail::Hasher hash;  // the library's one hash, over the axis sets in order
-    for (AxisSet axes : groups) hash.add(std::uint64_t{axes.bits()});
-    const std::int64_t words[] = {static_cast<std::int64_t>(groups.size()), hash.agreementValue(),
-                                  groups.front().bits(), groups.back().bits()};
-    constexpr std::size_t n = std::size(words);
-    std::int64_t range[2 * n];
-    for (std::size_t i = 0; i < n; ++i) {
-      range[i] = words[i];
-      range[n + i] = -words[i];
-    }
+    for (AxisSet axes : groups) hash.add(axes.bits());
     const std::string names = axesNames(groups);
-    if (Status s = allReduce(range, range, 2 * n, DataType::I64, ReduceOp::Min, mesh_.allAxes(), nullptr); !s.isOk())
-      return Status(s.code(), "agreeing on the new gloo groups " + names + " (mesh " + mesh_.toString() + ", rank " +
+    const std::string mesh = mesh_.toString();
+    const detail::GroupMin min = [&](std::span<std::int64_t> words) {
+      const Status s =
+          allReduce(words.data(), words.data(), words.size(), DataType::I64, ReduceOp::Min, mesh_.allAxes(), nullptr);
+      if (s.isOk()) return s;
+      return Status(s.code(), "agreeing on the new gloo groups [" + names + "] (mesh " + mesh + ", rank " +
                                   std::to_string(rank_) + "): " + s.message());
-    bool agreed = true;
-    for (std::size_t i = 0; i < n; ++i) agreed = agreed && range[i] == -range[n + i];
-    if (agreed) return Status::ok();
-    const auto low = [&](std::size_t i) { return AxisSet::fromBits(static_cast<std::uint32_t>(range[i])); };
-    const auto high = [&](std::size_t i) { return AxisSet::fromBits(static_cast<std::uint32_t>(-range[n + i])); };
-    return Status::mismatch("rank " + std::to_string(rank_) + " of mesh " + mesh_.toString() +
-                            ": the ranks create different gloo groups at once (this rank: " + names +
-                            "; across the ranks: " + std::to_string(range[0]) + " to " + std::to_string(-range[n]) +
-                            " groups, the first of axes " + mesh_.axesName(low(2)) + " to " + mesh_.axesName(high(2)) +
-                            "); every rank must create the same groups together "
-                            "(Backend::createGroups at setup); none was created");
+    };
+    return detail::agreeOnNewGroups({hash.agreementValue(), names, "gloo groups", mesh}, local, rank_, min);
   }
   std::string axesNames(const std::vector<AxisSet>& groups) const {
     std::string names;
-    for (AxisSet axes : groups) names += (names.empty() ? "[" : ", ") + mesh_.axesName(axes);
-    return names + "]";
+    for (AxisSet axes : groups) names += (names.empty() ? "" : ", ") + mesh_.axesName(axes);
+    return names;
   }
   static c10d::ReduceOp c10dOp(ReduceOp op) {
     switch (op) {
