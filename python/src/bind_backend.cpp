@@ -46,20 +46,19 @@ void viewInPlaceOrOut(nb::handle tensor, nb::handle out, const char* call, Memor
   }
 }
 
-// Runs the tensor checks of one collective call. They are local to this rank, while its peers
-// are about to enter the collective: when one fails, this rank enters it too with arguments
-// the backend rejects (a null buffer, `poison`), so that with argument checking on
-// (CHIMERA_CHECK_ARGS=1) every rank of the group gets an error instead of waiting for this one;
-// with it off the backend rejects the call locally at once, as any bad argument. Then the
-// check's ValueError is raised here.
-template <typename Checks, typename Poison>
-void checkTensors(Checks&& checks, Poison&& poison) {
+// Runs the tensor checks of one collective call over `group`. They are local to this rank,
+// while its peers are about to enter the collective: when one fails, this rank refuses the call
+// (Backend::refuseCollective), so that with argument checking on (the default) every rank of the
+// group gets an error instead of waiting for this one. Then the check's ValueError is raised here.
+template <typename Checks>
+void checkTensors(Backend& backend, AxisSet group, Checks&& checks) {
   try {
     checks();
-  } catch (nb::python_error&) {
+  } catch (nb::python_error& error) {
+    const Status local = Status::invalidArgument(nb::str(error.value()).c_str());
     {
       nb::gil_scoped_release release;
-      (void)poison();
+      (void)backend.refuseCollective(group, local);
     }
     throw;
   }
@@ -71,8 +70,7 @@ nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::hand
   const AxisSet group = toAxes(axes, backend.mesh());
   const ReduceOp reduceOp = toReduceOp(op);
   TensorView in, result;
-  checkTensors([&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); },
-               [&] { return backend.allReduce(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
+  checkTensors(backend, group, [&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); });
   checkWithoutGil([&] { return backend.allReduce(in.data, result.data, in.elements, in.dtype, reduceOp, group); });
   return resultOf(tensor, out);
 }
@@ -84,19 +82,17 @@ nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, n
   const ReduceOp reduceOp = toReduceOp(op);
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
-  checkTensors(
-      [&] {
-        in = viewObject(input, kCall, "input", self.space());
-        outView = viewObject(output, kCall, "output", self.space());
-        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-        expectBytes(outView, in.bytes / n, kCall, "output",
-                    fmt::format("'input' ({} bytes) split over the {}", in.bytes, groupText(backend.mesh(), group)));
-        if (in.elements % n != 0) {
-          raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
-                                      groupText(backend.mesh(), group)));
-        }
-      },
-      [&] { return backend.reduceScatter(nullptr, nullptr, 1, DataType::F32, reduceOp, group); });
+  checkTensors(backend, group, [&] {
+    in = viewObject(input, kCall, "input", self.space());
+    outView = viewObject(output, kCall, "output", self.space());
+    expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+    expectBytes(outView, in.bytes / n, kCall, "output",
+                fmt::format("'input' ({} bytes) split over the {}", in.bytes, groupText(backend.mesh(), group)));
+    if (in.elements % n != 0) {
+      raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible by the {}", kCall, in.elements,
+                                  groupText(backend.mesh(), group)));
+    }
+  });
   checkWithoutGil(
       [&] { return backend.reduceScatter(in.data, outView.data, outView.elements, in.dtype, reduceOp, group); });
   return nb::borrow(output);
@@ -108,16 +104,13 @@ nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::h
   const AxisSet group = toAxes(axes, backend.mesh());
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
-  checkTensors(
-      [&] {
-        in = viewObject(input, kCall, "input", self.space());
-        outView = viewObject(output, kCall, "output", self.space());
-        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-        expectBytes(
-            outView, in.bytes * n, kCall, "output",
-            fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
-      },
-      [&] { return backend.allGather(nullptr, nullptr, 1, DataType::F32, group); });
+  checkTensors(backend, group, [&] {
+    in = viewObject(input, kCall, "input", self.space());
+    outView = viewObject(output, kCall, "output", self.space());
+    expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+    expectBytes(outView, in.bytes * n, kCall, "output",
+                fmt::format("'input' ({} bytes) from each rank of the {}", in.bytes, groupText(backend.mesh(), group)));
+  });
   checkWithoutGil([&] { return backend.allGather(in.data, outView.data, in.elements, in.dtype, group); });
   return nb::borrow(output);
 }
@@ -128,23 +121,20 @@ nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::ha
   const AxisSet group = toAxes(axes, backend.mesh());
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
-  checkTensors(
-      [&] {
-        in = viewObject(input, kCall, "input", self.space());
-        outView = viewObject(output, kCall, "output", self.space());
-        expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
-        expectBytes(outView, in.bytes, kCall, "output", "the size of 'input'");
-        if (in.elements % n != 0) {
-          raiseValueError(
-              fmt::format("{}: tensor 'input' has {} elements, not divisible into one block per rank of the {}", kCall,
-                          in.elements, groupText(backend.mesh(), group)));
-        }
-        if (in.data == outView.data && in.bytes != 0) {
-          raiseValueError(
-              fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
-        }
-      },
-      [&] { return backend.allToAll(nullptr, nullptr, 1, DataType::F32, group); });
+  checkTensors(backend, group, [&] {
+    in = viewObject(input, kCall, "input", self.space());
+    outView = viewObject(output, kCall, "output", self.space());
+    expectDtype(outView, in.dtype, kCall, "output", "the dtype of 'input'");
+    expectBytes(outView, in.bytes, kCall, "output", "the size of 'input'");
+    if (in.elements % n != 0) {
+      raiseValueError(fmt::format("{}: tensor 'input' has {} elements, not divisible into one block per rank of the {}",
+                                  kCall, in.elements, groupText(backend.mesh(), group)));
+    }
+    if (in.data == outView.data && in.bytes != 0) {
+      raiseValueError(
+          fmt::format("{}: 'input' and 'output' are the same memory; all_to_all is out-of-place only", kCall));
+    }
+  });
   checkWithoutGil([&] { return backend.allToAll(in.data, outView.data, in.elements / n, in.dtype, group); });
   return nb::borrow(output);
 }
@@ -154,8 +144,7 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
   Backend& backend = self.get(kCall);
   const AxisSet group = toAxes(axes, backend.mesh());
   TensorView in, result;
-  checkTensors([&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); },
-               [&] { return backend.broadcast(nullptr, nullptr, 1, DataType::F32, root, group); });
+  checkTensors(backend, group, [&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); });
   checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
   return resultOf(tensor, out);
 }
