@@ -54,11 +54,6 @@ std::string hostTopology(int ranks);
 /// of chimera/planning/topology.hpp), the host-network topology of where the ranks run.
 std::string hostsTopologyName(std::span<const int> hostOfRank);
 
-/// Exit status of a job a backend ends after a Timeout or a failure that leaves it unusable,
-/// with `abortOnTimeout` on (MpiBackendOptions, NcclBackendOptions; CHIMERA_ABORT_ON_TIMEOUT):
-/// the MPI_Abort error code, or the process's exit status without MPI.
-inline constexpr int kJobAbortExitCode = 3;
-
 /// The communication interface every transport implements: MPI over host memory, NCCL over
 /// device memory. A backend is bound to one Mesh; groups are named by mesh axes (`AxisSet`).
 /// The communicator of each group is created by `createGroups` at setup, or else on first

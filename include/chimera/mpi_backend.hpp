@@ -56,7 +56,7 @@ struct MpiBackendOptions {
   std::int64_t timeoutMs = 600000;
   /// After a Timeout, or any failure that leaves the backend unusable (its peers may be left
   /// waiting), log the rank, the call, the group and the ranks it waited for, then end the whole
-  /// job: MPI_Abort(MPI_COMM_WORLD, kJobAbortExitCode), making no further call
+  /// job: MPI_Abort(MPI_COMM_WORLD, 3), making no further call
   /// (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off: the call returns the Timeout and the
   /// application decides; chimera's tools and examples turn it on). docs/reliability.md.
   bool abortOnTimeout = false;

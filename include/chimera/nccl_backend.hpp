@@ -50,7 +50,7 @@ struct NcclBackendOptions {
   bool checkArgs = false;
   /// After a Timeout (the communicators are aborted), end the whole job as the MPI backend's
   /// option of the same name does: log, then MPI_Abort when MPI is initialised, else exit
-  /// with kJobAbortExitCode (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off).
+  /// with exit status 3 (CHIMERA_ABORT_ON_TIMEOUT=0|1, default off).
   bool abortOnTimeout = false;
 
   /// The defaults overridden by the environment variables above. InvalidArgument naming the

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <thread>
 
-#include "chimera/backend.hpp"
 #include "common/env.hpp"
 #include "common/log.hpp"
 #include "job/stall_watchdog.hpp"

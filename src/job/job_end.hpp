@@ -12,6 +12,11 @@
 
 namespace chimera::detail {
 
+/// Exit status of a job a backend ends after a Timeout or a failure that leaves it unusable,
+/// with `abortOnTimeout` on (MpiBackendOptions, NcclBackendOptions; CHIMERA_ABORT_ON_TIMEOUT):
+/// the MPI_Abort error code, or the process's exit status without MPI.
+inline constexpr int kJobAbortExitCode = 3;
+
 /// Reads CHIMERA_ABORT_ON_TIMEOUT (0/1/on/off/true/false) into `out`, leaving it as it is when
 /// unset. InvalidArgument naming the variable when malformed.
 [[nodiscard]] Status abortOnTimeoutFromEnv(bool& out);

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <thread>
 
-#include "chimera/backend.hpp"
 #include "job/job_end.hpp"
 #include "job/stall_watchdog.hpp"
 
