@@ -193,6 +193,11 @@ class ChimeraProcessGroup final : public c10d::Backend {
   void allReduceOn(const Target& target, const char* op, const at::Tensor& tensor, const c10d::ReduceOp& reduceOp);
   void allGatherOn(const Target& target, const char* op, const at::Tensor& output, const at::Tensor& input);
   void allGatherListOn(const Target& target, std::vector<at::Tensor>& outputs, const at::Tensor& input);
+  const std::vector<at::Tensor>& rootBlocks(const char* op, const char* what,
+                                            const std::vector<std::vector<at::Tensor>>& lists,
+                                            const at::Tensor& own) const;
+  void rootedTransfers(const Target& target, const char* op, bool gathering, int root, const at::Tensor& own,
+                       void* mine, const std::vector<void*>& blocks);
   void reduceScatterOn(const Target& target, const char* op, const at::Tensor& output, const at::Tensor& input,
                        const c10d::ReduceOp& reduceOp);
   at::Tensor allReduceSparseOn(const Target& target, const at::Tensor& tensor);
