@@ -98,6 +98,9 @@ struct RoutedStats {
   std::uint64_t reduceBytes = 0;    ///< the ReduceScatter / AllReduce / AllGather over the token axes
   std::uint64_t droppedTokens = 0;  ///< (token, destination rank) pairs dropped by capacity
   int rounds = 0;                   ///< communication rounds (collective calls) of the exchange
+  /// Of payload, header and count bytes, those sent to members of the exchange on another host
+  /// (Backend::hostOfRank): what crosses the network between hosts.
+  std::uint64_t crossHostBytes = 0;
   /// Everything this rank sent: payload + headers + counts + padding + reductions.
   std::uint64_t bytesSent() const { return payloadBytes + headerBytes + countBytes + paddingBytes + reduceBytes; }
 };
@@ -219,6 +222,9 @@ class RoutedExchange {
   RoutedRole role() const;
   /// Whether a token is sent once per destination rank (else once per expert).
   bool oncePerRank() const;
+  /// Whether a token crosses to another host once per destination host, to a forwarder there
+  /// that fans it out to that host's ranks (rule 6; only where the dispatch group spans hosts).
+  bool oncePerHost() const;
   /// Bytes of send scratch held for reuse: the largest set of blocks sent so far (it grows
   /// with the counts up to scratchLimitBytes and is never keyed by them).
   std::size_t scratchBytes() const;
