@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The routed exchange once per destination host (rule 6) on host placements faked on one
-// machine (blocks, round-robin, uneven, three hosts) and where the ranks really run: every
+// machine (blocks, round-robin, uneven, three hosts, a host per rank) and where the ranks really run: every
 // output of dispatch, receive, combine and both backwards equal bit for bit to the
 // once-per-rank and per-(token, expert) programs on the same routing (small integers and
 // quarter weights, so every sum is exact), the bytes each round sends as docs/moe.md says, and
@@ -39,7 +39,8 @@ std::vector<Placement> placements() {
   return {{"blocks 4+4", {0, 0, 0, 0, 1, 1, 1, 1}},
           {"round-robin", {0, 1, 0, 1, 0, 1, 0, 1}},
           {"uneven 3+5", {0, 0, 0, 1, 1, 1, 1, 1}},
-          {"three hosts", {2, 2, 0, 0, 0, 1, 1, 2}}};
+          {"three hosts", {2, 2, 0, 0, 0, 1, 1, 2}},
+          {"a host per rank", {0, 1, 2, 3, 4, 5, 6, 7}}};
 }
 
 struct Case {
