@@ -20,6 +20,18 @@ namespace chimera {
 
 using detail::kBlockWordBytes;
 
+namespace {
+
+// `scratch` holding at least `bytes`, its contents left as they are: every byte sent is written
+// by the round (empty header slots explicitly), so the scratch is not filled first, which on
+// blocks of tens of MiB per rank costs as much as writing them.
+std::byte* holdAtLeast(std::vector<std::byte>& scratch, std::size_t bytes) {
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch.data();
+}
+
+}  // namespace
+
 void RoutedExchange::Impl::buildHostTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const {
   const int K = options.topK;
   const auto Sh = static_cast<std::size_t>(hostSlots);
@@ -129,18 +141,21 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
     sendBytes[p] = sameHost(p) ? st.sendCount[p] * record : st.hostSendCount[p] * hostRecord;
     recvBytes[p] = sameHost(p) ? st.recvCount[p] * record : st.fwdCount[p] * hostRecord;
   }
-  m.sendScratch.assign(detail::blockOffsets(sendBytes, 0, sendOffset), std::byte{0xff});
+  holdAtLeast(m.sendScratch, detail::blockOffsets(sendBytes, 0, sendOffset));
   for (std::size_t p = 0; p < R; ++p) {
     std::byte* block = m.sendScratch.data() + sendOffset[p];
     if (sameHost(p)) {
-      for (std::size_t r = 0; r < st.sendCount[p]; ++r)
+      for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
+        std::memset(block + r * record, 0xff, headerBytes);  // empty slots: local expert -1
         packRecord(st, st.sendFirst[p] + r, topkIdx, topkWeights, rows, firstRow, block + r * record);
+      }
       continue;
     }
     for (std::size_t r = 0; r < st.hostSendCount[p]; ++r) {
       const std::size_t rec = st.hostSendFirst[p] + r;
       const std::int64_t t = st.hostRecordToken[rec];
       std::byte* out = block + r * hostRecord;
+      std::memset(out, 0xff, hostHeaderBytes);
       for (std::size_t s = 0; s < Sh; ++s) {
         const std::int32_t k = st.hostRecordK[rec * Sh + s];
         if (k < 0) continue;
@@ -223,19 +238,21 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
       outBytes[d] += st.fwdSeg[p * R + d] * record;
     }
   }
-  m.sendScratch.assign(detail::blockOffsets(outBytes, 0, outOffset), std::byte{0xff});
+  holdAtLeast(m.sendScratch, detail::blockOffsets(outBytes, 0, outOffset));
   const std::size_t slot = slotBytes();
+  std::vector<std::size_t> filled;  // slots written per record of the host record at hand
   for (std::size_t p = 0; p < R; ++p) {
     for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
       const std::size_t j = st.fwdFirst[p] + r;
       const std::size_t firstTarget = st.fwdTargetFirst[j];
       const std::size_t targets = st.fwdTargetFirst[j + 1] - firstTarget;
-      std::vector<std::size_t> filled(targets, 0);
+      filled.assign(targets, 0);
       const auto recordOf = [&](std::size_t target) {
         const auto d = static_cast<std::size_t>(st.fwdTargetMember[firstTarget + target]);
         return m.sendScratch.data() + outOffset[d] + segment[p * R + d] +
                st.fwdTargetIndex[firstTarget + target] * record;
       };
+      for (std::size_t target = 0; target < targets; ++target) std::memset(recordOf(target), 0xff, headerBytes);
       for (std::size_t s = 0; s < Sh; ++s) {
         std::int32_t expert = -1;
         std::memcpy(&expert, slotAt(p, r, s), sizeof(expert));
@@ -301,7 +318,7 @@ Status RoutedExchange::Impl::combineHosts(const void* expertOut, const void* row
   for (std::size_t p = 0; p < R; ++p)
     rowsTo[static_cast<std::size_t>(route(static_cast<int>(p), index))] += st.recvCount[p];
   for (std::size_t t = 0; t < R; ++t) sendBytes[t] = word + rowsTo[t] * rowBytes;
-  m.sendScratch.assign(detail::blockOffsets(sendBytes, word, sendOffset), std::byte{0});
+  holdAtLeast(m.sendScratch, detail::blockOffsets(sendBytes, word, sendOffset));
   std::vector<std::size_t> placed(R, 0);
   for (std::size_t p = 0; p < R; ++p) {
     const auto t = static_cast<std::size_t>(route(static_cast<int>(p), index));
@@ -340,13 +357,14 @@ Status RoutedExchange::Impl::combineHosts(const void* expertOut, const void* row
     fromExpected[p] = sameHost(p) ? 0 : st.hostSendCount[p];
     fromBytes[p] = word + fromExpected[p] * rowBytes;
   }
-  m.sendScratch.assign(detail::blockOffsets(backBytes, word, backOffset), std::byte{0});
+  holdAtLeast(m.sendScratch, detail::blockOffsets(backBytes, word, backOffset));
   detail::withRowType(options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < R; ++p) {
       std::byte* block = m.sendScratch.data() + backOffset[p];
       detail::writeWord(block, st.fwdCount[p], tag, false);
       for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
         T* sum = reinterpret_cast<T*>(block + word + r * rowBytes);
+        std::memset(sum, 0, rowBytes);
         const std::size_t j = st.fwdFirst[p] + r;
         for (std::size_t i = st.fwdTargetFirst[j]; i < st.fwdTargetFirst[j + 1]; ++i) {
           const auto d = static_cast<std::size_t>(st.fwdTargetMember[i]);
