@@ -310,72 +310,87 @@ Status RoutedExchange::Impl::combineHosts(const void* expertOut, const void* row
   const auto word = kBlockWordBytes;
   const std::int64_t H = options.hidden;
 
-  // Round 1, inside the host: each received record's rows weighted and summed in slot order, to
-  // its source on this host, else to the source's forwarder here; one block per member, its
-  // sources' records in source order. Every member gets a word, so every rank's verdict is known
-  // to every rank after this round.
-  std::vector<std::size_t> rowsTo(R, 0), segStart(R, 0), sendBytes(R), sendOffset;
-  for (std::size_t p = 0; p < R; ++p)
-    rowsTo[static_cast<std::size_t>(route(static_cast<int>(p), index))] += st.recvCount[p];
-  for (std::size_t t = 0; t < R; ++t) sendBytes[t] = word + rowsTo[t] * rowBytes;
-  holdAtLeast(m.sendScratch, detail::blockOffsets(sendBytes, word, sendOffset));
+  // Each received record's rows weighted and summed in slot order: those of sources on another
+  // host into round 1's block to the source's forwarder here (one block per member, its sources
+  // in source order), those of this host's sources straight into round 2's block to the source,
+  // which then crosses the link concurrently with the forwarders' sums.
+  std::vector<std::size_t> rowsA(R, 0), rowsB(R, 0), segStart(R, 0), bytesA(R), offsetA, bytesB(R), offsetB;
+  for (std::size_t p = 0; p < R; ++p) {
+    if (sameHost(p)) {
+      rowsB[p] = st.recvCount[p];
+    } else {
+      rowsA[static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost))] += st.recvCount[p];
+      rowsB[p] = st.fwdCount[p];
+    }
+  }
+  for (std::size_t t = 0; t < R; ++t) {
+    bytesA[t] = word + rowsA[t] * rowBytes;
+    bytesB[t] = word + rowsB[t] * rowBytes;
+  }
+  const std::size_t endA = (detail::blockOffsets(bytesA, word, offsetA) + 7) / 8 * 8;
+  const std::size_t endB = detail::blockOffsets(bytesB, word, offsetB);
+  for (std::size_t& at : offsetB) at += endA;
+  holdAtLeast(m.sendScratch, endA + endB);
   std::vector<std::size_t> placed(R, 0);
   for (std::size_t p = 0; p < R; ++p) {
-    const auto t = static_cast<std::size_t>(route(static_cast<int>(p), index));
-    segStart[p] = sendOffset[t] + placed[t] * rowBytes;  // as a block whose records follow a word
+    if (sameHost(p)) {
+      segStart[p] = offsetB[p];  // as a block whose records follow a word
+      continue;
+    }
+    const auto t = static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost));
+    segStart[p] = offsetA[t] + placed[t] * rowBytes;
     placed[t] += st.recvCount[p];
   }
   for (std::size_t t = 0; t < R; ++t)
-    detail::writeWord(m.sendScratch.data() + sendOffset[t], rowsTo[t], tag, !local.isOk());
+    detail::writeWord(m.sendScratch.data() + offsetA[t], rowsA[t], tag, !local.isOk());
   detail::sumRecordRows(m, st, segStart, rowBytes, expertOut, rowWeights, local, detail::RowOnly{}, false);
-  // From member d of this host: this rank's own records at d, and those of the sources this
-  // rank forwards for, in source order.
+
+  // Round 1, inside the host: to each forwarder the rows of the sources it forwards for. From
+  // member d of this host, those of the sources this rank forwards for, in source order. Every
+  // member gets a word, so every rank's verdict is known to every rank after this round.
   std::vector<std::size_t> expected(R, 0), recvBytes(R), recvOffset, segIn(R * R, 0);
   for (std::size_t d = 0; d < R; ++d) {
     if (!sameHost(d)) continue;
     for (std::size_t p = 0; p < R; ++p) {
       segIn[p * R + d] = expected[d];
-      expected[d] += p == me ? st.sendCount[d] : st.fwdSeg[p * R + d];
+      expected[d] += st.fwdSeg[p * R + d];
     }
   }
   for (std::size_t d = 0; d < R; ++d) recvBytes[d] = word + expected[d] * rowBytes;
   CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(backend, group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
-  for (std::size_t t = 0; t < R; ++t) countBlock(stats, t, rowsTo[t], rowBytes, 0, word);
+      detail::exchangeBlocks(backend, group, m.sendScratch, offsetA, bytesA, recvBytes, m.back, recvOffset));
+  for (std::size_t t = 0; t < R; ++t) countBlock(stats, t, rowsA[t], rowBytes, 0, word);
   stats.rounds += 1;
   CHIMERA_RETURN_IF_ERROR(
       detail::blockVerdict(detail::wordsOf(m.back, recvOffset), groupRanks, expected, tag, local, "routed combine"));
-  const auto inFirst = [&](std::size_t d, std::size_t p) {
-    return m.back.data() + recvOffset[d] + word + segIn[p * R + d] * rowBytes;
-  };
 
-  // Round 2, across hosts: per host record this rank forwarded, the sum of its members' rows
-  // in the order of their first k, back to its source.
-  std::vector<std::size_t> backBytes(R), backOffset, fromBytes(R), fromOffset, fromExpected(R, 0);
+  // Round 2: to each source of this host its records' rows; to each source of another host, per
+  // host record this rank forwarded, the sum of its members' rows in the order of their first k.
+  std::vector<std::size_t> fromBytes(R), fromOffset, fromExpected(R, 0);
   for (std::size_t p = 0; p < R; ++p) {
-    backBytes[p] = word + st.fwdCount[p] * rowBytes;
-    fromExpected[p] = sameHost(p) ? 0 : st.hostSendCount[p];
+    fromExpected[p] = sameHost(p) ? st.sendCount[p] : st.hostSendCount[p];
     fromBytes[p] = word + fromExpected[p] * rowBytes;
   }
-  holdAtLeast(m.sendScratch, detail::blockOffsets(backBytes, word, backOffset));
   detail::withRowType(options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < R; ++p) {
-      std::byte* block = m.sendScratch.data() + backOffset[p];
-      detail::writeWord(block, st.fwdCount[p], tag, false);
+      std::byte* block = m.sendScratch.data() + offsetB[p];
+      detail::writeWord(block, rowsB[p], tag, false);
       for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
         T* sum = reinterpret_cast<T*>(block + word + r * rowBytes);
         std::memset(sum, 0, rowBytes);
         const std::size_t j = st.fwdFirst[p] + r;
         for (std::size_t i = st.fwdTargetFirst[j]; i < st.fwdTargetFirst[j + 1]; ++i) {
           const auto d = static_cast<std::size_t>(st.fwdTargetMember[i]);
-          detail::addRow(sum, reinterpret_cast<const T*>(inFirst(d, p) + st.fwdTargetIndex[i] * rowBytes), H);
+          const std::byte* row =
+              m.back.data() + recvOffset[d] + word + (segIn[p * R + d] + st.fwdTargetIndex[i]) * rowBytes;
+          detail::addRow(sum, reinterpret_cast<const T*>(row), H);
         }
       }
     }
   });
   CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(backend, group, m.sendScratch, backOffset, backBytes, fromBytes, m.hostBack, fromOffset));
-  for (std::size_t p = 0; p < R; ++p) countBlock(stats, p, st.fwdCount[p], rowBytes, 0, word);
+      detail::exchangeBlocks(backend, group, m.sendScratch, offsetB, bytesB, fromBytes, m.hostBack, fromOffset));
+  for (std::size_t p = 0; p < R; ++p) countBlock(stats, p, rowsB[p], rowBytes, 0, word);
   stats.rounds += 1;
   Status verdict = detail::blockVerdict(detail::wordsOf(m.hostBack, fromOffset), groupRanks, fromExpected, tag,
                                         Status::ok(), "routed combine");
@@ -406,7 +421,10 @@ Status RoutedExchange::Impl::combineHosts(const void* expertOut, const void* row
           const auto u = static_cast<std::size_t>(rec);
           const auto d = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) -
                                                   st.sendFirst.begin() - 1);
-          detail::addRow(sum, reinterpret_cast<const T*>(inFirst(d, me) + (u - st.sendFirst[d]) * rowBytes), H);
+          detail::addRow(
+              sum,
+              reinterpret_cast<const T*>(m.hostBack.data() + fromOffset[d] + word + (u - st.sendFirst[d]) * rowBytes),
+              H);
         }
       }
     });
