@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The routed exchange of a mixture-of-experts layer (stable API): top-k token dispatch to the
 // ranks that hold the chosen experts and the weighted combine back, with uneven counts that
-// change every step, each token sent once per destination rank.
+// change every step, each token sent once per destination rank (across hosts, where it pays,
+// once per destination host and fanned out there).
 #pragma once
 
 #include <cstddef>
@@ -98,6 +99,9 @@ struct RoutedStats {
   std::uint64_t reduceBytes = 0;    ///< the ReduceScatter / AllReduce / AllGather over the token axes
   std::uint64_t droppedTokens = 0;  ///< (token, destination rank) pairs dropped by capacity
   int rounds = 0;                   ///< communication rounds (collective calls) of the exchange
+  /// Of payload, header and count bytes, those sent to members of the exchange on another host
+  /// (Backend::hostOfRank): what crosses the network between hosts.
+  std::uint64_t crossHostBytes = 0;
   /// Everything this rank sent: payload + headers + counts + padding + reductions.
   std::uint64_t bytesSent() const { return payloadBytes + headerBytes + countBytes + paddingBytes + reduceBytes; }
 };
@@ -175,7 +179,8 @@ class RoutedExchange {
   /// Forward dispatch of `tokens` rows of `x` routed by `topkIdx` ([tokens, K] global expert ids,
   /// distinct per token) and `topkWeights` ([tokens, K] of weightDtype): one count exchange
   /// (dropless), then one uneven all-to-all of records (token row + its local experts and
-  /// weights) into scratch. `localError`, when not Ok, is this rank's own failure (a binding's
+  /// weights) into scratch; once per host (oncePerHost()), the count exchange, then the records
+  /// to this host's ranks and to a forwarder on each other host, then the forwarders' fan-out. `localError`, when not Ok, is this rank's own failure (a binding's
   /// check): the rank still takes part and every rank returns an error. Afterwards `handle`
   /// says how many rows arrived; call receive to expand them. "pp=@k": stage k passes its
   /// tokens; stage k+1 passes none (tokens 0, null pointers) and its handle takes the tokens of
@@ -219,6 +224,9 @@ class RoutedExchange {
   RoutedRole role() const;
   /// Whether a token is sent once per destination rank (else once per expert).
   bool oncePerRank() const;
+  /// Whether a token crosses to another host once per destination host, to a forwarder there
+  /// that fans it out to that host's ranks (rule 6; only where the dispatch group spans hosts).
+  bool oncePerHost() const;
   /// Bytes of send scratch held for reuse: the largest set of blocks sent so far (it grows
   /// with the counts up to scratchLimitBytes and is never keyed by them).
   std::size_t scratchBytes() const;

@@ -140,6 +140,95 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
   program.push_back(std::move(combine));
 }
 
+// The hosts of `request`'s dispatch group that holds world rank `rank`: its members (world
+// ranks) per host, hosts in the order of their lowest group index.
+std::vector<std::vector<int>> hostsOfGroup(const RoutedRequest& request, int rank) {
+  std::vector<std::vector<int>> members;
+  std::vector<int> seen;
+  for (int r : request.mesh.groupRanks(rank, request.group)) {
+    const int host =
+        static_cast<std::size_t>(r) < request.hosts.size() ? request.hosts[static_cast<std::size_t>(r)] : 0;
+    const auto at = std::find(seen.begin(), seen.end(), host);
+    if (at == seen.end()) {
+      seen.push_back(host);
+      members.push_back({r});
+    } else {
+      members[static_cast<std::size_t>(at - seen.begin())].push_back(r);
+    }
+  }
+  return members;
+}
+
+// Whether a dispatch group of `request` spans hosts (every group alike: the mesh's groups of one
+// axis set are checked from rank 0's and the others'; any spanning group counts).
+bool spansHosts(const RoutedRequest& request) {
+  for (int r = 0; r < request.mesh.size(); ++r) {
+    if (hostsOfGroup(request, r).size() > 1) return true;
+  }
+  return false;
+}
+
+// The dispatch and combine once per destination host (rule 6) of owned or split tokens: the
+// count exchange of two words per peer; the records to the ranks of the source's host and one
+// host record per token and other host to the forwarder there (the member with the source's
+// place on its own host); the forwarders' records to their host's ranks; combine the reverse,
+// a forwarder's sums of a host record's rows crossing back once.
+void appendHostExchange(const RoutedRequest& request, const Shape& shape, double hostHeaderBytes,
+                        CommProgram& program) {
+  const double rowBytes = rowBytesOf(request);
+  const int ranks = request.mesh.groupSize(request.group);
+  const double perRank = static_cast<double>(request.experts) / ranks;
+  const double records = shape.tokens * shape.recordsPerToken;
+  // The probability that a token picks a host of n ranks.
+  const auto hit = [&](std::size_t n) {
+    if (request.distinctRanks > 0)
+      return 1 - std::pow(std::max(0.0, 1 - request.distinctRanks / ranks), static_cast<double>(n));
+    return expectedHit(request.experts, std::llround(perRank * static_cast<double>(n)), request.topK);
+  };
+  std::vector<int> all;
+  for (int r = 0; r < request.mesh.size(); ++r) all.push_back(r);
+  program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, all),
+                                         static_cast<std::uint64_t>(8 * ranks)));
+  const auto bytes = [](double b) { return static_cast<std::uint64_t>(std::llround(b)); };
+  std::vector<Transfer> out, fan, in, back;
+  for (int r = 0; r < request.mesh.size(); ++r) {
+    const std::vector<std::vector<int>> hosts = hostsOfGroup(request, r);
+    std::size_t own = 0, place = 0;
+    for (std::size_t h = 0; h < hosts.size(); ++h) {
+      const auto at = std::find(hosts[h].begin(), hosts[h].end(), r);
+      if (at != hosts[h].end()) {
+        own = h;
+        place = static_cast<std::size_t>(at - hosts[h].begin());
+      }
+    }
+    for (std::size_t h = 0; h < hosts.size(); ++h) {
+      if (h == own) {
+        for (int dst : hosts[h]) {
+          out.push_back({r, dst, bytes(records * (rowBytes + shape.headerBytes))});
+          back.push_back({dst, r, bytes(records * rowBytes)});
+        }
+        continue;
+      }
+      const int forwarder = hosts[h][place % hosts[h].size()];
+      const double hostRecords = shape.tokens * hit(hosts[h].size());
+      out.push_back({r, forwarder, bytes(hostRecords * (rowBytes + hostHeaderBytes))});
+      back.push_back({forwarder, r, bytes(hostRecords * rowBytes)});
+      for (int dst : hosts[h]) {
+        fan.push_back({forwarder, dst, bytes(records * (rowBytes + shape.headerBytes))});
+        in.push_back({dst, forwarder, bytes(records * rowBytes)});
+      }
+    }
+  }
+  // Both sides pass every record once more (pack, expansion), the forwarders the fanned ones.
+  const auto local = static_cast<std::uint64_t>(records * ranks * rowBytes);
+  for (auto* step : {&out, &fan, &in, &back}) {
+    CommStep s = CommStep::manyToMany(std::move(*step));
+    s.localBytes = 2 * local;
+    s.localLaunches = 2;
+    program.push_back(std::move(s));
+  }
+}
+
 // The flows of `request`: every rank its own source and owner; for a stage's tokens, the ranks
 // of stage k and their peers on stage k+1, sending straight (`straight`) or after the hand-off
 // (the owners are then their own sources).
@@ -180,7 +269,7 @@ Status price(const RoutedRequest& request, const CostModel* model, RoutedCandida
 // The program with (`oncePerRank`, `fuseTokens`): replicas split (tp=R, tp=P), or a stage's
 // tokens sent straight to the next stage's experts (pp=@k).
 Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bool fuseTokens, const CostModel* model,
-             RoutedCandidate& out) {
+             RoutedCandidate& out, bool perHost = false) {
   const int ranks = request.mesh.groupSize(request.group);
   const double rowBytes = rowBytesOf(request);
   const double slots =
@@ -195,18 +284,35 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
   shape.recordsPerToken = (oncePerRank ? distinct : static_cast<double>(request.topK)) / ranks;
   // A slot's local expert id, implied with one expert per rank, and by the records' order where a
   // record has one slot (dropless, not straight from a stage).
-  const bool implied = request.experts == ranks || (slots == 1.0 && !(stage && fuseTokens));
+  const bool implied = request.experts == ranks || (slots == 1.0 && !(stage && fuseTokens) && !perHost);
   const double idBytes = implied ? 0.0 : 4.0;
   shape.headerBytes = slots * (idBytes + static_cast<double>(dataTypeSize(request.weightDtype)));
   shape.routingBytes = routingBytesOf(request);
   out = {};
-  out.name = fmt::format("{}{}", oncePerRank ? "once per rank" : "per (token, expert)",
+  out.name = fmt::format("{}{}",
+                         perHost       ? "once per host"
+                         : oncePerRank ? "once per rank"
+                                       : "per (token, expert)",
                          stage         ? (fuseTokens ? ", straight from the stage" : ", after the stage hand-off")
                          : !replicated ? ""
                          : split       ? ", replicas split"
                                        : ", every replica dispatching");
   const auto full = static_cast<std::uint64_t>(static_cast<double>(request.tokens) * rowBytes);
   const std::vector<Flow> flows = flowsOf(request, fuseTokens);
+  std::size_t most = 1;
+  for (int r = 0; perHost && r < request.mesh.size(); ++r) {
+    for (const std::vector<int>& members : hostsOfGroup(request, r)) most = std::max(most, members.size());
+  }
+  const double hostHeaderBytes = static_cast<double>(std::min<std::int64_t>(
+                                     request.topK, request.experts / ranks * static_cast<std::int64_t>(most))) *
+                                 (4.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
+  const auto exchange = [&](CommProgram& program) {
+    if (perHost) {
+      appendHostExchange(request, shape, hostHeaderBytes, program);
+    } else {
+      appendExchange(request, shape, flows, program);
+    }
+  };
   if (replicated) {
     std::vector<int> all(static_cast<std::size_t>(request.mesh.size()));
     for (int r = 0; r < request.mesh.size(); ++r) all[static_cast<std::size_t>(r)] = r;
@@ -215,14 +321,14 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
       out.program.push_back(split ? CommStep::collective(OpKind::ReduceScatter, groups, full)
                                   : CommStep::collective(OpKind::AllReduce, groups, full));
     }
-    appendExchange(request, shape, flows, out.program);
+    exchange(out.program);
     if (split) {
       out.program.push_back(
           CommStep::collective(OpKind::AllGather, groups, static_cast<std::uint64_t>(static_cast<double>(full) / tp)));
     }
   } else {
     if (stage && !fuseTokens) out.program.push_back(handOff(request));
-    appendExchange(request, shape, flows, out.program);
+    exchange(out.program);
   }
   return price(request, model, out);
 }
@@ -247,6 +353,16 @@ double expectedDistinctRanks(std::int64_t experts, int ranks, int topK) {
     missRank *= std::max(0.0, (static_cast<double>(experts) - perRank - i) / (static_cast<double>(experts) - i));
   }
   return ranks * (1 - missRank);
+}
+
+double expectedHit(std::int64_t experts, std::int64_t held, int topK) {
+  if (experts <= 0 || topK <= 0) return 0;
+  double miss = 1;
+  for (int i = 0; i < topK; ++i) {
+    miss *= std::max(
+        0.0, (static_cast<double>(experts) - static_cast<double>(held) - i) / (static_cast<double>(experts) - i));
+  }
+  return 1 - miss;
 }
 
 Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDecision& out) {
@@ -304,6 +420,16 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
                                           : "replicas dispatch disjoint parts",
                                       best, split, out.splitReplicas, model));
     if (out.splitReplicas) best = split;
+  }
+  // Rule 6: once per destination host, where the dispatch group spans hosts: a token's records
+  // for another host cross once, to a forwarder there, which fans them out (rule 1 taken; not
+  // for a stage's tokens, whose exchange crosses between the stages).
+  if (out.oncePerRank && request.placement != TokenPlacement::Stage && spansHosts(request)) {
+    RoutedCandidate perHost;
+    CHIMERA_RETURN_IF_ERROR(build(request, distinct, true, out.splitReplicas, model, perHost, true));
+    out.oncePerHost = perHost.seconds < best.seconds;
+    out.explanation.push_back(verdict("send once per destination host", best, perHost, out.oncePerHost, model));
+    if (out.oncePerHost) best = perHost;
   }
   out.fused = std::move(best);
   return Status::ok();

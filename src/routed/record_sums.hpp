@@ -53,16 +53,18 @@ struct RowOnly {
 
 // Expert side: each source's block gets its word and, per record, the record's slot rows of `rows`
 // times `weights` (null: 1) summed in slot order; `slotExtra(record, s, row)` adds the rest.
+// Without `words`, the records of source p follow sendOffset[p] + kBlockWordBytes and no word
+// is written (several sources' records share one block, whose word the caller writes).
 template <typename SlotExtra = RowOnly>
 void sumRecordRows(RoutedExchange::Impl& m, const RoutedDispatch::State& st, std::span<const std::size_t> sendOffset,
                    std::size_t recordBytes, const void* rows, const void* weights, const Status& local,
-                   SlotExtra slotExtra = {}) {
+                   SlotExtra slotExtra = {}, bool words = true) {
   const auto S = static_cast<std::size_t>(m.slots);
   const std::int64_t H = m.options.hidden;
   withRowType(m.options.dtype, [&]<typename T>() {
     for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
       std::byte* block = m.sendScratch.data() + sendOffset[p];
-      writeWord(block, st.recvCount[p], m.tag, !local.isOk());
+      if (words) writeWord(block, st.recvCount[p], m.tag, !local.isOk());
       if (!local.isOk()) continue;
       for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
         std::byte* record = block + kBlockWordBytes + r * recordBytes;

@@ -93,6 +93,11 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
   CHIMERA_RETURN_IF_ERROR(openCall(m, st, "routed combine", localError, expertOut == nullptr, "expert output",
                                    y == nullptr, "output", local));
   RoutedStats own;
+  if (m.hostDispatch) {
+    const Status verdict = m.combineHosts(expertOut, rowWeights, st, y, own, local);
+    if (stats != nullptr) *stats = own;
+    return verdict;
+  }
   // Each received record goes back as one row: its slots' rows weighted and summed in slot order.
   RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, m.rowBytes);
   sumRecordRows(m, st, b.sendOffset, m.rowBytes, expertOut, rowWeights, local);

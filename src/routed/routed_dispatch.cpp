@@ -41,13 +41,22 @@ std::size_t RoutedExchange::Impl::blocks(std::span<const std::size_t> counts, st
   return detail::blockOffsets(bytes, wordBytes, offset);
 }
 
+void RoutedExchange::Impl::countBlock(RoutedStats& stats, std::size_t member, std::size_t records,
+                                      std::size_t perRecord, std::size_t perHeader, std::size_t wordBytes) const {
+  const std::vector<int>& members = role == RoutedRole::Source ? stageRanks : groupRanks;
+  const int to = members[member];
+  if (to == backend.rank()) return;
+  stats.payloadBytes += records * perRecord;
+  stats.headerBytes += records * perHeader + wordBytes;
+  const auto host = [&](int rank) {
+    return static_cast<std::size_t>(rank) < worldHosts.size() ? worldHosts[static_cast<std::size_t>(rank)] : 0;
+  };
+  if (host(to) != host(backend.rank())) stats.crossHostBytes += records * (perRecord + perHeader) + wordBytes;
+}
+
 void RoutedExchange::Impl::count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,
                                  std::size_t perHeader, std::size_t wordBytes) const {
-  for (std::size_t p = 0; p < counts.size(); ++p) {
-    if (static_cast<int>(p) == index) continue;
-    stats.payloadBytes += counts[p] * perRecord;
-    stats.headerBytes += counts[p] * perHeader + wordBytes;
-  }
+  for (std::size_t p = 0; p < counts.size(); ++p) countBlock(stats, p, counts[p], perRecord, perHeader, wordBytes);
   stats.rounds += 1;
 }
 
@@ -288,30 +297,34 @@ Status RoutedExchange::Impl::receivedTable(RoutedDispatch::State& st) const {
   return Status::ok();
 }
 
+void RoutedExchange::Impl::packRecord(const RoutedDispatch::State& st, std::size_t rec, const std::int64_t* topkIdx,
+                                      const void* topkWeights, const std::byte* rows, std::int64_t firstRow,
+                                      std::byte* out) const {
+  const auto S = static_cast<std::size_t>(slots);
+  const int K = options.topK;
+  const std::int64_t t = st.recordToken[rec];
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::int32_t k = st.recordK[rec * S + s];
+    if (k < 0) continue;
+    const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % localExperts);
+    std::byte* slot = out + s * slotBytes();
+    if (idBytes > 0) std::memcpy(slot, &expert, idBytes);
+    std::memcpy(slot + idBytes,
+                static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * weightBytes,
+                weightBytes);
+  }
+  std::memcpy(out + headerBytes, rows + static_cast<std::size_t>(t - firstRow) * rowBytes, rowBytes);
+}
+
 void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const std::int64_t* topkIdx,
                                        const void* topkWeights, const std::byte* rows, std::int64_t firstRow,
                                        std::span<const std::size_t> sendOffset, bool failed) {
   const std::size_t record = headerBytes + rowBytes;
-  const auto S = static_cast<std::size_t>(slots);
-  const int K = options.topK;
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = sendScratch.data() + sendOffset[p];
     if (st.wordBytes > 0) detail::writeWord(block, st.sendCount[p], tag, failed);
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
-      const std::size_t rec = st.sendFirst[p] + r;
-      const std::int64_t t = st.recordToken[rec];
-      std::byte* out = block + st.wordBytes + r * record;
-      for (std::size_t s = 0; s < S; ++s) {
-        const std::int32_t k = st.recordK[rec * S + s];
-        if (k < 0) continue;
-        const auto expert = static_cast<std::int32_t>(topkIdx[t * K + k] % localExperts);
-        std::byte* slot = out + s * slotBytes();
-        if (idBytes > 0) std::memcpy(slot, &expert, idBytes);
-        std::memcpy(slot + idBytes,
-                    static_cast<const std::byte*>(topkWeights) + static_cast<std::size_t>(t * K + k) * weightBytes,
-                    weightBytes);
-      }
-      std::memcpy(out + headerBytes, rows + static_cast<std::size_t>(t - firstRow) * rowBytes, rowBytes);
+      packRecord(st, st.sendFirst[p] + r, topkIdx, topkWeights, rows, firstRow, block + st.wordBytes + r * record);
     }
   }
 }
@@ -365,6 +378,11 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
     st.sendFirst.assign(static_cast<std::size_t>(m.ranks), 0);
     st.sendExpertCount.assign(m.idsByOrder ? static_cast<std::size_t>(m.ranks * m.localExperts) : 0, 0);
   }
+  if (m.hostDispatch) {
+    CHIMERA_RETURN_IF_ERROR(m.dispatchHosts(st, topkIdx, topkWeights, rows, firstRow, local));
+    st.complete = true;
+    return Status::ok();
+  }
   std::vector<std::size_t> recvCount;
   if (m.options.capacity == 0) {
     // One count per peer, or per (peer, local expert) where the records' order implies their
@@ -379,6 +397,10 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
     }
     CHIMERA_RETURN_IF_ERROR(m.backend.exchangeCounts(words, theirs, m.group));
     st.stats.countBytes += static_cast<std::uint64_t>(m.ranks - 1) * perPeer * sizeof(std::int32_t);
+    for (std::size_t p = 0; p < m.hostOf.size(); ++p) {
+      if (m.hostOf[p] != m.hostOf[static_cast<std::size_t>(m.index)])
+        st.stats.crossHostBytes += perPeer * sizeof(std::int32_t);
+    }
     st.stats.rounds += 1;
     CHIMERA_RETURN_IF_ERROR(detail::countVerdict(theirs, from, m.tag, local, recvCount));
     if (m.idsByOrder) {

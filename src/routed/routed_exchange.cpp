@@ -82,6 +82,28 @@ Status createGroups(Backend& backend, AxisSet group, AxisSet tokenAxes) {
                             tokenAxes.empty() ? "none" : backend.mesh().axesName(tokenAxes), st.message()));
 }
 
+// The hosts of the dispatch group's members (Backend::hostOfRank), numbered by lowest group
+// index, each host's members in group index order, and each member's place on its host.
+void placeOnHosts(RoutedExchange::Impl& m) {
+  m.hostOf.assign(m.groupRanks.size(), 0);
+  m.hostPlace.assign(m.groupRanks.size(), 0);
+  m.hostMembers.clear();
+  std::vector<int> seen;  // world host of each group host
+  for (std::size_t g = 0; g < m.groupRanks.size(); ++g) {
+    const auto r = static_cast<std::size_t>(m.groupRanks[g]);
+    const int world = r < m.worldHosts.size() ? m.worldHosts[r] : 0;
+    const auto at = std::find(seen.begin(), seen.end(), world);
+    const auto host = static_cast<std::size_t>(at - seen.begin());
+    if (at == seen.end()) {
+      seen.push_back(world);
+      m.hostMembers.emplace_back();
+    }
+    m.hostOf[g] = static_cast<int>(host);
+    m.hostPlace[g] = static_cast<int>(m.hostMembers[host].size());
+    m.hostMembers[host].push_back(static_cast<int>(g));
+  }
+}
+
 }  // namespace
 
 RoutedExchange::Impl::Impl(Backend& b, const RoutedExchangeOptions& o) : backend(b), options(o) {
@@ -104,6 +126,8 @@ Status RoutedExchange::Impl::resolve() {
   m.tokenSize = mesh.groupSize(m.tokenAxes);
   m.tokenIndex = mesh.groupIndex(backend.rank(), m.tokenAxes);
   m.tokenRanks = mesh.groupRanks(backend.rank(), m.tokenAxes);
+  m.worldHosts = backend.hostOfRank();
+  placeOnHosts(m);
   CHIMERA_RETURN_IF_ERROR(layout);
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.dtype, "token"));
   CHIMERA_RETURN_IF_ERROR(checkDtype(options.weightDtype, "weight"));
@@ -123,6 +147,7 @@ Status RoutedExchange::Impl::resolve() {
   request.weightDtype = options.weightDtype;
   request.experts = options.numExperts;
   request.topK = options.topK;
+  request.hosts = m.worldHosts;
   std::unique_ptr<CostModel> model;
   const std::string costName =
       options.topology.empty() ? detail::topologyFromEnv(backend.defaultTopology()) : options.topology;
@@ -157,12 +182,14 @@ Status RoutedExchange::Impl::resolve() {
       m.oncePerRank = m.decision.oncePerRank;
       m.split = m.decision.splitReplicas;
       m.straight = m.decision.straightFromStage;
+      m.hostDispatch = m.decision.oncePerHost && m.hostMembers.size() > 1;
       m.explanation = m.decision.explanation;
       break;
     case RoutedProgram::Fused:
       m.oncePerRank = true;
       m.split = replicated;
       m.straight = staged;
+      m.hostDispatch = !staged && m.hostMembers.size() > 1;
       m.explanation = {"every fusion forced (RoutedProgram::Fused)"};
       break;
     case RoutedProgram::PerExpert:
@@ -178,9 +205,18 @@ Status RoutedExchange::Impl::resolve() {
   m.slots = m.oncePerRank ? static_cast<int>(std::min<std::int64_t>(options.topK, m.localExperts)) : 1;
   m.rowBytes = static_cast<std::size_t>(options.hidden) * dataTypeSize(options.dtype);
   m.weightBytes = dataTypeSize(options.weightDtype);
-  m.idsByOrder = m.slots == 1 && m.localExperts > 1 && options.capacity == 0 && !(staged && m.straight);
+  // A forwarder writes the records it fans out with their ids: none are implied by order there.
+  m.idsByOrder =
+      m.slots == 1 && m.localExperts > 1 && options.capacity == 0 && !(staged && m.straight) && !m.hostDispatch;
   m.idBytes = m.localExperts == 1 || m.idsByOrder ? 0 : 4;  // one expert per rank: every slot's id is 0
   m.headerBytes = static_cast<std::size_t>(m.slots) * m.slotBytes();
+  if (m.hostDispatch) {
+    std::size_t most = 0;
+    for (const std::vector<int>& members : m.hostMembers) most = std::max(most, members.size());
+    m.hostSlots =
+        static_cast<int>(std::min<std::int64_t>(options.topK, m.localExperts * static_cast<std::int64_t>(most)));
+    m.hostHeaderBytes = static_cast<std::size_t>(m.hostSlots) * (sizeof(std::int32_t) + m.weightBytes);
+  }
   if (m.options.scratchLimitBytes == 0) {
     m.options.scratchLimitBytes = kDefaultScratchLimit;
     CHIMERA_RETURN_IF_ERROR(detail::readEnvSize("CHIMERA_ROUTED_SCRATCH_LIMIT_BYTES", m.options.scratchLimitBytes));
@@ -204,6 +240,9 @@ Status RoutedExchange::Impl::resolve() {
       .add(static_cast<std::uint64_t>(m.split))
       .add(static_cast<std::uint64_t>(m.stage))
       .add(static_cast<std::uint64_t>(m.straight));
+  // Not hostDispatch: every member of a group decides it alike (from the same placement), and
+  // the groups of one exchange may decide it differently (a group inside one host has nothing
+  // to forward) while their replicas still meet over the token axes.
   m.tag = static_cast<std::uint32_t>(hasher.value());
   return Status::ok();
 }
@@ -278,6 +317,7 @@ const RoutedExchangeOptions& RoutedExchange::options() const { return impl_->opt
 const std::vector<std::string>& RoutedExchange::explain() const { return impl_->explanation; }
 bool RoutedExchange::splitsReplicas() const { return impl_->split; }
 bool RoutedExchange::oncePerRank() const { return impl_->oncePerRank; }
+bool RoutedExchange::oncePerHost() const { return impl_->hostDispatch; }
 bool RoutedExchange::straightFromStage() const { return impl_->straight; }
 RoutedRole RoutedExchange::role() const { return impl_->role; }
 std::size_t RoutedExchange::scratchBytes() const { return impl_->sendScratch.capacity() + impl_->back.capacity(); }

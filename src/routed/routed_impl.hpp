@@ -65,6 +65,19 @@ struct RoutedExchange::Impl {
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
+  std::vector<std::byte> hostBack;     // rows from other hosts in the second round of combine (hostDispatch)
+  // Where the ranks run: the host of every world rank (Backend::hostOfRank), and of each group
+  // member (numbered by lowest group index), each host's members in group index order and each
+  // member's place among them.
+  std::vector<int> worldHosts;
+  std::vector<int> hostOf;
+  std::vector<std::vector<int>> hostMembers;
+  std::vector<int> hostPlace;
+  // Once per destination host (rule 6): a token's records for the ranks of another host travel
+  // as one host record to a forwarder there, which fans them out (src/routed/host_dispatch.cpp).
+  bool hostDispatch = false;
+  int hostSlots = 0;                // slots of a host record: min(K, E/R x most ranks on a host)
+  std::size_t hostHeaderBytes = 0;  // hostSlots x (global expert id, weight)
 
   Impl(Backend& b, const RoutedExchangeOptions& o);
 
@@ -116,6 +129,9 @@ struct RoutedExchange::Impl {
   // of token t at rows[t - firstRow].
   void packRecords(const RoutedDispatch::State& st, const std::int64_t* topkIdx, const void* topkWeights,
                    const std::byte* rows, std::int64_t firstRow, std::span<const std::size_t> sendOffset, bool failed);
+  // Writes send record `rec` of st (header slots, then the row of its token) at `out`.
+  void packRecord(const RoutedDispatch::State& st, std::size_t rec, const std::int64_t* topkIdx,
+                  const void* topkWeights, const std::byte* rows, std::int64_t firstRow, std::byte* out) const;
   Status receivedTable(RoutedDispatch::State& st) const;
   // The block layout of one exchange: a `wordBytes` word, then `counts[p]` records of
   // `perRecord` bytes for member p (detail::blockOffsets); returns the bytes the blocks span.
@@ -124,6 +140,35 @@ struct RoutedExchange::Impl {
   // AllGather over the token axes of this rank's block [ownBegin, ownEnd) of `rows` rows of
   // `rowSize` bytes (replicas split), in place in `data`.
   Status gatherReplicas(void* data, std::int64_t tokens, std::size_t rowSize, const Status& local, RoutedStats& stats);
+  // Once per destination host (src/routed/host_dispatch.cpp). The forwarder of `source`'s
+  // records on `host`: the member there with the source's place on its own host (modulo), so
+  // that the ranks of a host spread their traffic over the other host's ranks.
+  int forwarder(int source, int host) const {
+    const std::vector<int>& members = hostMembers[static_cast<std::size_t>(host)];
+    return members[static_cast<std::size_t>(hostPlace[static_cast<std::size_t>(source)]) % members.size()];
+  }
+  // The member through which `source`'s records reach member `at`: the source itself on at's
+  // host, else its forwarder there.
+  int route(int source, int at) const {
+    const int host = hostOf[static_cast<std::size_t>(at)];
+    return hostOf[static_cast<std::size_t>(source)] == host ? source : forwarder(source, host);
+  }
+  // The host records of st's once-per-rank table: per token and other host, the kept pairs.
+  void buildHostTable(const std::int64_t* topkIdx, RoutedDispatch::State& st) const;
+  // The dispatch's rounds once per host: the count exchange (two words per peer: records for
+  // it, host records it forwards), the records to this host's ranks and the host records to
+  // the forwarders, then each forwarder's records to its host's ranks; leaves st as the
+  // once-per-rank dispatch would.
+  Status dispatchHosts(RoutedDispatch::State& st, const std::int64_t* topkIdx, const void* topkWeights,
+                       const std::byte* rows, std::int64_t firstRow, const Status& local);
+  // Combine once per host: the rows to this host's sources and forwarders, then each
+  // forwarder's sum of a host record's rows to its source.
+  Status combineHosts(const void* expertOut, const void* rowWeights, const RoutedDispatch::State& st, void* y,
+                      RoutedStats& stats, const Status& local);
+  // Adds a block of `records` to member `member` (stage peers for a Source) to `stats`
+  // (nothing for this rank's own), and to crossHostBytes when the member runs on another host.
+  void countBlock(RoutedStats& stats, std::size_t member, std::size_t records, std::size_t perRecord,
+                  std::size_t perHeader, std::size_t wordBytes) const;
   // Stats of an exchange that sent `counts` records of `perRecord` payload bytes and
   // `perHeader` header bytes, after a `wordBytes` word, to each member (other members only).
   void count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord, std::size_t perHeader,

@@ -50,6 +50,30 @@ struct RoutedDispatch::State {
   std::vector<std::byte> received;
   std::vector<std::size_t> receivedOffset;  // per source: byte offset of its block in `received`
 
+  // Once per destination host (RoutedExchange::Impl::hostDispatch): the tables above are the
+  // once-per-rank dispatch's (the backwards run on them); these say how the records travelled.
+  // Send side, by forwarder group index: host records [hostSendFirst[f], + hostSendCount[f]),
+  // each one token's slots for every rank of the forwarder's host; per host record and host
+  // slot the k it carries (-1 empty); per (token - ownBegin, k) the host record carrying it (-1:
+  // sent straight, to a rank of this host, or dropped) and whether k is its first slot.
+  std::vector<std::size_t> hostSendCount;
+  std::vector<std::size_t> hostSendFirst;
+  std::vector<std::int64_t> hostRecordToken;
+  std::vector<std::int32_t> hostRecordK;
+  std::vector<std::int64_t> pairHostRecord;
+  std::vector<std::uint8_t> pairHostFirst;
+  // Forwarder side, by source group index: the host records received from each source of
+  // another host (fwdCount, fwdFirst), the records forwarded per (source, member of this host)
+  // (fwdSeg, R x R), and per host record its fan-out [fwdTargetFirst[j], fwdTargetFirst[j + 1]):
+  // the member each record went to and its index within that member's segment of the source,
+  // in the order of their first k.
+  std::vector<std::size_t> fwdCount;
+  std::vector<std::size_t> fwdFirst;
+  std::vector<std::size_t> fwdSeg;
+  std::vector<std::size_t> fwdTargetFirst;
+  std::vector<std::int32_t> fwdTargetMember;
+  std::vector<std::size_t> fwdTargetIndex;
+
   RoutedStats stats;
   bool complete = false;  // a dispatch succeeded into this state
 };

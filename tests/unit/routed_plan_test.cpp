@@ -4,6 +4,7 @@
 // issue's targets, and the errors of requests that do not fit the mesh.
 #include <gtest/gtest.h>
 
+#include "chimera/planning/cost_model.hpp"
 #include "chimera/planning/routed_plan.hpp"
 #include "chimera/planning/topology.hpp"
 
@@ -114,6 +115,72 @@ TEST(RoutedPlan, StageStraightPaysUnlessTheStageLinkIsSlow) {
   EXPECT_EQ(planRouted(r, nullptr, d).code(), StatusCode::InvalidArgument);
   EXPECT_EQ(planRouted(request("pp=2,ep=4", "ep+pp", 64, 8, 1024, TokenPlacement::Stage, "pp"), nullptr, d).code(),
             StatusCode::InvalidArgument);
+}
+
+// Rule 6, once per destination host: priced only where the dispatch group spans hosts, and
+// taken on the host-network topology of the placement at (64, 8) uniform, where a token reaches
+// 2.7 of the other host's 4 ranks but crosses once; not where every token reaches one rank of
+// a host (K = 1: rule 1 is not taken either), nor on one host's topology, which prices both
+// hops' links alike (the forwarding only adds bytes there).
+TEST(RoutedPlan, OncePerHostPaysWhereTheGroupSpansHosts) {
+  for (const std::vector<int>& hosts :
+       {std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}, std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1},
+        std::vector<int>{0, 0, 0, 1, 1, 1, 1, 1}}) {
+    RoutedRequest r = request("ep=8", "ep", 64, 8, 1024);
+    r.hosts = hosts;
+    std::string name = "hosts:";
+    for (std::size_t i = 0; i < hosts.size(); ++i) {
+      if (i > 0) name += ',';
+      name += std::to_string(hosts[i]);
+    }
+    Topology topology;
+    ASSERT_TRUE(loadTopology(name, topology).isOk()) << name;
+    const CostModel model(topology);
+    RoutedDecision d;
+    ASSERT_TRUE(planRouted(r, &model, d).isOk());
+    EXPECT_TRUE(d.oncePerRank);
+    EXPECT_TRUE(d.oncePerHost) << name << ": " << d.explanation.back();
+    ASSERT_EQ(d.explanation.size(), 2u);
+    EXPECT_NE(d.explanation[1].find("once per destination host"), std::string::npos) << d.explanation[1];
+    EXPECT_NE(d.fused.name.find("once per host"), std::string::npos);
+    // What crosses the hosts: the predicted program moves at least 2x fewer bytes between them.
+    RoutedRequest oneHost = r;
+    RoutedDecision perRank;
+    oneHost.hosts.clear();
+    ASSERT_TRUE(planRouted(oneHost, &model, perRank).isOk());
+    EXPECT_FALSE(perRank.oncePerHost);
+    ASSERT_EQ(perRank.explanation.size(), 1u);  // not priced without hosts
+    double crossHost = 0, crossRank = 0;
+    for (const CommStep& step : d.fused.program) {
+      StepCost cost;
+      ASSERT_TRUE(model.predictStep(step, cost).isOk());
+      crossHost += cost.crossBytes;
+    }
+    for (const CommStep& step : perRank.fused.program) {
+      StepCost cost;
+      ASSERT_TRUE(model.predictStep(step, cost).isOk());
+      crossRank += cost.crossBytes;
+    }
+    EXPECT_GE(crossRank / crossHost, 2.0) << name << ": " << crossRank << " vs " << crossHost;
+    // K = 1: a token reaches one rank; nothing to share.
+    RoutedRequest single = request("ep=8", "ep", 64, 1, 1024);
+    single.hosts = hosts;
+    ASSERT_TRUE(planRouted(single, &model, d).isOk());
+    EXPECT_FALSE(d.oncePerHost);
+    // One host's model: the forwarding is priced as extra bytes on links like any other.
+    Topology host;
+    ASSERT_TRUE(loadTopology("host:8", host).isOk());
+    const CostModel flat(host);
+    ASSERT_TRUE(planRouted(r, &flat, d).isOk());
+    EXPECT_FALSE(d.oncePerHost) << d.explanation.back();
+  }
+  // A group inside one host (ep within each host of blocks) prices no rule 6.
+  RoutedRequest r = request("dp=2,ep=4", "ep", 64, 8, 1024);
+  r.hosts = {0, 0, 0, 0, 1, 1, 1, 1};
+  RoutedDecision d;
+  ASSERT_TRUE(planRouted(r, nullptr, d).isOk());
+  EXPECT_FALSE(d.oncePerHost);
+  EXPECT_EQ(d.explanation.size(), 1u);
 }
 
 TEST(RoutedPlan, RequestsThatDoNotFitAreErrors) {

@@ -39,6 +39,9 @@ struct RoutedRequest {
   int topK = 0;              ///< K
   /// Expected distinct destination ranks per token; 0: the uniform-routing expectation.
   double distinctRanks = 0;
+  /// The host of every world rank (Backend::hostOfRank); empty: every rank on one host. Rule 6
+  /// (once per destination host) is priced only where the dispatch group spans hosts.
+  std::vector<int> hosts;
 };
 
 /// One priced program of a routed exchange (dispatch + combine, forward).
@@ -57,12 +60,16 @@ struct RoutedDecision {
   bool oncePerRank = false;        ///< rule 1 taken: send a token once per destination rank
   bool splitReplicas = false;      ///< rule 2/3 taken: replicas dispatch disjoint parts (after a ReduceScatter for P)
   bool straightFromStage = false;  ///< rule 5 taken: stage k sends straight to stage k+1's experts, no hand-off
+  bool oncePerHost = false;        ///< rule 6 taken: a token crosses once per destination host, then fans out there
   std::vector<std::string> explanation;  ///< one line per rule: the two prices and the verdict
 };
 
 /// Expected distinct destination ranks of a token under uniform top-K routing over E experts
 /// in contiguous blocks of E/R on R ranks: R (1 - C(E - E/R, K) / C(E, K)).
 double expectedDistinctRanks(std::int64_t experts, int ranks, int topK);
+/// The probability that a token routed uniformly to K of E experts picks one of `held` given
+/// experts (the E/R x n experts of a host of n ranks): 1 - C(E - held, K) / C(E, K).
+double expectedHit(std::int64_t experts, std::int64_t held, int topK);
 
 /// Prices the rules for `request` with `model` (null: bytes alone) and decides each one: a rule
 /// is taken only when the program with it is predicted strictly cheaper than without.
