@@ -180,11 +180,11 @@ class RoutedExchange {
   /// distinct per token) and `topkWeights` ([tokens, K] of weightDtype): one count exchange
   /// (dropless), then one uneven all-to-all of records (token row + its local experts and
   /// weights) into scratch; once per host (oncePerHost()), the count exchange, then the records
-  /// to this host's ranks and to a forwarder on each other host, then the forwarders' fan-out. `localError`, when not Ok, is this rank's own failure (a binding's
-  /// check): the rank still takes part and every rank returns an error. Afterwards `handle`
-  /// says how many rows arrived; call receive to expand them. "pp=@k": stage k passes its
-  /// tokens; stage k+1 passes none (tokens 0, null pointers) and its handle takes the tokens of
-  /// its stage-k peer (handle.tokens()).
+  /// to this host's ranks and to a forwarder on each other host, then the forwarders' fan-out. `localError`, when not
+  /// Ok, is this rank's own failure (a binding's check): the rank still takes part and every rank returns an error.
+  /// Afterwards `handle` says how many rows arrived; call receive to expand them. "pp=@k": stage k passes its tokens;
+  /// stage k+1 passes none (tokens 0, null pointers) and its handle takes the tokens of its stage-k peer
+  /// (handle.tokens()).
   [[nodiscard]] Status dispatch(const void* x, const std::int64_t* topkIdx, const void* topkWeights,
                                 std::int64_t tokens, RoutedDispatch& handle, const Status& localError = Status::ok());
   /// Writes the received rows, grouped by local expert in order (within one expert by source

@@ -187,7 +187,7 @@ void appendHostExchange(const RoutedRequest& request, const Shape& shape, double
   };
   std::vector<int> all;
   for (int r = 0; r < request.mesh.size(); ++r) all.push_back(r);
-  program.push_back(CommStep::collective(StepKind::AllToAll, groupsOf(request.mesh, request.group, all),
+  program.push_back(CommStep::collective(OpKind::AllToAll, groupsOf(request.mesh, request.group, all),
                                          static_cast<std::uint64_t>(8 * ranks)));
   const auto bytes = [](double b) { return static_cast<std::uint64_t>(std::llround(b)); };
   std::vector<Transfer> out, fan, in, back;
