@@ -30,6 +30,7 @@ nb::dict statsDict(const RoutedStats& s) {
   d["reduce_bytes"] = s.reduceBytes;
   d["dropped_tokens"] = s.droppedTokens;
   d["rounds"] = s.rounds;
+  d["cross_host_bytes"] = s.crossHostBytes;
   d["bytes_sent"] = s.bytesSent();
   return d;
 }
@@ -188,7 +189,8 @@ void bindRouted(nb::module_& m) {
       .def_prop_ro(
           "stats", [](const PyRoutedDispatch& d) { return statsDict(d.handle.stats()); },
           "bytes of the dispatch on this rank: payload_bytes, header_bytes, count_bytes, padding_bytes, "
-          "reduce_bytes, dropped_tokens, rounds, bytes_sent");
+          "reduce_bytes, dropped_tokens, rounds, cross_host_bytes (of those, sent to members on other hosts), "
+          "bytes_sent");
 
   nb::class_<PyRoutedExchange>(m, "RoutedExchange",
                                "MoE top-k dispatch and combine over a group (docs/moe.md). Collective: every rank "
@@ -206,6 +208,9 @@ void bindRouted(nb::module_& m) {
            "takes part in the creation with it and raises it.")
       .def_prop_ro("explain", [](PyRoutedExchange& self) { return self.get("explain").explain(); })
       .def_prop_ro("once_per_rank", [](PyRoutedExchange& self) { return self.get("once_per_rank").oncePerRank(); })
+      .def_prop_ro(
+          "once_per_host", [](PyRoutedExchange& self) { return self.get("once_per_host").oncePerHost(); },
+          "Whether a token crosses to another host once, a forwarder there fanning it out (docs/moe.md, rule 6).")
       .def_prop_ro("splits_replicas",
                    [](PyRoutedExchange& self) { return self.get("splits_replicas").splitsReplicas(); })
       .def_prop_ro(

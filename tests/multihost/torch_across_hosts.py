@@ -106,15 +106,20 @@ def redistributions(rank: int, world: int) -> list[tuple[str, torch.Tensor, torc
 
 def moe(rank: int, world: int, gloo) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """chimera.torch.moe against the per-(token, expert) all-to-all on gloo: every output of one
-    forward and backward step (received rows, ids, weights, counts, y, grad x, grad weights)."""
+    forward and backward step (received rows, ids, weights, counts, y, grad x, grad weights), as
+    the planner decides and fused (under an MPI launch across hosts: once per destination host,
+    its sums exact on these values)."""
     experts, topk, tokens, hidden = 2 * world, 2, 12, 8
     idx, weights = moe_routings.routing("uniform", tokens, experts, topk, seed=7, rank=rank)
     x = moe_routings.tokens(tokens, hidden, seed=7, rank=rank)
     grad_y = moe_routings.tokens(tokens, hidden, seed=8, rank=rank)
     want = moe_routings.forward_backward(PerExpertDispatcher(experts, gloo), x, idx, weights, grad_y)
-    got = moe_routings.forward_backward(ChimeraDispatcher(experts, "planned"), x, idx, weights, grad_y)
     names = ["recv_x", "recv_expert", "recv_weight", "tokens_per_expert", "y", "grad_x", "grad_weights"]
-    return [(f"moe {n}", g, w) for n, g, w in zip(names, got, want)]
+    out = []
+    for program in ("planned", "fused"):
+        got = moe_routings.forward_backward(ChimeraDispatcher(experts, program), x, idx, weights, grad_y)
+        out += [(f"moe {program} {n}", g, w) for n, g, w in zip(names, got, want)]
+    return out
 
 
 def main() -> int:

@@ -66,7 +66,7 @@ class Handle:
     """What combine and the backwards reuse: the routed exchange, the dispatch's state and the
     received weights. ``stats`` and ``combine_stats`` are the bytes this rank sent (dicts:
     payload_bytes, header_bytes, count_bytes, padding_bytes, reduce_bytes, dropped_tokens,
-    rounds, bytes_sent)."""
+    rounds, cross_host_bytes, bytes_sent)."""
 
     exchange: object
     state: object
