@@ -24,31 +24,19 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sweep import ROOT, Rig  # noqa: E402  (the rig of the scenario sweep)
-
-PLACEMENTS = {"blocks": [], "node": ["--map", "node"]}
+from sweep import PLACEMENTS, ROOT, Rig, add_rig_arguments, parse_rig_arguments  # noqa: E402  (the sweep's rig)
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--timing", default=os.path.join(ROOT, "build", "benchmarks", "timing", "routed_hosts_timing"),
                    help="routed_hosts_timing binary")
-    p.add_argument("--ranks", default="4,4", help="ranks per host (4,4)")
-    p.add_argument("--rate", default="2gbit", help="link rate, tc syntax (2gbit)")
-    p.add_argument("--placements", default="blocks,node", help="blocks, node or both (blocks,node)")
     p.add_argument("--tokens", type=int, default=2048, help="tokens per rank (2048)")
     p.add_argument("--hidden", type=int, default=1024, help="elements per row, f32 (1024)")
     p.add_argument("--experts", type=int, default=64, help="experts (64)")
     p.add_argument("--top-k", type=int, default=8, help="experts per token (8)")
-    p.add_argument("--iters", type=int, default=3, help="timed iterations per run (3)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per placement; medians (3)")
-    p.add_argument("--byte-iters", type=int, default=2, help="extra iterations of the byte-counting runs (2)")
-    p.add_argument("--timeout", type=int, default=590, help="seconds per run (590)")
-    p.add_argument("--json", help="write the rows here")
-    args = p.parse_args(argv)
-    for name in args.placements.split(","):
-        if name not in PLACEMENTS:
-            p.error(f"--placements: unknown placement '{name}' (blocks, node)")
+    add_rig_arguments(p, iters=3)
+    args = parse_rig_arguments(p, argv)
     if not os.access(args.timing, os.X_OK):
         p.error(f"--timing: {args.timing} is not an executable (build routed_hosts_timing first)")
     return args
@@ -67,12 +55,8 @@ def last_json(output):
 
 
 def link_bytes(rig, args, launch, only):
-    counted = []
-    for iters in (1, 1 + args.byte_iters):
-        before = rig.link_bytes()
-        rig.run(launch, timing_command(args, only, iters, 0), args.timeout)
-        counted.append(rig.link_bytes() - before)
-    return max(0, round((counted[1] - counted[0]) / args.byte_iters))
+    return rig.bytes_per_iteration(launch, lambda iters: timing_command(args, only, iters, 0), args.byte_iters,
+                                   args.timeout)
 
 
 def measure(rig, args):

@@ -34,25 +34,37 @@ RIG_UNAVAILABLE = 77
 PLACEMENTS = {"blocks": [], "node": ["--map", "node"]}
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "chimera-bench"), help="chimera-bench binary")
-    p.add_argument("--size", default="16M", help="bytes per rank, chimera-bench -b/-e syntax (16M)")
+def add_rig_arguments(p, iters):
+    """The options of a measurement on the rig (this sweep's and moe_hosts.py's); `iters`: the
+    default of --iters."""
     p.add_argument("--ranks", default="4,4", help="ranks per host (4,4)")
     p.add_argument("--rate", default="2gbit", help="link rate, tc syntax (2gbit)")
     p.add_argument("--placements", default="blocks,node", help="blocks, node or both (blocks,node)")
-    p.add_argument("--scenarios", default="tp_sp,tp_pp,tp_ep,sp_ep,pp_sp,pp_ep", help="scenarios, comma separated")
-    p.add_argument("--iters", type=int, default=5, help="timed iterations per chimera-bench run (5)")
-    p.add_argument("--repeats", type=int, default=3, help="chimera-bench runs per placement; medians (3)")
+    p.add_argument("--iters", type=int, default=iters, help=f"timed iterations per run ({iters})")
+    p.add_argument("--repeats", type=int, default=3, help="runs per placement; medians (3)")
     p.add_argument("--byte-iters", type=int, default=2, help="extra iterations of the byte-counting runs (2)")
     p.add_argument("--timeout", type=int, default=590, help="seconds per run (590)")
     p.add_argument("--json", help="write the rows here")
+
+
+def parse_rig_arguments(p, argv):
+    """`p`'s arguments, the rig's checked."""
     args = p.parse_args(argv)
     for name in args.placements.split(","):
         if name not in PLACEMENTS:
             p.error(f"--placements: unknown placement '{name}' (blocks, node)")
     if args.repeats < 1 or args.iters < 1 or args.byte_iters < 1:
         p.error("--repeats, --iters and --byte-iters must be at least 1")
+    return args
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "chimera-bench"), help="chimera-bench binary")
+    p.add_argument("--size", default="16M", help="bytes per rank, chimera-bench -b/-e syntax (16M)")
+    p.add_argument("--scenarios", default="tp_sp,tp_pp,tp_ep,sp_ep,pp_sp,pp_ep", help="scenarios, comma separated")
+    add_rig_arguments(p, iters=5)
+    args = parse_rig_arguments(p, argv)
     if not os.access(args.bench, os.X_OK):
         p.error(f"--bench: {args.bench} is not an executable (build chimera-bench first)")
     return args
@@ -82,6 +94,16 @@ class Rig:
             total += int(out)
         return total
 
+    def bytes_per_iteration(self, launch, command, extra, timeout):
+        """Link bytes of one iteration of `command(iters)` run on `launch`: (bytes at 1 + `extra`
+        iterations - bytes at 1) / `extra`, so that start-up and connection set-up cancel out."""
+        counted = []
+        for iters in (1, 1 + extra):
+            before = self.link_bytes()
+            self.run(launch, command(iters), timeout)
+            counted.append(self.link_bytes() - before)
+        return max(0, round((counted[1] - counted[0]) / extra))
+
     def run(self, launch, command, timeout):
         cmd = [RIG, "--id", self.id, "run", "--timeout", str(timeout)] + launch + ["--"] + command
         result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -106,14 +128,11 @@ def scenario_rows(rig, args, launch, scenarios):
 
 
 def bytes_per_iteration(rig, args, launch, scenario, side):
-    """Link bytes of one run of `side` of `scenario`: (bytes at 1 + k iterations - at 1) / k."""
-    counted = []
-    for iters in (1, 1 + args.byte_iters):
-        before = rig.link_bytes()
-        rig.run(launch, [args.bench, "--scenario", scenario, "--backend", "mpi", "--only", side, "-b", args.size,
-                         "-e", args.size, "-n", str(iters), "-w", "0", "-c", "0"], args.timeout)
-        counted.append(rig.link_bytes() - before)
-    return max(0, round((counted[1] - counted[0]) / args.byte_iters))
+    """Link bytes of one iteration of `side` of `scenario`."""
+    def command(iters):
+        return [args.bench, "--scenario", scenario, "--backend", "mpi", "--only", side, "-b", args.size, "-e",
+                args.size, "-n", str(iters), "-w", "0", "-c", "0"]
+    return rig.bytes_per_iteration(launch, command, args.byte_iters, args.timeout)
 
 
 def measure(rig, args):
