@@ -55,6 +55,17 @@ def _expert(rows, experts):
     return rows * _factor(experts, rows.dtype).unsqueeze(1)
 
 
+def _timed_error(call):
+    """(the chimera.Error `call` raised or None, the seconds it took)."""
+    start = time.monotonic()
+    try:
+        call()
+        raised = None
+    except chimera.Error as error:
+        raised = error
+    return raised, time.monotonic() - start
+
+
 def _check_case(world, experts, topk, hidden, seed, program="planned", routing="uniform", dtype=torch.float32):
     rank, size, gloo = world
     x, idx, w = _inputs(rank, size, experts, topk, hidden, seed, routing, dtype)
@@ -223,13 +234,7 @@ def test_bad_option_on_one_rank_fails_every_rank_at_once(world, fault):
             bad_idx, bad_w = idx[:, :0], w[:, :0]
         else:
             bad["program"] = "fuzed"
-    start = time.monotonic()
-    try:
-        moe.dispatch(x, bad_idx, bad_w, 2 * size, **bad)
-        raised = None
-    except chimera.Error as error:
-        raised = error
-    seconds = time.monotonic() - start
+    raised, seconds = _timed_error(lambda: moe.dispatch(x, bad_idx, bad_w, 2 * size, **bad))
     if rank == odd:
         ok = isinstance(raised, chimera.InvalidArgument)
     else:
@@ -253,13 +258,7 @@ def test_replicated_routing_with_a_bad_id_fails_every_rank(world, layout):
     x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=47)  # the same tokens on every rank
     bad = idx.clone()
     bad[-1, 0] = 2 * size  # the last token: dispatched by the second replica
-    start = time.monotonic()
-    try:
-        moe.dispatch(x, bad, w, 2 * size, **where)
-        raised = None
-    except chimera.Error as error:
-        raised = error
-    seconds = time.monotonic() - start
+    raised, seconds = _timed_error(lambda: moe.dispatch(x, bad, w, 2 * size, **where))
     ok = isinstance(raised, chimera.InvalidArgument) and "outside" in str(raised)
     moe.dispatch(x, idx, w, 2 * size, **where)
     agree(ok and seconds < 1.0, gloo, f"{layout}: raised {type(raised).__name__}: {raised} after {seconds:.2f} s")
@@ -312,13 +311,8 @@ def test_ranks_creating_different_groups_fail_every_rank(world):
         pytest.skip("needs an even world")
     mesh = f"ep={size // 2},sp=2"  # a mesh no other test uses: none of its groups exists yet
     x, idx, w = _inputs(rank // 2 * 2, size, 2 * size, 2, 4, seed=53)
-    start = time.monotonic()
-    try:
-        moe.dispatch(x, idx, w, 2 * size, mesh=mesh, group="ep", layout="sp=R" if rank == size - 1 else "")
-        raised = None
-    except chimera.Error as error:
-        raised = error
-    seconds = time.monotonic() - start
+    layout = "sp=R" if rank == size - 1 else ""
+    raised, seconds = _timed_error(lambda: moe.dispatch(x, idx, w, 2 * size, mesh=mesh, group="ep", layout=layout))
     ok = isinstance(raised, chimera.Mismatch) and "create different" in str(raised) and seconds < 10
     recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, 2 * size, mesh=mesh, group="ep", layout="sp=R")
     y = moe.combine(_expert(recv_x, recv_e), handle)
