@@ -503,9 +503,10 @@ TEST(RoutedHostDispatch, RoundsOnlyWhereTheSummationOrderDiffers) {
           << p.name << " rank " << worldRank() << ": y differs by up to " << y << ", grad x by " << gradX;
       // With 8 experts a token, over 4 ranks of the other host, some sums do round otherwise:
       // the check above sees the reassociation it allows.
-      if (p.name == "blocks 4+4")
+      if (p.name == "blocks 4+4") {
         EXPECT_FALSE(allRanksAgree(host.y == once.y && host.gradX == once.gradX))
             << p.name << ": y and grad x equal once per rank's bit for bit on every rank";
+      }
     }
   }
 }
@@ -562,7 +563,9 @@ TEST(RoutedHostDispatch, ANullBufferOnOneRankFailsEveryRankOfTheCall) {
     options.hidden = 4;
     options.tokenLayout = shape.layout;
     options.program = RoutedProgram::Fused;
-    if (*shape.group != 0) ASSERT_TRUE(mesh.parseAxes(shape.group, options.group).isOk());
+    if (*shape.group != 0) {
+      ASSERT_TRUE(mesh.parseAxes(shape.group, options.group).isOk());
+    }
     std::unique_ptr<RoutedExchange> ex;
     ASSERT_TRUE(RoutedExchange::create(*hosts, options, ex).isOk());
     ASSERT_TRUE(allRanksAgree(ex->oncePerHost())) << shape.mesh;
