@@ -16,15 +16,25 @@
 
 namespace chimera::detail {
 
-/// AllReduce of `count` elements over `group` (Avg finished here). The buffer is cut into one
-/// chunk per lane (BlockSplit over the lanes): (1) each host reduces chunk j onto its lane-j
-/// member (a direct ReduceScatter inside the host; members beyond the lanes only send);
-/// (2) each lane reduces its chunk across the hosts (direct ReduceScatter of the chunk cut
-/// into one block per host, Avg division, direct AllGather); (3) each lane member sends its
-/// chunk to the other members of its host. In place when send == recv. Collective over `group`.
+/// AllReduce of `count` elements over `group` (Avg finished here), pipelined over pieces of the
+/// buffer (hierarchicalPieces). Each piece is cut into one chunk per lane (BlockSplit over the
+/// lanes): (1) each host reduces chunk j onto its lane-j member (a direct ReduceScatter inside
+/// the host; members beyond the lanes only send); (2) each lane reduces its chunk across the
+/// hosts (direct ReduceScatter of the chunk cut into one block per host, Avg division, direct
+/// AllGather), posted and completed a pipeline step later; (3) each lane member sends its
+/// chunk to the other members of its host. While piece p crosses the hosts, the host reduces
+/// piece p + 1 and spreads piece p - 1. Every element is reduced in the same order whatever
+/// the pieces. In place when send == recv. `staging`: three pieces' copies of a lane block.
+/// Collective over `group`.
 [[nodiscard]] Status hierarchicalAllReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
                                            const MpiGroup& group, const HostHierarchy& hierarchy,
-                                           ScratchBuffer& scratch, std::size_t segmentBytes);
+                                           ScratchBuffer& scratch, ScratchBuffer& staging, std::size_t segmentBytes);
+
+/// Pieces the hierarchical AllReduce of `bytes` is pipelined over: pieces of at least two
+/// segments, at most kMostHierarchicalPieces (on the rig of docs/multihost.md, 16 MiB ran
+/// fastest in 8 pieces), at least one.
+int hierarchicalPieces(std::size_t bytes, std::size_t segmentBytes);
+inline constexpr int kMostHierarchicalPieces = 8;
 
 /// ReduceScatter: member i receives block i (`recvCount` elements, the group's block order) of
 /// the reduction over `group` (Avg finished here). (1) Each host reduces the blocks of lane j

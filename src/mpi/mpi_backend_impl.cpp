@@ -74,7 +74,7 @@ MpiBackend::~MpiBackend() {
     hierarchies_.abandon();
     scratch_.abandon();
     staging_.abandon();
-    partialSums_.abandon();
+    hierarchyStaging_.abandon();
     return;
   }
   int finalized = 0;
@@ -178,7 +178,8 @@ Status MpiBackend::allReduceCall(const void* send, void* recv, std::size_t count
   const HostHierarchy* hierarchy = nullptr;
   CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllReduce, bytes, axes, *group, hierarchy));
   if (hierarchy != nullptr)
-    return hierarchicalAllReduce(send, recv, count, dtype, op, *group, *hierarchy, scratch_, options_.segmentBytes);
+    return hierarchicalAllReduce(send, recv, count, dtype, op, *group, *hierarchy, scratch_, hierarchyStaging_,
+                                 options_.segmentBytes);
   if (!usePointToPoint(OpKind::AllReduce, bytes, group->size) && fitsOneCall(count))
     return libraryAllReduce(send, recv, count, dtype, op, *group);
   if (options_.algorithm != MpiAlgorithm::Ring)
@@ -233,7 +234,7 @@ Status MpiBackend::reduceScatterCall(const void* send, void* recv, std::size_t r
   const HostHierarchy* hierarchy = nullptr;
   CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::ReduceScatter, total * dataTypeSize(dtype), axes, *group, hierarchy));
   if (hierarchy != nullptr)
-    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, partialSums_,
+    return hierarchicalReduceScatter(send, recv, recvCount, dtype, op, *group, *hierarchy, scratch_, hierarchyStaging_,
                                      options_.segmentBytes);
   if (usePointToPoint(OpKind::ReduceScatter, total * dataTypeSize(dtype), group->size) || !fitsOneCall(recvCount)) {
     const BlockSplit split{total, group->size};

@@ -213,7 +213,7 @@ class MpiBackend final : public Backend {
   std::vector<int> hosts_;  // host of every world rank
   PeerMemory peers_;
   HostHierarchyCache hierarchies_;
-  ScratchBuffer partialSums_;  // the hierarchical ReduceScatter's partial sums
+  ScratchBuffer hierarchyStaging_;  // the hierarchical ReduceScatter's partial sums, the AllReduce's copies in flight
   std::uint64_t hierarchicalCalls_ = 0;
 };
 
