@@ -119,6 +119,13 @@ std::vector<Flow> ringRoundOf(const Groups& groups, BytesOf bytesOf) {
   return flows;
 }
 
+// The pieces the MPI backend pipelines a hierarchical AllReduce of `bytes` over at its default
+// segment (src/mpi/hierarchical.hpp): pieces of at least two 1 MiB segments, at most eight.
+double hierarchicalAllReducePieces(std::size_t bytes) {
+  constexpr std::size_t kLeastPieceBytes = std::size_t{2} << 20;
+  return static_cast<double>(std::clamp<std::size_t>(bytes / kLeastPieceBytes, 1, 8));
+}
+
 // The rounds of the hierarchical AllReduce, ReduceScatter and AllGather of the host-network
 // fabric: AllReduce = ReduceScatter inside each host, AllReduce across hosts on the 1/c shard,
 // AllGather inside; ReduceScatter = inside, then across on the shard; AllGather = across, then
@@ -137,9 +144,20 @@ void addHierarchicalRounds(const Topology& topology, const CommStep& step, StepT
   const RoundCost inside = priceRound(topology, ringRoundOf(h.inside, shard));
   switch (step.kind) {
     case OpKind::AllReduce: {
+      // Pipelined over pieces: the inside rounds of one piece run while another crosses, so
+      // the slower side bounds the call and the faster adds one piece's worth (fill and drain).
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
-      addRounds(terms, inside, 2 * (c - 1), 2 * (c - 1));
-      addRounds(terms, across, 2 * (hosts - 1), 2 * (hosts - 1));
+      StepTerms phases;
+      addRounds(phases, inside, 2 * (c - 1), 2 * (c - 1));
+      const double insideSeconds = phases.transferSeconds;
+      addRounds(phases, across, 2 * (hosts - 1), 2 * (hosts - 1));
+      const double acrossSeconds = phases.transferSeconds - insideSeconds;
+      const double pieces = hierarchicalAllReducePieces(step.bytesPerRank);
+      phases.transferSeconds = std::max(insideSeconds, acrossSeconds) + std::min(insideSeconds, acrossSeconds) / pieces;
+      terms.latencySeconds += phases.latencySeconds;
+      terms.transferSeconds += phases.transferSeconds;
+      terms.crossBytes += phases.crossBytes;
+      if (!phases.bottleneck.empty()) terms.bottleneck = phases.bottleneck;
       break;
     }
     case OpKind::ReduceScatter: {

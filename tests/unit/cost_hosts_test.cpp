@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -272,6 +273,34 @@ TEST(HostNetwork, CollectivesAcrossHostsRunHierarchicallyWhateverThePlacement) {
   const StepCost allToAll =
       price(launchTopology({0, 0, 0, 1, 1, 1, 1, 1}), CommStep::collective(OpKind::AllToAll, {all}, 8 << 20));
   EXPECT_DOUBLE_EQ(allToAll.crossBytes, 2.0 * 3 * 5 * (1 << 20));
+}
+
+// The hierarchical AllReduce is priced as the backend runs it, pipelined over pieces: the
+// crossing and the rounds inside the hosts overlap, so the slower side bounds it and the faster
+// adds one piece's share (pieces of at least 2 MiB, at most eight). Cheaper than the
+// ReduceScatter and AllGather it is made of run one after the other, never cheaper than its
+// crossing alone.
+TEST(HostNetwork, HierarchicalAllReduceOverlapsTheCrossingWithTheRoundsInsideTheHosts) {
+  const Topology t = launchTopology(blocks(2, 4));
+  const std::vector<std::vector<int>> all = {{0, 1, 2, 3, 4, 5, 6, 7}};
+  const std::vector<std::vector<int>> hosts = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  const std::vector<std::vector<int>> lanes = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  const auto seconds = [&](OpKind kind, const std::vector<std::vector<int>>& groups, std::uint64_t bytes) {
+    return price(t, CommStep::collective(kind, groups, bytes)).transferSeconds;
+  };
+  for (const std::uint64_t bytes : {std::uint64_t{1} << 20, std::uint64_t{16} << 20, std::uint64_t{64} << 20}) {
+    const double allReduce = seconds(OpKind::AllReduce, all, bytes);
+    const double inside = seconds(OpKind::AllReduce, hosts, bytes);        // each host on its own
+    const double crossing = seconds(OpKind::AllReduce, lanes, bytes / 4);  // the lanes on a host's quarter
+    const double pieces = std::clamp<double>(static_cast<double>(bytes >> 21), 1, 8);
+    EXPECT_NEAR(allReduce, std::max(inside, crossing) + std::min(inside, crossing) / pieces, 1e-9 * allReduce) << bytes;
+    EXPECT_GE(allReduce, crossing) << bytes;
+    if (pieces > 1) {
+      const double reduceScatter = seconds(OpKind::ReduceScatter, all, bytes);
+      const double allGather = seconds(OpKind::AllGather, all, bytes / 8);
+      EXPECT_LT(allReduce, 0.9 * (reduceScatter + allGather)) << bytes;
+    }
+  }
 }
 
 struct ChainCase {
