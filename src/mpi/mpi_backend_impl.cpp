@@ -264,7 +264,8 @@ Status MpiBackend::allGatherCall(const void* send, void* recv, std::size_t sendC
   const bool inPlace = send == mine;
   const HostHierarchy* hierarchy = nullptr;
   CHIMERA_RETURN_IF_ERROR(chooseHierarchy(OpKind::AllGather, total * es, axes, *group, hierarchy));
-  if (hierarchy != nullptr) return hierarchicalAllGather(send, recv, sendCount, dtype, *group, *hierarchy);
+  if (hierarchy != nullptr)
+    return hierarchicalAllGather(send, recv, sendCount, dtype, *group, *hierarchy, options_.segmentBytes);
   if (usePointToPoint(OpKind::AllGather, total * es, group->size) || !fitsOneCall(total)) {
     if (!inPlace) std::memcpy(mine, send, sendCount * es);
     const BlockSplit split{total, group->size};

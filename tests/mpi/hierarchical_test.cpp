@@ -241,12 +241,13 @@ TEST(HierarchicalCollectives, EqualTheFlatAndLibraryResultsWhereTheRanksRun) {
   }
 }
 
-// Pipelined over pieces, an element may be reduced on another member than in one piece, so on
-// data whose sums round (random floats, bf16 averages) the order of its additions may differ:
-// the result of many pieces (small segments) must be the same bits on every rank and within
-// rounding of the result of one piece (a segment larger than the buffer). Exact integer data
+// Pipelined over pieces, an AllReduce may reduce an element on another member than in one piece,
+// so on data whose sums round (random floats, bf16 averages) the order of its additions may
+// differ: the result of many pieces (small segments) must be the same bits on every rank and
+// within rounding of the result of one piece (a segment larger than the buffer). A
+// ReduceScatter's elements keep their members: its pieces give one piece's bits. Exact integer data
 // is checked bit for bit against the flat and library results above.
-TEST(HierarchicalCollectives, PiecesGiveEveryRankOneResultWithinRoundingOfOnePiece) {
+TEST(HierarchicalCollectives, PiecesKeepTheResultsOfOnePieceUpToTheAllReducesRounding) {
   if (worldSize() != 8) GTEST_SKIP() << "the placements are of 8 ranks";
   Mesh mesh;
   ASSERT_TRUE(Mesh::parse("dp=4,tp=2", worldSize(), mesh).isOk());
@@ -290,6 +291,16 @@ TEST(HierarchicalCollectives, PiecesGiveEveryRankOneResultWithinRoundingOfOnePie
       const bool same = std::memcmp(first.data(), a.data(), kCount * dataTypeSize(r.dtype)) == 0;
       EXPECT_TRUE(same) << what << ": differs from rank 0's";
       ok = ok && sa.isOk() && sb.isOk() && worst <= rounding.tolerance && same;
+      // A ReduceScatter reduces every element on the same members whatever the pieces: the same bits.
+      const std::size_t block = kCount / 8;
+      std::vector<std::uint64_t> ra = makeBuffer(block, r.dtype);
+      std::vector<std::uint64_t> rb = makeBuffer(block, r.dtype);
+      const Status qa = pieces->reduceScatter(send.data(), ra.data(), block, r.dtype, r.op, all);
+      const Status qb = whole->reduceScatter(send.data(), rb.data(), block, r.dtype, r.op, all);
+      const bool equal =
+          qa.isOk() && qb.isOk() && std::memcmp(ra.data(), rb.data(), block * dataTypeSize(r.dtype)) == 0;
+      EXPECT_TRUE(equal) << what << ": the ReduceScatter in pieces differs from one piece's";
+      ok = ok && equal;
     }
   }
   EXPECT_TRUE(allRanksAgree(ok));
