@@ -14,6 +14,7 @@ endif()
 set(allowed
   core/check.hpp                  # the check macros (CHIMERA_CHECK_ARG, CHIMERA_RETURN_IF_ERROR), header-only
   common/hash.hpp                 # the library's one hash (header-only): the gloo transport's group agreement
+  common/host_identity.hpp        # where the ranks run: the gloo transport gathers the host keys as the MPI backend does
   common/agreement.hpp            # the agreement on new groups the MPI backend runs, for the gloo transport's (in libchimera)
   tools/plan_report.hpp           # chimera.plan() returns chimera-plan's --json report (plan_report.cpp is compiled in)
   backend/null/null_backend.hpp   # the overhead benchmark's backend that moves no data (python -m chimera.bench)

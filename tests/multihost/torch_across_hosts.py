@@ -119,16 +119,14 @@ def moe(rank: int, world: int, gloo) -> list[tuple[str, torch.Tensor, torch.Tens
     for program in ("planned", "fused"):
         got = moe_routings.forward_backward(ChimeraDispatcher(experts, program), x, idx, weights, grad_y)
         out += [(f"moe {program} {n}", g, w) for n, g, w in zip(names, got, want)]
-    # On the MPI transport, which knows where the ranks run, fused runs once per destination host
-    # (its backwards too) wherever the ranks span hosts: a launch whose topology missed the hosts
-    # would otherwise pass on the once-per-rank program. (The gloo transport of a torchrun launch
-    # reports one host, so its exchange runs once per rank.)
+    # Both transports know where the ranks run (MPI and gloo gather every rank's host key), so
+    # fused runs once per destination host (its backwards too) wherever the ranks span hosts: a
+    # launch whose topology missed the hosts would otherwise pass on the once-per-rank program.
     hosts = [None] * world
     dist.all_gather_object(hosts, socket.gethostname(), group=gloo)
-    if ct.backend.transport(world) == "mpi":
-        handle = ChimeraDispatcher(experts, "fused").dispatch(x, idx, weights)[4]
-        out.append(("moe fused once per host", torch.tensor(handle.exchange.once_per_host),
-                    torch.tensor(len(set(hosts)) > 1)))
+    handle = ChimeraDispatcher(experts, "fused").dispatch(x, idx, weights)[4]
+    out.append(("moe fused once per host", torch.tensor(handle.exchange.once_per_host),
+                torch.tensor(len(set(hosts)) > 1)))
     return out
 
 

@@ -28,6 +28,7 @@
 #include "chimera/mesh.hpp"
 #include "common/agreement.hpp"
 #include "common/hash.hpp"
+#include "common/host_identity.hpp"
 #include "host_transport.hpp"
 
 namespace chimera::torch_ext {
@@ -110,13 +111,33 @@ class GlooHostBackend final : public chimera::Backend {
   // (none: `mesh` has one axis, whose group is `whole`).
   GlooHostBackend(Mesh mesh, int rank, c10::intrusive_ptr<c10d::Backend> whole, GroupFactory factory,
                   std::int64_t timeoutMs)
-      : mesh_(std::move(mesh)), rank_(rank), factory_(std::move(factory)), timeout_(timeoutMs) {
+      : mesh_(std::move(mesh)),
+        rank_(rank),
+        hosts_(static_cast<std::size_t>(mesh_.size()), 0),
+        factory_(std::move(factory)),
+        timeout_(timeoutMs) {
     groups_.emplace(mesh_.allAxes().bits(), std::move(whole));
+  }
+
+  // Where the ranks run (hostOfRank): every member's host key gathered over the whole mesh's
+  // group, bounded by the timeout. Collective over the mesh; once, at creation.
+  Status findHosts() {
+    c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
+    return guarded("finding the host of every rank", [&] {
+      at::Tensor mine = at::empty({1}, at::kLong);
+      mine.fill_(static_cast<std::int64_t>(detail::thisHostKey()));
+      at::Tensor all = at::empty({mesh_.size()}, at::kLong);
+      wait(whole._allgather_base(all, mine, c10d::AllgatherOptions()));
+      std::vector<std::uint64_t> keys(static_cast<std::size_t>(mesh_.size()));
+      std::memcpy(keys.data(), all.data_ptr(), keys.size() * sizeof(std::uint64_t));
+      hosts_ = detail::hostsOfKeys(keys);
+    });
   }
 
   std::string_view name() const override { return "gloo"; }
   const Mesh& mesh() const override { return mesh_; }
-  std::string defaultTopology() const override { return hostTopology(mesh_.size()); }
+  std::string defaultTopology() const override { return hostsTopologyName(hosts_); }
+  std::vector<int> hostOfRank() const override { return hosts_; }
   int rank() const override { return rank_; }
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op, AxisSet axes,
@@ -404,6 +425,7 @@ class GlooHostBackend final : public chimera::Backend {
   }
   Mesh mesh_;
   int rank_;
+  std::vector<int> hosts_;                                             // the host of every mesh rank
   std::map<std::uint32_t, c10::intrusive_ptr<c10d::Backend>> groups_;  // by axis-set bits
   GroupFactory factory_;
   std::chrono::milliseconds timeout_;
@@ -436,7 +458,10 @@ Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t 
   if (!gloo) return Status::invalidArgument("gloo transport: no gloo backend");
   if (timeoutMs <= 0) return Status::invalidArgument("gloo transport: timeout of " + std::to_string(timeoutMs) + " ms");
   const int rank = gloo->getRank();
-  out.backend = std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs);
+  auto backend =
+      std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs);
+  if (Status s = backend->findHosts(); !s.isOk()) return s;
+  out.backend = std::move(backend);
   out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
   return Status::ok();
 }
@@ -469,7 +494,7 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
   const std::string name = "chimera/gloo_mesh/" + mesh.toString() + "@" + ranks;
   const std::string what = "creating the gloo mesh backend of mesh " + mesh.toString() + " over torch ranks " + ranks +
                            " (this is rank " + std::to_string(globalRank) + "; every rank must create it)";
-  return guarded(what.c_str(), [&] {
+  const Status created = guarded(what.c_str(), [&] {
     bounded(std::chrono::milliseconds(timeoutMs), [&] {
       const std::int64_t arrivals = store->add(name + "/creations", 1);
       const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
@@ -483,6 +508,8 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
       out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs);
     });
   });
+  if (!created.isOk()) return created;
+  return static_cast<GlooHostBackend&>(*out).findHosts();
 }
 
 }  // namespace chimera::torch_ext
