@@ -137,6 +137,9 @@ class Backend {
                                     Stream stream = nullptr) = 0;
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
+  /// MPI with argument checking: a pair whose transfers disagree, or a peer whose own checks
+  /// failed (it refuses), is Mismatch and only that pair's transfers are dropped; the others
+  /// complete before the call returns.
   [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
   /// For a rank whose call of a collective on `axes` failed before reaching the backend (a
   /// wrapper's own check, `local`, an error): takes part in the argument agreement the other
