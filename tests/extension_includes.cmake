@@ -17,8 +17,8 @@ set(allowed
   common/agreement.hpp            # the agreement on new groups the MPI backend runs, for the gloo transport's (in libchimera)
   tools/plan_report.hpp           # chimera.plan() returns chimera-plan's --json report (plan_report.cpp is compiled in)
   backend/null/null_backend.hpp   # the overhead benchmark's backend that moves no data (python -m chimera.bench)
-  backend/mpi/bounded_wait.hpp    # the process group's point-to-point waits, bounded as the MPI backend's
-  backend/mpi/abandoned_memory.hpp # a receive given up on keeps its memory until exit, as in the MPI backend
+  mpi/bounded_wait.hpp            # the process group's point-to-point waits, bounded as the MPI backend's
+  mpi/abandoned_memory.hpp        # a receive given up on keeps its memory until exit, as in the MPI backend
   job/job_end.hpp                 # ending the job after a Timeout (abortOnTimeout), as the backends do
   job/stall_watchdog.hpp          # bounds MPI_Comm_create_group and MPI_Finalize (watchedBlockingCall)
 )

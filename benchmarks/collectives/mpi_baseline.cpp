@@ -6,9 +6,9 @@
 
 #include <climits>
 
-#include "backend/mpi/mpi_util.hpp"
 #include "common/host_reduce.hpp"
 #include "core/check.hpp"
+#include "mpi/mpi_util.hpp"
 
 namespace chimera::bench {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the plain-MPI baseline needs beyond the backend's MPI type and op mapping
-// (backend/mpi/mpi_util.hpp): its reduction ops, the avg finish step, and int-range checks
+// (mpi/mpi_util.hpp): its reduction ops, the avg finish step, and int-range checks
 // for MPI's count arguments.
 #pragma once
 

@@ -11,10 +11,10 @@
 #include <optional>
 #include <vector>
 
-#include "backend/mpi/mpi_util.hpp"
 #include "chimera/backend.hpp"
 #include "collective.hpp"
 #include "input_pattern.hpp"
+#include "mpi/mpi_util.hpp"
 #include "mpi_baseline.hpp"
 
 namespace chimera::bench {

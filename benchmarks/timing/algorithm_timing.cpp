@@ -21,13 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/mpi/exchange.hpp"
-#include "backend/mpi/mpi_backend_impl.hpp"
-#include "backend/mpi/ring.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "common/cli.hpp"
 #include "common/size_text.hpp"
 #include "core/check.hpp"
+#include "mpi/exchange.hpp"
+#include "mpi/mpi_backend_impl.hpp"
+#include "mpi/ring.hpp"
 
 namespace chimera {
 namespace {

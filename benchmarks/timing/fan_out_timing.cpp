@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
+#include "mpi/mpi_backend_impl.hpp"
 #include "world_timing.hpp"
 
 namespace {

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
 #include "chimera/routed_exchange.hpp"
 #include "common/cli.hpp"
+#include "mpi/mpi_backend_impl.hpp"
 #include "world_timing.hpp"
 
 namespace {

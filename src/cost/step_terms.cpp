@@ -3,6 +3,7 @@
 #include "cost/step_terms.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "chimera/planning/cost_model.hpp"
@@ -119,11 +120,40 @@ std::vector<Flow> ringRoundOf(const Groups& groups, BytesOf bytesOf) {
   return flows;
 }
 
+// The pieces the MPI backend pipelines a hierarchical collective over `bytes` (an AllReduce's or
+// ReduceScatter's input, an AllGather's output) at its default segment (src/mpi/hierarchical.hpp):
+// pieces of at least two 1 MiB segments, at most eight.
+double hierarchicalPieces(double bytes) {
+  constexpr double kLeastPieceBytes = 2 << 20;
+  return std::clamp(std::floor(bytes / kLeastPieceBytes), 1.0, 8.0);
+}
+
+// Rounds of one phase of a hierarchical collective.
+struct Phase {
+  RoundCost round;
+  double rounds = 0;
+};
+
+// Two phases of a hierarchical collective pipelined over `pieces`: while one piece is in the
+// second, the next is in the first, so the slower phase bounds the step and the faster adds its
+// share of one piece (the fill and the drain).
+void addPipelined(StepTerms& terms, const Phase& first, const Phase& second, double pieces) {
+  StepTerms phases;
+  addRounds(phases, first.round, first.rounds, first.rounds);
+  const double firstSeconds = phases.transferSeconds;
+  addRounds(phases, second.round, second.rounds, second.rounds);
+  const double secondSeconds = phases.transferSeconds - firstSeconds;
+  terms.latencySeconds += phases.latencySeconds;
+  terms.transferSeconds += std::max(firstSeconds, secondSeconds) + std::min(firstSeconds, secondSeconds) / pieces;
+  terms.crossBytes += phases.crossBytes;
+  if (!phases.bottleneck.empty()) terms.bottleneck = phases.bottleneck;
+}
+
 // The rounds of the hierarchical AllReduce, ReduceScatter and AllGather of the host-network
 // fabric: AllReduce = ReduceScatter inside each host, AllReduce across hosts on the 1/c shard,
 // AllGather inside; ReduceScatter = inside, then across on the shard; AllGather = across, then
-// inside on the gathered H shards. Each byte of a host's shard crosses its NIC once per ring
-// step, every lane of the host at once.
+// inside on the gathered H shards; each pipelined over pieces (addPipelined). Each byte of a
+// host's shard crosses its NIC once per ring step, every lane of the host at once.
 void addHierarchicalRounds(const Topology& topology, const CommStep& step, StepTerms& terms) {
   const Hierarchy h = hierarchyOf(topology, step.groups);
   const auto bytes = static_cast<double>(step.bytesPerRank);
@@ -138,21 +168,19 @@ void addHierarchicalRounds(const Topology& topology, const CommStep& step, StepT
   switch (step.kind) {
     case OpKind::AllReduce: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
-      addRounds(terms, inside, 2 * (c - 1), 2 * (c - 1));
-      addRounds(terms, across, 2 * (hosts - 1), 2 * (hosts - 1));
+      addPipelined(terms, {inside, 2 * (c - 1)}, {across, 2 * (hosts - 1)}, hierarchicalPieces(bytes));
       break;
     }
     case OpKind::ReduceScatter: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int r) { return shard(r) / hosts; }));
-      addRounds(terms, inside, c - 1, c - 1);
-      addRounds(terms, across, hosts - 1, hosts - 1);
+      addPipelined(terms, {inside, c - 1}, {across, hosts - 1}, hierarchicalPieces(bytes));
       break;
     }
     case OpKind::AllGather: {
       const RoundCost across = priceRound(topology, ringRoundOf(h.lanes, [&](int) { return bytes; }));
       const RoundCost gathered = priceRound(topology, ringRoundOf(h.inside, [&](int) { return hosts * bytes; }));
-      addRounds(terms, across, hosts - 1, hosts - 1);
-      addRounds(terms, gathered, c - 1, c - 1);
+      const double n = static_cast<double>(step.groups.front().size());
+      addPipelined(terms, {across, hosts - 1}, {gathered, c - 1}, hierarchicalPieces(n * bytes));
       break;
     }
     default: CHIMERA_ASSERT(false);

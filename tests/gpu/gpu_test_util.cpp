@@ -4,10 +4,10 @@
 
 #include <cstdlib>
 
-#include "backend/nccl/device_choice.hpp"
 #include "chimera/backend.hpp"
 #include "chimera/mesh.hpp"
 #include "core/check.hpp"
+#include "nccl/device_choice.hpp"
 
 #include <memory>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/nccl/nccl_bootstrap_env.hpp"
+#include "nccl/nccl_bootstrap_env.hpp"
 
 namespace chimera::test {
 

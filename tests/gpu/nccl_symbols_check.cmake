@@ -2,7 +2,7 @@
 # Fails when libchimera links an NCCL symbol newer than NCCL 2.7: such a symbol makes the
 # dynamic loader refuse libchimera (and everything linking it) on a machine with an older
 # libnccl.so.2, instead of the backend reporting Unsupported. Newer entry points are looked
-# up at run time (src/backend/nccl/nccl_api.cpp). Run with -DNM=... -DLIBRARY=...
+# up at run time (src/nccl/nccl_api.cpp). Run with -DNM=... -DLIBRARY=...
 cmake_policy(SET CMP0057 NEW)
 set(allowed
   ncclAllGather ncclAllReduce ncclBroadcast ncclCommAbort ncclCommCount ncclCommDestroy

@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "backend/nccl/nccl_bootstrap_env.hpp"
 #include "chimera/nccl_backend.hpp"
 #include "common/cli.hpp"
+#include "nccl/nccl_bootstrap_env.hpp"
 
 namespace {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
 #include "chimera/mesh.hpp"
+#include "mpi/mpi_backend_impl.hpp"
 #include "mpi_test_util.hpp"
 
 namespace chimera::testing {

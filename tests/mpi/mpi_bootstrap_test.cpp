@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The NCCL backend's MPI bootstrap collectives (src/backend/nccl/mpi_bootstrap.hpp) on real
+// The NCCL backend's MPI bootstrap collectives (src/nccl/mpi_bootstrap.hpp) on real
 // MPI ranks, no GPU needed: the agreement on a step, the node-local rank, the broadcast of the
 // unique id, and a rank that arrives late: a Timeout naming the step within CHIMERA_TIMEOUT_MS,
 // where the blocking MPI calls they replace would wait for it.
@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "backend/mpi/mpi_group.hpp"
-#include "backend/nccl/mpi_bootstrap.hpp"
+#include "mpi/mpi_group.hpp"
 #include "mpi_test_util.hpp"
+#include "nccl/mpi_bootstrap.hpp"
 
 namespace chimera::detail {
 namespace {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
-#include "backend/mpi/ptrace_permission.hpp"
 #include "chimera/tensor_spec.hpp"
+#include "mpi/mpi_backend_impl.hpp"
+#include "mpi/ptrace_permission.hpp"
 #include "mpi_test_util.hpp"
 
 namespace chimera::testing {

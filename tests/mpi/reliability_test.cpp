@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/mpi/mpi_backend_impl.hpp"
 #include "chimera/mpi_backend.hpp"
+#include "mpi/mpi_backend_impl.hpp"
 #include "mpi_test_util.hpp"
 
 namespace chimera::testing {

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "backend/mpi/exchange.hpp"
-#include "backend/mpi/ring.hpp"
 #include "backend_test_support.hpp"
+#include "mpi/exchange.hpp"
+#include "mpi/ring.hpp"
 
 namespace chimera::testing {
 namespace {

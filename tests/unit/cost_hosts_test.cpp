@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -272,6 +273,51 @@ TEST(HostNetwork, CollectivesAcrossHostsRunHierarchicallyWhateverThePlacement) {
   const StepCost allToAll =
       price(launchTopology({0, 0, 0, 1, 1, 1, 1, 1}), CommStep::collective(OpKind::AllToAll, {all}, 8 << 20));
   EXPECT_DOUBLE_EQ(allToAll.crossBytes, 2.0 * 3 * 5 * (1 << 20));
+}
+
+// The hierarchical collectives are priced as the backend runs them, pipelined over pieces: the
+// crossing and the rounds inside the hosts overlap, so the slower side bounds the call and the
+// faster adds one piece's share (pieces of at least 2 MiB of the AllReduce's or ReduceScatter's
+// input or the AllGather's output, at most eight). Each phase is priced as the same collective
+// over the host parts or over the lanes alone.
+TEST(HostNetwork, HierarchicalCollectivesOverlapTheCrossingWithTheRoundsInsideTheHosts) {
+  const Topology t = launchTopology(blocks(2, 4));
+  const std::vector<std::vector<int>> all = {{0, 1, 2, 3, 4, 5, 6, 7}};
+  const std::vector<std::vector<int>> hosts = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+  const std::vector<std::vector<int>> lanes = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  const auto seconds = [&](OpKind kind, const std::vector<std::vector<int>>& groups, std::uint64_t bytes) {
+    return price(t, CommStep::collective(kind, groups, bytes)).transferSeconds;
+  };
+  const auto pipelined = [](double inside, double crossing, std::uint64_t pieceBytes) {
+    const double pieces = std::clamp<double>(static_cast<double>(pieceBytes >> 21), 1, 8);
+    return std::max(inside, crossing) + std::min(inside, crossing) / pieces;
+  };
+  for (const std::uint64_t bytes : {std::uint64_t{1} << 20, std::uint64_t{16} << 20, std::uint64_t{64} << 20}) {
+    // AllReduce: the host's reduction and spread; the lanes on a host's quarter. In pieces it
+    // costs less than the two one after the other, never less than the crossing.
+    const double allReduce = seconds(OpKind::AllReduce, all, bytes);
+    const double allReduceInside = seconds(OpKind::AllReduce, hosts, bytes);
+    const double allReduceCrossing = seconds(OpKind::AllReduce, lanes, bytes / 4);
+    EXPECT_NEAR(allReduce, pipelined(allReduceInside, allReduceCrossing, bytes), 1e-9 * allReduce) << bytes;
+    EXPECT_GE(allReduce, allReduceCrossing) << bytes;
+    if (bytes >= (std::uint64_t{4} << 20)) {
+      EXPECT_LT(allReduce, allReduceInside + allReduceCrossing) << bytes;
+    }
+    // ReduceScatter of `bytes` of input: inside on the whole, across on a host's quarter.
+    const double reduceScatter = seconds(OpKind::ReduceScatter, all, bytes);
+    EXPECT_NEAR(reduceScatter,
+                pipelined(seconds(OpKind::ReduceScatter, hosts, bytes),
+                          seconds(OpKind::ReduceScatter, lanes, bytes / 4), bytes),
+                1e-9 * reduceScatter)
+        << bytes;
+    // AllGather of `bytes` / 8 per member: across on the blocks, inside on the hosts' gathered pairs.
+    const double allGather = seconds(OpKind::AllGather, all, bytes / 8);
+    EXPECT_NEAR(
+        allGather,
+        pipelined(seconds(OpKind::AllGather, hosts, bytes / 4), seconds(OpKind::AllGather, lanes, bytes / 8), bytes),
+        1e-9 * allGather)
+        << bytes;
+  }
 }
 
 struct ChainCase {

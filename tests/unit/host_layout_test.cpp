@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The host layout of a group (backend/mpi/host_layout.hpp): hosts in the order of their lowest
+// The host layout of a group (mpi/host_layout.hpp): hosts in the order of their lowest
 // member, local indices, lanes as the fewest members of any host, and when the hierarchical
 // programs differ from the flat ones.
-#include "backend/mpi/host_layout.hpp"
+#include "mpi/host_layout.hpp"
 
 #include <gtest/gtest.h>
 

@@ -7,12 +7,12 @@
 #include <cstdlib>
 #include <string>
 
-#include "backend/nccl/deadline_poll.hpp"
-#include "backend/nccl/device_choice.hpp"
-#include "backend/nccl/nccl_bootstrap_env.hpp"
-#include "backend/nccl/nccl_options.hpp"
-#include "backend/nccl/nccl_version.hpp"
 #include "common/env.hpp"
+#include "nccl/deadline_poll.hpp"
+#include "nccl/device_choice.hpp"
+#include "nccl/nccl_bootstrap_env.hpp"
+#include "nccl/nccl_options.hpp"
+#include "nccl/nccl_version.hpp"
 
 namespace chimera {
 namespace {

@@ -11,10 +11,10 @@
 #include <thread>
 #include <utility>
 
-#include "backend/mpi/abandoned_memory.hpp"
-#include "backend/mpi/bounded_wait.hpp"
 #include "core/check.hpp"
 #include "job/job_end.hpp"
+#include "mpi/abandoned_memory.hpp"
+#include "mpi/bounded_wait.hpp"
 
 namespace chimera::torch_ext {
 namespace {

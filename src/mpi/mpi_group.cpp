@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implements the MPI backend's communicators, one per mesh axis group.
+#include "mpi/mpi_group.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <string>
+
+#include "common/hash.hpp"
+#include "common/log.hpp"
+#include "core/check.hpp"
+#include "job/stall_watchdog.hpp"
+#include "mpi/mpi_util.hpp"
+#include "mpi/word_agreement.hpp"
+
+namespace chimera::detail {
+namespace {
+
+constexpr int kAxesAgreementTag = 0x4158;       // 'AX'
+constexpr int kNewGroupsAgreementTag = 0x4E47;  // 'NG'
+
+}  // namespace
+
+MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label) {
+  MpiGroup group;
+  group.comm = comm;
+  group.size = size;
+  group.index = rank;
+  group.members.resize(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) group.members[static_cast<std::size_t>(r)] = r;
+  group.timeoutMs = timeoutMs;
+  group.label = std::move(label);
+  return group;
+}
+
+MpiGroupCache::~MpiGroupCache() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0 || abandoned_) return;
+  for (auto& [bits, group] : groups_) MPI_Comm_free(&group.comm);
+}
+
+Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
+  CHIMERA_CHECK_ARG(!axes.empty(), "empty axis set (mesh {})", mesh_.toString());
+  CHIMERA_CHECK_ARG((axes.bits() & ~mesh_.allAxes().bits()) == 0, "axis set 0x{:x} names axes mesh {} does not have",
+                    axes.bits(), mesh_.toString());
+  if (auto it = groups_.find(axes.bits()); it != groups_.end()) {
+    out = &it->second;
+    return Status::ok();
+  }
+  CHIMERA_RETURN_IF_ERROR(agreeOnAxes(axes));
+  MpiGroup group;
+  group.size = mesh_.groupSize(axes);
+  group.index = mesh_.groupIndex(rank_, axes);
+  group.timeoutMs = timeoutMs_;
+  const int color = mesh_.groupColor(rank_, axes);
+  group.members.resize(static_cast<std::size_t>(group.size));
+  for (int r = 0; r < mesh_.size(); ++r) {
+    if (mesh_.groupColor(r, axes) == color) group.members[static_cast<std::size_t>(mesh_.groupIndex(r, axes))] = r;
+  }
+  std::string ranks;
+  for (const int r : group.members) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  group.label = fmt::format("axes {} (world ranks {})", mesh_.axesName(axes), ranks);
+  // MPI has no bounded split: after the agreement every rank is here, and one that stalls or dies
+  // before its split would hang the others, so the split runs under a watchdog that ends the job.
+  const std::string splitting =
+      fmt::format("MPI_Comm_split for axes {} (every rank agreed to create it)", mesh_.axesName(axes));
+  CHIMERA_RETURN_IF_ERROR(
+      mpiStatus(watchedBlockingCall(rank_, std::chrono::milliseconds(timeoutMs_), splitting,
+                                    [&] { return MPI_Comm_split(world_, color, group.index, &group.comm); }),
+                splitting));
+  CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Comm_set_errhandler(group.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler"));
+  int commSize = 0;
+  int commRank = 0;
+  MPI_Comm_size(group.comm, &commSize);
+  MPI_Comm_rank(group.comm, &commRank);
+  CHIMERA_ASSERT_EQ(commSize, group.size);
+  CHIMERA_ASSERT_EQ(commRank, group.index);
+  CHIMERA_LOG_DEBUG("mpi", "created communicator for axes {} (size {}, index {})", mesh_.axesName(axes), group.size,
+                    group.index);
+  out = &groups_.emplace(axes.bits(), group).first->second;
+  return Status::ok();
+}
+
+Status MpiGroupCache::createAll(std::span<const AxisSet> groups) {
+  std::vector<AxisSet> missing;
+  Status local = Status::ok();
+  for (AxisSet axes : groups) {
+    if (local.isOk() && (axes.empty() || (axes.bits() & ~mesh_.allAxes().bits()) != 0))
+      local = Status::invalidArgument(
+          fmt::format("createGroups: axis set 0x{:x} is not a group of mesh {}", axes.bits(), mesh_.toString()));
+    if (!contains(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
+  }
+  if (missing.empty()) return local;
+  CHIMERA_RETURN_IF_ERROR(agreeOnNewGroups(missing, local));
+  for (AxisSet axes : missing) {
+    const MpiGroup* group = nullptr;
+    CHIMERA_RETURN_IF_ERROR(get(axes, group));
+  }
+  return Status::ok();
+}
+
+Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing, const Status& local) {
+  Hasher hasher;
+  std::string names;
+  for (AxisSet axes : missing) {
+    hasher.add(axes.bits());
+    names += (names.empty() ? "" : ", ") + (local.isOk() ? mesh_.axesName(axes) : fmt::format("0x{:x}", axes.bits()));
+  }
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  const std::string mesh = mesh_.toString();
+  return detail::agreeOnNewGroups(
+      {hasher.agreementValue(), names, "communicators", mesh}, local, rank_,
+      groupMin(world, kNewGroupsAgreementTag,
+               fmt::format("creating the communicators of axes [{}] (every rank must create the same groups together)",
+                           names)));
+}
+
+Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
+  const std::array<std::int64_t, 1> bits = {static_cast<std::int64_t>(axes.bits())};
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  WordRange range;
+  CHIMERA_RETURN_IF_ERROR(agreeOnRange(bits,
+                                       groupMin(world, kAxesAgreementTag,
+                                                fmt::format("creating the communicator of axes {} (every rank must "
+                                                            "ask for the same new group at the same time)",
+                                                            mesh_.axesName(axes))),
+                                       range));
+  const std::int64_t low = range.low[0];
+  const std::int64_t high = range.high[0];
+  if (low == high) return Status::ok();
+  return Status::mismatch(fmt::format(
+      "ranks disagree on the axes of a collective that creates a new group: this rank asked for axes {}, the ranks "
+      "asked for axes from {} to {} (mesh {}); no communicator was created",
+      mesh_.axesName(axes), mesh_.axesName(AxisSet::fromBits(static_cast<std::uint32_t>(low))),
+      mesh_.axesName(AxisSet::fromBits(static_cast<std::uint32_t>(high))), mesh_.toString()));
+}
+
+}  // namespace chimera::detail
