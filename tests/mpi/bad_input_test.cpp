@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend_test_support.hpp"
 
@@ -195,6 +196,41 @@ TEST(MpiBackendBadInput, MeshWorldMismatchAndBadEnvironment) {
   EXPECT_TRUE(has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'")) << level.toString();
   ok = ok && has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'");
   EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// Every rank exchanges 8 floats with every other in one groupedP2P, but rank 1 expects 9 from
+// rank 0: that pair is Mismatch at both ends and its transfers are dropped, while every other
+// pair's transfers complete (no third rank waits for ranks 0 and 1), with the right data.
+TEST(MpiBackendBadInput, AMismatchedPairDropsOnlyItsOwnTransfers) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  const int n = worldSize();
+  const int me = worldRank();
+  constexpr std::size_t kBlock = 9;  // room for the 9 rank 1 expects from rank 0
+  std::vector<float> in(kBlock * static_cast<std::size_t>(n)), out(in.size(), -1.0f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(me * 1000 + static_cast<int>(i));
+  std::vector<P2POp> ops;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    const std::size_t at = kBlock * static_cast<std::size_t>(peer);
+    const std::size_t expected = me == 1 && peer == 0 ? 9 : 8;
+    ops.push_back({P2POp::Kind::Send, in.data() + at, 8, DataType::F32, peer});
+    ops.push_back({P2POp::Kind::Recv, out.data() + at, expected, DataType::F32, peer});
+  }
+  const Status status = ok ? t.backend->groupedP2P(ops) : t.status;
+  if (ok) {
+    ok = me <= 1 ? has(status, StatusCode::Mismatch, "point-to-point arguments differ") : status.isOk();
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      const bool dropped = (me == 0 && peer == 1) || (me == 1 && peer == 0);
+      const std::size_t at = kBlock * static_cast<std::size_t>(peer);
+      // Block `me` of `peer`'s input, or untouched where the pair's transfers were dropped.
+      const float first = dropped ? -1.0f : static_cast<float>(peer * 1000 + static_cast<int>(kBlock) * me);
+      ok = ok && out[at] == first;
+    }
+    EXPECT_TRUE(ok) << status.toString();
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
 }
 
 // With checking off a uniform local error still returns at once (no communication).
