@@ -5,7 +5,8 @@ simulated hosts (scripts/multihost.sh), in both placements.
 
 Per placement it runs `routed_hosts_timing --only both` --repeats times (the two exchanges
 alternating per iteration on the same routings, y and recv_x compared bit for bit) and takes
-medians of the forward's time (dispatch + receive + combine); then, per side, the bytes that
+medians of the forward's time (dispatch + receive + combine; with --step train, a training step's:
+the forward, then combine backward and dispatch backward); then, per side, the bytes that
 really crossed the link: the rig's veth counters (tx_bytes of every host's eth0, TCP/IP headers
 and ACKs included) around a run of that side alone, once with 1 and once with 1 + --byte-iters
 iterations, the difference divided by --byte-iters. Rows: {placement, link_bytes_rank,
@@ -35,6 +36,8 @@ def parse_args(argv):
     p.add_argument("--hidden", type=int, default=1024, help="elements per row, f32 (1024)")
     p.add_argument("--experts", type=int, default=64, help="experts (64)")
     p.add_argument("--top-k", type=int, default=8, help="experts per token (8)")
+    p.add_argument("--step", choices=("forward", "train"), default="forward",
+                   help="what an iteration runs: the forward, or the forward and both backwards (forward)")
     add_rig_arguments(p, iters=3)
     args = parse_rig_arguments(p, argv)
     if not os.access(args.timing, os.X_OK):
@@ -44,7 +47,7 @@ def parse_args(argv):
 
 def timing_command(args, only, iters, warmup):
     return [args.timing, "-t", str(args.tokens), "-H", str(args.hidden), "-E", str(args.experts), "-K",
-            str(args.top_k), "-n", str(iters), "-w", str(warmup), "--only", only]
+            str(args.top_k), "-n", str(iters), "-w", str(warmup), "--only", only, "--step", args.step]
 
 
 def last_json(output):
@@ -99,7 +102,7 @@ def main(argv):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tokens": args.tokens, "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
-                       "ranks": args.ranks, "rate": args.rate, "rows": rows}, f, indent=2)
+                       "step": args.step, "ranks": args.ranks, "rate": args.rate, "rows": rows}, f, indent=2)
     return 0 if all(r["exact"] for r in rows) else 1
 
 

@@ -4,13 +4,15 @@
 // exchanges are Fused on the same world: `host` on the backend of where the ranks run (once
 // per host where the group spans hosts), `rank` on one that takes every rank for one host
 // (once per rank). Uniform top-K routing, fresh each iteration, the same for both; an
-// iteration is dispatch + receive + combine (the forward), timed between barriers as the
-// slowest rank saw it. With --only both, the two alternate per iteration and y and recv_x must
-// be equal bit for bit (small integers, quarter weights); a difference exits 1. Prints one JSON
-// line: medians (us), bytes across hosts per iteration (all ranks, from RoutedStats) and the
-// bytes each rank sent.
+// iteration is dispatch + receive + combine (the forward), or with --step train the forward
+// then combine backward and dispatch backward (a training step's exchanges), timed between
+// barriers as the slowest rank saw it. With --only both, the two alternate per iteration and
+// y and recv_x (and grad x, grad w) must be equal bit for bit (small integers, quarter
+// weights); a difference exits 1. Prints one JSON line: medians (us), bytes across hosts per
+// iteration (all ranks, from RoutedStats) and the bytes each rank sent.
 //   scripts/multihost.sh run --ranks 4,4 -- build/benchmarks/timing/routed_hosts_timing -t 4096
 //   ... --only host -n 3   (one side alone, for the link's byte counters)
+//   ... --step train       (forward and both backwards)
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -44,6 +46,7 @@ struct Config {
   int iterations = 5;
   int warmUp = 1;
   std::string only = "both";
+  bool train = false;  // --step train: the backwards too
 };
 
 struct Routing {
@@ -73,7 +76,7 @@ struct Side {
   std::unique_ptr<RoutedExchange> exchange;
   std::vector<double> times;
   std::uint64_t crossHost = 0, sent = 0;  // this rank, summed over the timed iterations
-  std::vector<float> y, recvX;
+  std::vector<float> y, recvX, gradX, gradW;
 };
 
 // One forward: dispatch, receive, combine with expert outputs = the received rows.
@@ -88,6 +91,18 @@ Status forward(Side& s, const Routing& r, const Config& c) {
   CHIMERA_RETURN_IF_ERROR(s.exchange->combine(s.recvX.data(), weights.data(), handle, s.y.data(), &combined));
   s.crossHost += handle.stats().crossHostBytes + combined.crossHostBytes;
   s.sent += handle.stats().bytesSent() + combined.bytesSent();
+  if (!c.train) return Status::ok();
+  // The backwards, with dy = x and the experts' gradient = their outputs' gradient.
+  std::vector<float> gradOut(s.recvX.size()), gradRowWeights(weights.size());
+  RoutedStats combineBack, dispatchBack;
+  CHIMERA_RETURN_IF_ERROR(s.exchange->combineBackward(r.x.data(), s.recvX.data(), weights.data(), handle,
+                                                      gradOut.data(), gradRowWeights.data(), &combineBack));
+  s.gradX.resize(r.x.size());
+  s.gradW.resize(r.w.size());
+  CHIMERA_RETURN_IF_ERROR(s.exchange->dispatchBackward(gradOut.data(), gradRowWeights.data(), handle, s.gradX.data(),
+                                                       s.gradW.data(), &dispatchBack));
+  s.crossHost += combineBack.crossHostBytes + dispatchBack.crossHostBytes;
+  s.sent += combineBack.bytesSent() + dispatchBack.bytesSent();
   return Status::ok();
 }
 
@@ -113,12 +128,19 @@ int main(int argc, char** argv) {
                     ? Status::ok()
                     : Status::invalidArgument(fmt::format("--only: '{}' is not both, host or rank", v));
        }},
+      {"", "--step", true,
+       [&](std::string_view v) {
+         c.train = v == "train";
+         return v == "forward" || v == "train"
+                    ? Status::ok()
+                    : Status::invalidArgument(fmt::format("--step: '{}' is not forward or train", v));
+       }},
   };
   const Status parsed = chimera::detail::parseFlags(chimera::detail::argumentList(argc, argv), flags);
   if (!parsed.isOk() || c.topK > c.experts) {
     fmt::print(stderr,
                "routed_hosts_timing: {}\nusage: routed_hosts_timing [-t T] [-H H] [-E E] [-K K] [-n ITERS] "
-               "[-w WARMUP] [--only both|host|rank]\n",
+               "[-w WARMUP] [--only both|host|rank] [--step forward|train]\n",
                parsed.isOk() ? "K exceeds E" : parsed.message());
     return 2;
   }
@@ -164,7 +186,9 @@ int main(int argc, char** argv) {
         s->sent = sent;
       }
     }
-    if (c.only == "both" && (host.y != perRank.y || host.recvX != perRank.recvX)) wrong = 1;
+    if (c.only == "both" && (host.y != perRank.y || host.recvX != perRank.recvX || host.gradX != perRank.gradX ||
+                             host.gradW != perRank.gradW))
+      wrong = 1;
   }
   std::uint64_t totals[4] = {host.crossHost, perRank.crossHost, host.sent, perRank.sent};
   MPI_Allreduce(MPI_IN_PLACE, totals, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -173,12 +197,13 @@ int main(int argc, char** argv) {
     const auto us = [](const Side& s) { return s.times.empty() ? 0.0 : median(s.times) * 1e6; };
     const auto n = static_cast<std::uint64_t>(c.iterations);
     fmt::print(
-        "{{\"ranks\": {}, \"tokens\": {}, \"hidden\": {}, \"experts\": {}, \"top_k\": {}, \"once_per_host\": {}, "
+        "{{\"ranks\": {}, \"tokens\": {}, \"hidden\": {}, \"experts\": {}, \"top_k\": {}, \"step\": \"{}\", "
+        "\"once_per_host\": {}, "
         "\"host_us\": {:.0f}, \"rank_us\": {:.0f}, \"cross_host_bytes_host\": {}, \"cross_host_bytes_rank\": {}, "
         "\"bytes_host\": {}, \"bytes_rank\": {}, \"exact\": {}}}\n",
-        world, c.tokens, c.hidden, c.experts, c.topK, host.exchange->oncePerHost() ? "true" : "false", us(host),
-        us(perRank), totals[0] / n, totals[1] / n, totals[2] / n, totals[3] / n,
-        c.only != "both" ? "null" : (wrong == 0 ? "true" : "false"));
+        world, c.tokens, c.hidden, c.experts, c.topK, c.train ? "train" : "forward",
+        host.exchange->oncePerHost() ? "true" : "false", us(host), us(perRank), totals[0] / n, totals[1] / n,
+        totals[2] / n, totals[3] / n, c.only != "both" ? "null" : (wrong == 0 ? "true" : "false"));
   }
   host.exchange.reset();
   perRank.exchange.reset();

@@ -198,14 +198,16 @@ class RoutedExchange {
   [[nodiscard]] Status combine(const void* expertOut, const void* rowWeights, const RoutedDispatch& handle, void* y,
                                RoutedStats* stats = nullptr, const Status& localError = Status::ok());
   /// Backward of combine: from `gradY` [tokens, H] writes `gradExpertOut` [rows, H] = w * dy and
-  /// `gradRowWeights` [rows] = <dy, expertOut row> (null to skip). One exchange, the dispatch's way.
+  /// `gradRowWeights` [rows] = <dy, expertOut row> (null to skip). One exchange, the dispatch's way
+  /// (once per host, oncePerHost(): dy to a forwarder on each other host, then its fan-out).
   [[nodiscard]] Status combineBackward(const void* gradY, const void* expertOut, const void* rowWeights,
                                        const RoutedDispatch& handle, void* gradExpertOut, void* gradRowWeights,
                                        RoutedStats* stats = nullptr, const Status& localError = Status::ok());
   /// Backward of dispatch: gradX [tokens, H] = sum of the gradients of a token's rows;
   /// gradWeights [tokens, K] from `gradRowWeights` [rows] (both of the latter may be null). One
-  /// exchange, the combine's way. "pp=@k": stage k+1 passes its rows' gradients and null gradX
-  /// and gradWeights; stage k passes null gradRecvX and receives gradX and gradWeights.
+  /// exchange, the combine's way (once per host, oncePerHost(): a host's rows summed at the
+  /// forwarder, one row per token crossing back). "pp=@k": stage k+1 passes its rows' gradients
+  /// and null gradX and gradWeights; stage k passes null gradRecvX and receives gradX and gradWeights.
   [[nodiscard]] Status dispatchBackward(const void* gradRecvX, const void* gradRowWeights, const RoutedDispatch& handle,
                                         void* gradX, void* gradWeights, RoutedStats* stats = nullptr,
                                         const Status& localError = Status::ok());

@@ -423,7 +423,10 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
   }
   // Rule 6: once per destination host, where the dispatch group spans hosts: a token's records
   // for another host cross once, to a forwarder there, which fans them out (rule 1 taken; not
-  // for a stage's tokens, whose exchange crosses between the stages).
+  // for a stage's tokens, whose exchange crosses between the stages). Priced on the forward: the
+  // backwards take the same decision and run its two exchanges in reverse (the combine backward
+  // as the dispatch, without headers; the dispatch backward as the combine, with the weight
+  // gradients), so the verdict holds for a training step.
   if (out.oncePerRank && request.placement != TokenPlacement::Stage && spansHosts(request)) {
     RoutedCandidate perHost;
     CHIMERA_RETURN_IF_ERROR(build(request, distinct, true, out.splitReplicas, model, perHost, true));

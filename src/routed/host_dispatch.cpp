@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The routed exchange once per destination host (rule 6, docs/moe.md): a token's records for
-// the ranks of another host cross to that host once, as one host record to a forwarder there,
-// which fans them out to its host's ranks; combine returns the other way, the forwarder
-// summing a host record's rows before they cross back. The receivers end up with the records
-// of the once-per-rank dispatch, in its order, so receive and both backwards run unchanged.
+// The routed exchange once per destination host (rule 6, docs/moe.md), the dispatch's way: a
+// token's records for the ranks of another host cross to that host once, as one host record to
+// a forwarder there, which fans them out to its host's ranks. The receivers end up with the
+// records of the once-per-rank dispatch, in its order, so receive runs unchanged; the combine
+// backward sends dy the same way (the combine's way is src/routed/host_combine.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -171,11 +171,9 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
   }
   // Round 2's receive size is known now (the counts): both rounds land in one buffer, the
   // records of this host's sources from round 1, the others' from their forwarders in round 2.
-  std::vector<std::size_t> fanBytes(R, 0), fanOffset;
-  for (std::size_t p = 0; p < R; ++p) {
-    if (!sameHost(p))
-      fanBytes[static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost))] += st.recvCount[p] * record;
-  }
+  std::vector<std::size_t> fanBytes, fanOffset;
+  const std::vector<std::size_t> fanPlace = viaForwarders(st, fanBytes);
+  for (std::size_t& bytes : fanBytes) bytes *= record;
   const std::size_t firstEnd = (detail::blockOffsets(recvBytes, 0, recvOffset) + 7) / 8 * 8;
   const std::size_t fanEnd = detail::blockOffsets(fanBytes, 0, fanOffset);
   st.received.swap(spareReceived());
@@ -206,6 +204,7 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
   st.fwdTargetFirst.assign(hostRecords + 1, 0);
   st.fwdTargetMember.clear();
   st.fwdTargetIndex.clear();
+  st.fwdSlotTarget.assign(hostRecords * Sh, -1);
   std::vector<std::int32_t> members;  // this host record's members, in the order of their first k
   for (std::size_t p = 0; p < R; ++p) {
     for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
@@ -231,13 +230,9 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
     }
   }
   // Round 2: per member of this host, the records of each source this rank forwards for, by source.
-  std::vector<std::size_t> outBytes(R, 0), outOffset, segment(R * R, 0);
-  for (std::size_t p = 0; p < R; ++p) {
-    for (std::size_t d = 0; d < R; ++d) {
-      segment[p * R + d] = outBytes[d];
-      outBytes[d] += st.fwdSeg[p * R + d] * record;
-    }
-  }
+  std::vector<std::size_t> outBytes, outOffset, segment;
+  forwardedSegments(st, outBytes, segment);
+  for (std::size_t& bytes : outBytes) bytes *= record;
   holdAtLeast(m.sendScratch, detail::blockOffsets(outBytes, 0, outOffset));
   const std::size_t slot = slotBytes();
   std::vector<std::size_t> filled;  // slots written per record of the host record at hand
@@ -249,8 +244,8 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
       filled.assign(targets, 0);
       const auto recordOf = [&](std::size_t target) {
         const auto d = static_cast<std::size_t>(st.fwdTargetMember[firstTarget + target]);
-        return m.sendScratch.data() + outOffset[d] + segment[p * R + d] +
-               st.fwdTargetIndex[firstTarget + target] * record;
+        return m.sendScratch.data() + outOffset[d] +
+               (segment[p * R + d] + st.fwdTargetIndex[firstTarget + target]) * record;
       };
       for (std::size_t target = 0; target < targets; ++target) std::memset(recordOf(target), 0xff, headerBytes);
       for (std::size_t s = 0; s < Sh; ++s) {
@@ -262,6 +257,7 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
             std::find(st.fwdTargetMember.begin() + static_cast<std::ptrdiff_t>(firstTarget),
                       st.fwdTargetMember.begin() + static_cast<std::ptrdiff_t>(firstTarget + targets), dest) -
             (st.fwdTargetMember.begin() + static_cast<std::ptrdiff_t>(firstTarget)));
+        st.fwdSlotTarget[j * Sh + s] = static_cast<std::int32_t>(target);
         std::byte* out = recordOf(target) + filled[target]++ * slot;
         const auto localExpert = static_cast<std::int32_t>(expert % localExperts);
         if (idBytes > 0) std::memcpy(out, &localExpert, idBytes);
@@ -286,151 +282,121 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
   // Every source's records where the once-per-rank dispatch would have put them in its order.
   st.wordBytes = 0;
   st.receivedOffset.assign(R, 0);
-  std::vector<std::size_t> fanned(R, 0);
   for (std::size_t p = 0; p < R; ++p) {
-    if (sameHost(p)) {
-      st.receivedOffset[p] = recvOffset[p];
-      continue;
-    }
-    const auto f = static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost));
-    st.receivedOffset[p] = fanOffsetAbsolute[f] + fanned[f];
-    fanned[f] += st.recvCount[p] * record;
+    st.receivedOffset[p] = sameHost(p)
+                               ? recvOffset[p]
+                               : fanOffsetAbsolute[static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost))] +
+                                     fanPlace[p] * record;
   }
   return receivedTable(st);
 }
 
-Status RoutedExchange::Impl::combineHosts(const void* expertOut, const void* rowWeights,
-                                          const RoutedDispatch::State& st, void* y, RoutedStats& stats,
-                                          const Status& local) {
+std::vector<std::size_t> RoutedExchange::Impl::viaForwarders(const RoutedDispatch::State& st,
+                                                             std::vector<std::size_t>& total) const {
+  const auto R = static_cast<std::size_t>(ranks);
+  const int myHost = hostOf[static_cast<std::size_t>(index)];
+  std::vector<std::size_t> place(R, 0);
+  total.assign(R, 0);
+  for (std::size_t p = 0; p < R; ++p) {
+    if (hostOf[p] == myHost) continue;
+    const auto f = static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost));
+    place[p] = total[f];
+    total[f] += st.recvCount[p];
+  }
+  return place;
+}
+
+void RoutedExchange::Impl::forwardedSegments(const RoutedDispatch::State& st, std::vector<std::size_t>& total,
+                                             std::vector<std::size_t>& start) const {
+  const auto R = static_cast<std::size_t>(ranks);
+  total.assign(R, 0);
+  start.assign(R * R, 0);
+  for (std::size_t p = 0; p < R; ++p) {
+    for (std::size_t d = 0; d < R; ++d) {
+      start[p * R + d] = total[d];
+      total[d] += st.fwdSeg[p * R + d];
+    }
+  }
+}
+
+Status RoutedExchange::Impl::combineBackwardHosts(const void* gradY, const void* expertOut, const void* rowWeights,
+                                                  const RoutedDispatch::State& st, void* gradExpertOut,
+                                                  void* gradRowWeights, RoutedStats& stats, const Status& local) {
   Impl& m = *this;
   const auto R = static_cast<std::size_t>(ranks);
-  const auto me = static_cast<std::size_t>(index);
-  const int myHost = hostOf[me];
+  const int myHost = hostOf[static_cast<std::size_t>(index)];
   const auto sameHost = [&](std::size_t p) { return hostOf[p] == myHost; };
   const auto word = kBlockWordBytes;
-  const std::int64_t H = options.hidden;
+  const char* const what = "routed combine backward";
 
-  // Each received record's rows weighted and summed in slot order: those of sources on another
-  // host into round 1's block to the source's forwarder here (one block per member, its sources
-  // in source order), those of this host's sources straight into round 2's block to the source,
-  // which then crosses the link concurrently with the forwarders' sums.
-  std::vector<std::size_t> rowsA(R, 0), rowsB(R, 0), segStart(R, 0), bytesA(R), offsetA, bytesB(R), offsetB;
+  // Round 1: dy of a token once per record to the ranks of this host, once per host record to
+  // the forwarder of each other host. Every member gets a word, so every rank's verdict is known
+  // to every rank after this round.
+  std::vector<std::size_t> sendRows(R), sendBytes(R), sendOffset, recvRows(R), recvBytes(R), recvOffset;
   for (std::size_t p = 0; p < R; ++p) {
-    if (sameHost(p)) {
-      rowsB[p] = st.recvCount[p];
-    } else {
-      rowsA[static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost))] += st.recvCount[p];
-      rowsB[p] = st.fwdCount[p];
-    }
+    sendRows[p] = sameHost(p) ? st.sendCount[p] : st.hostSendCount[p];
+    recvRows[p] = sameHost(p) ? st.recvCount[p] : st.fwdCount[p];
+    sendBytes[p] = word + sendRows[p] * rowBytes;
+    recvBytes[p] = word + recvRows[p] * rowBytes;
   }
-  for (std::size_t t = 0; t < R; ++t) {
-    bytesA[t] = word + rowsA[t] * rowBytes;
-    bytesB[t] = word + rowsB[t] * rowBytes;
-  }
-  const std::size_t endA = (detail::blockOffsets(bytesA, word, offsetA) + 7) / 8 * 8;
-  const std::size_t endB = detail::blockOffsets(bytesB, word, offsetB);
-  for (std::size_t& at : offsetB) at += endA;
-  holdAtLeast(m.sendScratch, endA + endB);
-  std::vector<std::size_t> placed(R, 0);
+  holdAtLeast(m.sendScratch, detail::blockOffsets(sendBytes, word, sendOffset));
   for (std::size_t p = 0; p < R; ++p) {
-    if (sameHost(p)) {
-      segStart[p] = offsetB[p];  // as a block whose records follow a word
-      continue;
-    }
-    const auto t = static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost));
-    segStart[p] = offsetA[t] + placed[t] * rowBytes;
-    placed[t] += st.recvCount[p];
-  }
-  for (std::size_t t = 0; t < R; ++t)
-    detail::writeWord(m.sendScratch.data() + offsetA[t], rowsA[t], tag, !local.isOk());
-  detail::sumRecordRows(m, st, segStart, rowBytes, expertOut, rowWeights, local, detail::RowOnly{}, false);
-
-  // Round 1, inside the host: to each forwarder the rows of the sources it forwards for. From
-  // member d of this host, those of the sources this rank forwards for, in source order. Every
-  // member gets a word, so every rank's verdict is known to every rank after this round.
-  std::vector<std::size_t> expected(R, 0), recvBytes(R), recvOffset, segIn(R * R, 0);
-  for (std::size_t d = 0; d < R; ++d) {
-    if (!sameHost(d)) continue;
-    for (std::size_t p = 0; p < R; ++p) {
-      segIn[p * R + d] = expected[d];
-      expected[d] += st.fwdSeg[p * R + d];
+    std::byte* block = m.sendScratch.data() + sendOffset[p];
+    detail::writeWord(block, sendRows[p], tag, !local.isOk());
+    if (!local.isOk()) continue;
+    const std::vector<std::int64_t>& token = sameHost(p) ? st.recordToken : st.hostRecordToken;
+    const std::size_t first = sameHost(p) ? st.sendFirst[p] : st.hostSendFirst[p];
+    for (std::size_t r = 0; r < sendRows[p]; ++r) {
+      std::memcpy(block + word + r * rowBytes,
+                  static_cast<const std::byte*>(gradY) + static_cast<std::size_t>(token[first + r]) * rowBytes,
+                  rowBytes);
     }
   }
-  for (std::size_t d = 0; d < R; ++d) recvBytes[d] = word + expected[d] * rowBytes;
   CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(backend, group, m.sendScratch, offsetA, bytesA, recvBytes, m.back, recvOffset));
-  for (std::size_t t = 0; t < R; ++t) countBlock(stats, t, rowsA[t], rowBytes, 0, word);
+      detail::exchangeBlocks(backend, group, m.sendScratch, sendOffset, sendBytes, recvBytes, m.back, recvOffset));
+  for (std::size_t p = 0; p < R; ++p) countBlock(stats, p, sendRows[p], rowBytes, 0, word);
   stats.rounds += 1;
   CHIMERA_RETURN_IF_ERROR(
-      detail::blockVerdict(detail::wordsOf(m.back, recvOffset), groupRanks, expected, tag, local, "routed combine"));
+      detail::blockVerdict(detail::wordsOf(m.back, recvOffset), groupRanks, recvRows, tag, local, what));
 
-  // Round 2: to each source of this host its records' rows; to each source of another host, per
-  // host record this rank forwarded, the sum of its members' rows in the order of their first k.
-  std::vector<std::size_t> fromBytes(R), fromOffset, fromExpected(R, 0);
+  // Round 2: each forwarder's copies of a host record's dy, one per rank of its host the record
+  // names, per member by source, as the dispatch's second round placed the records.
+  std::vector<std::size_t> outRows, segment, outBytes(R), outOffset;
+  forwardedSegments(st, outRows, segment);
+  for (std::size_t d = 0; d < R; ++d) outBytes[d] = word + outRows[d] * rowBytes;
+  holdAtLeast(m.sendScratch, detail::blockOffsets(outBytes, word, outOffset));
+  for (std::size_t d = 0; d < R; ++d) detail::writeWord(m.sendScratch.data() + outOffset[d], outRows[d], tag, false);
   for (std::size_t p = 0; p < R; ++p) {
-    fromExpected[p] = sameHost(p) ? st.sendCount[p] : st.hostSendCount[p];
-    fromBytes[p] = word + fromExpected[p] * rowBytes;
-  }
-  detail::withRowType(options.dtype, [&]<typename T>() {
-    for (std::size_t p = 0; p < R; ++p) {
-      std::byte* block = m.sendScratch.data() + offsetB[p];
-      detail::writeWord(block, rowsB[p], tag, false);
-      for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
-        T* sum = reinterpret_cast<T*>(block + word + r * rowBytes);
-        std::memset(sum, 0, rowBytes);
-        const std::size_t j = st.fwdFirst[p] + r;
-        for (std::size_t i = st.fwdTargetFirst[j]; i < st.fwdTargetFirst[j + 1]; ++i) {
-          const auto d = static_cast<std::size_t>(st.fwdTargetMember[i]);
-          const std::byte* row =
-              m.back.data() + recvOffset[d] + word + (segIn[p * R + d] + st.fwdTargetIndex[i]) * rowBytes;
-          detail::addRow(sum, reinterpret_cast<const T*>(row), H);
-        }
+    for (std::size_t r = 0; r < st.fwdCount[p]; ++r) {
+      const std::size_t j = st.fwdFirst[p] + r;
+      const std::byte* dy = m.back.data() + recvOffset[p] + word + r * rowBytes;
+      for (std::size_t i = st.fwdTargetFirst[j]; i < st.fwdTargetFirst[j + 1]; ++i) {
+        const auto d = static_cast<std::size_t>(st.fwdTargetMember[i]);
+        std::memcpy(m.sendScratch.data() + outOffset[d] + word + (segment[p * R + d] + st.fwdTargetIndex[i]) * rowBytes,
+                    dy, rowBytes);
       }
     }
-  });
-  CHIMERA_RETURN_IF_ERROR(
-      detail::exchangeBlocks(backend, group, m.sendScratch, offsetB, bytesB, fromBytes, m.hostBack, fromOffset));
-  for (std::size_t p = 0; p < R; ++p) countBlock(stats, p, rowsB[p], rowBytes, 0, word);
-  stats.rounds += 1;
-  Status verdict = detail::blockVerdict(detail::wordsOf(m.hostBack, fromOffset), groupRanks, fromExpected, tag,
-                                        Status::ok(), "routed combine");
-  // A token's rows, summed at its source in k order: each row of this host's ranks, and each
-  // other host's sum, at the first k it carries.
-  if (verdict.isOk()) {
-    const int K = options.topK;
-    detail::withRowType(options.dtype, [&]<typename T>() {
-      for (std::int64_t t = st.ownBegin; t < st.ownEnd; ++t) {
-        T* sum = static_cast<T*>(y) + t * H;
-        std::memset(sum, 0, rowBytes);
-        for (int k = 0; k < K; ++k) {
-          const auto pair = static_cast<std::size_t>((t - st.ownBegin) * K + k);
-          const std::int64_t hostRec = st.pairHostRecord[pair];
-          if (hostRec >= 0) {
-            if (st.pairHostFirst[pair] == 0) continue;
-            const auto h = static_cast<std::size_t>(hostRec);
-            const auto f = static_cast<std::size_t>(
-                std::upper_bound(st.hostSendFirst.begin(), st.hostSendFirst.end(), h) - st.hostSendFirst.begin() - 1);
-            detail::addRow(sum,
-                           reinterpret_cast<const T*>(m.hostBack.data() + fromOffset[f] + word +
-                                                      (h - st.hostSendFirst[f]) * rowBytes),
-                           H);
-            continue;
-          }
-          const std::int64_t rec = st.pairRecord[pair];
-          if (rec < 0 || st.pairFirst[pair] == 0) continue;
-          const auto u = static_cast<std::size_t>(rec);
-          const auto d = static_cast<std::size_t>(std::upper_bound(st.sendFirst.begin(), st.sendFirst.end(), u) -
-                                                  st.sendFirst.begin() - 1);
-          detail::addRow(
-              sum,
-              reinterpret_cast<const T*>(m.hostBack.data() + fromOffset[d] + word + (u - st.sendFirst[d]) * rowBytes),
-              H);
-        }
-      }
-    });
   }
-  if (split) CHIMERA_RETURN_IF_ERROR(gatherReplicas(y, st.tokens, rowBytes, verdict, stats));
-  return verdict;
+  std::vector<std::size_t> fanRows, fanBytes(R), fanOffset;
+  const std::vector<std::size_t> fanPlace = viaForwarders(st, fanRows);
+  for (std::size_t f = 0; f < R; ++f) fanBytes[f] = word + fanRows[f] * rowBytes;
+  CHIMERA_RETURN_IF_ERROR(
+      detail::exchangeBlocks(backend, group, m.sendScratch, outOffset, outBytes, fanBytes, m.hostBack, fanOffset));
+  for (std::size_t d = 0; d < R; ++d) countBlock(stats, d, outRows[d], rowBytes, 0, word);
+  stats.rounds += 1;
+  CHIMERA_RETURN_IF_ERROR(
+      detail::blockVerdict(detail::wordsOf(m.hostBack, fanOffset), groupRanks, fanRows, tag, Status::ok(), what));
+
+  // dy of every received record where the once-per-rank exchange has it, then its gradients.
+  detail::combineGradients(
+      m, st,
+      [&](std::size_t p, std::size_t r) -> const std::byte* {
+        if (sameHost(p)) return m.back.data() + recvOffset[p] + word + r * rowBytes;
+        const auto f = static_cast<std::size_t>(forwarder(static_cast<int>(p), myHost));
+        return m.hostBack.data() + fanOffset[f] + word + (fanPlace[p] + r) * rowBytes;
+      },
+      expertOut, rowWeights, gradExpertOut, gradRowWeights);
+  return Status::ok();
 }
 
 }  // namespace chimera

@@ -108,17 +108,50 @@ void sumReturnedRows(const RoutedExchange::Impl& m, const RoutedDispatch::State&
 
 // Expert side of the dispatch backward: per received record, the sum of its rows' gradients
 // (`gradRecvX` [rows, H]), then its slots' weight gradients (`gradRowWeights` [rows], or null:
-// left zero), records `recordBytes` apart in the send scratch at `sendOffset`.
+// zero), records `recordBytes` apart in the send scratch at `sendOffset` (`words`: as sumRecordRows).
 inline void sumRecordGradients(RoutedExchange::Impl& m, const RoutedDispatch::State& st,
                                std::span<const std::size_t> sendOffset, std::size_t recordBytes, const void* gradRecvX,
-                               const void* gradRowWeights, const Status& local) {
+                               const void* gradRowWeights, const Status& local, bool words = true) {
   sumRecordRows(
-      m, st, sendOffset, recordBytes, gradRecvX, nullptr, local, [&](std::byte* out, std::size_t s, std::int64_t row) {
-        if (gradRowWeights == nullptr) return;
-        std::memcpy(out + m.rowBytes + s * m.weightBytes,
+      m, st, sendOffset, recordBytes, gradRecvX, nullptr, local,
+      [&](std::byte* out, std::size_t s, std::int64_t row) {
+        std::byte* value = out + m.rowBytes + s * m.weightBytes;
+        if (gradRowWeights == nullptr) {
+          std::memset(value, 0, m.weightBytes);
+          return;
+        }
+        std::memcpy(value,
                     static_cast<const std::byte*>(gradRowWeights) + static_cast<std::size_t>(row) * m.weightBytes,
                     m.weightBytes);
-      });
+      },
+      words);
+}
+
+// Expert side of the combine backward: for received record r of source p, dy of its token at
+// `dyOf(p, r)`; per slot row, gradExpertOut[row] = w * dy and (when not null) gradRowWeights[row]
+// = <dy, expertOut[row]>.
+template <typename DyOf>
+void combineGradients(const RoutedExchange::Impl& m, const RoutedDispatch::State& st, DyOf dyOf, const void* expertOut,
+                      const void* rowWeights, void* gradExpertOut, void* gradRowWeights) {
+  const auto S = static_cast<std::size_t>(m.slots);
+  const std::int64_t H = m.options.hidden;
+  withRowType(m.options.dtype, [&]<typename T>() {
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
+      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
+        const T* dy = reinterpret_cast<const T*>(dyOf(p, r));
+        for (std::size_t s = 0; s < S; ++s) {
+          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
+          if (row < 0) continue;
+          accumulateRow(static_cast<T*>(gradExpertOut) + row * H, dy,
+                        readWeight(rowWeights, m.options.weightDtype, row), H, true);
+          if (gradRowWeights != nullptr) {
+            writeWeight(gradRowWeights, m.options.weightDtype, row,
+                        dotRow(dy, static_cast<const T*>(expertOut) + row * H, H));
+          }
+        }
+      }
+    }
+  });
 }
 
 // Source side of the dispatch backward: gradX[t] = the row gradients returned for token t's

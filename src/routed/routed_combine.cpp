@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Combine and the two backwards of the routed exchange: each one uneven all-to-all whose
-// counts the dispatch's handle already holds (no count exchange), plus, when replicas split
-// their tokens, one AllGather of the rows over the token axes.
+// counts the dispatch's handle already holds (no count exchange; two once per host,
+// src/routed/host_dispatch.cpp and host_combine.cpp), plus, when replicas split their tokens,
+// one AllGather of the rows over the token axes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -56,7 +57,8 @@ Status RoutedExchange::Impl::gatherReplicas(void* data, std::int64_t tokens, std
   const auto mine = static_cast<std::size_t>(end - begin) * rowSize;
   std::vector<std::byte> send(kBlockWordBytes + mine);
   detail::writeWord(send.data(), static_cast<std::size_t>(end - begin), tag, !local.isOk());
-  if (mine > 0)
+  // A failed rank's rows are not read (its word fails every member), and its buffer may be null.
+  if (mine > 0 && local.isOk())
     std::memcpy(send.data() + kBlockWordBytes,
                 static_cast<std::byte*>(data) + static_cast<std::size_t>(begin) * rowSize, mine);
   const auto n = static_cast<std::size_t>(tokenSize);
@@ -94,7 +96,10 @@ Status RoutedExchange::combine(const void* expertOut, const void* rowWeights, co
                                    y == nullptr, "output", local));
   RoutedStats own;
   if (m.hostDispatch) {
-    const Status verdict = m.combineHosts(expertOut, rowWeights, st, y, own, local);
+    Status verdict;
+    CHIMERA_RETURN_IF_ERROR(
+        m.returnHosts(st, expertOut, rowWeights, false, nullptr, y, nullptr, own, local, "routed combine", verdict));
+    if (m.split) CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(y, st.tokens, m.rowBytes, verdict, own));
     if (stats != nullptr) *stats = own;
     return verdict;
   }
@@ -123,6 +128,12 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
                                    gradExpertOut == nullptr || (gradRowWeights != nullptr && expertOut == nullptr),
                                    "expert output or its gradient", gradY == nullptr, "gradient of y", local));
   RoutedStats own;
+  if (m.hostDispatch) {
+    const Status verdict =
+        m.combineBackwardHosts(gradY, expertOut, rowWeights, st, gradExpertOut, gradRowWeights, own, local);
+    if (stats != nullptr) *stats = own;
+    return verdict;
+  }
   // dy of each sent record's token goes the dispatch's way, once per record.
   RecordBlocks b = layOutBlocks(m, st.sendCount, st.recvCount, m.rowBytes);
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
@@ -140,25 +151,10 @@ Status RoutedExchange::combineBackward(const void* gradY, const void* expertOut,
   if (stats != nullptr) *stats = own;
   CHIMERA_RETURN_IF_ERROR(detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.recvCount, m.tag, local,
                                                "routed combine backward"));
-  const auto S = static_cast<std::size_t>(m.slots);
-  const std::int64_t H = m.options.hidden;
-  detail::withRowType(m.options.dtype, [&]<typename T>() {
-    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {
-      for (std::size_t r = 0; r < st.recvCount[p]; ++r) {
-        const T* dy = reinterpret_cast<const T*>(m.back.data() + b.recvOffset[p] + kBlockWordBytes + r * m.rowBytes);
-        for (std::size_t s = 0; s < S; ++s) {
-          const std::int64_t row = st.slotRow[(st.recvFirst[p] + r) * S + s];
-          if (row < 0) continue;
-          detail::accumulateRow(static_cast<T*>(gradExpertOut) + row * H, dy,
-                                detail::readWeight(rowWeights, m.options.weightDtype, row), H, true);
-          if (gradRowWeights != nullptr) {
-            detail::writeWeight(gradRowWeights, m.options.weightDtype, row,
-                                detail::dotRow(dy, static_cast<const T*>(expertOut) + row * H, H));
-          }
-        }
-      }
-    }
-  });
+  detail::combineGradients(
+      m, st,
+      [&](std::size_t p, std::size_t r) { return m.back.data() + b.recvOffset[p] + kBlockWordBytes + r * m.rowBytes; },
+      expertOut, rowWeights, gradExpertOut, gradRowWeights);
   return Status::ok();
 }
 
@@ -190,16 +186,22 @@ Status RoutedExchange::Impl::dispatchBackwardGroup(const void* gradRecvX, const 
                                                    const RoutedDispatch::State& st, void* gradX, void* gradWeights,
                                                    RoutedStats& own, const Status& local) {
   Impl& m = *this;
-  // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
-  const auto S = static_cast<std::size_t>(m.slots);
-  const std::size_t record = m.rowBytes + S * m.weightBytes;
-  RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
-  detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
-  CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
-  m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes, kBlockWordBytes);
-  Status verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,
-                                        "routed dispatch backward");
-  if (verdict.isOk()) detail::sumReturnedGradients(m, st, b.recvOffset, record, gradX, gradWeights);
+  Status verdict;
+  if (m.hostDispatch) {
+    CHIMERA_RETURN_IF_ERROR(m.returnHosts(st, gradRecvX, nullptr, true, gradRowWeights, gradX, gradWeights, own, local,
+                                          "routed dispatch backward", verdict));
+  } else {
+    // Each received record goes back as the sum of its rows' gradients, then its slots' weight gradients.
+    const auto S = static_cast<std::size_t>(m.slots);
+    const std::size_t record = m.rowBytes + S * m.weightBytes;
+    RecordBlocks b = layOutBlocks(m, st.recvCount, st.sendCount, record);
+    detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
+    CHIMERA_RETURN_IF_ERROR(exchangeRecords(m, b));
+    m.count(own, st.recvCount, m.rowBytes, S * m.weightBytes, kBlockWordBytes);
+    verdict = detail::blockVerdict(wordsOf(m.back, b.recvOffset), m.groupRanks, st.sendCount, m.tag, local,
+                                   "routed dispatch backward");
+    if (verdict.isOk()) detail::sumReturnedGradients(m, st, b.recvOffset, record, gradX, gradWeights);
+  }
   if (m.split) {
     const int K = m.options.topK;
     CHIMERA_RETURN_IF_ERROR(m.gatherReplicas(gradX, st.tokens, m.rowBytes, verdict, own));

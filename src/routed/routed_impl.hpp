@@ -65,7 +65,7 @@ struct RoutedExchange::Impl {
   std::vector<std::byte> sendScratch;  // reused by every exchange; grows to the largest block set
   std::vector<std::byte> rowScratch;   // reduced tokens of tp=P
   std::vector<std::byte> back;         // received rows of combine / dispatchBackward
-  std::vector<std::byte> hostBack;     // rows from other hosts in the second round of combine (hostDispatch)
+  std::vector<std::byte> hostBack;     // second-round blocks of combine and the backwards once per host (hostDispatch)
   // Where the ranks run: the host of every world rank (Backend::hostOfRank), and of each group
   // member (numbered by lowest group index), each host's members in group index order and each
   // member's place among them.
@@ -161,10 +161,30 @@ struct RoutedExchange::Impl {
   // once-per-rank dispatch would.
   Status dispatchHosts(RoutedDispatch::State& st, const std::int64_t* topkIdx, const void* topkWeights,
                        const std::byte* rows, std::int64_t firstRow, const Status& local);
-  // Combine once per host: the rows to this host's sources and forwarders, then each
-  // forwarder's sum of a host record's rows to its source.
-  Status combineHosts(const void* expertOut, const void* rowWeights, const RoutedDispatch::State& st, void* y,
-                      RoutedStats& stats, const Status& local);
+  // For each source of another host, the place (in records) of its records in the block of its
+  // forwarder on this host, and per forwarder the records of all its sources: the layout of the
+  // dispatch's second round at a receiver, and of the combine's first at an expert rank.
+  std::vector<std::size_t> viaForwarders(const RoutedDispatch::State& st, std::vector<std::size_t>& total) const;
+  // As a forwarder: per member d of this host, the records it forwards to d of every source it
+  // forwards for (`total[d]`), and where those of source p start among them (`start[p R + d]`),
+  // sources in order: the layout of the dispatch's second round here, and of the combine's first.
+  void forwardedSegments(const RoutedDispatch::State& st, std::vector<std::size_t>& total,
+                         std::vector<std::size_t>& start) const;
+  // combineBackward once per host (the dispatch's way): dy of each record's token straight to the
+  // ranks of this host, once per host record to the forwarder of each other host, which fans it
+  // out to the ranks the record names; each expert rank then has dy of the once-per-rank records.
+  Status combineBackwardHosts(const void* gradY, const void* expertOut, const void* rowWeights,
+                              const RoutedDispatch::State& st, void* gradExpertOut, void* gradRowWeights,
+                              RoutedStats& stats, const Status& local);
+  // The combine's way once per host (combine, dispatchBackward): per received record, its slots'
+  // rows of `rows` times `weights` (null: 1) summed in slot order and, with `values`, each slot's
+  // value of `slotValues` (one weight each; null: 0); those of sources on another host to the
+  // source's forwarder here, which sums a host record's rows and gathers its slots' values, one
+  // row crossing back; at the source `out` [tokens, H] (a token's rows summed in k order) and
+  // `outValues` [tokens, K] (null: skipped). Returns the backend's errors; `verdict` the call's.
+  Status returnHosts(const RoutedDispatch::State& st, const void* rows, const void* weights, bool values,
+                     const void* slotValues, void* out, void* outValues, RoutedStats& stats, const Status& local,
+                     const char* what, Status& verdict);
   // Adds a block of `records` to member `member` (stage peers for a Source) to `stats`
   // (nothing for this rank's own), and to crossHostBytes when the member runs on another host.
   void countBlock(RoutedStats& stats, std::size_t member, std::size_t records, std::size_t perRecord,

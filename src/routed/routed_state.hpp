@@ -66,13 +66,16 @@ struct RoutedDispatch::State {
   // another host (fwdCount, fwdFirst), the records forwarded per (source, member of this host)
   // (fwdSeg, R x R), and per host record its fan-out [fwdTargetFirst[j], fwdTargetFirst[j + 1]):
   // the member each record went to and its index within that member's segment of the source,
-  // in the order of their first k.
+  // in the order of their first k; per host record and host slot, the record of its fan-out
+  // (0 .. its targets - 1) that slot went to, -1 empty (the dispatch backward's weight gradients
+  // return through it).
   std::vector<std::size_t> fwdCount;
   std::vector<std::size_t> fwdFirst;
   std::vector<std::size_t> fwdSeg;
   std::vector<std::size_t> fwdTargetFirst;
   std::vector<std::int32_t> fwdTargetMember;
   std::vector<std::size_t> fwdTargetIndex;
+  std::vector<std::int32_t> fwdSlotTarget;
 
   RoutedStats stats;
   bool complete = false;  // a dispatch succeeded into this state

@@ -3,15 +3,18 @@
 // machine (blocks, round-robin, uneven, three hosts, a host per rank) and where the ranks really run: every
 // output of dispatch, receive, combine and both backwards equal bit for bit to the
 // once-per-rank and per-(token, expert) programs on the same routing (small integers and
-// quarter weights, so every sum is exact), the bytes each round sends as docs/moe.md says, and
-// a bad routing on one rank failing every rank.
+// quarter weights, so every sum is exact), and on values whose sums round, equal bit for bit
+// except where the summation order differs (y and grad x, section 2 of docs/moe.md); the bytes
+// each call sends as docs/moe.md says, and a bad routing on one rank failing every rank.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,7 +101,9 @@ struct Tokens {
   std::vector<float> x;           // [T, H]
 };
 
-Tokens tokensOf(const Case& c, std::uint32_t seed, int key) {
+// With `exact`, small integers and quarter weights (every sum exact); else values of 1/997ths
+// and weights of 1/1000ths, whose sums round.
+Tokens tokensOf(const Case& c, std::uint32_t seed, int key, bool exact = true) {
   Tokens s;
   s.count = key == 3 ? 0 : 4 + static_cast<std::int64_t>(patternHash(seed, key, 0) % 11);
   std::size_t draw = 1;
@@ -110,10 +115,15 @@ Tokens tokensOf(const Case& c, std::uint32_t seed, int key) {
     }
     for (int k = 0; k < c.topK; ++k) {
       s.ids.push_back(chosen[static_cast<std::size_t>(k)]);
-      s.weights.push_back(0.25f * static_cast<float>(1 + patternHash(seed, key, draw++) % 4));
+      const std::uint32_t draw1 = patternHash(seed, key, draw++);
+      s.weights.push_back(exact ? 0.25f * static_cast<float>(1 + draw1 % 4)
+                                : static_cast<float>(1 + draw1 % 1000) / 1000.0f);
     }
-    for (std::int64_t h = 0; h < c.hidden; ++h)
-      s.x.push_back(static_cast<float>(static_cast<int>(patternHash(seed, key, draw++) % 9) - 4));
+    for (std::int64_t h = 0; h < c.hidden; ++h) {
+      const std::uint32_t draw2 = patternHash(seed, key, draw++);
+      s.x.push_back(exact ? static_cast<float>(static_cast<int>(draw2 % 9) - 4)
+                          : static_cast<float>(static_cast<int>(draw2 % 2001) - 1000) / 997.0f);
+    }
   }
   return s;
 }
@@ -123,13 +133,13 @@ struct Outputs {
   Status status;
   std::vector<std::byte> recvX, recvWeight, y, gradExpertOut, gradRowWeights, gradX, gradWeights;
   std::vector<std::int64_t> recvExpert, tokensPerExpert;
-  RoutedStats dispatchStats, combineStats;
+  RoutedStats dispatchStats, combineStats, combineBackwardStats, dispatchBackwardStats;
   bool oncePerHost = false;
 };
 
 // Runs dispatch, receive, combine, combine backward and dispatch backward of `program` on
-// `backend` with this rank's tokens of `seed`.
-Outputs runProgram(Backend& backend, const Case& c, RoutedProgram program, std::uint32_t seed) {
+// `backend` with this rank's tokens of `seed` (`exact`: as tokensOf).
+Outputs runProgram(Backend& backend, const Case& c, RoutedProgram program, std::uint32_t seed, bool exact = true) {
   Outputs o;
   const Mesh& mesh = backend.mesh();
   RoutedExchangeOptions options;
@@ -155,7 +165,7 @@ Outputs runProgram(Backend& backend, const Case& c, RoutedProgram program, std::
     key = mesh.groupPeer(backend.rank(), tokenAxes, 0);
     partialZero = c.layout.back() == 'P' && key != backend.rank();
   }
-  Tokens s = tokensOf(c, seed, key);
+  Tokens s = tokensOf(c, seed, key, exact);
   if (partialZero) std::fill(s.x.begin(), s.x.end(), 0.0f);
   const std::vector<std::byte> x = encode(s.x, c.dtype), w = encode(s.weights, c.dtype);
   const std::size_t eb = dataTypeSize(c.dtype);
@@ -181,7 +191,8 @@ Outputs runProgram(Backend& backend, const Case& c, RoutedProgram program, std::
     }
   }
   for (std::size_t i = 0; i < gradY.size(); ++i)
-    gradY[i] = static_cast<float>(static_cast<int>(patternHash(seed + 7, key, i) % 7) - 3);
+    gradY[i] = exact ? static_cast<float>(static_cast<int>(patternHash(seed + 7, key, i) % 7) - 3)
+                     : static_cast<float>(static_cast<int>(patternHash(seed + 7, key, i) % 2001) - 1000) / 991.0f;
   const std::vector<std::byte> expertOut = encode(out, c.dtype), gradRecvX = encode(gradRecv, c.dtype),
                                dy = encode(gradY, c.dtype);
   o.y.resize(static_cast<std::size_t>(s.count) * H * eb);
@@ -190,11 +201,12 @@ Outputs runProgram(Backend& backend, const Case& c, RoutedProgram program, std::
   o.gradExpertOut.resize(rows * H * eb);
   o.gradRowWeights.resize(rows * eb);
   o.status = ex->combineBackward(dy.data(), expertOut.data(), o.recvWeight.data(), handle, o.gradExpertOut.data(),
-                                 o.gradRowWeights.data());
+                                 o.gradRowWeights.data(), &o.combineBackwardStats);
   if (!o.status.isOk()) return o;
   o.gradX.resize(static_cast<std::size_t>(s.count) * H * eb);
   o.gradWeights.resize(static_cast<std::size_t>(s.count * c.topK) * eb);
-  o.status = ex->dispatchBackward(gradRecvX.data(), o.recvWeight.data(), handle, o.gradX.data(), o.gradWeights.data());
+  o.status = ex->dispatchBackward(gradRecvX.data(), o.recvWeight.data(), handle, o.gradX.data(), o.gradWeights.data(),
+                                  &o.dispatchBackwardStats);
   return o;
 }
 
@@ -223,10 +235,14 @@ std::string firstDifference(const Outputs& got, const Outputs& want, bool receiv
   return "";
 }
 
-// The bytes docs/moe.md (section 3) gives this rank for the dispatch and combine once per
-// host, flat group ("ep=8"), dropless: computed from every rank's routing.
+// The bytes docs/moe.md (section 3) gives this rank for the dispatch, the combine and both
+// backwards once per host, flat group ("ep=8"), dropless: computed from every rank's routing.
 struct ExpectedBytes {
   std::uint64_t payload = 0, header = 0, count = 0, crossHost = 0, combineCrossHost = 0;
+  // The combine backward sends the dispatch's rows (no headers, a word per block and round);
+  // the dispatch backward the combine's, each with its slots' weight gradients.
+  std::uint64_t combineBackwardPayload = 0, combineBackwardCrossHost = 0;
+  std::uint64_t dispatchBackwardPayload = 0, dispatchBackwardHeader = 0, dispatchBackwardCrossHost = 0;
 };
 
 ExpectedBytes expectedBytes(const Case& c, const std::vector<int>& worldHosts, std::uint32_t seed) {
@@ -286,11 +302,24 @@ ExpectedBytes expectedBytes(const Case& c, const std::vector<int>& worldHosts, s
   e.count = static_cast<std::uint64_t>(R - 1) * 8;
   e.crossHost = static_cast<std::uint64_t>(remotePeers) * 8;
   e.combineCrossHost = static_cast<std::uint64_t>(remotePeers) * 8;  // a word per peer in each round
-  for (int d = 0; d < R; ++d) {                                      // round 1: this host's ranks straight
+  e.combineBackwardCrossHost = e.combineCrossHost;
+  e.dispatchBackwardCrossHost = e.combineCrossHost;
+  e.dispatchBackwardHeader = static_cast<std::uint64_t>(R - 1) * 8;
+  for (int d = 0; d < R; ++d) {  // round 1: this host's ranks straight
     if (d == me || hostOf[static_cast<std::size_t>(d)] != mine) continue;
     const std::uint64_t n = records[static_cast<std::size_t>(me)][static_cast<std::size_t>(d)];
     e.payload += n * row;
     e.header += n * header;
+    // The dispatch backward's round 2: this host's sources' record sums straight back.
+    const std::uint64_t back = records[static_cast<std::size_t>(d)][static_cast<std::size_t>(me)];
+    e.dispatchBackwardPayload += back * row;
+    e.dispatchBackwardHeader += back * slots * w;
+  }
+  for (int p = 0; p < R; ++p) {  // the dispatch backward's round 1: sums of other hosts' sources to their forwarders
+    if (hostOf[static_cast<std::size_t>(p)] == mine || forwarder(p, mine) == me) continue;
+    const std::uint64_t n = records[static_cast<std::size_t>(p)][static_cast<std::size_t>(me)];
+    e.dispatchBackwardPayload += n * row;
+    e.dispatchBackwardHeader += n * slots * w;
   }
   for (std::size_t h = 0; h < members.size(); ++h) {  // round 1: one host record per token and other host
     if (static_cast<int>(h) == mine) continue;
@@ -298,10 +327,17 @@ ExpectedBytes expectedBytes(const Case& c, const std::vector<int>& worldHosts, s
     e.payload += n * row;
     e.header += n * hostHeader;
     e.crossHost += n * (row + hostHeader);
+    e.combineBackwardCrossHost += n * row;
   }
   for (int p = 0; p < R; ++p) {  // round 2: the records this rank forwards to its host's ranks
     if (hostOf[static_cast<std::size_t>(p)] == mine || forwarder(p, mine) != me) continue;
-    e.combineCrossHost += hostRecords[static_cast<std::size_t>(p)][static_cast<std::size_t>(mine)] * row;
+    const std::uint64_t crossing = hostRecords[static_cast<std::size_t>(p)][static_cast<std::size_t>(mine)];
+    e.combineCrossHost += crossing * row;
+    // The dispatch backward's round 2: per host record, its sum and one weight gradient per host slot.
+    const std::uint64_t hostSlotCount = hostHeader / (4 + w);
+    e.dispatchBackwardPayload += crossing * row;
+    e.dispatchBackwardHeader += crossing * hostSlotCount * w;
+    e.dispatchBackwardCrossHost += crossing * (row + hostSlotCount * w);
     for (int d : members[static_cast<std::size_t>(mine)]) {
       if (d == me) continue;
       const std::uint64_t n = records[static_cast<std::size_t>(p)][static_cast<std::size_t>(d)];
@@ -309,6 +345,8 @@ ExpectedBytes expectedBytes(const Case& c, const std::vector<int>& worldHosts, s
       e.header += n * header;
     }
   }
+  // The combine backward sends the dispatch's rows, without their headers.
+  e.combineBackwardPayload = e.payload;
   return e;
 }
 
@@ -356,6 +394,21 @@ void checkCases(const std::string& meshText, Backend& hosts, Backend& flat, cons
           << "), header " << d.headerBytes << " (" << e.header << "), count " << d.countBytes << " (" << e.count
           << "), across hosts " << d.crossHostBytes << " (" << e.crossHost << "), rounds " << d.rounds
           << "; combine across hosts " << host.combineStats.crossHostBytes << " (" << e.combineCrossHost << ")";
+      const RoutedStats& cb = host.combineBackwardStats;
+      const RoutedStats& db = host.dispatchBackwardStats;
+      const std::uint64_t words = static_cast<std::uint64_t>(worldSize() - 1) * 8;  // a word per peer and round
+      const bool backwardsAsModel = cb.payloadBytes == e.combineBackwardPayload && cb.headerBytes == words &&
+                                    cb.crossHostBytes == e.combineBackwardCrossHost && cb.rounds == 2 &&
+                                    db.payloadBytes == e.dispatchBackwardPayload &&
+                                    db.headerBytes == e.dispatchBackwardHeader &&
+                                    db.crossHostBytes == e.dispatchBackwardCrossHost && db.rounds == 2;
+      EXPECT_TRUE(allRanksAgree(backwardsAsModel))
+          << what << " rank " << worldRank() << ": combine backward payload " << cb.payloadBytes << " (want "
+          << e.combineBackwardPayload << "), header " << cb.headerBytes << " (" << words << "), across hosts "
+          << cb.crossHostBytes << " (" << e.combineBackwardCrossHost << "), rounds " << cb.rounds
+          << "; dispatch backward payload " << db.payloadBytes << " (" << e.dispatchBackwardPayload << "), header "
+          << db.headerBytes << " (" << e.dispatchBackwardHeader << "), across hosts " << db.crossHostBytes << " ("
+          << e.dispatchBackwardCrossHost << "), rounds " << db.rounds;
     }
   }
 }
@@ -401,6 +454,63 @@ TEST(RoutedHostDispatch, EqualsOncePerRankAndPerExpertWhereTheRanksRun) {
   }
 }
 
+// The largest |a[i] - b[i]| of two F32 buffers of one size (infinity when the sizes differ).
+float largestDifference(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<float>::infinity();
+  float most = 0;
+  for (std::size_t i = 0; i < a.size() / 4; ++i)
+    most = std::max(most, std::abs(decodeAt(a.data(), DataType::F32, i) - decodeAt(b.data(), DataType::F32, i)));
+  return most;
+}
+
+// On values whose sums round (1/997ths, weights of 1/1000ths), once per host gives the
+// once-per-rank program's received rows, its expert-side gradients (grad expert_out and grad
+// row weights: dy reaches every row unchanged, through the forwarder's copy) and grad w (each
+// value copied back, never summed) bit for bit. y and grad x are sums of a token's rows: once
+// per rank the source adds every rank's row in k order; once per host a forwarder first adds
+// the rows of its host's ranks and one sum crosses back, so a token whose experts lie on two or
+// more ranks of another host has its terms added in another order. The two agree bit for bit
+// where no token has two ranks on one other host (a host per rank), elsewhere up to the
+// reassociation of a float sum (terms below 25 in size here, 8 per token: within 1e-4; in
+// blocks of 4 + 4 the largest difference is 4e-6).
+TEST(RoutedHostDispatch, RoundsOnlyWhereTheSummationOrderDiffers) {
+  if (worldSize() != 8) GTEST_SKIP() << "the placements are of 8 ranks";
+  Mesh mesh;
+  ASSERT_TRUE(Mesh::parse("ep=8", worldSize(), mesh).isOk());
+  const std::unique_ptr<Backend> flat = backendOnHosts(mesh, std::vector<int>(8, 0));
+  ASSERT_TRUE(flat != nullptr);
+  const Case c{"ep=8", "", "", 64, 8, 16, 0, DataType::F32};
+  std::uint32_t seed = 900;
+  for (const Placement& p : placements()) {
+    ++seed;
+    const std::unique_ptr<Backend> hosts = backendOnHosts(mesh, p.hosts);
+    ASSERT_TRUE(hosts != nullptr);
+    const Outputs host = runProgram(*hosts, c, RoutedProgram::Fused, seed, false);
+    const Outputs once = runProgram(*flat, c, RoutedProgram::Fused, seed, false);
+    ASSERT_TRUE(allRanksAgree(host.status.isOk() && once.status.isOk() && host.oncePerHost))
+        << p.name << ": " << host.status.toString() << " / " << once.status.toString();
+    Outputs unsummed = host;  // every output but the two sums
+    unsummed.y = once.y;
+    unsummed.gradX = once.gradX;
+    const std::string differs = firstDifference(unsummed, once);
+    EXPECT_TRUE(allRanksAgree(differs.empty())) << p.name << ": differs from once per rank: " << differs;
+    if (p.name == "a host per rank") {
+      EXPECT_TRUE(allRanksAgree(host.y == once.y && host.gradX == once.gradX))
+          << p.name << ": y or grad x differ from once per rank with one rank per host";
+    } else {
+      const float y = largestDifference(host.y, once.y), gradX = largestDifference(host.gradX, once.gradX);
+      EXPECT_TRUE(allRanksAgree(y <= 1e-4f && gradX <= 1e-4f))
+          << p.name << " rank " << worldRank() << ": y differs by up to " << y << ", grad x by " << gradX;
+      // With 8 experts a token, over 4 ranks of the other host, some sums do round otherwise:
+      // the check above sees the reassociation it allows.
+      if (p.name == "blocks 4+4") {
+        EXPECT_FALSE(allRanksAgree(host.y == once.y && host.gradX == once.gradX))
+            << p.name << ": y and grad x equal once per rank's bit for bit on every rank";
+      }
+    }
+  }
+}
+
 // A bad routing on one rank fails every rank's dispatch, before any row moves: the count
 // exchange carries its verdict to every peer, on whichever host.
 TEST(RoutedHostDispatch, ABadRoutingOnOneRankFailsEveryRank) {
@@ -428,6 +538,69 @@ TEST(RoutedHostDispatch, ABadRoutingOnOneRankFailsEveryRank) {
   ids[3] = 12;
   const Status again = ex->dispatch(x.data(), ids.data(), w.data(), 3, handle);
   EXPECT_TRUE(allRanksAgree(again.isOk())) << again.toString();
+}
+
+// A null buffer on one rank fails combine and both backwards on every rank that exchanges with
+// it (InvalidArgument there, Mismatch on the others, learnt from the words of the first round
+// or, where replicas split their tokens, from the AllGather over tp that follows), never a
+// hang; the handle still serves the calls afterwards.
+TEST(RoutedHostDispatch, ANullBufferOnOneRankFailsEveryRankOfTheCall) {
+  if (worldSize() != 8) GTEST_SKIP() << "the placements are of 8 ranks";
+  struct Shape {
+    const char* mesh;
+    const char* group;
+    const char* layout;
+  };
+  const int bad = 5;
+  for (const Shape& shape : {Shape{"ep=8", "", ""}, Shape{"tp=2,ep=4", "ep", "tp=P"}}) {
+    Mesh mesh;
+    ASSERT_TRUE(Mesh::parse(shape.mesh, worldSize(), mesh).isOk());
+    const std::unique_ptr<Backend> hosts = backendOnHosts(mesh, placements()[3].hosts);  // every group spans hosts
+    ASSERT_TRUE(hosts != nullptr);
+    RoutedExchangeOptions options;
+    options.numExperts = 16;
+    options.topK = 2;
+    options.hidden = 4;
+    options.tokenLayout = shape.layout;
+    options.program = RoutedProgram::Fused;
+    if (*shape.group != 0) {
+      ASSERT_TRUE(mesh.parseAxes(shape.group, options.group).isOk());
+    }
+    std::unique_ptr<RoutedExchange> ex;
+    ASSERT_TRUE(RoutedExchange::create(*hosts, options, ex).isOk());
+    ASSERT_TRUE(allRanksAgree(ex->oncePerHost())) << shape.mesh;
+    // The ranks that exchange with `bad` in a call without the AllGather over tp.
+    const std::vector<int> group = mesh.groupRanks(bad, options.group.empty() ? mesh.allAxes() : options.group);
+    const bool inGroup = std::find(group.begin(), group.end(), worldRank()) != group.end();
+    const std::vector<float> x(3 * 4, 1.0f), w(3 * 2, 0.5f);
+    const std::vector<std::int64_t> ids = {0, 9, 3, 12, 5, 15};
+    RoutedDispatch handle;
+    ASSERT_TRUE(allRanksAgree(ex->dispatch(x.data(), ids.data(), w.data(), 3, handle).isOk()));
+    const auto rows = static_cast<std::size_t>(handle.rows());
+    std::vector<float> recvWeight(rows), expertOut(rows * 4, 1.0f), gradExpertOut(rows * 4), gradRowWeights(rows);
+    ASSERT_TRUE(allRanksAgree(ex->receive(handle, nullptr, nullptr, recvWeight.data()).isOk()));
+    std::vector<float> y(3 * 4), dy(3 * 4, 1.0f), gradX(3 * 4), gradW(3 * 2);
+    const bool mine = worldRank() == bad;
+    // Where the call fails: on `bad` with InvalidArgument, on `others` with Mismatch.
+    const auto failsAsItShould = [&](const Status& st, bool others) {
+      if (mine) return st.code() == StatusCode::InvalidArgument;
+      return others ? st.code() == StatusCode::Mismatch : st.isOk();
+    };
+    const bool split = *shape.layout != 0;
+    const Status combined = ex->combine(expertOut.data(), recvWeight.data(), handle, mine ? nullptr : y.data());
+    EXPECT_TRUE(allRanksAgree(failsAsItShould(combined, inGroup || split)))
+        << shape.mesh << ": " << combined.toString();
+    const Status combineBack = ex->combineBackward(mine ? nullptr : dy.data(), expertOut.data(), recvWeight.data(),
+                                                   handle, gradExpertOut.data(), gradRowWeights.data());
+    EXPECT_TRUE(allRanksAgree(failsAsItShould(combineBack, inGroup))) << shape.mesh << ": " << combineBack.toString();
+    const Status dispatchBack = ex->dispatchBackward(expertOut.data(), gradRowWeights.data(), handle,
+                                                     mine ? nullptr : gradX.data(), gradW.data());
+    EXPECT_TRUE(allRanksAgree(failsAsItShould(dispatchBack, inGroup || split)))
+        << shape.mesh << ": " << dispatchBack.toString();
+    const Status again =
+        ex->dispatchBackward(expertOut.data(), gradRowWeights.data(), handle, gradX.data(), gradW.data());
+    EXPECT_TRUE(allRanksAgree(again.isOk())) << shape.mesh << ": " << again.toString();
+  }
 }
 
 }  // namespace

@@ -107,8 +107,8 @@ def redistributions(rank: int, world: int) -> list[tuple[str, torch.Tensor, torc
 def moe(rank: int, world: int, gloo) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """chimera.torch.moe against the per-(token, expert) all-to-all on gloo: every output of one
     forward and backward step (received rows, ids, weights, counts, y, grad x, grad weights), as
-    the planner decides and fused (under an MPI launch across hosts: once per destination host,
-    its sums exact on these values)."""
+    the planner decides and fused (across hosts: once per destination host, forward and
+    backwards, its sums exact on these values)."""
     experts, topk, tokens, hidden = 2 * world, 2, 12, 8
     idx, weights = moe_routings.routing("uniform", tokens, experts, topk, seed=7, rank=rank)
     x = moe_routings.tokens(tokens, hidden, seed=7, rank=rank)
@@ -119,6 +119,16 @@ def moe(rank: int, world: int, gloo) -> list[tuple[str, torch.Tensor, torch.Tens
     for program in ("planned", "fused"):
         got = moe_routings.forward_backward(ChimeraDispatcher(experts, program), x, idx, weights, grad_y)
         out += [(f"moe {program} {n}", g, w) for n, g, w in zip(names, got, want)]
+    # On the MPI transport, which knows where the ranks run, fused runs once per destination host
+    # (its backwards too) wherever the ranks span hosts: a launch whose topology missed the hosts
+    # would otherwise pass on the once-per-rank program. (The gloo transport of a torchrun launch
+    # reports one host, so its exchange runs once per rank.)
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname(), group=gloo)
+    if ct.backend.transport(world) == "mpi":
+        handle = ChimeraDispatcher(experts, "fused").dispatch(x, idx, weights)[4]
+        out.append(("moe fused once per host", torch.tensor(handle.exchange.once_per_host),
+                    torch.tensor(len(set(hosts)) > 1)))
     return out
 
 
