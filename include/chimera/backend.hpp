@@ -137,6 +137,9 @@ class Backend {
                                     Stream stream = nullptr) = 0;
   /// Issues every transfer of `ops` together and completes them all (the many-to-many
   /// primitive; NCCL: one ncclGroupStart/End). Ops between the same pair of ranks match in order.
+  /// MPI with argument checking: a pair whose transfers disagree, or a peer whose own checks
+  /// failed (it refuses), is Mismatch and only that pair's transfers are dropped; the others
+  /// complete before the call returns.
   [[nodiscard]] virtual Status groupedP2P(std::span<const P2POp> ops, Stream stream = nullptr) = 0;
   /// For a rank whose call of a collective on `axes` failed before reaching the backend (a
   /// wrapper's own check, `local`, an error): takes part in the argument agreement the other
@@ -146,6 +149,21 @@ class Backend {
   /// agrees on no arguments (CHIMERA_CHECK_ARGS off, or a backend without the check) it returns
   /// `local` without communicating, and the other members wait as they would.
   [[nodiscard]] virtual Status refuseCollective(AxisSet /*axes*/, const Status& local, Stream /*stream*/ = nullptr) {
+    return local;
+  }
+  /// The argument agreement alone, for a collective a caller composes of point-to-point
+  /// transfers (a gather, a scatter, an uneven all-to-all as one groupedP2P): collective over
+  /// `axes`, each member passing `count` (what must be equal on every member, -1 where the
+  /// members' counts differ by design), `root` (0 where there is none) and `local`, the verdict
+  /// of its own checks. One round, the one a collective of the backend starts with; a member
+  /// whose call fails before it gets here joins with refuseCollective instead. Returns `local`
+  /// when it is an error; Mismatch naming the lowest member whose `local` was an error (or that
+  /// refused), or naming `count` or `root` when they differ; ok otherwise (BackendError /
+  /// Timeout when the agreement itself fails). Where the backend agrees on no arguments
+  /// (CHIMERA_CHECK_ARGS off, or a backend without the check) it returns `local` without
+  /// communicating.
+  [[nodiscard]] virtual Status agreeOnArguments(AxisSet /*axes*/, std::int64_t /*count*/, int /*root*/,
+                                                const Status& local, Stream /*stream*/ = nullptr) {
     return local;
   }
   /// Whether grouped transfers with world rank `peer` may carry boxes (P2POp::box): the

@@ -63,13 +63,21 @@ Status checkCount(const CommObject* comm, std::size_t count, chimera::DataType t
   return chimera::detail::bufferBytes(count, chimera::dataTypeSize(type), parts, what, bytes);
 }
 
-// Looks up the live communicator `commHandle` into `comm`, then reads the datatype and the axes.
-Status commonArgs(chimeraComm_t commHandle, const chimeraDataType_t& datatype, const char* axesText, CommObject*& comm,
-                  chimera::DataType& type, chimera::AxisSet& axes) {
+// Looks up the live communicator `commHandle` into `comm`, then reads the axes of the call's
+// group. A rank that fails here cannot name the group: it fails alone, and its peers wait in
+// their call until their timeout.
+Status groupArgs(chimeraComm_t commHandle, const char* axesText, CommObject*& comm, chimera::AxisSet& axes) {
   CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
-  CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
   CHIMERA_CHECK_ARG(axesText != nullptr, "null axes text");
   return comm->mesh.parseAxes(axesText, axes);
+}
+
+// `local`, the verdict of a collective's own checks of its C arguments (datatype, op, count)
+// once its group is known: a failure refuses the collective (Backend::refuseCollective), so the
+// group's other members fail at once instead of waiting for this rank until their timeout.
+Status refuseUnlessOk(CommObject* comm, chimera::AxisSet axes, const Status& local) {
+  if (local.isOk()) return local;
+  return comm->backend->refuseCollective(axes, local, comm->stream);
 }
 
 Status reduceOp(const chimeraRedOp_t& op, chimera::ReduceOp& out) {
@@ -201,9 +209,11 @@ chimeraResult_t chimeraAllReduce(const void* sendbuff, void* recvbuff, size_t co
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
   return guardedCall("chimeraAllReduce", [&]() -> Status {
     CommObject* comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
-    CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraAllReduce count"));
+    CHIMERA_RETURN_IF_ERROR(groupArgs(commHandle, axes, comm, set));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = reduceOp(op, reduce);
+    if (local.isOk()) local = checkCount(comm, count, type, set, false, "chimeraAllReduce count");
+    CHIMERA_RETURN_IF_ERROR(refuseUnlessOk(comm, set, local));
     return comm->backend->allReduce(sendbuff, recvbuff, count, type, reduce, set, comm->stream);
   });
 }
@@ -215,9 +225,11 @@ chimeraResult_t chimeraReduceScatter(const void* sendbuff, void* recvbuff, size_
   chimera::ReduceOp reduce = chimera::ReduceOp::Sum;
   return guardedCall("chimeraReduceScatter", [&]() -> Status {
     CommObject* comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
-    CHIMERA_RETURN_IF_ERROR(reduceOp(op, reduce));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, recvcount, type, set, true, "chimeraReduceScatter recvcount"));
+    CHIMERA_RETURN_IF_ERROR(groupArgs(commHandle, axes, comm, set));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = reduceOp(op, reduce);
+    if (local.isOk()) local = checkCount(comm, recvcount, type, set, true, "chimeraReduceScatter recvcount");
+    CHIMERA_RETURN_IF_ERROR(refuseUnlessOk(comm, set, local));
     return comm->backend->reduceScatter(sendbuff, recvbuff, recvcount, type, reduce, set, comm->stream);
   });
 }
@@ -228,8 +240,10 @@ chimeraResult_t chimeraAllGather(const void* sendbuff, void* recvbuff, size_t se
   chimera::AxisSet set;
   return guardedCall("chimeraAllGather", [&]() -> Status {
     CommObject* comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, sendcount, type, set, true, "chimeraAllGather sendcount"));
+    CHIMERA_RETURN_IF_ERROR(groupArgs(commHandle, axes, comm, set));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = checkCount(comm, sendcount, type, set, true, "chimeraAllGather sendcount");
+    CHIMERA_RETURN_IF_ERROR(refuseUnlessOk(comm, set, local));
     return comm->backend->allGather(sendbuff, recvbuff, sendcount, type, set, comm->stream);
   });
 }
@@ -240,8 +254,10 @@ chimeraResult_t chimeraAllToAll(const void* sendbuff, void* recvbuff, size_t cou
   chimera::AxisSet set;
   return guardedCall("chimeraAllToAll", [&]() -> Status {
     CommObject* comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, countPerPeer, type, set, true, "chimeraAllToAll countPerPeer"));
+    CHIMERA_RETURN_IF_ERROR(groupArgs(commHandle, axes, comm, set));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = checkCount(comm, countPerPeer, type, set, true, "chimeraAllToAll countPerPeer");
+    CHIMERA_RETURN_IF_ERROR(refuseUnlessOk(comm, set, local));
     return comm->backend->allToAll(sendbuff, recvbuff, countPerPeer, type, set, comm->stream);
   });
 }
@@ -252,8 +268,10 @@ chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t co
   chimera::AxisSet set;
   return guardedCall("chimeraBroadcast", [&]() -> Status {
     CommObject* comm = nullptr;
-    CHIMERA_RETURN_IF_ERROR(commonArgs(commHandle, datatype, axes, comm, type, set));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, set, false, "chimeraBroadcast count"));
+    CHIMERA_RETURN_IF_ERROR(groupArgs(commHandle, axes, comm, set));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = checkCount(comm, count, type, set, false, "chimeraBroadcast count");
+    CHIMERA_RETURN_IF_ERROR(refuseUnlessOk(comm, set, local));
     return comm->backend->broadcast(sendbuff, recvbuff, count, type, root, set, comm->stream);
   });
 }

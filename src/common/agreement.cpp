@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <limits>
 #include <string>
 
 #include "core/type_lists.hpp"
@@ -12,8 +13,10 @@
 namespace chimera::detail {
 namespace {
 
-// Call agreement words: the signature fields, then the validity flag (1 valid, 0 not).
+// Call agreement words: the signature fields, then the rank if its arguments are invalid
+// (kNoRefusal if they are valid), whose MIN is the lowest rank that refused the call.
 constexpr std::array<const char*, 5> kCallFields = {"collective", "count", "dtype", "op", "root"};
+constexpr std::int64_t kNoRefusal = std::numeric_limits<std::int64_t>::max();
 
 std::string describe(std::size_t field, std::int64_t value) {
   if (field == 0 && value >= 0 && value < static_cast<std::int64_t>(kOpKindCount)) {
@@ -48,15 +51,16 @@ Status agreeOnRange(std::span<const std::int64_t> words, const GroupMin& min, Wo
   return Status::ok();
 }
 
-Status agreeOnSignature(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags, const GroupMin& min,
-                        SignatureVerdict& out) {
-  std::vector<std::int64_t> words{hash, failed ? 1 : 0};
+Status agreeOnSignature(std::int64_t hash, bool failed, int rank, std::span<const std::uint8_t> flags,
+                        const GroupMin& min, SignatureVerdict& out) {
+  std::vector<std::int64_t> words{hash, failed ? rank : kNoRefusal};
   words.insert(words.end(), flags.begin(), flags.end());
   WordRange range;
   if (Status s = agreeOnRange(words, min, range); !s.isOk()) return s;
   out.lowHash = range.low[0];
   out.highHash = range.high[0];
-  out.anyFailed = range.high[1] != 0;
+  out.anyFailed = range.low[1] != kNoRefusal;
+  out.failedRank = out.anyFailed ? range.low[1] : -1;
   out.flags.resize(flags.size());
   for (std::size_t i = 0; i < flags.size(); ++i) out.flags[i] = range.high[2 + i] != 0 ? 1 : 0;
   return Status::ok();
@@ -66,11 +70,19 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
                    const GroupMin& min) {
   const std::array<std::int64_t, kCallFields.size() + 1> words = {
       static_cast<std::int64_t>(signature.kind), signature.count, static_cast<std::int64_t>(signature.dtype),
-      static_cast<std::int64_t>(signature.op),   signature.root,  local.isOk() ? 1 : 0};
+      static_cast<std::int64_t>(signature.op),   signature.root,  local.isOk() ? kNoRefusal : rank};
   WordRange range;
   if (Status s = agreeOnRange(words, min, range); !s.isOk()) return s;
   if (!local.isOk()) return local;
   const std::string_view call = opKindInfo(signature.kind).call;
+  // A refusing member's signature says nothing (Backend::refuseCollective passes none): its
+  // refusal is the verdict, whatever the fields.
+  if (const std::int64_t refused = range.low[kCallFields.size()]; refused != kNoRefusal) {
+    return Status::mismatch(
+        fmt::format("rank {}: rank {} of group {} refused the call ({}): its own arguments are "
+                    "invalid (InvalidArgument there); no member ran it",
+                    rank, refused, group, call));
+  }
   std::string differences;
   for (std::size_t i = 0; i < kCallFields.size(); ++i) {
     if (range.agreed(i)) continue;
@@ -81,20 +93,17 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
     return Status::mismatch(fmt::format("rank {}: members of group {} disagree on the arguments of {}: {}", rank, group,
                                         call, differences));
   }
-  if (range.low[kCallFields.size()] == 0) {
-    return Status::invalidArgument(
-        fmt::format("rank {}: another rank of group {} passed invalid arguments to {}", rank, group, call));
-  }
   return Status::ok();
 }
 
 Status agreeOnNewGroups(const NewGroups& groups, const Status& local, int rank, const GroupMin& min) {
   SignatureVerdict verdict;
-  if (Status s = agreeOnSignature(groups.hash, !local.isOk(), {}, min, verdict); !s.isOk()) return s;
+  if (Status s = agreeOnSignature(groups.hash, !local.isOk(), rank, {}, min, verdict); !s.isOk()) return s;
   if (!local.isOk()) return local;
   if (verdict.anyFailed) {
-    return Status::invalidArgument(fmt::format(
-        "createGroups: another rank passed axes mesh {} does not have; no {} were created", groups.mesh, groups.what));
+    return Status::invalidArgument(
+        fmt::format("createGroups: rank {} passed axes mesh {} does not have; no {} were created", verdict.failedRank,
+                    groups.mesh, groups.what));
   }
   if (verdict.sameHash()) return Status::ok();
   return Status::mismatch(fmt::format(

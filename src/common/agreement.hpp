@@ -39,14 +39,16 @@ struct SignatureVerdict {
   std::int64_t lowHash = 0;         ///< smallest hash of the group
   std::int64_t highHash = 0;        ///< largest hash of the group
   bool anyFailed = false;           ///< some member failed locally
+  std::int64_t failedRank = -1;     ///< the lowest `rank` of a member that failed (-1: none)
   std::vector<std::uint8_t> flags;  ///< the members' flags OR-ed
   /// True when every member contributed the same hash.
   bool sameHash() const { return lowHash == highHash; }
 };
 
-/// Collective: agrees on `hash`, a local failure flag and `flags` (OR-ed). Every member must
+/// Collective: agrees on `hash`, a local failure flag (with the member's `rank`, as messages
+/// name it, so the verdict names the lowest failing one) and `flags` (OR-ed). Every member must
 /// pass as many flags (pad to a fixed count when members may differ).
-[[nodiscard]] Status agreeOnSignature(std::int64_t hash, bool failed, std::span<const std::uint8_t> flags,
+[[nodiscard]] Status agreeOnSignature(std::int64_t hash, bool failed, int rank, std::span<const std::uint8_t> flags,
                                       const GroupMin& min, SignatureVerdict& out);
 
 /// What every member of a group passes identically to one collective; fields a collective
@@ -60,10 +62,12 @@ struct CallSignature {
 };
 
 /// Collective: agrees on `signature` and whether `local` is ok. Returns `local` when it is an
-/// error; InvalidArgument when another member reported bad arguments; Mismatch naming `rank`,
-/// `group` and every field whose values differ, with their min and max ("rank 3: members of
-/// group tp disagree on the arguments of allReduce: count differs (min 16, max 17)"); errors
-/// of `min` as they are. The same verdict class reaches every member.
+/// error; Mismatch naming the lowest member `rank` whose `local` was an error when another
+/// member reported bad arguments ("rank 3: rank 7 of group tp refused its allReduce ...");
+/// else Mismatch naming `rank`, `group` and every field whose values differ, with their min
+/// and max ("rank 3: members of group tp disagree on the arguments of allReduce: count differs
+/// (min 16, max 17)"); errors of `min` as they are. `rank` is the caller's rank as messages
+/// name it (every member numbers the same way).
 [[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank, std::string_view group,
                                  const GroupMin& min);
 

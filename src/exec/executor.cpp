@@ -115,10 +115,12 @@ Status Executor::Impl::agree(const std::string& signature, const Status& local, 
   const std::int64_t hash = detail::Hasher().add(signature).agreementValue();
   const AxisSet world[] = {backend.mesh().allAxes()};
   detail::SignatureVerdict verdict;
-  CHIMERA_RETURN_IF_ERROR(detail::agreeOnSignature(hash, !local.isOk(), {}, agreement.over(world, stream), verdict));
+  CHIMERA_RETURN_IF_ERROR(
+      detail::agreeOnSignature(hash, !local.isOk(), backend.rank(), {}, agreement.over(world, stream), verdict));
   if (!local.isOk()) return local;
   if (verdict.anyFailed) {
-    return Status::mismatch(fmt::format("another rank failed to {}; this rank has {}", failure, signature));
+    return Status::mismatch(
+        fmt::format("rank {} failed to {}; this rank has {}", verdict.failedRank, failure, signature));
   }
   if (!verdict.sameHash()) {
     return Status::mismatch(fmt::format(

@@ -110,9 +110,10 @@ Status PreparedPlan::prepare(Backend& backend, const Plan& plan, ScratchPool* po
   BackendReduction reduction(backend);
   const AxisSet world[] = {backend.mesh().allAxes()};
   SignatureVerdict verdict;
-  CHIMERA_RETURN_IF_ERROR(agreeOnSignature(0, !local.isOk(), {}, reduction.over(world, stream), verdict));
+  CHIMERA_RETURN_IF_ERROR(agreeOnSignature(0, !local.isOk(), rank_, {}, reduction.over(world, stream), verdict));
   if (!local.isOk()) return local;
-  if (verdict.anyFailed) return Status::mismatch("another rank failed to prepare this plan");
+  if (verdict.anyFailed)
+    return Status::mismatch(fmt::format("rank {} failed to prepare this plan", verdict.failedRank));
   return createGroups(plan);
 }
 

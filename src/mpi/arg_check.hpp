@@ -23,10 +23,10 @@ namespace chimera::detail {
 [[nodiscard]] Status checkBuffer(const void* ptr, std::size_t count, const char* what);
 
 /// Agreement check, collective over `group` (common/agreement.hpp's agreeOnCall on the
-/// bounded MIN of word_agreement.hpp): `local` when it is an error, Mismatch naming this rank,
-/// the group and each field whose values differ (with their min and max), InvalidArgument when
-/// another member reported bad arguments, BackendError when MPI fails, or Timeout when a
-/// member does not join. The same verdict class reaches every member.
+/// bounded MIN of word_agreement.hpp): `local` when it is an error, Mismatch naming the lowest
+/// member that reported bad arguments, or naming this rank, the group and each field whose
+/// values differ (with their min and max), BackendError when MPI fails, or Timeout when a
+/// member does not join.
 [[nodiscard]] Status agreeOnCall(const MpiGroup& group, const CallSignature& signature, const Status& local, int rank,
                                  std::string_view groupName);
 

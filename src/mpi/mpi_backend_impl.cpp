@@ -99,6 +99,15 @@ Status MpiBackend::refuseCollective(AxisSet axes, const Status& local, Stream /*
                  [&] { return prepare(axes, CallSignature{}, local, group); });
 }
 
+Status MpiBackend::agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local,
+                                    Stream /*stream*/) {
+  const MpiGroup* group = nullptr;
+  return guarded([&] { return fmt::format("argument agreement of a composite call (count {}, root {})", count, root); },
+                 [&] {
+                   return prepare(axes, {OpKind::ManyToMany, count, DataType::U8, ReduceOp::Sum, root}, local, group);
+                 });
+}
+
 Status MpiBackend::checkStaging(const LibraryOutput& out) {
   if (out.ready()) return Status::ok();
   return Status::backendError("cannot allocate the staging of a library collective's output");
@@ -396,9 +405,10 @@ Status MpiBackend::checkPeer(int peer, std::size_t count, DataType dtype, const 
   return checkBuffer(buf, count, "point-to-point buffer");
 }
 
-Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local) {
-  if (!options_.checkArgs || !local.isOk()) return local;
-  return agreeOnTransfers(p2pGroup_, ops);
+Status MpiBackend::agreeOnP2P(std::span<const P2POp> ops, const Status& local, std::vector<int>& failedPeers) {
+  failedPeers.clear();
+  if (!options_.checkArgs) return local;
+  return agreeOnTransfers(p2pGroup_, ops, local, failedPeers);
 }
 
 Status MpiBackend::send(const void* buf, std::size_t count, DataType dtype, int peer, Stream /*stream*/) {
@@ -466,7 +476,8 @@ Status MpiBackend::blockingP2P(const P2POp& op) {
     local = Status::invalidArgument(
         fmt::format("{} self (rank {}) would block; use groupedP2P", sending ? "send to" : "recv from", op.peer));
   }
-  CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local));
+  std::vector<int> failedPeers;
+  CHIMERA_RETURN_IF_ERROR(agreeOnP2P({&op, 1}, local, failedPeers));
   return forEachMessage(op.count, dataTypeSize(op.dtype), [&](std::size_t offset, int n) {
     auto* at = static_cast<std::byte*>(op.buffer) + offset;
     const MPI_Datatype type = mpiDataType(op.dtype);
@@ -481,15 +492,30 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
   Status local = Status::ok();
   // The boxes' state is made only for a call that moves boxes: a plain call allocates nothing more.
   const bool anyBox = std::any_of(ops.begin(), ops.end(), [](const P2POp& op) { return op.box != nullptr; });
-  const std::size_t boxSlots = anyBox ? ops.size() : 0;
-  std::vector<TensorBox> boxes(boxSlots);
+  std::vector<TensorBox> boxes(anyBox ? ops.size() : 0);
   for (std::size_t i = 0; i < ops.size() && local.isOk(); ++i) {
     const P2POp& op = ops[i];
     Status status = checkPeer(op.peer, op.count, op.dtype, op.buffer);
     if (status.isOk() && op.box != nullptr) status = checkBoxOp(op, boxes[i]);
     if (!status.isOk()) local = Status(status.code(), fmt::format("groupedP2P op {}: {}", i, status.message()));
   }
-  CHIMERA_RETURN_IF_ERROR(agreeOnP2P(ops, local));
+  std::vector<int> failedPeers;
+  const Status agreed = agreeOnP2P(ops, local, failedPeers);
+  if (!local.isOk() || (!agreed.isOk() && failedPeers.empty())) return agreed;
+  // A mismatch or a refusal drops the transfers with those peers alone: the others run, so that
+  // no third rank waits for this one until its timeout; the call then returns the mismatch.
+  std::vector<P2POp> kept;
+  if (!failedPeers.empty()) {
+    std::vector<TensorBox> keptBoxes;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (std::find(failedPeers.begin(), failedPeers.end(), ops[i].peer) != failedPeers.end()) continue;
+      kept.push_back(ops[i]);
+      if (anyBox) keptBoxes.push_back(boxes[i]);
+    }
+    ops = kept;
+    boxes = std::move(keptBoxes);
+  }
+  const std::size_t boxSlots = boxes.size();
   // An op larger than one message is posted as several, in order: messages between two ranks
   // on one communicator and tag match in the order they were posted. A box goes out as its
   // address; its receiver reads it once every address is in, and answers with a word (0: read)
@@ -566,7 +592,7 @@ Status MpiBackend::groupedP2PCall(std::span<const P2POp> ops) {
           "groupedP2P op {}: rank {} could not read the box this rank sent it from this rank's memory (see its error)",
           i, ops[i].peer));
   }
-  return Status::ok();
+  return agreed;
 }
 
 Status MpiBackend::checkBoxOp(const P2POp& op, TensorBox& out) const {

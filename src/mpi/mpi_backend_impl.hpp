@@ -98,6 +98,7 @@ class MpiBackend final : public Backend {
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
   Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
+  Status agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream stream) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
   bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
   std::vector<int> hostOfRank() const override { return hosts_; }
@@ -168,9 +169,10 @@ class MpiBackend final : public Backend {
   Status checkPeer(int peer, std::size_t count, DataType dtype, const void* buf) const;
   // send and recv: one blocking transfer (checked, agreed, split into messages).
   Status blockingP2P(const P2POp& op);
-  // `local` when it is an error (returned at once: the peers of a point-to-point call may
-  // wait, as in NCCL); else, with checking on, agrees with the peers of `ops` (p2p_check.hpp).
-  Status agreeOnP2P(std::span<const P2POp> ops, const Status& local);
+  // With checking on, agrees with the peers of `ops` (p2p_check.hpp): a rank whose `local` is
+  // an error refuses, so its peers fail at once; `failedPeers` gets the peers whose transfers
+  // must not run. With checking off, `local` (the peers of a failed call wait, as in NCCL).
+  Status agreeOnP2P(std::span<const P2POp> ops, const Status& local, std::vector<int>& failedPeers);
   // The local checks of an op with a box (a peer whose memory is read, a box of its shape
   // holding `count` elements); `out` the box for the reads.
   Status checkBoxOp(const P2POp& op, TensorBox& out) const;

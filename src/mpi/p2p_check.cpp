@@ -16,6 +16,8 @@ namespace chimera::detail {
 namespace {
 
 constexpr int kManifestTag = 0x5043;  // 'PC'
+// The one word of a refusal: the sender's own checks failed, it moves nothing with this rank.
+constexpr std::int64_t kRefusal = -1;
 
 // One transfer as the other end must see it.
 struct Transfer {
@@ -83,12 +85,15 @@ PeerView parse(const std::vector<std::int64_t>& words) {
 
 }  // namespace
 
-Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
+Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops, const Status& local,
+                        std::vector<int>& failedPeers) {
   const MPI_Comm comm = world.comm;
   const int self = world.index;
+  failedPeers.clear();
   std::vector<int> peers;
   for (const P2POp& op : ops) {
-    if (op.peer == self || std::find(peers.begin(), peers.end(), op.peer) != peers.end()) continue;
+    if (op.peer == self || op.peer < 0 || op.peer >= world.size) continue;
+    if (std::find(peers.begin(), peers.end(), op.peer) != peers.end()) continue;
     peers.push_back(op.peer);
   }
   auto outgoingStore = std::make_shared<std::vector<std::vector<std::int64_t>>>();
@@ -98,12 +103,12 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
   requests.reserve(peers.size());
   requests.keep(outgoingStore);
   for (std::size_t i = 0; i < peers.size(); ++i) {
-    outgoing.push_back(manifest(ops, peers[i]));
+    outgoing.push_back(local.isOk() ? manifest(ops, peers[i]) : std::vector<std::int64_t>{kRefusal});
     CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Isend(outgoing[i].data(), static_cast<int>(outgoing[i].size()), MPI_INT64_T,
                                                 peers[i], kManifestTag, comm, &requests.add(peers[i])),
                                       "MPI_Isend (point-to-point argument check)"));
   }
-  Status verdict = Status::ok();
+  Status verdict = local;
   for (const int peer : peers) {
     MPI_Status probed;
     CHIMERA_RETURN_IF_ERROR(probeWithin(world, peer, kManifestTag, probed, "point-to-point argument check"));
@@ -114,15 +119,30 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops) {
     CHIMERA_RETURN_IF_ERROR(
         mpiStatus(MPI_Recv(incoming.data(), words, MPI_INT64_T, peer, kManifestTag, comm, MPI_STATUS_IGNORE),
                   "MPI_Recv (point-to-point argument check)"));
-    if (!verdict.isOk()) continue;  // keep receiving so no manifest is left behind
-    const PeerView view = parse(incoming);
-    verdict = compare(transfersWith(ops, peer, P2POp::Kind::Send), view.receives, self, peer);
-    if (verdict.isOk()) verdict = compare(view.sends, transfersWith(ops, peer, P2POp::Kind::Recv), peer, self);
+    // Every manifest is received, whatever the verdict, so none is left for a later call.
+    if (!local.isOk()) continue;
+    Status pair = Status::ok();
+    if (incoming.size() == 1 && incoming[0] == kRefusal) {
+      pair = Status::mismatch(
+          fmt::format("point-to-point: rank {} refused its transfers with rank {} (its own arguments are invalid: "
+                      "InvalidArgument there); nothing moved between them",
+                      peer, self));
+    } else {
+      const PeerView view = parse(incoming);
+      pair = compare(transfersWith(ops, peer, P2POp::Kind::Send), view.receives, self, peer);
+      if (pair.isOk()) pair = compare(view.sends, transfersWith(ops, peer, P2POp::Kind::Recv), peer, self);
+    }
+    if (pair.isOk()) continue;
+    failedPeers.push_back(peer);
+    if (verdict.isOk()) verdict = pair;
   }
   CHIMERA_RETURN_IF_ERROR(requests.waitAll(world, "point-to-point argument check (manifest sends)"));
-  if (verdict.isOk()) {
-    verdict =
-        compare(transfersWith(ops, self, P2POp::Kind::Send), transfersWith(ops, self, P2POp::Kind::Recv), self, self);
+  if (!local.isOk()) return local;
+  const Status itself =
+      compare(transfersWith(ops, self, P2POp::Kind::Send), transfersWith(ops, self, P2POp::Kind::Recv), self, self);
+  if (!itself.isOk()) {
+    failedPeers.push_back(self);
+    if (verdict.isOk()) verdict = itself;
   }
   return verdict;
 }

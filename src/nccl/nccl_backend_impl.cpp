@@ -341,6 +341,12 @@ Status NcclBackend::refuseCollective(AxisSet axes, const Status& local, Stream s
   return agree(comm, axes, CallSignature{}, local, stream);
 }
 
+Status NcclBackend::agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream stream) {
+  ncclComm_t comm = nullptr;
+  CHIMERA_RETURN_IF_ERROR(group(axes, stream, comm));
+  return agree(comm, axes, CallSignature{OpKind::ManyToMany, count, DataType::U8, ReduceOp::Sum, root}, local, stream);
+}
+
 Status NcclBackend::allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes,
                               Stream stream) {
   ncclComm_t comm = nullptr;

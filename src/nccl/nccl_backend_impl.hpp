@@ -77,6 +77,7 @@ class NcclBackend final : public Backend {
   Status recv(void* buf, std::size_t count, DataType dtype, int peer, Stream stream) override;
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
   Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
+  Status agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream stream) override;
 
   Status allocate(std::size_t bytes, void** out) override;
   void deallocate(void* ptr) override;

@@ -37,12 +37,12 @@ Status Session::Impl::agree(const detail::WindowKey& key, const Status& local, V
   detail::SignatureVerdict verdict;
   const std::uint64_t before = reduction.collectives();
   const detail::GroupMin min = reduction.over(groups, options.stream);
-  Status agreed = detail::agreeOnSignature(key.sharedHash, !local.isOk(), flags, min, verdict);
+  Status agreed = detail::agreeOnSignature(key.sharedHash, !local.isOk(), backend.rank(), flags, min, verdict);
   stats.agreements += reduction.collectives() - before;
   CHIMERA_RETURN_IF_ERROR(agreed);
   if (!local.isOk()) return local;
   if (verdict.anyFailed) {
-    return Status::mismatch("another rank failed to prepare the window this rank flushed");
+    return Status::mismatch(fmt::format("rank {} failed to prepare the window this rank flushed", verdict.failedRank));
   }
   if (!verdict.sameHash()) {
     return Status::mismatch(fmt::format(

@@ -52,6 +52,45 @@ def reduce_scatter(bad):
     dist.reduce_scatter_tensor(out, torch.ones(size * 16))
 
 
+def gather(bad):
+    # The last rank is the root; as the root it passes a gather_list whose last tensor is one element short.
+    rank, size = dist.get_rank(), dist.get_world_size()
+    root = size - 1
+    outs = [torch.empty(16) for _ in range(size)] if rank == root else None
+    if bad:
+        outs[-1] = torch.empty(15)
+    dist.gather(torch.full((16,), float(rank)), outs, dst=root)
+
+
+def scatter(bad):
+    # The last rank is the root; as the root it passes a scatter_list whose first tensor is one element long.
+    rank, size = dist.get_rank(), dist.get_world_size()
+    root = size - 1
+    ins = [torch.full((16,), float(r)) for r in range(size)] if rank == root else None
+    if bad:
+        ins[0] = torch.zeros(17)
+    dist.scatter(torch.empty(16), ins, src=root)
+
+
+def all_to_all(bad):
+    # The rank at fault passes one input tensor too few.
+    rank, size = dist.get_rank(), dist.get_world_size()
+    ins = [torch.full((4,), float(rank)) for _ in range(size - (1 if bad else 0))]
+    dist.all_to_all([torch.empty(4) for _ in range(size)], ins)
+
+
+def all_to_all_single(bad):
+    # Uneven splits (peer j gets j + 1 rows); the rank at fault's input splits sum to one row more than its input has.
+    rank, size = dist.get_rank(), dist.get_world_size()
+    splits = [j + 1 for j in range(size)]
+    out = torch.empty((size * (rank + 1), 2))
+    inp = torch.full((sum(splits), 2), float(rank))
+    in_splits = list(splits)
+    if bad:
+        in_splits[0] += 1
+    dist.all_to_all_single(out, inp, [rank + 1] * size, in_splits)
+
+
 def dtensor(bad):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -98,6 +137,10 @@ def moe_replicated_id(bad):
 MODES = {
     "bad-torch-allgather": all_gather,
     "bad-torch-reducescatter": reduce_scatter,
+    "bad-torch-gather": gather,
+    "bad-torch-scatter": scatter,
+    "bad-torch-alltoall": all_to_all,
+    "bad-torch-alltoall-single": all_to_all_single,
     "bad-dtensor": dtensor,
     "bad-moe-topk": moe_top_k,
     "bad-moe-replicated-id": moe_replicated_id,

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "chimera/chimera.h"
 #include "chimera/executor.hpp"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/routed_exchange.hpp"
@@ -273,6 +274,52 @@ Outcome modeBadBroadcast(Run& r) {
   });
 }
 
+// groupedP2P: every rank exchanges one block with every other (an all-to-all of transfers); the
+// rank at fault passes a null receive buffer for one of them, so it refuses the whole call.
+Outcome modeBadGroupedP2P(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    const int n = r.mesh.size();
+    std::vector<float> in = inputs(r.rank, 0, kCount * static_cast<std::size_t>(n));
+    std::vector<float> out(in.size());
+    std::vector<P2POp> ops;
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == r.rank) continue;
+      const std::size_t at = kCount * static_cast<std::size_t>(peer);
+      ops.push_back({P2POp::Kind::Send, in.data() + at, kCount, DataType::F32, peer});
+      ops.push_back({P2POp::Kind::Recv, bad && peer == 0 ? nullptr : out.data() + at, kCount, DataType::F32, peer});
+    }
+    return r.backend->groupedP2P(ops);
+  });
+}
+
+// send / recv between pairs (odd rank sends to the even one below it): the sender at fault
+// passes a null buffer and never sends. Its receiver must fail at once naming it; the other
+// pairs are not involved and complete.
+Outcome modeBadSend(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    if (r.rank % 2 == 1) return r.backend->send(bad ? nullptr : buf.data(), kCount, DataType::F32, r.rank - 1);
+    return r.backend->recv(buf.data(), kCount, DataType::F32, r.rank + 1);
+  });
+}
+
+// The C API: chimeraAllReduce over the world with an unknown reduction (a chimeraRedOp_t past
+// the last) on one rank, a check of the C arguments made before the backend is reached.
+Outcome modeBadCApiAllReduce(Run& r) {
+  chimeraComm_t comm = nullptr;
+  if (chimeraCommInitMpi(&comm, r.mesh.toString().c_str()) != chimeraSuccess)
+    return {Status::internal(std::string("chimeraCommInitMpi: ") + chimeraGetLastError())};
+  Outcome out = badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    const chimeraResult_t result = chimeraAllReduce(buf.data(), buf.data(), kCount, chimeraFloat32,
+                                                    bad ? static_cast<chimeraRedOp_t>(99) : chimeraSum, "pp+tp", comm);
+    // chimeraResult_t mirrors StatusCode.
+    return result == chimeraSuccess ? Status::ok() : Status(static_cast<StatusCode>(result), chimeraGetLastError());
+  });
+  (void)chimeraCommDestroy(comm);
+  return out;
+}
+
 // The Executor: a redistribution whose output buffer is too small on one rank.
 Outcome modeBadExecutor(Run& r) {
   Executor executor(*r.backend);
@@ -423,6 +470,9 @@ int main(int argc, char** argv) {
       {"bad-session", modeBadSession},
       {"bad-routed-create", modeBadRoutedCreate},
       {"bad-routed-dispatch", modeBadRoutedDispatch},
+      {"bad-grouped-p2p", modeBadGroupedP2P},
+      {"bad-send", modeBadSend},
+      {"bad-capi-allreduce", modeBadCApiAllReduce},
   };
   Outcome outcome{status};
   if (status.isOk() && !absent) {

@@ -7,9 +7,9 @@ the default timeout. Checks every rank's report against the guarantees of
 docs/reliability.md and prints one table row per mode.
 
 A bad-argument case passes when every rank reported within the wall-clock limit, the rank at
-fault returned InvalidArgument, every other rank an error other than Timeout, the faulty call
-took under --bad-call-limit seconds on every rank, and the same call with good arguments
-worked afterwards on every rank.
+fault returned InvalidArgument, every other rank Mismatch naming it (in a pair mode: its
+partner, every other rank ok), the faulty call took under --bad-call-limit seconds on
+every rank, and the same call with good arguments worked afterwards on every rank.
 
 With checks on (the default) a run passes when it ends within the wall-clock limit, the job
 exits non-zero, every rank that was not stopped reported, some rank reported an error, and no
@@ -18,6 +18,7 @@ identical calls, which must end in a Timeout instead). With checks off a run pas
 ends within the limit; its outcomes (a crash inside MPI included) are tabulated."""
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,9 +34,18 @@ MODES = ["count-allreduce", "count-reducescatter", "count-allgather", "count-bro
 SILENT_ON_SKIPPING_RANK = {"skipped-call"}
 # One bad argument on the last rank, per public entry point of the C++ API.
 BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
-                      "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch"]
+                      "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch", "bad-grouped-p2p",
+                      "bad-send", "bad-capi-allreduce"]
+# Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
+# it) takes part in its call, so it alone must fail; every other pair's call must work.
+PAIR_MODES = {"bad-send"}
+# Modes whose other ranks get Mismatch without the faulty rank's number: a replicated routed
+# dispatch (src/routed) names the replica of the rank at fault that reported for it, or "a
+# replica of this rank's tokens".
+UNNAMED_MODES = {"bad-routed-dispatch", "bad-moe-replicated-id"}
 # The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
-TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-dtensor", "bad-moe-topk",
+TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter",
+                            "bad-torch-alltoall", "bad-torch-alltoall-single", "bad-dtensor", "bad-moe-topk",
                             "bad-moe-replicated-id"]
 RANKS = 4
 STALLED_RANK = 2
@@ -136,11 +146,15 @@ def judge_bad_argument(case, args):
     missing = sorted(set(range(case["ranks"])) - set(reports))
     if missing:
         problems.append(f"no report from ranks {missing} (crashed, or waiting)")
+    involved = {faulty - 1} if case["mode"] in PAIR_MODES else set(range(case["ranks"])) - {faulty}
     for r, rep in sorted(reports.items()):
         if r == faulty and rep["code"] != "invalid":
             problems.append(f"rank {r} (at fault) returned {rep['code']}, not InvalidArgument")
-        if r != faulty and rep["code"] in ("ok", "timeout"):
-            problems.append(f"rank {r} returned {rep['code']}")
+        named = case["mode"] in UNNAMED_MODES or re.search(rf"\brank {faulty}\b", rep["message"])
+        if r in involved and (rep["code"] != "mismatch" or not named):
+            problems.append(f"rank {r} returned {rep['code']}, not Mismatch naming rank {faulty}")
+        if r != faulty and r not in involved and rep["code"] != "ok":
+            problems.append(f"rank {r} (not in the call of the rank at fault) returned {rep['code']}")
         if float(rep.get("call_ms", -1)) > args.bad_call_limit * 1000:
             problems.append(f"rank {r} took {int(rep['call_ms'])} ms")
         if rep.get("next") != "ok":

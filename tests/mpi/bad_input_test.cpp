@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "backend_test_support.hpp"
 
@@ -61,7 +62,7 @@ TEST(MpiBackendBadInput, NullBufferOnOneRankFailsEveryRank) {
   if (culprit) {
     ok = has(status, StatusCode::InvalidArgument, "allReduce send buffer is null but count is 16");
   } else if (inGroupWithCulprit) {
-    ok = has(status, StatusCode::InvalidArgument, "another rank");
+    ok = has(status, StatusCode::Mismatch, ": rank 0 of group");
   } else {
     ok = status.isOk();  // other groups never see rank 0's input
   }
@@ -92,7 +93,7 @@ TEST(MpiBackendBadInput, ARefusedCollectiveFailsEveryMemberOfTheGroup) {
     if (culprit) {
       ok = has(status, StatusCode::InvalidArgument, "output has 3 elements");
     } else if (inGroupWithCulprit) {
-      ok = !status.isOk() && status.code() != StatusCode::Timeout;
+      ok = has(status, StatusCode::Mismatch, ": rank 0 of group");
     } else {
       ok = status.isOk();
     }
@@ -161,7 +162,9 @@ TEST(MpiBackendBadInput, PointToPointPeersAndAllocation) {
   if (ok) {
     const Status far = t.backend->send(data.data(), 8, DataType::F32, worldSize());
     const Status self = t.backend->recv(data.data(), 8, DataType::F32, worldRank());
-    const P2POp nullOp{P2POp::Kind::Send, nullptr, 8, DataType::F32, 0};
+    // Both ends of each pair (r, r xor 1) pass a null buffer: each refuses the other, and both
+    // return their own InvalidArgument at once.
+    const P2POp nullOp{P2POp::Kind::Send, nullptr, 8, DataType::F32, worldRank() ^ 1};
     const Status grouped = t.backend->groupedP2P(std::span<const P2POp>(&nullOp, 1));
     void* memory = nullptr;
     const Status zero = t.backend->allocate(0, &memory);
@@ -193,6 +196,41 @@ TEST(MpiBackendBadInput, MeshWorldMismatchAndBadEnvironment) {
   EXPECT_TRUE(has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'")) << level.toString();
   ok = ok && has(level, StatusCode::InvalidArgument, "CHIMERA_LOG_LEVEL='loud'");
   EXPECT_TRUE(allRanksAgree(ok));
+}
+
+// Every rank exchanges 8 floats with every other in one groupedP2P, but rank 1 expects 9 from
+// rank 0: that pair is Mismatch at both ends and its transfers are dropped, while every other
+// pair's transfers complete (no third rank waits for ranks 0 and 1), with the right data.
+TEST(MpiBackendBadInput, AMismatchedPairDropsOnlyItsOwnTransfers) {
+  BackendUnderTest t = checkedBackend();
+  bool ok = t.status.isOk();
+  const int n = worldSize();
+  const int me = worldRank();
+  constexpr std::size_t kBlock = 9;  // room for the 9 rank 1 expects from rank 0
+  std::vector<float> in(kBlock * static_cast<std::size_t>(n)), out(in.size(), -1.0f);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(me * 1000 + static_cast<int>(i));
+  std::vector<P2POp> ops;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    const std::size_t at = kBlock * static_cast<std::size_t>(peer);
+    const std::size_t expected = me == 1 && peer == 0 ? 9 : 8;
+    ops.push_back({P2POp::Kind::Send, in.data() + at, 8, DataType::F32, peer});
+    ops.push_back({P2POp::Kind::Recv, out.data() + at, expected, DataType::F32, peer});
+  }
+  const Status status = ok ? t.backend->groupedP2P(ops) : t.status;
+  if (ok) {
+    ok = me <= 1 ? has(status, StatusCode::Mismatch, "point-to-point arguments differ") : status.isOk();
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer == me) continue;
+      const bool dropped = (me == 0 && peer == 1) || (me == 1 && peer == 0);
+      const std::size_t at = kBlock * static_cast<std::size_t>(peer);
+      // Block `me` of `peer`'s input, or untouched where the pair's transfers were dropped.
+      const float first = dropped ? -1.0f : static_cast<float>(peer * 1000 + static_cast<int>(kBlock) * me);
+      ok = ok && out[at] == first;
+    }
+    EXPECT_TRUE(ok) << status.toString();
+  }
+  EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
 }
 
 // With checking off a uniform local error still returns at once (no communication).

@@ -135,7 +135,7 @@ TEST(ExecutorBadInput, OneRankWithASmallBufferWhenChecking) {
     status = executor->runChain(req, ChainMode::Fused, buffer.data(), odd ? bytes / 2 : bytes, output.data(), bytes);
   }
   EXPECT_EQ(status.code(), odd ? StatusCode::InvalidArgument : StatusCode::Mismatch) << status.toString();
-  EXPECT_TRUE(contains(status, odd ? std::to_string(bytes / 2) : "another rank")) << status.toString();
+  EXPECT_TRUE(contains(status, odd ? std::to_string(bytes / 2) : " failed to ")) << status.toString();
   EXPECT_TRUE(stillWorks(*executor, w.mesh));
 }
 
@@ -235,7 +235,7 @@ TEST(ExecutorBadInput, MalformedExplicitPlan) {
   const bool second = stage1.holds(worldRank());
   if (status.isOk()) status = executor.run(plan, buffer.data(), bytes, buffer.data(), bytes);
   EXPECT_EQ(status.code(), second ? StatusCode::InvalidArgument : StatusCode::Mismatch) << status.toString();
-  EXPECT_TRUE(contains(status, second ? "not the input" : "another rank")) << status.toString();
+  EXPECT_TRUE(contains(status, second ? "not the input" : " failed to ")) << status.toString();
   EXPECT_EQ(executor.cachedPlans(), 0u);
 }
 

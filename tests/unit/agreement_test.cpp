@@ -96,9 +96,25 @@ TEST(CallAgreement, ALocalErrorStaysLocalAndTheOthersLearnOfIt) {
   const std::vector<Status> verdicts = agreeOnCalls({{kBase, Status::ok()}, {kBase, bad}, {kBase, Status::ok()}});
   EXPECT_EQ(verdicts[1].message(), bad.message());
   for (std::size_t r : {0u, 2u}) {
-    EXPECT_EQ(verdicts[r].code(), StatusCode::InvalidArgument);
-    EXPECT_EQ(verdicts[r].message(),
-              "rank " + std::to_string(r) + ": another rank of group tp passed invalid arguments to allReduce");
+    EXPECT_EQ(verdicts[r].code(), StatusCode::Mismatch);
+    EXPECT_EQ(verdicts[r].message(), "rank " + std::to_string(r) +
+                                         ": rank 1 of group tp refused the call (allReduce): its own arguments are "
+                                         "invalid (InvalidArgument there); no member ran it");
+  }
+}
+
+// A refusal (Backend::refuseCollective passes no signature) is the verdict whatever the fields
+// say, and the lowest refusing rank is named.
+TEST(CallAgreement, TheLowestRefusingRankIsNamedWhateverTheFields) {
+  const Status bad = Status::invalidArgument("root 9 is not a rank");
+  const std::vector<Status> verdicts =
+      agreeOnCalls({{kBase, Status::ok()}, {kBase, Status::ok()}, {detail::CallSignature{}, bad}, {kBase, bad}});
+  EXPECT_EQ(verdicts[2].message(), bad.message());
+  EXPECT_EQ(verdicts[3].message(), bad.message());
+  for (std::size_t r : {0u, 1u}) {
+    EXPECT_EQ(verdicts[r].code(), StatusCode::Mismatch);
+    EXPECT_NE(verdicts[r].message().find(": rank 2 of group tp refused the call (allReduce)"), std::string::npos)
+        << verdicts[r].message();
   }
 }
 
@@ -118,14 +134,20 @@ TEST(SignatureAgreement, HashesFailuresAndFlagsOverTheGroup) {
   const std::vector<In> members = {{-5, false, {0, 1, 0}}, {7, false, {0, 0, 0}}, {-5, true, {1, 0, 0}}};
   SimulatedGroup group;
   detail::SignatureVerdict verdict;
-  for (const In& m : members)
-    ASSERT_TRUE(detail::agreeOnSignature(m.hash, m.failed, m.flags, group.collect(), verdict).isOk());
-  for (const In& m : members) {
-    ASSERT_TRUE(detail::agreeOnSignature(m.hash, m.failed, m.flags, group.reduce(), verdict).isOk());
+  for (std::size_t r = 0; r < members.size(); ++r) {
+    const In& m = members[r];
+    ASSERT_TRUE(
+        detail::agreeOnSignature(m.hash, m.failed, static_cast<int>(r), m.flags, group.collect(), verdict).isOk());
+  }
+  for (std::size_t r = 0; r < members.size(); ++r) {
+    const In& m = members[r];
+    ASSERT_TRUE(
+        detail::agreeOnSignature(m.hash, m.failed, static_cast<int>(r), m.flags, group.reduce(), verdict).isOk());
     EXPECT_EQ(verdict.lowHash, -5);
     EXPECT_EQ(verdict.highHash, 7);
     EXPECT_FALSE(verdict.sameHash());
     EXPECT_TRUE(verdict.anyFailed);
+    EXPECT_EQ(verdict.failedRank, 2);
     EXPECT_EQ(verdict.flags, (std::vector<std::uint8_t>{1, 1, 0}));
   }
 }
@@ -133,11 +155,12 @@ TEST(SignatureAgreement, HashesFailuresAndFlagsOverTheGroup) {
 TEST(SignatureAgreement, EqualHashesWithoutFailures) {
   SimulatedGroup group;
   detail::SignatureVerdict verdict;
-  for (int r = 0; r < 4; ++r) ASSERT_TRUE(detail::agreeOnSignature(42, false, {}, group.collect(), verdict).isOk());
-  ASSERT_TRUE(detail::agreeOnSignature(42, false, {}, group.reduce(), verdict).isOk());
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(detail::agreeOnSignature(42, false, 0, {}, group.collect(), verdict).isOk());
+  ASSERT_TRUE(detail::agreeOnSignature(42, false, 0, {}, group.reduce(), verdict).isOk());
   EXPECT_TRUE(verdict.sameHash());
   EXPECT_EQ(verdict.lowHash, 42);
   EXPECT_FALSE(verdict.anyFailed);
+  EXPECT_EQ(verdict.failedRank, -1);
   EXPECT_TRUE(verdict.flags.empty());
 }
 
@@ -146,8 +169,8 @@ TEST(SignatureAgreement, EqualHashesWithoutFailures) {
 TEST(SignatureAgreement, SurvivesAnAgreementInsideItsReduction) {
   SimulatedGroup outer;
   detail::SignatureVerdict verdict;
-  ASSERT_TRUE(detail::agreeOnSignature(9, false, {}, outer.collect(), verdict).isOk());
-  ASSERT_TRUE(detail::agreeOnSignature(3, true, {}, outer.collect(), verdict).isOk());
+  ASSERT_TRUE(detail::agreeOnSignature(9, false, 0, {}, outer.collect(), verdict).isOk());
+  ASSERT_TRUE(detail::agreeOnSignature(3, true, 1, {}, outer.collect(), verdict).isOk());
   const detail::GroupMin outerMin = outer.reduce();
   const detail::GroupMin checkingMin = [&outerMin](std::span<std::int64_t> words) {
     SimulatedGroup inner;  // the backend's own argument check, with many more words
@@ -157,10 +180,11 @@ TEST(SignatureAgreement, SurvivesAnAgreementInsideItsReduction) {
     if (Status s = detail::agreeOnCall(call, Status::ok(), 0, "world", inner.reduce()); !s.isOk()) return s;
     return outerMin(words);
   };
-  ASSERT_TRUE(detail::agreeOnSignature(9, false, {}, checkingMin, verdict).isOk());
+  ASSERT_TRUE(detail::agreeOnSignature(9, false, 0, {}, checkingMin, verdict).isOk());
   EXPECT_EQ(verdict.lowHash, 3);
   EXPECT_EQ(verdict.highHash, 9);
   EXPECT_TRUE(verdict.anyFailed);
+  EXPECT_EQ(verdict.failedRank, 1);
 }
 
 TEST(WordRange, ExtremesOfEveryWordIncludingTheInt64Bounds) {

@@ -29,8 +29,7 @@ namespace {
 
 using c10d::OpType;
 
-// The whole group: the backend's mesh is one axis over exactly the group's ranks.
-const AxisSet kGroup = AxisSet::single(0);
+const AxisSet kGroup = wholeGroup();
 
 }  // namespace
 
@@ -55,12 +54,11 @@ WorkPtr ChimeraProcessGroup::collective(const char* name, OpType type, bool asyn
   if (asyncOp && cpu && opThread_ != nullptr && !coalescing_) {
     ++sequence_;
     auto work = c10::make_intrusive<ChimeraWork>(rank_, type, std::move(outputs), false);
-    opThread_->push(
-        work, [this, name, type, device, body = std::move(body)] { runBody(body, select(device, name), type, name); });
+    opThread_->push(work, [this, name, device, body = std::move(body)] { runBody(body, select(device, name), name); });
     return work;
   }
   startInline();
-  runBody(body, select(device, name), type, name);
+  runBody(body, select(device, name), name);
   return completedWork(rank_, type, std::move(outputs));
 }
 
@@ -68,18 +66,15 @@ WorkPtr ChimeraProcessGroup::collective(const char* name, OpType type, bool asyn
 // agreement its peers' calls start with (Backend::refuseCollective), so that every rank's call
 // fails at once instead of the peers waiting in theirs until the timeout; the check's error is
 // raised here as the backend's verdict on this rank ("chimera <op>: invalid argument: ..."),
-// or as it was where it is not a plain c10::Error (a TypeError, say). Gather, scatter and the
-// all-to-alls run as point-to-point transfers (or may), whose agreement is pairwise: there the
-// error is raised at once and the peers' call waits until its timeout.
-void ChimeraProcessGroup::runBody(const Body& body, const Target& target, OpType type, const char* name) {
+// or as it was where it is not a plain c10::Error (a TypeError, say). The ops made of
+// point-to-point transfers (gather, scatter, the all-to-alls) start with that agreement too
+// (Backend::agreeOnArguments), before their first transfer.
+void ChimeraProcessGroup::runBody(const Body& body, const Target& target, const char* name) {
   const std::uint64_t before = backendResults();
   try {
     body(target);
   } catch (const c10::Error& error) {
     if (backendResults() != before) throw;  // the backend saw the call: its verdict is every rank's
-    const bool pointToPoint =
-        type == OpType::GATHER || type == OpType::SCATTER || type == OpType::ALLTOALL || type == OpType::ALLTOALL_BASE;
-    if (pointToPoint) throw;
     // The check's message less its "chimera <op>: " (the verdict names the op again).
     std::string message = error.what_without_backtrace();
     if (const std::size_t colon = message.find(": "); message.rfind("chimera ", 0) == 0 && colon != std::string::npos)
@@ -413,13 +408,16 @@ void ChimeraProcessGroup::allToAllSingleOn(const Target& target, const at::Tenso
   std::vector<P2POp> ops;
   std::size_t sendOffset = 0;
   std::size_t recvOffset = 0;
+  std::size_t selfBytes = 0, selfFrom = 0, selfTo = 0;
   for (int peer = 0; peer < size_; ++peer) {
     const std::size_t sendBytes = static_cast<std::size_t>(sendRows[static_cast<std::size_t>(peer)]) * inRow;
     const std::size_t recvBytes = static_cast<std::size_t>(recvRows[static_cast<std::size_t>(peer)]) * outRow;
     if (peer == rank_) {
       TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all_single: this rank sends itself ", sendBytes,
                   " bytes but expects ", recvBytes);
-      if (sendBytes > 0) check(op, target.backend->copy(dst + recvOffset, src + sendOffset, sendBytes, target.stream));
+      selfBytes = sendBytes;
+      selfFrom = sendOffset;
+      selfTo = recvOffset;
     } else {
       if (sendBytes > 0)
         ops.push_back({P2POp::Kind::Send, const_cast<std::uint8_t*>(src + sendOffset), sendBytes, DataType::U8, peer});
@@ -428,6 +426,10 @@ void ChimeraProcessGroup::allToAllSingleOn(const Target& target, const at::Tenso
     sendOffset += sendBytes;
     recvOffset += recvBytes;
   }
+  // Every check is done: the group agrees on the verdicts before the first transfer (the blocks'
+  // sizes differ by design; each pair's are compared by groupedP2P's own agreement).
+  check(op, target.backend->agreeOnArguments(kGroup, -1, 0, Status::ok(), target.stream));
+  if (selfBytes > 0) check(op, target.backend->copy(dst + selfTo, src + selfFrom, selfBytes, target.stream));
   check(op, target.backend->groupedP2P(ops, target.stream));
   out.commit();
 }
@@ -467,8 +469,6 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
                         if (peer == rank_) {
                           TORCH_CHECK(sendBytes == recvBytes, "chimera all_to_all: this rank's input and output ",
                                       "tensors for itself differ in size");
-                          check("all_to_all", target.backend->copy(targets.back().data(), sources.back().data_ptr(),
-                                                                   recvBytes, target.stream));
                           continue;
                         }
                         if (sendBytes > 0)
@@ -476,6 +476,11 @@ WorkPtr ChimeraProcessGroup::alltoall(std::vector<at::Tensor>& outputs, std::vec
                         if (recvBytes > 0)
                           ops.push_back({P2POp::Kind::Recv, targets.back().data(), recvBytes, DataType::U8, peer});
                       }
+                      // Every check is done: the group agrees on the verdicts before the first transfer.
+                      check("all_to_all", target.backend->agreeOnArguments(kGroup, -1, 0, Status::ok(), target.stream));
+                      const auto self = static_cast<std::size_t>(rank_);
+                      check("all_to_all", target.backend->copy(targets[self].data(), sources[self].data_ptr(),
+                                                               bytesOf(sources[self]), target.stream));
                       check("all_to_all", target.backend->groupedP2P(ops, target.stream));
                       for (auto& t : targets) t.commit();
                     });

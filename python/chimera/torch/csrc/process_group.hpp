@@ -180,9 +180,9 @@ class ChimeraProcessGroup final : public c10d::Backend {
   // errors reach the Work as the body's do) and does the op's checks, staging and calls.
   c10::intrusive_ptr<c10d::Work> collective(const char* name, c10d::OpType type, bool asyncOp, const at::Tensor& device,
                                             std::vector<at::Tensor> outputs, Body body);
-  // Runs `body` of op `name` of `type` on `target`; a body that fails before any backend call
-  // refuses the call (Backend::refuseCollective) before raising.
-  void runBody(const Body& body, const Target& target, c10d::OpType type, const char* name);
+  // Runs `body` of op `name` on `target`; a body that fails before any backend call refuses
+  // the call (Backend::refuseCollective) before raising.
+  void runBody(const Body& body, const Target& target, const char* name);
   // Waits for the ops queued before and counts this one (the ops that run on the caller's thread).
   void startInline();
   // The backend for `t`'s device (undefined: the host's), creating the NCCL one on first use.

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The process group's rooted collectives, gather and scatter (see process_group.hpp): the root
-// moves one block with every other rank as point-to-point transfers of one grouped call.
+// The process group's rooted collectives, gather and scatter (see process_group.hpp): after one
+// agreement round over the group, the root moves one block with every other rank as
+// point-to-point transfers of one grouped call.
 #include <c10/util/Exception.h>
 
 #include <vector>
@@ -20,6 +21,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
                     [this, outputs, inputs, opts, root](const Target& target) {
                       requireOne("gather", inputs);
                       requireDenseOn("gather", inputs[0], target.device);
+                      const int rootRank = requireRoot("gather", opts.rootRank, size_);
                       Staged in(inputs[0], true);
                       std::vector<Staged> staged;
                       std::vector<void*> blocks;
@@ -28,8 +30,7 @@ WorkPtr ChimeraProcessGroup::gather(std::vector<std::vector<at::Tensor>>& output
                         staged.reserve(outs.size());
                         for (const at::Tensor& out : outs) blocks.push_back(staged.emplace_back(out, false).data());
                       }
-                      rootedTransfers(target, "gather", true, static_cast<int>(opts.rootRank), inputs[0], in.data(),
-                                      blocks);
+                      rootedTransfers(target, "gather", true, rootRank, inputs[0], in.data(), blocks);
                       for (auto& s : staged) s.commit();
                     });
 }
@@ -40,16 +41,16 @@ WorkPtr ChimeraProcessGroup::scatter(std::vector<at::Tensor>& outputs, std::vect
                     [this, outputs, inputs, opts](const Target& target) {
                       requireOne("scatter", outputs);
                       requireDenseOn("scatter", outputs[0], target.device);
+                      const int rootRank = requireRoot("scatter", opts.rootRank, size_);
                       Staged out(outputs[0], false);
                       std::vector<at::Tensor> sources;
                       std::vector<void*> blocks;
-                      if (rank_ == opts.rootRank) {
+                      if (rank_ == rootRank) {
                         for (const at::Tensor& in : rootBlocks("scatter", "input", inputs, outputs[0])) {
                           blocks.push_back(sources.emplace_back(in.contiguous()).data_ptr());
                         }
                       }
-                      rootedTransfers(target, "scatter", false, static_cast<int>(opts.rootRank), outputs[0], out.data(),
-                                      blocks);
+                      rootedTransfers(target, "scatter", false, rootRank, outputs[0], out.data(), blocks);
                       out.commit();
                     });
 }
@@ -72,11 +73,15 @@ const std::vector<at::Tensor>& ChimeraProcessGroup::rootBlocks(const char* op, c
 
 // Between the root and every other rank, one block of `own`'s bytes each way of a gather
 // (`gathering`: the others send, the root receives into `blocks[i]`) or a scatter (the root
-// sends `blocks[i]`, the others receive into `mine`); the root's own block is a copy.
+// sends `blocks[i]`, the others receive into `mine`); the root's own block is a copy. Every
+// rank's checks are done: the group first agrees on their verdicts, the block's size and the
+// root (Backend::agreeOnArguments), so a rank that refused or passed another size or root fails
+// every rank before any transfer.
 void ChimeraProcessGroup::rootedTransfers(const Target& target, const char* op, bool gathering, int root,
                                           const at::Tensor& own, void* mine, const std::vector<void*>& blocks) {
-  TORCH_CHECK(root >= 0 && root < size_, "chimera ", op, ": root ", root, " is not a rank of this group of ", size_);
   const std::size_t bytes = bytesOf(own);
+  check(op, target.backend->agreeOnArguments(wholeGroup(), static_cast<std::int64_t>(bytes), root, Status::ok(),
+                                             target.stream));
   std::vector<P2POp> ops;
   const P2POp::Kind atRoot = gathering ? P2POp::Kind::Recv : P2POp::Kind::Send;
   const P2POp::Kind elsewhere = gathering ? P2POp::Kind::Send : P2POp::Kind::Recv;

@@ -24,6 +24,11 @@ void requireDenseOn(const char* op, const at::Tensor& t, const c10::Device& devi
               device.str(), " (every tensor of an op on one device)");
 }
 
+int requireRoot(const char* op, std::int64_t root, int size) {
+  TORCH_CHECK(root >= 0 && root < size, "chimera ", op, ": root ", root, " is not a rank of this group of ", size);
+  return static_cast<int>(root);
+}
+
 void requireOne(const char* op, const std::vector<at::Tensor>& tensors) {
   TORCH_CHECK(tensors.size() == 1, "chimera ", op, ": expects one tensor per call, got ", tensors.size());
 }

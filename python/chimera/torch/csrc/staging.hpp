@@ -26,6 +26,12 @@ std::uint64_t backendResults();
 /// Raises unless `t` is a defined dense (strided) tensor on `device`, the device the op runs on.
 void requireDenseOn(const char* op, const at::Tensor& t, const c10::Device& device);
 
+/// The whole group: a process group's backend mesh is one axis over exactly the group's ranks.
+inline AxisSet wholeGroup() { return AxisSet::single(0); }
+
+/// `root` as a group rank; raises unless it is one of a group of `size`.
+int requireRoot(const char* op, std::int64_t root, int size);
+
 /// Raises unless `tensors` holds exactly one tensor.
 void requireOne(const char* op, const std::vector<at::Tensor>& tensors);
 
