@@ -6,13 +6,11 @@
 #include <array>
 #include <cstring>
 #include <optional>
-#include <type_traits>
 #include <vector>
 
 #include "common/host_reduce.hpp"
 #include "core/check.hpp"
 #include "mpi/bounded_wait.hpp"
-#include "mpi/mpi_util.hpp"
 #include "mpi/range_exchange.hpp"
 #include "mpi/ring.hpp"
 
@@ -21,9 +19,6 @@ namespace {
 
 std::byte* at(void* base, std::size_t elements, std::size_t elementSize) {
   return static_cast<std::byte*>(base) + elements * elementSize;
-}
-const std::byte* at(const void* base, std::size_t elements, std::size_t elementSize) {
-  return static_cast<const std::byte*>(base) + elements * elementSize;
 }
 
 // The members lane `lane` serves on `host`: local indices lane, lane + lanes, ...
@@ -91,33 +86,6 @@ RangeTransfers noTransfers(int members) {
 constexpr int kCrossReduceTag = 0x4352;  // 'CR'
 constexpr int kCrossGatherTag = 0x4347;  // 'CG'
 
-// Posts the messages of `list` of `base` to (a const buffer) or from (a mutable one) lane member
-// `peer`, one per range of at most kMaxMpiCount elements, so that both sides of a pair cut the
-// same ranges into the same messages. `packed`: the ranges lie one after another from `base`
-// (a receiver's copies) instead of at their offsets.
-template <typename Buffer>
-Status postRanges(Buffer* base, const RangeList& list, std::size_t es, MPI_Datatype type, int peer, int tag,
-                  const MpiGroup& lane, RequestSet& set, Lends lends, bool packed = false) {
-  std::size_t packedAt = 0;
-  for (const ElementRange& range : list) {
-    for (std::size_t begin = 0; begin < range.count; begin += kMaxMpiCount) {
-      const std::size_t n = std::min(kMaxMpiCount, range.count - begin);
-      const std::size_t at_ = packed ? packedAt : range.offset + begin;
-      packedAt += n;
-      if constexpr (std::is_const_v<Buffer>) {
-        CHIMERA_RETURN_IF_ERROR(
-            mpiStatus(MPI_Isend(at(base, at_, es), static_cast<int>(n), type, peer, tag, lane.comm, &set.add(peer)),
-                      "MPI_Isend (hierarchical collective across hosts)"));
-      } else {
-        CHIMERA_RETURN_IF_ERROR(mpiStatus(
-            MPI_Irecv(at(base, at_, es), static_cast<int>(n), type, peer, tag, lane.comm, &set.add(peer, lends)),
-            "MPI_Irecv (hierarchical collective across hosts)"));
-      }
-    }
-  }
-  return Status::ok();
-}
-
 // One piece crossing the hosts on a lane, as direct exchanges among the lane members, posted
 // and completed a pipeline step later so that the transfers run while the host works on other
 // pieces. parts[h] is what lane member h owns: a ReduceScatter sends every other part to its
@@ -129,21 +97,22 @@ class Crossing {
 
   Status postReduction(const void* buffer, std::vector<RangeList> parts, DataType dtype, const MpiGroup& lane) {
     parts_ = std::move(parts);
-    const std::size_t es = dataTypeSize(dtype);
-    const MPI_Datatype type = mpiDataType(dtype);
+    // The copies of this member's part land one after another, range by range as their senders
+    // cut them (listed apart, not merged).
     const RangeList& mine = parts_[static_cast<std::size_t>(lane.index)];
     const std::size_t total = elementsOf(mine);
+    RangeTransfers transfers = noTransfers(lane.size);
     for (int i = 1; i < lane.size; ++i) {
       const int from = (lane.index - i + lane.size) % lane.size;
-      CHIMERA_RETURN_IF_ERROR(postRanges(copies + static_cast<std::size_t>(i - 1) * total * es, mine, es, type, from,
-                                         kCrossReduceTag, lane, reduction_, Lends::Chimera, true));
-    }
-    for (int i = 1; i < lane.size; ++i) {
       const int to = (lane.index + i) % lane.size;
-      CHIMERA_RETURN_IF_ERROR(postRanges(static_cast<const std::byte*>(buffer), parts_[static_cast<std::size_t>(to)],
-                                         es, type, to, kCrossReduceTag, lane, reduction_, Lends::Chimera));
+      std::size_t packed = static_cast<std::size_t>(i - 1) * total;
+      for (const ElementRange& r : mine) {
+        transfers.receives[static_cast<std::size_t>(from)].push_back({packed, r.count});
+        packed += r.count;
+      }
+      transfers.sends[static_cast<std::size_t>(to)] = parts_[static_cast<std::size_t>(to)];
     }
-    return Status::ok();
+    return postRanges(buffer, copies, transfers, dtype, lane, kCrossReduceTag, Lends::Chimera, reduction_);
   }
 
   // Waits for the copies and reduces them into this member's part of `buffer` in the order of
@@ -172,20 +141,8 @@ class Crossing {
   Status postGather(void* buffer, DataType dtype, const MpiGroup& lane,
                     std::optional<std::vector<RangeList>> parts = std::nullopt) {
     if (parts) parts_ = std::move(*parts);
-    const std::size_t es = dataTypeSize(dtype);
-    const MPI_Datatype type = mpiDataType(dtype);
-    for (int i = 1; i < lane.size; ++i) {
-      const int from = (lane.index - i + lane.size) % lane.size;
-      CHIMERA_RETURN_IF_ERROR(postRanges(static_cast<std::byte*>(buffer), parts_[static_cast<std::size_t>(from)], es,
-                                         type, from, kCrossGatherTag, lane, gather_, Lends::Caller));
-    }
-    for (int i = 1; i < lane.size; ++i) {
-      const int to = (lane.index + i) % lane.size;
-      CHIMERA_RETURN_IF_ERROR(postRanges(static_cast<const std::byte*>(buffer),
-                                         parts_[static_cast<std::size_t>(lane.index)], es, type, to, kCrossGatherTag,
-                                         lane, gather_, Lends::Chimera));
-    }
-    return Status::ok();
+    return postRanges(buffer, buffer, allGatherTransfers(parts_, lane.index), dtype, lane, kCrossGatherTag,
+                      Lends::Caller, gather_);
   }
 
   Status gathered(const MpiGroup& lane) {

@@ -126,31 +126,37 @@ Status reduceRanges(const void* send, void* out, std::span<const RangeList> part
   return sends.waitAll(group, "reduce over ranges (sends)");
 }
 
-Status exchangeRanges(const void* from, void* to, const RangeTransfers& transfers, DataType dtype,
-                      const MpiGroup& group) {
+Status postRanges(const void* from, void* to, const RangeTransfers& transfers, DataType dtype, const MpiGroup& group,
+                  int tag, Lends receives, RequestSet& set) {
   const int n = group.size;
   const int me = group.index;
   const std::size_t es = dataTypeSize(dtype);
   const MPI_Datatype type = mpiDataType(dtype);
-  RequestSet requests;
   for (int i = 1; i < n && !transfers.receives.empty(); ++i) {
     const int peer = (me - i + n) % n;
-    CHIMERA_RETURN_IF_ERROR(forEachPiece(
-        transfers.receives[static_cast<std::size_t>(peer)], kMaxMpiCount, [&](std::size_t offset, std::size_t count) {
-          return mpiStatus(MPI_Irecv(at(to, offset, es), static_cast<int>(count), type, peer, kExchangeRangesTag,
-                                     group.comm, &requests.add(peer, Lends::Caller)),
-                           "MPI_Irecv (exchange of ranges)");
-        }));
+    CHIMERA_RETURN_IF_ERROR(forEachPiece(transfers.receives[static_cast<std::size_t>(peer)], kMaxMpiCount,
+                                         [&](std::size_t offset, std::size_t count) {
+                                           return mpiStatus(MPI_Irecv(at(to, offset, es), static_cast<int>(count), type,
+                                                                      peer, tag, group.comm, &set.add(peer, receives)),
+                                                            "MPI_Irecv (exchange of ranges)");
+                                         }));
   }
   for (int i = 1; i < n && !transfers.sends.empty(); ++i) {
     const int peer = (me + i) % n;
     CHIMERA_RETURN_IF_ERROR(forEachPiece(
         transfers.sends[static_cast<std::size_t>(peer)], kMaxMpiCount, [&](std::size_t offset, std::size_t count) {
-          return mpiStatus(MPI_Isend(at(from, offset, es), static_cast<int>(count), type, peer, kExchangeRangesTag,
-                                     group.comm, &requests.add(peer)),
-                           "MPI_Isend (exchange of ranges)");
+          return mpiStatus(
+              MPI_Isend(at(from, offset, es), static_cast<int>(count), type, peer, tag, group.comm, &set.add(peer)),
+              "MPI_Isend (exchange of ranges)");
         }));
   }
+  return Status::ok();
+}
+
+Status exchangeRanges(const void* from, void* to, const RangeTransfers& transfers, DataType dtype,
+                      const MpiGroup& group) {
+  RequestSet requests;
+  CHIMERA_RETURN_IF_ERROR(postRanges(from, to, transfers, dtype, group, kExchangeRangesTag, Lends::Caller, requests));
   return requests.waitAll(group, "exchange of ranges");
 }
 

@@ -12,6 +12,7 @@
 
 #include "chimera/status.hpp"
 #include "chimera/types.hpp"
+#include "mpi/bounded_wait.hpp"
 #include "mpi/mpi_group.hpp"
 #include "mpi/scratch_buffer.hpp"
 
@@ -55,5 +56,12 @@ struct RangeTransfers {
 /// overlaps one received. Collective over the members named in `transfers`.
 [[nodiscard]] Status exchangeRanges(const void* from, void* to, const RangeTransfers& transfers, DataType dtype,
                                     const MpiGroup& group);
+
+/// exchangeRanges posted and not waited for: its requests join `set`, tagged `tag`, the receives
+/// lending as `receives` says (Lends::Chimera for memory chimera keeps). Each range is sent or
+/// received as listed, cut into messages of at most INT_MAX elements, so a receiver may list
+/// adjacent ranges apart to match a sender's.
+[[nodiscard]] Status postRanges(const void* from, void* to, const RangeTransfers& transfers, DataType dtype,
+                                const MpiGroup& group, int tag, Lends receives, RequestSet& set);
 
 }  // namespace chimera::detail
