@@ -10,15 +10,42 @@
 
 namespace chimera::detail {
 
-std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed) {
+std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed, int faultRank) {
+  if (failed && faultRank >= 0) return kCountError - 1 - faultRank;
   if (failed || count < 0 || count > kMaxCountRecords) return kCountError;
   return static_cast<std::int32_t>(((tag & 0x7fu) << 24) | static_cast<std::uint32_t>(count));
 }
 
-void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed) {
-  const std::int32_t word = countWord(static_cast<std::int64_t>(count), tag, failed);
+void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed, int faultRank) {
+  const std::int32_t word = countWord(static_cast<std::int64_t>(count), tag, failed, faultRank);
   std::memcpy(block, &word, sizeof(word));
 }
+
+namespace {
+
+// Mismatch naming the lowest rank at fault among the failed members' words (ok when none
+// failed): a member's own rank for kCountError, else the rank its word names.
+Status faultVerdict(std::span<const std::int32_t> words, std::span<const int> ranks, std::string_view what,
+                    std::string_view where) {
+  int fault = -1;
+  int via = -1;
+  for (std::size_t p = 0; p < words.size(); ++p) {
+    if (words[p] >= 0) continue;
+    const int rank = words[p] == kCountError ? ranks[p] : kCountError - 1 - words[p];
+    if (fault >= 0 && rank >= fault) continue;
+    fault = rank;
+    via = ranks[p];
+  }
+  if (fault < 0) return Status::ok();
+  if (via == fault)
+    return Status::mismatch(fmt::format("{}: rank {} reported an error {} (see its message)", what, fault, where));
+  return Status::mismatch(
+      fmt::format("{}: rank {} reported an error {} (see its message), passed on by rank {}, a "
+                  "replica of its tokens",
+                  what, fault, where, via));
+}
+
+}  // namespace
 
 std::size_t blockOffsets(std::span<const std::size_t> bytes, std::size_t wordBytes, std::vector<std::size_t>& offset) {
   offset.assign(bytes.size(), 0);
@@ -48,11 +75,9 @@ Status blockVerdict(std::span<const std::int32_t> words, std::span<const int> ra
                     std::span<const std::size_t> expected, std::uint32_t tag, const Status& local,
                     std::string_view what) {
   if (!local.isOk()) return local;
+  CHIMERA_RETURN_IF_ERROR(faultVerdict(words, ranks, what, "in this exchange"));
   for (std::size_t p = 0; p < words.size(); ++p) {
     const std::int32_t w = words[p];
-    if (w < 0)
-      return Status::mismatch(
-          fmt::format("{}: rank {} reported an error in this exchange (see its message)", what, ranks[p]));
     if (((static_cast<std::uint32_t>(w) >> 24) & 0x7fu) != (tag & 0x7fu))
       return Status::mismatch(
           fmt::format("{}: rank {} runs a routed exchange with other options (experts, top-k, "
@@ -70,13 +95,9 @@ Status countVerdict(std::span<const std::int32_t> words, std::span<const int> ra
                     const Status& local, std::vector<std::size_t>& counts) {
   counts.assign(words.size(), 0);
   if (!local.isOk()) return local;
-  for (std::size_t p = 0; p < words.size(); ++p) {
-    if (words[p] < 0)
-      return Status::mismatch(fmt::format(
-          "routed dispatch: rank {} reported an error in its routing (see its message: an expert id out of range, "
-          "a repeated expert, a wrong top-k or too many tokens)",
-          ranks[p]));
-  }
+  CHIMERA_RETURN_IF_ERROR(faultVerdict(words, ranks, "routed dispatch",
+                                       "in its routing or arguments (an expert id out of range, a repeated expert, a "
+                                       "wrong top-k, too many tokens)"));
   CHIMERA_RETURN_IF_ERROR(blockVerdict(words, ranks, {}, tag, local, "routed dispatch"));
   for (std::size_t p = 0; p < words.size(); ++p) counts[p] = static_cast<std::uint32_t>(words[p]) & 0xffffffu;
   return Status::ok();

@@ -19,16 +19,18 @@ namespace chimera::detail {
 
 /// Bytes of a block's leading word.
 inline constexpr std::size_t kBlockWordBytes = 4;
-/// The word of a failed sender.
+/// The word of a sender whose own check failed. A sender that failed because another rank's
+/// check did (a replica of its tokens) sends `kCountError - 1 - rank` instead, naming that rank.
 inline constexpr std::int32_t kCountError = -1;
 /// Most records one word carries (24 bits; 7 more hold the tag). A dispatch of more tokens
 /// is an error, so no count of a routed exchange exceeds it.
 inline constexpr std::int64_t kMaxCountRecords = (std::int64_t{1} << 24) - 1;
 
-/// A count-exchange or block word: `count` records and `tag`, or kCountError.
-std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed);
-/// Writes countWord(count, tag, failed) at the start of `block`.
-void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed);
+/// A count-exchange or block word: `count` records and `tag`; when `failed`, kCountError, or
+/// the word naming `faultRank` (>= 0) when that world rank's check failed rather than this one's.
+std::int32_t countWord(std::int64_t count, std::uint32_t tag, bool failed, int faultRank = -1);
+/// Writes countWord(count, tag, failed, faultRank) at the start of `block`.
+void writeWord(std::byte* block, std::size_t count, std::uint32_t tag, bool failed, int faultRank = -1);
 
 /// Offsets for blocks of `bytes[p]` bytes laid one after another, each placed so that what
 /// follows its `wordBytes`-byte word starts on 8 bytes (typed rows are read in place); returns
@@ -48,7 +50,8 @@ std::size_t blockOffsets(std::span<const std::size_t> bytes, std::size_t wordByt
 std::vector<std::int32_t> wordsOf(std::span<const std::byte> received, std::span<const std::size_t> offset);
 
 /// The verdict of a round after which every member's word is known: `local` when it is an error;
-/// otherwise Mismatch naming the first member (world rank) that failed, runs other options
+/// otherwise Mismatch naming the lowest world rank at fault (a member whose own check failed, or
+/// the rank a failed member's word names), or the first member that runs other options
 /// (`tag`), or sent another count than `expected[p]` (when `expected` is not empty).
 /// `words[p]` is member p's word; `ranks[p]` its world rank; `what` names the round.
 [[nodiscard]] Status blockVerdict(std::span<const std::int32_t> words, std::span<const int> ranks,

@@ -115,8 +115,9 @@ Status RoutedExchange::Impl::dispatchHosts(RoutedDispatch::State& st, const std:
   std::vector<std::int32_t> words(2 * R), theirs(2 * R);
   std::vector<int> from(2 * R);
   for (std::size_t p = 0; p < R; ++p) {
-    words[2 * p] = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), tag, !verdict.isOk());
-    words[2 * p + 1] = detail::countWord(static_cast<std::int64_t>(st.hostSendCount[p]), tag, !verdict.isOk());
+    words[2 * p] = detail::countWord(static_cast<std::int64_t>(st.sendCount[p]), tag, !verdict.isOk(), st.faultRank);
+    words[2 * p + 1] =
+        detail::countWord(static_cast<std::int64_t>(st.hostSendCount[p]), tag, !verdict.isOk(), st.faultRank);
     from[2 * p] = from[2 * p + 1] = groupRanks[p];
   }
   CHIMERA_RETURN_IF_ERROR(backend.exchangeCounts(words, theirs, group));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/stream_copy.hpp"
 #include "core/check.hpp"
@@ -76,24 +77,27 @@ Status RoutedExchange::Impl::checkSendScratch(std::span<const std::size_t> recor
   return Status::ok();
 }
 
-Status RoutedExchange::Impl::agreeReplicas(std::int64_t tokens, Status& local, RoutedStats& stats) {
-  // MAX of {failed, T, -T}: whether any replica failed, and the largest and smallest T.
-  std::int64_t words[3] = {local.isOk() ? 0 : 1, tokens, -tokens};
-  CHIMERA_RETURN_IF_ERROR(backend.allReduce(words, words, 3, DataType::I64, ReduceOp::Max, tokenAxes));
+Status RoutedExchange::Impl::agreeReplicas(std::int64_t tokens, Status& local, int& faultRank, RoutedStats& stats) {
+  // MIN of {the rank if its own check failed, else kNoFault; T; -T}: the lowest rank at fault,
+  // and the smallest and largest T.
+  constexpr std::int64_t kNoFault = std::numeric_limits<std::int64_t>::max();
+  std::int64_t words[3] = {local.isOk() ? kNoFault : backend.rank(), tokens, -tokens};
+  CHIMERA_RETURN_IF_ERROR(backend.allReduce(words, words, 3, DataType::I64, ReduceOp::Min, tokenAxes));
   stats.countBytes +=
       2 * static_cast<std::uint64_t>(tokenSize - 1) * sizeof(words) / static_cast<std::uint64_t>(tokenSize);
   stats.rounds += 1;
   if (!local.isOk()) return Status::ok();
-  if (words[0] > 0) {
+  if (words[0] != kNoFault) {
+    faultRank = static_cast<int>(words[0]);
     local = Status::mismatch(fmt::format(
-        "routed dispatch: a replica of this rank's tokens (token layout '{}', ranks {}) reported an error (see its "
-        "message)",
-        options.tokenLayout, fmt::join(tokenRanks, ", ")));
+        "routed dispatch: rank {} reported an error in its routing or arguments (see its message); it is a replica "
+        "of this rank's tokens (token layout '{}', ranks {})",
+        faultRank, options.tokenLayout, fmt::join(tokenRanks, ", ")));
   } else if (words[1] != -words[2]) {
     local = Status::mismatch(
         fmt::format("routed dispatch: the replicas of this rank's tokens (token layout '{}', ranks {}) pass from {} to "
                     "{} tokens; each must pass the same T",
-                    options.tokenLayout, fmt::join(tokenRanks, ", "), -words[2], words[1]));
+                    options.tokenLayout, fmt::join(tokenRanks, ", "), words[1], -words[2]));
   }
   return Status::ok();
 }
@@ -322,7 +326,7 @@ void RoutedExchange::Impl::packRecords(const RoutedDispatch::State& st, const st
   const std::size_t record = headerBytes + rowBytes;
   for (std::size_t p = 0; p < st.sendCount.size(); ++p) {
     std::byte* block = sendScratch.data() + sendOffset[p];
-    if (st.wordBytes > 0) detail::writeWord(block, st.sendCount[p], tag, failed);
+    if (st.wordBytes > 0) detail::writeWord(block, st.sendCount[p], tag, failed, st.faultRank);
     for (std::size_t r = 0; r < st.sendCount[p]; ++r) {
       packRecord(st, st.sendFirst[p] + r, topkIdx, topkWeights, rows, firstRow, block + st.wordBytes + r * record);
     }
@@ -362,7 +366,7 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
   std::int64_t firstRow = 0;
   if ((m.placement == TokenPlacement::Replicated || m.placement == TokenPlacement::Partial) && m.tokenSize > 1) {
     if (local.isOk() && tokens > 0) local = m.checkRouting(topkIdx, 0, tokens);
-    CHIMERA_RETURN_IF_ERROR(m.agreeReplicas(tokens, local, st.stats));
+    CHIMERA_RETURN_IF_ERROR(m.agreeReplicas(tokens, local, st.faultRank, st.stats));
   }
   if (m.placement == TokenPlacement::Partial && local.isOk())
     CHIMERA_RETURN_IF_ERROR(m.reducePartial(x, tokens, rows, firstRow, st.stats));
@@ -392,7 +396,7 @@ Status RoutedExchange::Impl::dispatchGroup(const void* x, const std::int64_t* to
     std::vector<std::int32_t> words(counts.size()), theirs(words.size());
     std::vector<int> from(words.size());
     for (std::size_t i = 0; i < words.size(); ++i) {
-      words[i] = detail::countWord(static_cast<std::int64_t>(counts[i]), m.tag, !local.isOk());
+      words[i] = detail::countWord(static_cast<std::int64_t>(counts[i]), m.tag, !local.isOk(), st.faultRank);
       from[i] = m.groupRanks[i / perPeer];
     }
     CHIMERA_RETURN_IF_ERROR(m.backend.exchangeCounts(words, theirs, m.group));

@@ -111,10 +111,11 @@ struct RoutedExchange::Impl {
 
   // dispatch's steps.
   Status ownRange(std::int64_t tokens, std::int64_t& begin, std::int64_t& end) const;
-  // tp=R, tp=P: the replicas agree (one MAX AllReduce of three words over the token axes)
-  // whether one of them failed and on T; either sets `local` to Mismatch on the others. Returns
-  // only the backend's errors.
-  Status agreeReplicas(std::int64_t tokens, Status& local, RoutedStats& stats);
+  // tp=R, tp=P: the replicas agree (one MIN AllReduce of three words over the token axes) on
+  // the lowest world rank of a replica whose own check failed and on T; either sets `local` to
+  // Mismatch on the others (naming that rank, which `faultRank` receives). Returns only the
+  // backend's errors.
+  Status agreeReplicas(std::int64_t tokens, Status& local, int& faultRank, RoutedStats& stats);
   // tp=P: the reduction of this rank's T partial rows over the token axes (the replicas agreed).
   Status reducePartial(const void* x, std::int64_t tokens, const std::byte*& rows, std::int64_t& firstRow,
                        RoutedStats& stats);

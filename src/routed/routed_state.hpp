@@ -22,6 +22,11 @@ struct RoutedDispatch::State {
   std::int64_t ownBegin = 0;
   std::int64_t ownEnd = 0;
   int slots = 1;  // local experts one record carries
+  // The world rank whose own check failed, where this rank learned it from the replicas of its
+  // tokens (-1: none, or this rank's own check failed): its count words name that rank
+  // (detail::countWord), so every rank's Mismatch names the rank at fault, not the replica
+  // that passed the failure on.
+  int faultRank = -1;
 
   // Send side, by destination group index: records [sendFirst[p], sendFirst[p] + sendCount[p]).
   std::vector<std::size_t> sendCount;

@@ -39,10 +39,6 @@ BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "ba
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
 PAIR_MODES = {"bad-send"}
-# Modes whose other ranks get Mismatch without the faulty rank's number: a replicated routed
-# dispatch (src/routed) names the replica of the rank at fault that reported for it, or "a
-# replica of this rank's tokens".
-UNNAMED_MODES = {"bad-routed-dispatch", "bad-moe-replicated-id"}
 # The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
 TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter",
                             "bad-torch-alltoall", "bad-torch-alltoall-single", "bad-dtensor", "bad-moe-topk",
@@ -150,7 +146,7 @@ def judge_bad_argument(case, args):
     for r, rep in sorted(reports.items()):
         if r == faulty and rep["code"] != "invalid":
             problems.append(f"rank {r} (at fault) returned {rep['code']}, not InvalidArgument")
-        named = case["mode"] in UNNAMED_MODES or re.search(rf"\brank {faulty}\b", rep["message"])
+        named = re.search(rf"\brank {faulty}\b", rep["message"])
         if r in involved and (rep["code"] != "mismatch" or not named):
             problems.append(f"rank {r} returned {rep['code']}, not Mismatch naming rank {faulty}")
         if r != faulty and r not in involved and rep["code"] != "ok":

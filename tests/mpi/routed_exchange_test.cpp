@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -446,6 +447,20 @@ void expectFailedAt(int failed, const Status& st, const std::string& context = "
   EXPECT_TRUE(allRanksAgree(st.code() == want)) << context;
 }
 
+// Whether `message` names world rank `rank` ("rank 7", not "rank 70").
+bool namesRank(const std::string& message, int rank) {
+  return std::regex_search(message, std::regex("\\brank " + std::to_string(rank) + "\\b"));
+}
+
+// expectFailedAt, and every rank but `failed` names it in its Mismatch (not the replica or
+// peer that passed the failure on).
+void expectFailedAtAndNamed(int failed, const Status& st, const std::string& context = "") {
+  expectFailedAt(failed, st, context);
+  const bool named = worldRank() == failed || namesRank(st.message(), failed);
+  EXPECT_TRUE(named) << context << ": does not name rank " << failed << ": " << st.toString();
+  EXPECT_TRUE(allRanksAgree(named)) << context << ": some rank does not name rank " << failed;
+}
+
 TEST(RoutedExchange, FlatGroupEveryProgramAndRouting) {
   const int R = size();
   for (RoutedProgram program : {RoutedProgram::Fused, RoutedProgram::PerExpert, RoutedProgram::Planned}) {
@@ -762,8 +777,8 @@ TEST(RoutedExchange, PartialReplicaFailureFailsEveryRank) {
       const Status local =
           worldRank() == odd ? Status::invalidArgument("x has 3 columns, the exchange 4") : Status::ok();
       RoutedDispatch handle;
-      expectFailedAt(odd, exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle, local),
-                     std::string(group) + " program " + std::to_string(static_cast<int>(program)));
+      expectFailedAtAndNamed(odd, exchange->dispatch(x.data(), ids.data(), weights.data(), T, handle, local),
+                             std::string(group) + " program " + std::to_string(static_cast<int>(program)));
     }
   }
 }
@@ -876,7 +891,8 @@ TEST(RoutedExchange, CreateWithABadOptionOnOneRankFailsEveryRankAtOnce) {
 // A bad expert id in a replicated routing ("tp=R", "tp=P", split or not): every replica checks
 // the whole routing before any of them returns, so every rank of the mesh fails, whether the
 // replicas share the bad routing (InvalidArgument on each) or one replica alone has it
-// (InvalidArgument there, Mismatch on the rest); none waits, and the next dispatch works.
+// (InvalidArgument there, Mismatch on the rest, naming a rank whose own check failed: that one
+// replica, or a replica of the shared routing); none waits, and the next dispatch works.
 TEST(RoutedExchange, ReplicatedRoutingWithABadIdFailsEveryRank) {
   if (size() % 2 != 0) GTEST_SKIP() << "needs an even world";
   World w(meshCase(foldedMesh()));
@@ -914,6 +930,11 @@ TEST(RoutedExchange, ReplicatedRoutingWithABadIdFailsEveryRank) {
         const StatusCode want = atFault ? StatusCode::InvalidArgument : StatusCode::Mismatch;
         EXPECT_EQ(st.code(), want) << label << ": " << st.toString();
         EXPECT_TRUE(allRanksAgree(st.code() == want)) << label;
+        const bool named = atFault || (shared ? std::any_of(replicas.begin(), replicas.end(),
+                                                            [&](int r) { return namesRank(st.message(), r); })
+                                              : namesRank(st.message(), odd));
+        EXPECT_TRUE(named) << label << ": does not name a rank at fault: " << st.toString();
+        EXPECT_TRUE(allRanksAgree(named)) << label << ": some rank does not name a rank at fault";
         EXPECT_TRUE(allRanksAgree(seconds < 1.0)) << label << ": waited for the timeout";
         RoutedDispatch next;
         EXPECT_TRUE(allRanksAgree(exchange->dispatch(x.data(), good.data(), weights.data(), T, next).isOk()))

@@ -5,6 +5,7 @@
 # bytes, caching, token layouts and errors. Under mpirun on chimera's MPI backend, under torchrun
 # on its gloo mesh backend (CHIMERA_EXPECT_TRANSPORT=gloo).
 import os
+import re
 import time
 
 import pytest
@@ -211,7 +212,7 @@ def test_malformed_call_on_one_rank_fails_every_rank(world, fault, layout):
     if rank == odd:
         ok = isinstance(raised, ValueError)
     else:
-        ok = isinstance(raised, chimera.Mismatch) and (layout or f"rank {odd}" in str(raised))
+        ok = isinstance(raised, chimera.Mismatch) and f"rank {odd}" in str(raised)
     agree(ok, gloo, f"{fault} {layout}: raised {type(raised).__name__}: {raised}")
 
 
@@ -238,7 +239,7 @@ def test_bad_option_on_one_rank_fails_every_rank_at_once(world, fault):
     if rank == odd:
         ok = isinstance(raised, chimera.InvalidArgument)
     else:
-        ok = isinstance(raised, chimera.Mismatch) and "rank" in str(raised)
+        ok = isinstance(raised, chimera.Mismatch) and f"rank {odd}" in str(raised)
     recv_x, recv_e, _, _, handle = moe.dispatch(x, idx, w, 2 * size, **where)
     y = moe.combine(_expert(recv_x, recv_e), handle)
     yr = sum(w[:, k:k + 1] * (x * (idx[:, k:k + 1] + 1).float()) for k in range(2))
@@ -260,6 +261,29 @@ def test_replicated_routing_with_a_bad_id_fails_every_rank(world, layout):
     bad[-1, 0] = 2 * size  # the last token: dispatched by the second replica
     raised, seconds = _timed_error(lambda: moe.dispatch(x, bad, w, 2 * size, **where))
     ok = isinstance(raised, chimera.InvalidArgument) and "outside" in str(raised)
+    moe.dispatch(x, idx, w, 2 * size, **where)
+    agree(ok and seconds < 1.0, gloo, f"{layout}: raised {type(raised).__name__}: {raised} after {seconds:.2f} s")
+
+
+@pytest.mark.parametrize("layout", ["tp=R", "tp=P"])
+def test_bad_id_on_one_replica_is_named_on_every_rank(world, layout):
+    """A bad expert id on one replica alone (the last rank): it raises InvalidArgument, every
+    other rank Mismatch naming it (its replica through the replicas' agreement, the rest of the
+    mesh through the count exchange, passed on by that replica), at once; the next call works."""
+    rank, size, gloo = world
+    if size % 2:
+        pytest.skip("needs an even world")
+    odd = size - 1
+    where = {"mesh": f"tp=2,ep={size // 2}", "group": "ep", "layout": layout, "program": "fused"}
+    x, idx, w = _inputs(0, size, 2 * size, 2, 4, seed=51)  # the same tokens on every rank
+    bad = idx.clone()
+    if rank == odd:
+        bad[0, 0] = 2 * size
+    raised, seconds = _timed_error(lambda: moe.dispatch(x, bad, w, 2 * size, **where))
+    if rank == odd:
+        ok = isinstance(raised, chimera.InvalidArgument) and "outside" in str(raised)
+    else:
+        ok = isinstance(raised, chimera.Mismatch) and re.search(rf"\brank {odd}\b", str(raised)) is not None
     moe.dispatch(x, idx, w, 2 * size, **where)
     agree(ok and seconds < 1.0, gloo, f"{layout}: raised {type(raised).__name__}: {raised} after {seconds:.2f} s")
 
