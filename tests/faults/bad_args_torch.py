@@ -25,11 +25,12 @@ def code_of(error):
                       (chimera.Timeout, "timeout")):
         if isinstance(error, cls):
             return name
+    # The first code named: a message may quote another rank's error after its own code (a
+    # receive's Mismatch quotes its sender's InvalidArgument).
     text = str(error).lower()
-    for word, name in (("invalid argument", "invalid"), ("mismatch", "mismatch"), ("timeout", "timeout")):
-        if word in text:
-            return name
-    return type(error).__name__.lower()
+    found = [(text.find(word), name) for word, name in (("invalid argument", "invalid"), ("mismatch", "mismatch"),
+                                                        ("timeout", "timeout")) if word in text]
+    return min(found)[1] if found else type(error).__name__.lower()
 
 
 def attempt(call):
@@ -103,6 +104,19 @@ def dtensor(bad):
     ct.redistribute(d, [Replicate()])
 
 
+def send(bad):
+    """Pairs of ranks (2k, 2k + 1): the odd rank sends, the even one receives; the last rank
+    sends with a tag out of range, which its partner's receive must learn at once."""
+    rank = dist.get_rank()
+    if rank % 2:
+        dist.send(torch.full((16,), float(rank)), rank - 1, tag=-1 if bad else 3)
+    else:
+        got = torch.empty(16)
+        dist.recv(got, rank + 1, tag=3)
+        if not torch.equal(got, torch.full((16,), float(rank + 1))):
+            raise RuntimeError(f"recv from rank {rank + 1}: wrong data {got[:2].tolist()}")
+
+
 def moe_inputs(size):
     from chimera.torch import moe  # noqa: F401 - imported with the mode
 
@@ -141,6 +155,7 @@ MODES = {
     "bad-torch-scatter": scatter,
     "bad-torch-alltoall": all_to_all,
     "bad-torch-alltoall-single": all_to_all_single,
+    "bad-torch-send": send,
     "bad-dtensor": dtensor,
     "bad-moe-topk": moe_top_k,
     "bad-moe-replicated-id": moe_replicated_id,

@@ -38,11 +38,11 @@ BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "ba
                       "bad-send", "bad-capi-allreduce"]
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
-PAIR_MODES = {"bad-send"}
+PAIR_MODES = {"bad-send", "bad-torch-send"}
 # The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
 TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter",
-                            "bad-torch-alltoall", "bad-torch-alltoall-single", "bad-dtensor", "bad-moe-topk",
-                            "bad-moe-replicated-id"]
+                            "bad-torch-alltoall", "bad-torch-alltoall-single", "bad-torch-send", "bad-dtensor",
+                            "bad-moe-topk", "bad-moe-replicated-id"]
 RANKS = 4
 STALLED_RANK = 2
 

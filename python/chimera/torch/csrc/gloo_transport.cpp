@@ -444,6 +444,9 @@ class GlooHostPointToPoint final : public HostPointToPoint {
     std::vector<at::Tensor> tensors{tensor};
     return peer < 0 ? gloo_->recvAnysource(tensors, tag) : gloo_->recv(tensors, peer, tag);
   }
+  // gloo's send moves the payload alone: a receiver of a send that failed here waits for its
+  // timeout (the MPI transport tells it).
+  void refuse(int, int, const std::string&) override {}
   int userTagLimit() const override { return kReduceScatterTag; }
   // The largest tag.
   int reservedTag() const override { return INT_MAX; }

@@ -32,6 +32,11 @@ class HostPointToPoint {
   /// Starts receiving into `tensor` from group rank `peer`, or from any rank when `peer` is
   /// -1 (the Work's sourceRank() says which, once complete).
   virtual c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) = 0;
+  /// Tells group rank `peer` that this rank's send to it with `tag` failed before it was
+  /// posted (`reason`: the error raised here), so that its receive fails at once, naming this
+  /// rank, instead of waiting for its timeout (MPI transport; gloo: nothing yet). Nothing when
+  /// `peer` is not another rank of the group.
+  virtual void refuse(int peer, int tag, const std::string& reason) = 0;
   /// The tags a caller may use are [0, userTagLimit()); the ones above are chimera's own.
   virtual int userTagLimit() const = 0;
   /// The tag no caller's transfer uses (monitoredBarrier's), at or above userTagLimit().

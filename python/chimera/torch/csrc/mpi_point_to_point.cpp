@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// MpiPointToPoint and MpiTransfer (see mpi_point_to_point.hpp).
+// MpiPointToPoint (see mpi_point_to_point.hpp): the channel, its communicators, and the posting
+// of sends, receives and refusals (the transfers themselves: mpi_transfer.cpp).
 #include "mpi_point_to_point.hpp"
 
 #include <fmt/format.h>
@@ -8,16 +9,15 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <thread>
 #include <utility>
 
 #include "core/check.hpp"
-#include "job/job_end.hpp"
 #include "mpi/abandoned_memory.hpp"
-#include "mpi/bounded_wait.hpp"
+#include "mpi_channel_state.hpp"
 
 namespace chimera::torch_ext {
-namespace {
 
 Status mpiError(int code, const char* what) {
   if (code == MPI_SUCCESS) return Status::ok();
@@ -27,148 +27,60 @@ Status mpiError(int code, const char* what) {
   return Status::backendError(fmt::format("{} failed: {}", what, std::string(text, static_cast<std::size_t>(length))));
 }
 
-// Cancels a receive and lets it settle for detail::kSettleWindowMs: a cancelled receive completes
-// at once, one already matched when its data is in. Whether it settled; when it did not, MPI may
-// still write into its buffer, which the caller (a torch tensor) may free or reuse.
-bool cancelReceive(MPI_Request& request) {
-  MPI_Cancel(&request);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(detail::kSettleWindowMs);
-  while (request != MPI_REQUEST_NULL) {
+namespace {
+
+std::shared_ptr<Buffer> controlMessage(Control kind, std::int64_t value, std::int64_t number, std::string_view reason) {
+  auto message = std::make_shared<Buffer>(kControlHead + std::min(reason.size(), kControlBytes - kControlHead));
+  const std::int64_t head[3] = {static_cast<std::int64_t>(kind), value, number};
+  std::memcpy(message->data(), head, kControlHead);
+  std::memcpy(message->data() + kControlHead, reason.data(), message->size() - kControlHead);
+  return message;
+}
+
+// Duplicates `comm` into `out` (MPI_Comm_idup, errors returned), waiting at most `timeoutMs`.
+Status duplicate(MPI_Comm comm, std::int64_t timeoutMs, MPI_Comm& out) {
+  // Bounded like every wait: a member that never creates its channel is a Timeout, not a hang.
+  // MPI writes the handle when the duplication completes, which a late member may make happen
+  // after the Timeout: the handle's memory is then kept until the process exits.
+  auto handle = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+  MPI_Request request = MPI_REQUEST_NULL;
+  CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Comm_idup(comm, handle.get(), &request), "MPI_Comm_idup"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
     int done = 0;
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-    if (done != 0) return true;
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Comm_idup"));
+    if (done != 0) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      detail::keepUntilExit(handle);
+      return Status::timeout(fmt::format(
+          "creating the point-to-point channel (MPI_Comm_idup) made no progress for {} ms: a member of the group "
+          "did not create it",
+          timeoutMs));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
-  return request == MPI_REQUEST_NULL;
+  out = *handle;
+  MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+  return Status::ok();
 }
 
 }  // namespace
 
-struct MpiPointToPoint::Impl {
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rank = 0;
-  int size = 0;
-  int tagUpperBound = 32767;
-  std::int64_t timeoutMs = 0;
-};
-
-struct MpiTransfer::Impl {
-  MPI_Request request = MPI_REQUEST_NULL;
-  int rank = 0;  // this rank in the group, for the job's end
-  bool isSend = false;
-  int peer = 0;  // -1: any source
-  int tag = 0;
-  std::size_t bytes = 0;
-  int source = -1;
-  bool done = false;
-  std::int64_t timeoutMs = 0;
-};
-
-MpiTransfer::MpiTransfer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-MpiTransfer::~MpiTransfer() {
-  if (impl_ == nullptr || impl_->done || impl_->request == MPI_REQUEST_NULL) return;
-  if (!impl_->isSend) {
-    if (!cancelReceive(impl_->request)) endWithBufferLent("an unfinished receive was dropped");
-    return;
-  }
-  (void)wait(impl_->timeoutMs);
-}
-
-void MpiTransfer::endWithBufferLent(const std::string& why) const {
-  const std::string peer = impl_->peer < 0 ? std::string("any rank") : fmt::format("rank {}", impl_->peer);
-  detail::endJob("torch", impl_->rank,
-                 Status::timeout(fmt::format(
-                     "{}: the receive of {} bytes (tag {}) from {} was already matched and did not finish within {} "
-                     "ms of its cancellation, so MPI may still write into a tensor torch has back",
-                     why, impl_->bytes, impl_->tag, peer, detail::kSettleWindowMs)),
-                 std::chrono::milliseconds(impl_->timeoutMs));
-}
-
-Status MpiTransfer::test(bool& done) {
-  if (!impl_->done) {
-    int flag = 0;
-    MPI_Status status;
-    CHIMERA_RETURN_IF_ERROR(
-        mpiError(MPI_Test(&impl_->request, &flag, &status), impl_->isSend ? "MPI_Isend" : "MPI_Irecv"));
-    if (flag != 0) {
-      impl_->done = true;
-      if (!impl_->isSend) {
-        int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        impl_->source = status.MPI_SOURCE;
-        if (static_cast<std::size_t>(count) != impl_->bytes)
-          return Status::backendError(fmt::format("recv: expected {} bytes from rank {}, the message had {}",
-                                                  impl_->bytes, status.MPI_SOURCE, count));
-      }
-    }
-  }
-  done = impl_->done;
-  return Status::ok();
-}
-
-Status MpiTransfer::wait(std::int64_t timeoutMs) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    bool done = false;
-    CHIMERA_RETURN_IF_ERROR(test(done));
-    if (done) return Status::ok();
-    if (Clock::now() >= deadline) break;
-    // Spin briefly, then back off to at most 1 ms: an oversubscribed host needs the core.
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-  const std::string peer = impl_->peer < 0 ? std::string("any rank") : fmt::format("rank {}", impl_->peer);
-  if (!impl_->isSend) {
-    if (!cancelReceive(impl_->request)) endWithBufferLent(fmt::format("a receive timed out after {} ms", timeoutMs));
-  } else {
-    MPI_Request_free(&impl_->request);
-  }
-  impl_->request = MPI_REQUEST_NULL;
-  impl_->done = true;
-  return Status::timeout(fmt::format("{} of {} bytes (tag {}) {} {} did not complete within {} ms",
-                                     impl_->isSend ? "send" : "recv", impl_->bytes, impl_->tag,
-                                     impl_->isSend ? "to" : "from", peer, timeoutMs));
-}
-
-int MpiTransfer::source() const { return impl_->isSend || impl_->source < 0 ? impl_->peer : impl_->source; }
-
 Status MpiPointToPoint::create(const void* comm, std::int64_t timeoutMs, std::unique_ptr<MpiPointToPoint>& out) {
   CHIMERA_CHECK_ARG(comm != nullptr && timeoutMs > 0, "point-to-point channel: null communicator or timeout {} ms",
                     timeoutMs);
-  auto impl = std::make_unique<Impl>();
-  {
-    // Bounded like every wait: a member that never creates its channel is a Timeout, not a hang.
-    // MPI writes the handle when the duplication completes, which a late member may make happen
-    // after the Timeout: the handle's memory is then kept until the process exits.
-    auto handle = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
-    MPI_Request request = MPI_REQUEST_NULL;
-    CHIMERA_RETURN_IF_ERROR(
-        mpiError(MPI_Comm_idup(*static_cast<const MPI_Comm*>(comm), handle.get(), &request), "MPI_Comm_idup"));
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-    auto pause = std::chrono::microseconds(1);
-    for (;;) {
-      int done = 0;
-      CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Comm_idup"));
-      if (done != 0) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        detail::keepUntilExit(handle);
-        return Status::timeout(fmt::format(
-            "creating the point-to-point channel (MPI_Comm_idup) made no progress for {} ms: a member of the group "
-            "did not create it",
-            timeoutMs));
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
-    impl->comm = *handle;
+  auto impl = std::make_shared<Impl>();
+  const MPI_Comm group = *static_cast<const MPI_Comm*>(comm);
+  CHIMERA_RETURN_IF_ERROR(duplicate(group, timeoutMs, impl->control));
+  if (Status s = duplicate(group, timeoutMs, impl->data); !s.isOk()) {
+    MPI_Comm_free(&impl->control);
+    return s;
   }
-  MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(impl->comm, &impl->rank);
-  MPI_Comm_size(impl->comm, &impl->size);
+  MPI_Comm_rank(impl->data, &impl->rank);
+  MPI_Comm_size(impl->data, &impl->size);
+  impl->sentTo.assign(static_cast<std::size_t>(impl->size), 0);
   void* value = nullptr;
   int found = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &found);
@@ -178,57 +90,132 @@ Status MpiPointToPoint::create(const void* comm, std::int64_t timeoutMs, std::un
   return Status::ok();
 }
 
-MpiPointToPoint::MpiPointToPoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MpiPointToPoint::MpiPointToPoint(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MpiPointToPoint::~MpiPointToPoint() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized == 0 && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+  if (finalized != 0) return;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  // A refusal still on its way is left to MPI, its message kept.
+  for (auto& [request, message] : impl_->refusals) {
+    if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+    if (message) detail::keepUntilExit(message);
+  }
+  impl_->refusals.clear();
+  for (MPI_Comm* comm : {&impl_->control, &impl_->data}) {
+    if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+  }
 }
 
-int MpiPointToPoint::userTagLimit() const { return impl_->tagUpperBound; }
-int MpiPointToPoint::barrierTag() const { return impl_->tagUpperBound; }
+int MpiPointToPoint::userTagLimit() const { return impl_->barrierTag(); }
+int MpiPointToPoint::barrierTag() const { return impl_->barrierTag(); }
 int MpiPointToPoint::rank() const { return impl_->rank; }
 int MpiPointToPoint::size() const { return impl_->size; }
 std::int64_t MpiPointToPoint::timeoutMs() const { return impl_->timeoutMs; }
 
 namespace {
 
-Status post(MPI_Comm comm, bool isSend, void* buffer, std::size_t bytes, int peer, int tag, int size, int tagLimit,
-            std::int64_t timeoutMs, std::unique_ptr<MpiTransfer>& out) {
+std::unique_ptr<Transfer> newTransfer(const std::shared_ptr<MpiPointToPoint::Impl>& channel, bool isSend, void* buffer,
+                                      std::size_t bytes, int peer, int tag) {
   const char* what = isSend ? "send" : "recv";
-  CHIMERA_CHECK_ARG((peer >= 0 || (!isSend && peer == -1)) && peer < size,
-                    "{}: peer {} is not a rank of this group of {}", what, peer, size);
-  CHIMERA_CHECK_ARG(tag >= 0 && tag <= tagLimit, "{}: tag {} outside [0, {}]", what, tag, tagLimit);
-  CHIMERA_CHECK_ARG(bytes <= static_cast<std::size_t>(INT_MAX), "{}: {} bytes exceed one MPI message", what, bytes);
-  auto impl = std::make_unique<MpiTransfer::Impl>();
-  impl->isSend = isSend;
-  impl->peer = peer;
-  impl->tag = tag;
-  impl->bytes = bytes;
-  impl->timeoutMs = timeoutMs;
-  MPI_Comm_rank(comm, &impl->rank);
-  const int count = static_cast<int>(bytes);
-  if (isSend) {
-    CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &impl->request), "MPI_Isend"));
-  } else {
-    CHIMERA_RETURN_IF_ERROR(mpiError(
-        MPI_Irecv(buffer, count, MPI_BYTE, peer < 0 ? MPI_ANY_SOURCE : peer, tag, comm, &impl->request), "MPI_Irecv"));
+  auto t = std::make_unique<Transfer>();
+  t->channel = channel;
+  t->rank = channel->rank;
+  t->isSend = isSend;
+  t->buffer = buffer;
+  t->peer = peer;
+  t->tag = tag;
+  t->bytes = bytes;
+  t->timeoutMs = channel->timeoutMs;
+  if (!((peer >= 0 || (!isSend && peer == -1)) && peer < channel->size)) {
+    t->verdict = Status::invalidArgument(
+        fmt::format("{}: peer {} is not a rank of this group of {}", what, peer, channel->size));
+  } else if (!channel->sendable(tag)) {
+    t->verdict = Status::invalidArgument(fmt::format("{}: tag {} outside [0, {}]", what, tag, channel->barrierTag()));
+  } else if (bytes > static_cast<std::size_t>(INT_MAX)) {
+    t->verdict = Status::invalidArgument(fmt::format("{}: {} bytes exceed one MPI message", what, bytes));
   }
-  out = std::make_unique<MpiTransfer>(std::move(impl));
-  return Status::ok();
+  return t;
 }
 
 }  // namespace
 
 Status MpiPointToPoint::send(const void* buffer, std::size_t bytes, int peer, int tag,
                              std::unique_ptr<MpiTransfer>& out) {
-  return post(impl_->comm, true, const_cast<void*>(buffer), bytes, peer, tag, impl_->size, impl_->tagUpperBound,
-              impl_->timeoutMs, out);
+  std::unique_ptr<Transfer> t = newTransfer(impl_, true, const_cast<void*>(buffer), bytes, peer, tag);
+  CHIMERA_RETURN_IF_ERROR(t->verdict);
+  Impl& ch = *impl_;
+  std::lock_guard<std::mutex> lock(ch.mutex);
+  t->message = controlMessage(Control::Data, static_cast<std::int64_t>(bytes), ch.sentTo[peer]++, {});
+  CHIMERA_RETURN_IF_ERROR(mpiError(
+      MPI_Isend(t->message->data(), static_cast<int>(t->message->size()), MPI_BYTE, peer, tag, ch.control, &t->control),
+      "MPI_Isend (control)"));
+  if (Status s =
+          mpiError(MPI_Isend(buffer, static_cast<int>(bytes), MPI_BYTE, peer, tag, ch.data, &t->data), "MPI_Isend");
+      !s.isOk()) {
+    if (ch.broken.empty())
+      ch.broken = fmt::format("a send to rank {} (tag {}) posted its control message but not its payload ({})", peer,
+                              tag, s.toString());
+    return s;
+  }
+  out = std::make_unique<MpiTransfer>(std::move(t));
+  return Status::ok();
 }
 
 Status MpiPointToPoint::recv(void* buffer, std::size_t bytes, int peer, int tag, std::unique_ptr<MpiTransfer>& out) {
-  return post(impl_->comm, false, buffer, bytes, peer, tag, impl_->size, impl_->tagUpperBound, impl_->timeoutMs, out);
+  std::unique_ptr<Transfer> t = newTransfer(impl_, false, buffer, bytes, peer, tag);
+  CHIMERA_RETURN_IF_ERROR(t->verdict);
+  Impl& ch = *impl_;
+  t->message = std::make_shared<Buffer>(kControlBytes);
+  std::lock_guard<std::mutex> lock(ch.mutex);
+  // A kept message of its source and tag is this receive's when no earlier receive of the tag
+  // waits (that one would take it first).
+  const auto kept = std::find_if(ch.kept.begin(), ch.kept.end(),
+                                 [&](const KeptMessage& k) { return k.tag == tag && (peer < 0 || k.source == peer); });
+  const bool earlier =
+      std::any_of(ch.pending.begin(), ch.pending.end(), [&](const Transfer* p) { return p->tag == tag; });
+  if (kept != ch.kept.end() && !earlier) {
+    t->controlIn = t->dataIn = t->done = true;
+    deliver(*t, *kept);
+    ch.kept.erase(kept);
+    out = std::make_unique<MpiTransfer>(std::move(t));
+    return Status::ok();
+  }
+  CHIMERA_RETURN_IF_ERROR(mpiError(MPI_Irecv(t->message->data(), static_cast<int>(kControlBytes), MPI_BYTE,
+                                             peer < 0 ? MPI_ANY_SOURCE : peer, tag, ch.control, &t->control),
+                                   "MPI_Irecv (control)"));
+  const bool behind =
+      std::any_of(ch.unposted.begin(), ch.unposted.end(), [&](const Transfer* u) { return u->tag == tag; });
+  if (peer < 0 || behind) {
+    ch.unposted.push_back(t.get());
+  } else {
+    postPayload(*t, peer);
+  }
+  ch.pending.push_back(t.get());
+  out = std::make_unique<MpiTransfer>(std::move(t));
+  return Status::ok();
+}
+
+void MpiPointToPoint::refuse(int peer, int tag, std::string_view reason) {
+  Impl& ch = *impl_;
+  if (peer < 0 || peer >= ch.size || peer == ch.rank) return;
+  std::lock_guard<std::mutex> lock(ch.mutex);
+  // Refusals already out are forgotten.
+  std::erase_if(ch.refusals, [](auto& refusal) {
+    int done = 0;
+    return MPI_Test(&refusal.first, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0;
+  });
+  const bool tagged = ch.sendable(tag);
+  auto message = controlMessage(Control::Refusal, tag, ch.sentTo[peer]++, reason);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Isend(message->data(), static_cast<int>(message->size()), MPI_BYTE, peer, tagged ? tag : ch.outOfRangeTag(),
+                ch.control, &request) != MPI_SUCCESS)
+    return;  // the receiver then waits for its timeout, as without a refusal
+  ch.refusals.emplace_back(request, message);
+  // The empty payload that keeps the refusal's tag paired (its receiver takes one per message).
+  if (tagged && MPI_Isend(nullptr, 0, MPI_BYTE, peer, tag, ch.data, &request) == MPI_SUCCESS)
+    ch.refusals.emplace_back(request, nullptr);
 }
 
 }  // namespace chimera::torch_ext

@@ -106,6 +106,7 @@ class MpiHostPointToPoint final : public HostPointToPoint {
   c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) override {
     return post(tensor, peer, tag, false);
   }
+  void refuse(int peer, int tag, const std::string& reason) override { channel_->refuse(peer, tag, reason); }
   int userTagLimit() const override { return channel_->userTagLimit(); }
   int reservedTag() const override { return channel_->barrierTag(); }
 

@@ -203,8 +203,11 @@ class ChimeraProcessGroup final : public c10d::Backend {
   at::Tensor allReduceSparseOn(const Target& target, const at::Tensor& tensor);
   void allToAllSingleOn(const Target& target, const at::Tensor& output, const at::Tensor& input,
                         const std::vector<int64_t>& outputSplits, const std::vector<int64_t>& inputSplits);
-  // peer -1: a receive from any source.
+  // peer -1: a receive from any source. A send that fails on a CPU tensor refuses its peer
+  // (HostPointToPoint::refuse) before it raises.
   c10::intrusive_ptr<c10d::Work> pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend);
+  // pointToPoint's checks and transfer, once the peer is known to be another rank of the group.
+  c10::intrusive_ptr<c10d::Work> transfer(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend);
 };
 
 }  // namespace chimera::torch_ext

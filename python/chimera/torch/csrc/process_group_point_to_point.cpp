@@ -16,9 +16,23 @@ using c10d::OpType;
 
 WorkPtr ChimeraProcessGroup::pointToPoint(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend) {
   const char* name = isSend ? "send" : "recv";
-  requireOne(name, tensors);
   TORCH_CHECK((peer >= 0 || (!isSend && peer == -1)) && peer < size_ && peer != rank_, "chimera ", name, ": peer ",
               peer, " is not another rank of this group of ", size_);
+  if (!isSend) return transfer(tensors, peer, tag, false);
+  try {
+    return transfer(tensors, peer, tag, true);
+  } catch (const c10::Error& error) {
+    // A send of a CPU tensor that failed here tells its receiver, which would otherwise wait
+    // for its timeout; a CUDA receiver waits in NCCL, where no refusal reaches it.
+    if (tensors.size() != 1 || !tensors[0].defined() || tensors[0].is_cpu())
+      host_.p2p->refuse(peer, tag, error.what_without_backtrace());
+    throw;
+  }
+}
+
+WorkPtr ChimeraProcessGroup::transfer(std::vector<at::Tensor>& tensors, int peer, int tag, bool isSend) {
+  const char* name = isSend ? "send" : "recv";
+  requireOne(name, tensors);
   const int limit = host_.p2p->userTagLimit();
   if (tag < 0 || tag >= limit)
     check(name, Status::invalidArgument("tag " + std::to_string(tag) + " is outside [0, " + std::to_string(limit - 1) +

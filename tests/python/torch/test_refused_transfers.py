@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+# A send that fails on its own rank does not leave its receiver waiting: on the MPI transport
+# every send is preceded by a control message (its byte count, or the sender's refusal), so
+# the receiver raises at once naming the sender: when the sender's tag is out of range, when
+# the sender's call is one the group refuses, and when the two byte counts differ (both
+# ways, from one rank and from any source); a good transfer then works. Run with a large
+# CHIMERA_TIMEOUT_MS (CMake sets 120 s): a receiver that waits for the timeout fails the 1 s bar
+# and outlasts the test's own limit. Pairs of ranks (2k, 2k + 1): the even rank sends.
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from chimera.torch.backend import transport
+
+from conftest import agree
+
+LIMIT_S = 1.0  # the bar: a receiver learns of its sender's failure within a second
+
+
+def _default_group():
+    return dist.distributed_c10d._get_default_group()  # noqa: SLF001
+
+
+def cases():
+    """(name, the sender's call, the receiver's tensor and source, what the receiver's error must say)."""
+    return [
+        ("tag out of range", lambda peer: dist.send(torch.ones(4), peer, tag=-1), (4, True), "tag -1 "),
+        ("reserved tag", lambda peer: dist.send(torch.ones(4), peer, tag=2**31 - 1), (4, True), "tag 2147483647"),
+        # The process group itself, as torch's wrappers never call it: two tensors in one send,
+        # refused with a tag the receiver does use.
+        ("two tensors", lambda peer: _default_group().send([torch.ones(4), torch.ones(4)], peer, 3).wait(), (4, True),
+         "expects one tensor per call, got 2"),
+        ("more bytes", lambda peer: dist.send(torch.ones(5), peer, tag=3), (4, True), "sends 20 bytes but"),
+        ("fewer bytes", lambda peer: dist.send(torch.ones(3), peer, tag=3), (4, True), "sends 12 bytes but"),
+        ("another dtype's size", lambda peer: dist.send(torch.ones(4, dtype=torch.float64), peer, tag=3), (4, True),
+         "sends 32 bytes but this receive expects 16"),
+        ("any source, tag out of range", lambda peer: dist.send(torch.ones(4), peer, tag=-1), (4, False), "tag -1 "),
+        ("any source, more bytes", lambda peer: dist.send(torch.ones(6), peer, tag=3), (4, False),
+         "sends 24 bytes but"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(cases())), ids=[c[0] for c in cases()])
+def test_failed_send_fails_its_receiver_at_once(world, case):
+    rank, n, gloo = world
+    if transport(n) != "mpi":
+        pytest.skip("the gloo transport sends the payload alone: its receiver waits for its timeout")
+    name, send, (elements, from_peer), says = cases()[case]
+    ok, what = True, ""
+    if n % 2 == 1 and rank == n - 1:
+        pass  # an odd world's last rank has no partner
+    elif rank % 2 == 0:
+        try:
+            send(rank + 1)
+        except RuntimeError as error:
+            what = f"the sender raised: {error}"
+    else:
+        sender = rank - 1
+        start = time.monotonic()
+        try:
+            dist.recv(torch.empty(elements), sender if from_peer else None, tag=3)
+            ok, what = False, "the receive returned"
+        except RuntimeError as error:
+            seconds = time.monotonic() - start
+            text = str(error)
+            ok = seconds < LIMIT_S and f"rank {sender}" in text and "mismatch" in text.lower() and says in text
+            what = f"{seconds:.3f} s: {text}"
+    agree(ok, gloo, f"{name}: {what}")
+    # A good transfer both ways works after it.
+    if not (n % 2 == 1 and rank == n - 1):
+        peer = rank + 1 if rank % 2 == 0 else rank - 1
+        got = torch.empty(4)
+        works = [dist.isend(torch.full((4,), float(rank)), peer, tag=3), dist.irecv(got, peer, tag=3)]
+        for w in works:
+            w.wait()
+        ok = torch.equal(got, torch.full((4,), float(peer)))
+    agree(ok, gloo, f"{name}: the next good transfer")
+
+
+def test_refusal_of_a_tag_out_of_range_comes_before_the_next_message(world):
+    """The sender refuses a tag out of range, then sends a good message, both in before the
+    receiver posts (a gloo barrier between): the receiver's first receive fails naming the
+    sender, although MPI matched the good message to it, and its second gets that message."""
+    rank, n, gloo = world
+    if transport(n) != "mpi":
+        pytest.skip("the gloo transport sends the payload alone")
+    paired = not (n % 2 == 1 and rank == n - 1)
+    ok, what = True, ""
+    if paired and rank % 2 == 0:
+        try:
+            dist.send(torch.ones(4), rank + 1, tag=-1)
+        except RuntimeError:
+            pass
+        dist.send(torch.full((4,), float(rank)), rank + 1, tag=3)
+    dist.barrier(group=gloo)
+    if paired and rank % 2 == 1:
+        sender = rank - 1
+        got = torch.empty(4)
+        start = time.monotonic()
+        try:
+            dist.recv(got, sender, tag=3)
+            ok, what = False, "the first receive returned"
+        except RuntimeError as error:
+            ok = time.monotonic() - start < LIMIT_S and f"rank {sender}'s send to this rank failed" in str(error)
+            what = str(error)
+        dist.recv(got, sender, tag=3)
+        ok = ok and torch.equal(got, torch.full((4,), float(sender)))
+        what += f"; the second receive got {got.tolist()}"
+    agree(ok, gloo, what)
