@@ -8,7 +8,7 @@
 // payload on its data communicator (none after a refusal whose tag is out of range, zero bytes
 // after any other refusal). A receive posts both of its receives at once (from any source: the
 // payload's once the control message has named the sender), so the payload lands straight in
-// the caller's buffer and progresses in the background as before; the control message tells it
+// the caller's buffer and progresses in the background; the control message tells it
 // at once when the sender refused or sends another size, and it fails then, naming the sender,
 // instead of waiting for the timeout or truncating.
 #pragma once
@@ -93,9 +93,10 @@ class MpiPointToPoint {
   /// -1. The message must have exactly `bytes` (another count fails the receive, see MpiTransfer).
   [[nodiscard]] Status recv(void* buffer, std::size_t bytes, int peer, int tag, std::unique_ptr<MpiTransfer>& out);
   /// Tells group rank `peer` that this rank's send to it with `tag` failed (`reason`, cut to a
-  /// few hundred bytes): its receive of that tag, or with a tag out of range its next receive
-  /// from this rank that has no message yet, fails with Mismatch naming this rank. Nothing when
-  /// `peer` is not another rank of the group. Does not wait.
+  /// few hundred bytes): its receive of that tag fails with Mismatch naming this rank; with a
+  /// tag out of range, its first receive from this rank whose message this rank sent after the
+  /// refusal (or that has none yet) does, and the message it had taken goes to the next receive
+  /// of its tag. Nothing when `peer` is not another rank of the group. Does not wait.
   void refuse(int peer, int tag, std::string_view reason);
 
  private:
