@@ -112,7 +112,8 @@ class Backend {
   /// member, by group index; `sendCounts[j]` here must equal `recvCounts[i]` on member j (the
   /// caller learns them, e.g. with exchangeCounts). Blocks must not overlap between send and
   /// recv. Default: one groupedP2P of the group's blocks (the block to itself is a local copy).
-  /// MPI: MPI_Ialltoallv under the bounded wait; NCCL: grouped ncclSend/ncclRecv.
+  /// MPI: point-to-point transfers straight into recv under the bounded wait; NCCL: grouped
+  /// ncclSend/ncclRecv.
   [[nodiscard]] virtual Status allToAllV(const void* send, std::span<const std::size_t> sendCounts,
                                          std::span<const std::size_t> sendOffsets, void* recv,
                                          std::span<const std::size_t> recvCounts,
