@@ -152,6 +152,17 @@ class Backend {
   [[nodiscard]] virtual Status refuseCollective(AxisSet /*axes*/, const Status& local, Stream /*stream*/ = nullptr) {
     return local;
   }
+  /// For a rank whose send, recv or groupedP2P failed before reaching the backend (a wrapper's
+  /// own check, `local`, an error): takes part in the per-pair argument agreement the peers of
+  /// `ops` start their transfers with, as a rank refusing (only each op's kind and peer are
+  /// read), so that their calls fail at once (Mismatch naming this rank) instead of waiting for
+  /// it until the timeout. Returns `local` (or BackendError / Timeout when the agreement itself
+  /// fails). Where the backend agrees on no arguments (CHIMERA_CHECK_ARGS off, or a backend
+  /// without the check) it returns `local` without communicating.
+  [[nodiscard]] virtual Status refuseTransfers(std::span<const P2POp> /*ops*/, const Status& local,
+                                               Stream /*stream*/ = nullptr) {
+    return local;
+  }
   /// The argument agreement alone, for a collective a caller composes of point-to-point
   /// transfers (a gather, a scatter, an uneven all-to-all as one groupedP2P): collective over
   /// `axes`, each member passing `count` (what must be equal on every member, -1 where the

@@ -109,6 +109,13 @@ Status MpiBackend::agreeOnArguments(AxisSet axes, std::int64_t count, int root, 
                  });
 }
 
+Status MpiBackend::refuseTransfers(std::span<const P2POp> ops, const Status& local, Stream /*stream*/) {
+  CHIMERA_CHECK_ARG(!local.isOk(), "refuseTransfers: the local status must be an error");
+  std::vector<int> failedPeers;
+  return guarded([&] { return fmt::format("refusal of {} point-to-point ops ({})", ops.size(), local.message()); },
+                 [&] { return agreeOnP2P(ops, local, failedPeers); });
+}
+
 Status MpiBackend::checkStaging(const LibraryOutput& out) {
   if (out.ready()) return Status::ok();
   return Status::backendError("cannot allocate the staging of a library collective's output");

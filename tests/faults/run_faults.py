@@ -35,10 +35,10 @@ SILENT_ON_SKIPPING_RANK = {"skipped-call"}
 # One bad argument on the last rank, per public entry point of the C++ API.
 BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
                       "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch", "bad-grouped-p2p",
-                      "bad-send", "bad-capi-allreduce"]
+                      "bad-send", "bad-capi-allreduce", "bad-capi-send"]
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
-PAIR_MODES = {"bad-send"}
+PAIR_MODES = {"bad-send", "bad-capi-send"}
 # Modes whose other ranks get Mismatch without the faulty rank's number: a replicated routed
 # dispatch (src/routed) names the replica of the rank at fault that reported for it, or "a
 # replica of this rank's tokens".
