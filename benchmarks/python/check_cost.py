@@ -78,8 +78,8 @@ def main():
             slowest[name] = statistics.median(t.tolist()) * 1e6
         if rank == 0:
             ratio = f"{slowest['on'] / slowest['off']:.2f}" if count > 0 else "-"
-            print(f"| {text} | {iters} | {slowest['gloo']:.0f} | {slowest['off']:.0f} | {slowest['on']:.0f} | {ratio} |",
-                  flush=True)
+            times_us = " | ".join(f"{slowest[name]:.0f}" for name in ("gloo", "off", "on"))
+            print(f"| {text} | {iters} | {times_us} | {ratio} |", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
