@@ -15,7 +15,8 @@ set(allowed
   core/check.hpp                  # the check macros (CHIMERA_CHECK_ARG, CHIMERA_RETURN_IF_ERROR), header-only
   common/hash.hpp                 # the library's one hash (header-only): the gloo transport's group agreement
   common/host_identity.hpp        # where the ranks run: the gloo transport gathers the host keys as the MPI backend does
-  common/agreement.hpp            # the agreement on new groups the MPI backend runs, for the gloo transport's (in libchimera)
+  common/agreement.hpp            # the agreements the MPI backend runs (new groups, each call's arguments), for the gloo transport's (in libchimera)
+  common/env.hpp                  # CHIMERA_CHECK_ARGS read with the MPI backend's default, for the gloo transport (in libchimera)
   tools/plan_report.hpp           # chimera.plan() returns chimera-plan's --json report (plan_report.cpp is compiled in)
   backend/null/null_backend.hpp   # the overhead benchmark's backend that moves no data (python -m chimera.bench)
   mpi/bounded_wait.hpp            # the process group's point-to-point waits, bounded as the MPI backend's

@@ -112,7 +112,8 @@ class Backend {
   /// member, by group index; `sendCounts[j]` here must equal `recvCounts[i]` on member j (the
   /// caller learns them, e.g. with exchangeCounts). Blocks must not overlap between send and
   /// recv. Default: one groupedP2P of the group's blocks (the block to itself is a local copy).
-  /// MPI: MPI_Ialltoallv under the bounded wait; NCCL: grouped ncclSend/ncclRecv.
+  /// MPI: point-to-point transfers straight into recv under the bounded wait; NCCL: grouped
+  /// ncclSend/ncclRecv.
   [[nodiscard]] virtual Status allToAllV(const void* send, std::span<const std::size_t> sendCounts,
                                          std::span<const std::size_t> sendOffsets, void* recv,
                                          std::span<const std::size_t> recvCounts,
@@ -149,6 +150,17 @@ class Backend {
   /// agrees on no arguments (CHIMERA_CHECK_ARGS off, or a backend without the check) it returns
   /// `local` without communicating, and the other members wait as they would.
   [[nodiscard]] virtual Status refuseCollective(AxisSet /*axes*/, const Status& local, Stream /*stream*/ = nullptr) {
+    return local;
+  }
+  /// For a rank whose send, recv or groupedP2P failed before reaching the backend (a wrapper's
+  /// own check, `local`, an error): takes part in the per-pair argument agreement the peers of
+  /// `ops` start their transfers with, as a rank refusing (only each op's kind and peer are
+  /// read), so that their calls fail at once (Mismatch naming this rank) instead of waiting for
+  /// it until the timeout. Returns `local` (or BackendError / Timeout when the agreement itself
+  /// fails). Where the backend agrees on no arguments (CHIMERA_CHECK_ARGS off, or a backend
+  /// without the check) it returns `local` without communicating.
+  [[nodiscard]] virtual Status refuseTransfers(std::span<const P2POp> /*ops*/, const Status& local,
+                                               Stream /*stream*/ = nullptr) {
     return local;
   }
   /// The argument agreement alone, for a collective a caller composes of point-to-point

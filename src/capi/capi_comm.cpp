@@ -276,14 +276,20 @@ chimeraResult_t chimeraBroadcast(const void* sendbuff, void* recvbuff, size_t co
   });
 }
 
+// A send or recv whose C arguments (datatype, count) fail its own checks refuses its transfer
+// (Backend::refuseTransfers), so its peer fails at once instead of waiting until its timeout.
 chimeraResult_t chimeraSend(const void* sendbuff, size_t count, chimeraDataType_t datatype, int peer,
                             chimeraComm_t commHandle) {
   chimera::DataType type = chimera::DataType::F32;
   return guardedCall("chimeraSend", [&]() -> Status {
     CommObject* comm = nullptr;
     CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraSend count"));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = checkCount(comm, count, type, {}, false, "chimeraSend count");
+    if (!local.isOk()) {
+      const chimera::P2POp op{chimera::P2POp::Kind::Send, const_cast<void*>(sendbuff), count, type, peer};
+      return comm->backend->refuseTransfers({&op, 1}, local, comm->stream);
+    }
     return comm->backend->send(sendbuff, count, type, peer, comm->stream);
   });
 }
@@ -294,8 +300,12 @@ chimeraResult_t chimeraRecv(void* recvbuff, size_t count, chimeraDataType_t data
   return guardedCall("chimeraRecv", [&]() -> Status {
     CommObject* comm = nullptr;
     CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
-    CHIMERA_RETURN_IF_ERROR(chimera::detail::fromCDataType(datatype, type));
-    CHIMERA_RETURN_IF_ERROR(checkCount(comm, count, type, {}, false, "chimeraRecv count"));
+    Status local = chimera::detail::fromCDataType(datatype, type);
+    if (local.isOk()) local = checkCount(comm, count, type, {}, false, "chimeraRecv count");
+    if (!local.isOk()) {
+      const chimera::P2POp op{chimera::P2POp::Kind::Recv, recvbuff, count, type, peer};
+      return comm->backend->refuseTransfers({&op, 1}, local, comm->stream);
+    }
     return comm->backend->recv(recvbuff, count, type, peer, comm->stream);
   });
 }

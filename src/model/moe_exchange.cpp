@@ -92,6 +92,80 @@ CommProgram moeRoutedProgram(const MoeExchange& x) {
   return program;
 }
 
+CommProgram moeHostProgram(const MoeExchange& x) {
+  CommProgram program;
+  if (x.groups.empty() || x.groups.front().size() < 2 || x.hosts.empty()) return program;
+  const int n = static_cast<int>(x.groups.front().size());
+  const double perRank = static_cast<double>(x.tokens) * expectedDistinctRanks(x.experts, n, x.topK) / n;
+  const auto bytes = [&](double rows) {
+    return static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(x.rowBytes)));
+  };
+  const auto hostOf = [&](int rank) {
+    return static_cast<std::size_t>(rank) < x.hosts.size() ? x.hosts[static_cast<std::size_t>(rank)] : 0;
+  };
+  // Round 1 (dispatch): straight inside the source's host, one row per token and other host
+  // across; round 2: the forwarders' fan-out. A combine runs them the other way, in reverse.
+  std::vector<Transfer> first, second;
+  std::map<int, std::uint64_t> passedFirst, passedSecond;  // bytes each rank packs and unpacks per round
+  bool spans = false;
+  for (const std::vector<int>& group : x.groups) {
+    std::vector<int> hostIds;               // the group's hosts, in the order of their lowest member
+    std::vector<std::vector<int>> members;  // group indices per host
+    for (int i = 0; i < n; ++i) {
+      const int host = hostOf(group[static_cast<std::size_t>(i)]);
+      const auto at = std::find(hostIds.begin(), hostIds.end(), host);
+      if (at == hostIds.end()) {
+        hostIds.push_back(host);
+        members.push_back({i});
+      } else {
+        members[static_cast<std::size_t>(at - hostIds.begin())].push_back(i);
+      }
+    }
+    spans = spans || members.size() > 1;
+    const auto add = [&](bool inFirst, int s, int d, std::uint64_t b) {
+      if (s == d || b == 0) return;
+      const int from = group[static_cast<std::size_t>(x.combine ? d : s)];
+      const int to = group[static_cast<std::size_t>(x.combine ? s : d)];
+      (inFirst ? first : second).push_back({from, to, b});
+      std::map<int, std::uint64_t>& passed = inFirst ? passedFirst : passedSecond;
+      passed[from] += b;
+      passed[to] += b;
+    };
+    for (std::size_t own = 0; own < members.size(); ++own) {
+      for (std::size_t place = 0; place < members[own].size(); ++place) {
+        const int s = members[own][place];
+        for (std::size_t h = 0; h < members.size(); ++h) {
+          const std::vector<int>& there = members[h];
+          if (h == own) {
+            for (int d : there) add(true, s, d, bytes(perRank * loadShare(d, n, x.imbalance)));
+            continue;
+          }
+          const int forwarder = there[place % there.size()];
+          const auto held = static_cast<std::int64_t>(x.experts / n * static_cast<std::int64_t>(there.size()));
+          add(true, s, forwarder, bytes(static_cast<double>(x.tokens) * expectedHit(x.experts, held, x.topK)));
+          for (int d : there) add(false, forwarder, d, bytes(perRank * loadShare(d, n, x.imbalance)));
+        }
+      }
+    }
+  }
+  if (!spans) return program;
+  addCountExchange(x, program);
+  const auto roundStep = [](std::vector<Transfer>& round, const std::map<int, std::uint64_t>& passed) {
+    CommStep step = CommStep::manyToMany(std::move(round));
+    for (const auto& [rank, b] : passed) step.localBytes = std::max(step.localBytes, b);
+    step.localLaunches = 2;
+    return step;
+  };
+  if (x.combine) {
+    program.push_back(roundStep(second, passedSecond));
+    program.push_back(roundStep(first, passedFirst));
+  } else {
+    program.push_back(roundStep(first, passedFirst));
+    program.push_back(roundStep(second, passedSecond));
+  }
+  return program;
+}
+
 std::int64_t programBytes(const CommProgram& program) {
   std::int64_t total = 0;
   for (const CommStep& step : program) {

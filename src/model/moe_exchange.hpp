@@ -24,6 +24,9 @@ struct MoeExchange {
   double imbalance = 1;
   bool combine = false;        ///< false: owners -> expert ranks; true: expert ranks -> owners
   bool countExchange = false;  ///< the forward dispatch first agrees on per-expert counts
+  /// The host (node) of every world rank; empty: every rank on one host. Where an expert
+  /// group spans hosts, moeHostProgram prices its exchange once per destination host.
+  std::vector<int> hosts;
 };
 
 /// The exchange as `dispatcher` issues it: AllToAll, one row per (token, expert) in a
@@ -35,6 +38,14 @@ CommProgram moeDispatcherProgram(const MoeExchange& exchange, MoeDispatcher disp
 /// chimera's routed exchange: each token once per destination rank (D / n of T rows to
 /// each rank, weighted by the load), after the same count exchange.
 CommProgram moeRoutedProgram(const MoeExchange& exchange);
+
+/// chimera's routed exchange once per destination host (docs/moe.md, rule 6), where `hosts`
+/// puts the ranks of an expert group on several hosts (empty otherwise): the rows for the
+/// source's own host straight, and one row per token and other host to the forwarder there
+/// (the member with the source's place on its own host, modulo that host's size), which fans
+/// them out to its host's ranks; the combine the reverse, each forwarder's sum crossing back
+/// once. After the same count exchange.
+CommProgram moeHostProgram(const MoeExchange& exchange);
 
 /// Bytes all ranks send to other ranks in `program`.
 std::int64_t programBytes(const CommProgram& program);

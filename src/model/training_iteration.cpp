@@ -355,6 +355,10 @@ class IterationBuilder {
     x.imbalance = m_.imbalance;
     x.combine = spec.routed == ChainSpec::Routed::Combine;
     x.countExchange = spec.countExchange;
+    // The domains of a fabric of several hosts (nodes) are where the ranks run.
+    if (t_.fabric == Fabric::NvSwitchMultiNode || t_.fabric == Fabric::HostNetwork) {
+      for (int r = 0; r < t_.ranks; ++r) x.hosts.push_back(domainOf(t_, r));
+    }
     return x;
   }
 
@@ -363,10 +367,20 @@ class IterationBuilder {
   Status priceRouted(const ChainSpec& spec, ModelCollective& out) const {
     const detail::MoeExchange x = moeExchange(spec);
     const CommProgram baseline = detail::moeDispatcherProgram(x, m_.dispatcher);
-    const CommProgram routed = detail::moeRoutedProgram(x);
+    CommProgram routed = detail::moeRoutedProgram(x);
     CHIMERA_RETURN_IF_ERROR(cost_.model().predict(baseline, out.baselineSeconds));
     double routedSeconds = 0;
     CHIMERA_RETURN_IF_ERROR(cost_.model().predict(routed, routedSeconds));
+    // Once per destination host where the expert group spans hosts and that is cheaper still,
+    // as the library's planner decides (rule 6).
+    if (CommProgram perHost = detail::moeHostProgram(x); !perHost.empty()) {
+      double perHostSeconds = 0;
+      CHIMERA_RETURN_IF_ERROR(cost_.model().predict(perHost, perHostSeconds));
+      if (perHostSeconds < routedSeconds) {
+        routed = std::move(perHost);
+        routedSeconds = perHostSeconds;
+      }
+    }
     out.mesh = mesh_;
     out.from = spec.from;
     out.chain = spec.chain;

@@ -23,6 +23,7 @@
 #include "mpi/hierarchical.hpp"
 #include "mpi/mpi_util.hpp"
 #include "mpi/p2p_check.hpp"
+#include "mpi/range_exchange.hpp"
 #include "mpi/ring.hpp"
 
 namespace chimera::detail {
@@ -106,6 +107,13 @@ Status MpiBackend::agreeOnArguments(AxisSet axes, std::int64_t count, int root, 
                  [&] {
                    return prepare(axes, {OpKind::ManyToMany, count, DataType::U8, ReduceOp::Sum, root}, local, group);
                  });
+}
+
+Status MpiBackend::refuseTransfers(std::span<const P2POp> ops, const Status& local, Stream /*stream*/) {
+  CHIMERA_CHECK_ARG(!local.isOk(), "refuseTransfers: the local status must be an error");
+  std::vector<int> failedPeers;
+  return guarded([&] { return fmt::format("refusal of {} point-to-point ops ({})", ops.size(), local.message()); },
+                 [&] { return agreeOnP2P(ops, local, failedPeers); });
 }
 
 Status MpiBackend::checkStaging(const LibraryOutput& out) {
@@ -329,41 +337,36 @@ Status MpiBackend::allToAllVCall(const void* send, std::span<const std::size_t> 
   const MpiGroup* group = nullptr;
   CHIMERA_RETURN_IF_ERROR(groups_.get(axes, group));
   const auto n = static_cast<std::size_t>(group->size);
+  const auto me = static_cast<std::size_t>(group->index);
   Status local = checkDataType(dtype);
   if (local.isOk() &&
       (sendCounts.size() != n || sendOffsets.size() != n || recvCounts.size() != n || recvOffsets.size() != n))
     local = Status::invalidArgument(
         fmt::format("allToAllV over {}: counts and offsets need {} entries (one per member)", mesh_.axesName(axes), n));
-  std::vector<int> sc(n), sd(n), rc(n), rd(n);
-  constexpr std::size_t kMost = static_cast<std::size_t>(std::numeric_limits<int>::max());
+  if (local.isOk() && sendCounts[me] != recvCounts[me])
+    local =
+        Status::invalidArgument(fmt::format("allToAllV over {}: this member sends itself {} elements but receives {}",
+                                            mesh_.axesName(axes), sendCounts[me], recvCounts[me]));
+  RangeTransfers transfers;
+  transfers.sends.resize(n);
+  transfers.receives.resize(n);
   for (std::size_t j = 0; j < n && local.isOk(); ++j) {
     if (sendCounts[j] > 0) local = checkBuffer(send, sendCounts[j], "allToAllV send buffer");
     if (local.isOk() && recvCounts[j] > 0) local = checkBuffer(recv, recvCounts[j], "allToAllV recv buffer");
-    if (local.isOk() && (sendCounts[j] + sendOffsets[j] > kMost || recvCounts[j] + recvOffsets[j] > kMost))
-      local = Status::invalidArgument(fmt::format(
-          "allToAllV: block {} ends past element {} of one MPI call (pass a larger dtype or fewer elements)", j,
-          kMost));
-    if (!local.isOk()) break;
-    sc[j] = static_cast<int>(sendCounts[j]);
-    sd[j] = static_cast<int>(sendOffsets[j]);
-    rc[j] = static_cast<int>(recvCounts[j]);
-    rd[j] = static_cast<int>(recvOffsets[j]);
+    if (j == me) continue;
+    appendRange(transfers.sends[j], {sendOffsets[j], sendCounts[j]});
+    appendRange(transfers.receives[j], {recvOffsets[j], recvCounts[j]});
   }
   // The counts differ between members by design: the agreement compares the call and dtype only.
   CHIMERA_RETURN_IF_ERROR(prepare(axes, {OpKind::AllToAll, -1, dtype, ReduceOp::Sum, 0}, local, group));
-  const MPI_Datatype type = mpiDataType(dtype);
+  // Point-to-point straight into `recv`, never staged: a receive pending at a Timeout is
+  // cancelled and settled (bounded_wait.hpp), which a library collective's output cannot be, so
+  // the output costs no second copy.
   const std::size_t es = dataTypeSize(dtype);
-  std::size_t extent = 0;
-  for (std::size_t j = 0; j < n; ++j) extent = std::max(extent, (recvOffsets[j] + recvCounts[j]) * es);
-  const LibraryOutput out(staging_, recv, extent, stagesOutput());
-  CHIMERA_RETURN_IF_ERROR(checkStaging(out));
-  MPI_Request request = MPI_REQUEST_NULL;
-  CHIMERA_RETURN_IF_ERROR(mpiStatus(
-      MPI_Ialltoallv(send, sc.data(), sd.data(), type, out.target(), rc.data(), rd.data(), type, group->comm, &request),
-      "MPI_Ialltoallv"));
-  CHIMERA_RETURN_IF_ERROR(waitOne(*group, request, kWholeGroup, out.lends(), "MPI_Ialltoallv"));
-  for (std::size_t j = 0; j < n; ++j) out.deliver(recvOffsets[j] * es, recvCounts[j] * es);  // the gaps stay
-  return Status::ok();
+  if (sendCounts[me] > 0)
+    std::memcpy(static_cast<std::byte*>(recv) + recvOffsets[me] * es,
+                static_cast<const std::byte*>(send) + sendOffsets[me] * es, sendCounts[me] * es);
+  return exchangeRanges(send, recv, transfers, dtype, *group);
 }
 
 Status MpiBackend::broadcastCall(const void* send, void* recv, std::size_t count, DataType dtype, int root,

@@ -99,6 +99,7 @@ class MpiBackend final : public Backend {
   Status groupedP2P(std::span<const P2POp> ops, Stream stream) override;
   Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
   Status agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream stream) override;
+  Status refuseTransfers(std::span<const P2POp> ops, const Status& local, Stream stream) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
   bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
   std::vector<int> hostOfRank() const override { return hosts_; }

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """One rank of a bad-argument run on the torch entry points (driven by run_faults.py, as
-fault_rank is): the chimera process group, DTensor redistribution through chimera.torch and
+fault_rank is): the chimera process group, chimera's Backend over the launch's host transport
+(chimera.torch.backend.mesh_backend), DTensor redistribution through chimera.torch and
 chimera.torch.moe. The last rank alone passes a bad argument to one call; each rank writes
-OUTDIR/rank<R>.txt as fault_rank does (code, ms, call_ms, next, data, message), then waits
-(bounded) for the others' reports and leaves with os._exit.
+OUTDIR/rank<R>.txt as fault_rank does (code, ms, call_ms, next, data, message; `data`: whether
+the next good call's result was right, where the mode checks it), then waits (bounded) for the
+others' reports and leaves with os._exit. Started by mpiexec (the MPI
+transport) or torchrun (the gloo transport) alike.
 
 Usage: bad_args_torch.py MODE OUTDIR LINGER_MS"""
 import os
@@ -15,13 +18,15 @@ import torch.distributed as dist
 
 import chimera
 import chimera.torch as ct
+from chimera.torch.backend import mesh_backend
 
 
 def code_of(error):
     """The status code a report names for `error` (the words fault_rank writes)."""
     if error is None:
         return "ok"
-    for cls, name in ((chimera.InvalidArgument, "invalid"), (chimera.Mismatch, "mismatch"),
+    # chimera's Python bindings raise ValueError for a tensor that fails their own checks.
+    for cls, name in ((chimera.InvalidArgument, "invalid"), (ValueError, "invalid"), (chimera.Mismatch, "mismatch"),
                       (chimera.Timeout, "timeout")):
         if isinstance(error, cls):
             return name
@@ -34,11 +39,56 @@ def code_of(error):
 
 
 def attempt(call):
+    """(the error `call` raised or None, the data verdict it returned: True, False or None for
+    a mode that does not check its result)."""
     try:
-        call()
-        return None
+        return None, call()
     except Exception as error:  # noqa: BLE001 - every failure is reported, none may escape
-        return error
+        return error, None
+
+
+def all_reduce(bad):
+    # The rank at fault's tensor has one element more than its peers': the counts differ.
+    tensor = torch.ones(16 + (1 if bad else 0))
+    dist.all_reduce(tensor)
+    return bool((tensor == dist.get_world_size()).all())
+
+
+def root_tensor():
+    """16 zeros, ones on rank 0 (the root of the broadcasts below)."""
+    return torch.full((16,), 1.0 if dist.get_rank() == 0 else 0.0)
+
+
+def broadcast(bad):
+    # The rank at fault names a source rank outside the group (the process group's own check).
+    tensor = root_tensor()
+    dist.broadcast(tensor, src=dist.get_world_size() if bad else 0)
+    return bool((tensor == 1).all())
+
+
+_MESH_BACKEND: dict = {}
+
+
+def world_backend():
+    """chimera's Backend over every rank (mesh dp=N), made once, on the launch's transport."""
+    if "backend" not in _MESH_BACKEND:
+        _MESH_BACKEND["backend"] = mesh_backend(f"dp={dist.get_world_size()}", range(dist.get_world_size()))
+    return _MESH_BACKEND["backend"]
+
+
+def backend_broadcast(bad):
+    # The Backend's own check: a root outside the group of dist.get_world_size() ranks.
+    tensor = root_tensor()
+    world_backend().broadcast(tensor, root=dist.get_world_size() if bad else 0)
+    return bool((tensor == 1).all())
+
+
+def backend_all_reduce(bad):
+    # The binding's tensor check before the Backend is called (a non-contiguous tensor): the
+    # rank refuses the collective (Backend::refuseCollective).
+    tensor = torch.ones((4, 4))
+    world_backend().all_reduce(tensor.t() if bad else tensor)
+    return bool((tensor == dist.get_world_size()).all())
 
 
 def all_gather(bad):
@@ -149,6 +199,10 @@ def moe_replicated_id(bad):
 
 
 MODES = {
+    "bad-torch-allreduce": all_reduce,
+    "bad-torch-broadcast": broadcast,
+    "bad-backend-broadcast": backend_broadcast,
+    "bad-backend-allreduce": backend_all_reduce,
     "bad-torch-allgather": all_gather,
     "bad-torch-reducescatter": reduce_scatter,
     "bad-torch-gather": gather,
@@ -168,15 +222,16 @@ def main():
     ct.init_process_group()
     rank, size = dist.get_rank(), dist.get_world_size()
     call = MODES[mode]
-    warm = attempt(lambda: call(False))  # the groups, exchanges and plans of the good call exist
+    warm, _ = attempt(lambda: call(False))  # the groups, exchanges and plans of the good call exist
     bad = rank == size - 1
     begin = time.monotonic()
-    error = attempt(lambda: call(bad)) if warm is None else warm
+    error = attempt(lambda: call(bad))[0] if warm is None else warm
     call_ms = (time.monotonic() - begin) * 1000
-    following = attempt(lambda: call(False)) if warm is None else warm
+    following, correct = attempt(lambda: call(False)) if warm is None else (warm, None)
     message = " ".join(str(error).split()) if error is not None else ""
+    data = "-" if correct is None else ("ok" if correct else "wrong")
     line = (f"code={code_of(error)} ms={int((time.monotonic() - start) * 1000)} call_ms={int(call_ms)} "
-            f"next={'ok' if following is None else 'failed'} data=- message={message}\n")
+            f"next={'ok' if following is None else 'failed'} data={data} message={message}\n")
     path = os.path.join(out, f"rank{rank}.txt")
     with open(path + ".tmp", "w") as f:
         f.write(line)

@@ -320,6 +320,24 @@ Outcome modeBadCApiAllReduce(Run& r) {
   return out;
 }
 
+// The C API: chimeraSend from each odd rank to the rank below with an unknown datatype (a
+// chimeraDataType_t past the last) on one rank, a check made before the backend is reached.
+Outcome modeBadCApiSend(Run& r) {
+  chimeraComm_t comm = nullptr;
+  if (chimeraCommInitMpi(&comm, r.mesh.toString().c_str()) != chimeraSuccess)
+    return {Status::internal(std::string("chimeraCommInitMpi: ") + chimeraGetLastError())};
+  Outcome out = badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    const chimeraResult_t result =
+        r.rank % 2 == 1 ? chimeraSend(buf.data(), kCount, bad ? static_cast<chimeraDataType_t>(99) : chimeraFloat32,
+                                      r.rank - 1, comm)
+                        : chimeraRecv(buf.data(), kCount, chimeraFloat32, r.rank + 1, comm);
+    return result == chimeraSuccess ? Status::ok() : Status(static_cast<StatusCode>(result), chimeraGetLastError());
+  });
+  (void)chimeraCommDestroy(comm);
+  return out;
+}
+
 // The Executor: a redistribution whose output buffer is too small on one rank.
 Outcome modeBadExecutor(Run& r) {
   Executor executor(*r.backend);
@@ -473,6 +491,7 @@ int main(int argc, char** argv) {
       {"bad-grouped-p2p", modeBadGroupedP2P},
       {"bad-send", modeBadSend},
       {"bad-capi-allreduce", modeBadCApiAllReduce},
+      {"bad-capi-send", modeBadCApiSend},
   };
   Outcome outcome{status};
   if (status.isOk() && !absent) {

@@ -8,8 +8,11 @@ docs/reliability.md and prints one table row per mode.
 
 A bad-argument case passes when every rank reported within the wall-clock limit, the rank at
 fault returned InvalidArgument, every other rank Mismatch naming it (in a pair mode: its
-partner, every other rank ok), the faulty call took under --bad-call-limit seconds on
-every rank, and the same call with good arguments worked afterwards on every rank.
+partner, every other rank ok; in a mode where the ranks' arguments disagree and no rank's own
+check fails: every rank Mismatch naming the field), the faulty call took under
+--bad-call-limit seconds on every rank, and the same call with good arguments worked afterwards
+on every rank (with the right result, where the mode checks it). The torch modes run under
+mpiexec (the MPI transport) or, with --torchrun PYTHON, under torchrun (the gloo transport).
 
 With checks on (the default) a run passes when it ends within the wall-clock limit, the job
 exits non-zero, every rank that was not stopped reported, some rank reported an error, and no
@@ -35,14 +38,20 @@ SILENT_ON_SKIPPING_RANK = {"skipped-call"}
 # One bad argument on the last rank, per public entry point of the C++ API.
 BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
                       "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch", "bad-grouped-p2p",
-                      "bad-send", "bad-capi-allreduce"]
+                      "bad-send", "bad-capi-allreduce", "bad-capi-send"]
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
-PAIR_MODES = {"bad-send", "bad-torch-send"}
-# The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py").
-TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allgather", "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter",
-                            "bad-torch-alltoall", "bad-torch-alltoall-single", "bad-torch-send", "bad-dtensor",
-                            "bad-moe-topk", "bad-moe-replicated-id"]
+PAIR_MODES = {"bad-send", "bad-capi-send", "bad-torch-send"}
+# The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py",
+# or as --binary bad_args_torch.py with --torchrun PYTHON).
+TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allreduce", "bad-torch-broadcast", "bad-torch-allgather",
+                            "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter", "bad-torch-alltoall",
+                            "bad-torch-alltoall-single", "bad-torch-send", "bad-backend-broadcast",
+                            "bad-backend-allreduce", "bad-dtensor", "bad-moe-topk", "bad-moe-replicated-id"]
+# Modes where the rank at fault passes arguments that pass its own checks but differ from its
+# peers' (a longer tensor): no rank can tell which is wrong, so every rank, the one at fault
+# included, gets Mismatch naming the field that differs (with its smallest and largest value).
+DISAGREEMENT_MODES = {"bad-torch-allreduce": "count differs"}
 RANKS = 4
 STALLED_RANK = 2
 
@@ -71,7 +80,11 @@ def run_case(args, mode, checks):
         env.update(CHIMERA_CHECK_ARGS="1" if checks else "0", CHIMERA_TIMEOUT_MS=str(args.timeout_ms))
         linger = args.timeout_ms + 2000
     with tempfile.TemporaryDirectory(prefix="chimera-fault-") as out:
-        cmd = args.mpiexec + ["-n", str(ranks)] + args.binary.split() + [mode, out, str(linger)]
+        if args.torchrun:
+            launcher = [args.torchrun, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+        else:
+            launcher = args.mpiexec + ["-n", str(ranks)]
+        cmd = launcher + args.binary.split() + [mode, out, str(linger)]
         start = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -143,18 +156,24 @@ def judge_bad_argument(case, args):
     if missing:
         problems.append(f"no report from ranks {missing} (crashed, or waiting)")
     involved = {faulty - 1} if case["mode"] in PAIR_MODES else set(range(case["ranks"])) - {faulty}
+    differs = DISAGREEMENT_MODES.get(case["mode"])
     for r, rep in sorted(reports.items()):
-        if r == faulty and rep["code"] != "invalid":
-            problems.append(f"rank {r} (at fault) returned {rep['code']}, not InvalidArgument")
         named = re.search(rf"\brank {faulty}\b", rep["message"])
-        if r in involved and (rep["code"] != "mismatch" or not named):
+        if differs is not None:
+            if rep["code"] != "mismatch" or differs not in rep["message"]:
+                problems.append(f"rank {r} returned {rep['code']}, not Mismatch naming '{differs}'")
+        elif r == faulty and rep["code"] != "invalid":
+            problems.append(f"rank {r} (at fault) returned {rep['code']}, not InvalidArgument")
+        elif r in involved and (rep["code"] != "mismatch" or not named):
             problems.append(f"rank {r} returned {rep['code']}, not Mismatch naming rank {faulty}")
-        if r != faulty and r not in involved and rep["code"] != "ok":
+        elif r != faulty and r not in involved and rep["code"] != "ok":
             problems.append(f"rank {r} (not in the call of the rank at fault) returned {rep['code']}")
         if float(rep.get("call_ms", -1)) > args.bad_call_limit * 1000:
             problems.append(f"rank {r} took {int(rep['call_ms'])} ms")
         if rep.get("next") != "ok":
             problems.append(f"rank {r}: the next good call {rep.get('next')}")
+        elif rep.get("data") == "wrong":
+            problems.append(f"rank {r}: the next good call returned a wrong result")
     return problems
 
 
@@ -209,7 +228,9 @@ def summary(case):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True, help="fault_rank, or PYTHON bad_args_torch.py (space separated)")
-    parser.add_argument("--mpiexec", required=True, help="mpiexec and its flags, space separated")
+    parser.add_argument("--mpiexec", default="", help="mpiexec and its flags, space separated")
+    parser.add_argument("--torchrun", default="",
+                        help="start the ranks with PYTHON -m torch.distributed.run --standalone instead of mpiexec")
     parser.add_argument("--modes", default=",".join(MODES + BAD_ARGUMENT_MODES))
     parser.add_argument("--checks", default="on,off")
     parser.add_argument("--timeout-ms", type=int, default=2000)
@@ -218,6 +239,8 @@ def main():
     parser.add_argument("--bad-call-limit", type=float, default=1.0,
                         help="seconds the faulty call of a bad-argument mode may take on any rank")
     args = parser.parse_args()
+    if not args.mpiexec and not args.torchrun:
+        parser.error("one of --mpiexec and --torchrun is required")
     args.mpiexec = args.mpiexec.split()
     failed = 0
     print("| mode | checks | outcome per rank | slowest error (s) | wall (s) | verdict |")

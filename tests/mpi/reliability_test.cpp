@@ -151,6 +151,54 @@ TEST(MpiReliability, AnAbandonedLibraryCollectiveDoesNotWriteTheCallersBuffer) {
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// The uneven all-to-all receives point-to-point straight into the caller's buffer: on a Timeout
+// its receives are cancelled, so a member that arrives after the others gave up writes nothing
+// into the buffers they have had back since.
+TEST(MpiReliability, AnAbandonedAllToAllVDoesNotWriteTheCallersBuffer) {
+  const Mesh mesh = Mesh::flat(worldSize());
+  detail::MpiBackendOptions options;
+  options.timeoutMs = 300;
+  options.checkArgs = false;  // the late member's transfers must match the abandoned ones
+  options.abortOnTimeout = false;
+  auto backend = makeBackend(mesh, options);
+  bool ok = backend != nullptr;
+  const auto n = static_cast<std::size_t>(worldSize());
+  constexpr std::size_t kBlock = 64;  // small: eager sends, which complete without their receives
+  std::vector<float> send(n * kBlock, static_cast<float>(worldRank())), recv(n * kBlock, 0.0f);
+  std::vector<std::size_t> counts(n, kBlock), offsets(n);
+  for (std::size_t j = 0; j < n; ++j) offsets[j] = j * kBlock;
+  // One on time first (it creates the group's communicator): block j of every member's send.
+  if (ok)
+    ok = backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes())
+             .isOk();
+  for (std::size_t j = 0; j < n && ok; ++j) ok = recv[j * kBlock] == static_cast<float>(j);
+  if (!allRanksAgree(ok)) return;
+  constexpr float kMine = -3.0f;  // what the caller keeps in its buffer after the Timeout
+  if (worldRank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // after the others gave up
+    (void)backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes());
+  } else {
+    const Status status =
+        backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes());
+    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
+    ok = status.code() == StatusCode::Timeout;
+    std::fill(recv.begin(), recv.end(), kMine);
+  }
+  // Drive MPI until the late member's sends have arrived wherever they can.
+  ok = allRanksAgree(ok);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    int found = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, MPI_STATUS_IGNORE);
+  }
+  if (worldRank() != 0) {
+    const bool kept = std::all_of(recv.begin(), recv.end(), [](float v) { return v == kMine; });
+    EXPECT_TRUE(kept) << "the abandoned all-to-all wrote into the caller's buffer after its call returned";
+    ok = ok && kept;
+  }
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
 // Ranks asking for different new groups get Mismatch on every rank; the groups made later
 // by agreeing calls are the right ones.
 TEST(MpiReliability, DifferentAxesOnFirstUseCacheNothing) {

@@ -221,6 +221,47 @@ TEST(TrainingModel, MoeDispatchSendsEachTokenOncePerDestinationRank) {
   EXPECT_EQ(one.fusedBytes, one.baselineBytes);
 }
 
+// Lines of a plan (one step each).
+int planSteps(const ModelCollective& c) {
+  int lines = 0;
+  for (char ch : c.plan) lines += ch == '\n' ? 1 : 0;
+  return lines;
+}
+
+TEST(TrainingModel, MoeAcrossNodesSendsATokenOncePerDestinationNode) {
+  // ep=16 over two nodes of 8 (multinode-ib:2), 64 experts top-8: a token reaches D = 6.75 of
+  // the 16 ranks, 3.4 on the other node, which once per host it crosses to once (P_h = 0.998
+  // of the time), to the forwarder with its place there, which fans it out (docs/moe.md, rule 6).
+  const ModelReport r = analyse(largeMoe(64, 8), "ep=16,microbatches=1", "multinode-ib:2");
+  const double n = 16, t = static_cast<double>(r.moe.tokensPerRank), row = 512, d = r.moe.distinctRanks;
+  const double perRank = t * d / n;  // rows to each destination rank
+  const double hit = expectedHit(64, 32, 8);
+  const ModelCollective& dispatch = find(r, "layer 1 moe dispatch (forward)");
+  EXPECT_TRUE(dispatch.fused);
+  EXPECT_EQ(planSteps(dispatch), 3) << dispatch.plan;  // counts, straight + across, the fan-out
+  // Every rank: 7 straight records inside its node, one host record per token to its
+  // forwarder with probability P_h, and (as forwarder of one source) 7 fanned-out records.
+  const double counts = 15 * 4 * 64;
+  EXPECT_NEAR(static_cast<double>(dispatch.fusedBytes), n * (7 * perRank + t * hit + 7 * perRank) * row + counts,
+              3 * 16 * 15);
+  // Across the nodes: t P_h rows per rank instead of 8 D / 16 t: 3.4x fewer.
+  EXPECT_NEAR(8 * perRank / (t * hit), 3.38, 0.01);
+  for (const char* where :
+       {"layer 1 moe combine (forward)", "layer 1 moe dispatch (backward)", "layer 1 moe combine (backward)"}) {
+    const ModelCollective& c = find(r, where);
+    EXPECT_TRUE(c.fused) << where;
+    EXPECT_EQ(planSteps(c), 2) << where << ": " << c.plan;
+    EXPECT_NEAR(static_cast<double>(c.fusedBytes), n * (14 * perRank + t * hit) * row, 3 * 16 * 15) << where;
+  }
+  // On one node there is nothing to cross: once per rank, one many-to-many after the counts.
+  const ModelReport one = analyse(largeMoe(64, 8), "ep=8,microbatches=1", "dgx-h100x8");
+  EXPECT_EQ(planSteps(find(one, "layer 1 moe dispatch (forward)")), 2);
+  // Top-1 across the nodes: a token crosses to one rank, so once per host crosses as much and
+  // adds the fan-out: not taken.
+  const ModelReport top1 = analyse(largeMoe(64, 1), "ep=16,microbatches=1", "multinode-ib:2");
+  EXPECT_LE(planSteps(find(top1, "layer 1 moe dispatch (forward)")), 2);
+}
+
 TEST(TrainingModel, MoeAllGatherDispatcherSendsEveryTokenToEveryRank) {
   ModelConfig m = largeMoe(8, 2);
   m.dispatcher = MoeDispatcher::AllGather;

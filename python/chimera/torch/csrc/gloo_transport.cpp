@@ -5,7 +5,10 @@
 // process group it serves that group alone (one axis); over a mesh (a DeviceMesh's ranks, any
 // order) each group along an axis set gets its own gloo backend, made by its members under a
 // store prefix naming the mesh, its creation and the group. Buffers are wrapped as tensors without
-// copies; each call waits for its Work, bounded by the timeout.
+// copies; each call waits for its Work, bounded by the timeout. With CHIMERA_CHECK_ARGS (on by
+// default, as on the MPI backend) every collective starts with the argument agreement of its group
+// (common/agreement.hpp), one int64 MIN all-reduce on the group's gloo backend, so a rank whose
+// own checks fail makes every member fail at once instead of waiting for it until the timeout.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -16,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <iterator>
 #include <map>
 #include <set>
@@ -26,7 +30,9 @@
 #include <vector>
 
 #include "chimera/mesh.hpp"
+#include "chimera/op_kind.hpp"
 #include "common/agreement.hpp"
+#include "common/env.hpp"
 #include "common/hash.hpp"
 #include "common/host_identity.hpp"
 #include "host_transport.hpp"
@@ -42,18 +48,52 @@ constexpr int kPlanTagTop = INT_MAX - 1;
 // lowest tag of chimera's own.
 constexpr int kReduceScatterTag = kPlanTagTop - 256;
 
-at::ScalarType scalarTypeOf(DataType dtype) {
+// The torch type of `dtype`; false for a value that is no DataType enumerator.
+bool scalarTypeOf(DataType dtype, at::ScalarType& out) {
   switch (dtype) {
-    case DataType::F32: return at::kFloat;
-    case DataType::F64: return at::kDouble;
-    case DataType::F16: return at::kHalf;
-    case DataType::BF16: return at::kBFloat16;
-    case DataType::I32: return at::kInt;
-    case DataType::I64: return at::kLong;
-    case DataType::U8: return at::kByte;
-    default: break;
+    case DataType::F32: out = at::kFloat; return true;
+    case DataType::F64: out = at::kDouble; return true;
+    case DataType::F16: out = at::kHalf; return true;
+    case DataType::BF16: out = at::kBFloat16; return true;
+    case DataType::I32: out = at::kInt; return true;
+    case DataType::I64: out = at::kLong; return true;
+    case DataType::U8: out = at::kByte; return true;
   }
-  return at::kByte;
+  return false;
+}
+
+// The torch type of `dtype`, which the collective's checks found to be a DataType.
+at::ScalarType scalarTypeOf(DataType dtype) {
+  at::ScalarType type = at::kByte;
+  TORCH_CHECK(scalarTypeOf(dtype, type), "dtype value ", static_cast<int>(dtype), " is no chimera DataType");
+  return type;
+}
+
+// The checks a collective makes before its agreement, each InvalidArgument naming what is wrong.
+Status checkDataType(DataType dtype) {
+  at::ScalarType type = at::kByte;
+  if (scalarTypeOf(dtype, type)) return Status::ok();
+  return Status::invalidArgument("unknown dtype value " + std::to_string(static_cast<int>(dtype)));
+}
+Status checkReduceOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Prod:
+    case ReduceOp::Min:
+    case ReduceOp::Max:
+    case ReduceOp::Avg: return Status::ok();
+  }
+  return Status::invalidArgument("unknown reduce op value " + std::to_string(static_cast<int>(op)));
+}
+Status checkBuffer(const void* ptr, std::size_t count, const char* what) {
+  if (ptr != nullptr || count == 0) return Status::ok();
+  return Status::invalidArgument(std::string(what) + " is null but count is " + std::to_string(count));
+}
+// The first error of `checks` (in order), else ok.
+Status firstError(std::initializer_list<Status> checks) {
+  for (const Status& s : checks)
+    if (!s.isOk()) return s;
+  return Status::ok();
 }
 
 // Element bytes of a dtype.
@@ -109,13 +149,15 @@ class GlooHostBackend final : public chimera::Backend {
   // Over `mesh`, as its rank `rank`: `whole` is the gloo backend of the whole mesh (every
   // collective over all axes, and point-to-point by mesh rank); `factory` makes the others
   // (none: `mesh` has one axis, whose group is `whole`).
+  // `checkArgs`: CHIMERA_CHECK_ARGS, read at creation (every collective agrees on its arguments).
   GlooHostBackend(Mesh mesh, int rank, c10::intrusive_ptr<c10d::Backend> whole, GroupFactory factory,
-                  std::int64_t timeoutMs)
+                  std::int64_t timeoutMs, bool checkArgs)
       : mesh_(std::move(mesh)),
         rank_(rank),
         hosts_(static_cast<std::size_t>(mesh_.size()), 0),
         factory_(std::move(factory)),
-        timeout_(timeoutMs) {
+        timeout_(timeoutMs),
+        checkArgs_(checkArgs) {
     groups_.emplace(mesh_.allAxes().bits(), std::move(whole));
   }
 
@@ -144,6 +186,12 @@ class GlooHostBackend final : public chimera::Backend {
                    Stream) override {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "allReduce", gloo); !s.isOk()) return s;
+    const Status local =
+        firstError({checkDataType(dtype), checkReduceOp(op), checkBuffer(send, count, "allReduce send buffer"),
+                    checkBuffer(recv, count, "allReduce recv buffer")});
+    if (Status s = agree(axes, gloo, {OpKind::AllReduce, static_cast<std::int64_t>(count), dtype, op, 0}, local);
+        !s.isOk())
+      return s;
     if (count == 0) return Status::ok();
     if (send != recv) std::memmove(recv, send, count * elementBytes(dtype));
     if (gloo == nullptr) return Status::ok();
@@ -163,6 +211,13 @@ class GlooHostBackend final : public chimera::Backend {
                        Stream) override {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "reduceScatter", gloo); !s.isOk()) return s;
+    const Status local =
+        firstError({checkDataType(dtype), checkReduceOp(op), checkBuffer(send, recvCount, "reduceScatter send buffer"),
+                    checkBuffer(recv, recvCount, "reduceScatter recv buffer")});
+    if (Status s =
+            agree(axes, gloo, {OpKind::ReduceScatter, static_cast<std::int64_t>(recvCount), dtype, op, 0}, local);
+        !s.isOk())
+      return s;
     if (recvCount == 0) return Status::ok();
     if (gloo == nullptr) return copy(recv, send, recvCount * elementBytes(dtype), nullptr);
     const std::vector<int> members = mesh_.groupRanks(rank_, axes);
@@ -201,6 +256,11 @@ class GlooHostBackend final : public chimera::Backend {
   Status allGather(const void* send, void* recv, std::size_t sendCount, DataType dtype, AxisSet axes, Stream) override {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "allGather", gloo); !s.isOk()) return s;
+    const Status local = firstError({checkDataType(dtype), checkBuffer(send, sendCount, "allGather send buffer"),
+                                     checkBuffer(recv, sendCount, "allGather recv buffer")});
+    if (Status s = agree(axes, gloo, {OpKind::AllGather, static_cast<std::int64_t>(sendCount), dtype}, local);
+        !s.isOk())
+      return s;
     if (sendCount == 0) return Status::ok();
     if (gloo == nullptr) return copy(recv, send, sendCount * elementBytes(dtype), nullptr);
     return guarded("allGather", [&] {
@@ -213,6 +273,13 @@ class GlooHostBackend final : public chimera::Backend {
                   Stream) override {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "allToAll", gloo); !s.isOk()) return s;
+    Status local = firstError({checkDataType(dtype), checkBuffer(send, countPerPeer, "allToAll send buffer"),
+                               checkBuffer(recv, countPerPeer, "allToAll recv buffer")});
+    if (local.isOk() && countPerPeer > 0 && send == recv)
+      local = Status::invalidArgument("allToAll is out-of-place only, but send == recv");
+    if (Status s = agree(axes, gloo, {OpKind::AllToAll, static_cast<std::int64_t>(countPerPeer), dtype}, local);
+        !s.isOk())
+      return s;
     if (countPerPeer == 0) return Status::ok();
     if (gloo == nullptr) return copy(recv, send, countPerPeer * elementBytes(dtype), nullptr);
     return guarded("allToAll", [&] {
@@ -228,10 +295,19 @@ class GlooHostBackend final : public chimera::Backend {
     c10d::Backend* gloo = nullptr;
     if (Status s = groupOf(axes, "broadcast", gloo); !s.isOk()) return s;
     const int size = mesh_.groupSize(axes);
-    if (root < 0 || root >= size)
-      return Status::invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of the group");
+    const bool isRoot = mesh_.groupIndex(rank_, axes) == root;
+    Status local = checkDataType(dtype);
+    if (local.isOk() && (root < 0 || root >= size))
+      local = Status::invalidArgument("broadcast root " + std::to_string(root) + " is not a group index of axes " +
+                                      mesh_.axesName(axes) + " (size " + std::to_string(size) + ")");
+    if (local.isOk() && isRoot) local = checkBuffer(send, count, "broadcast send buffer (root)");
+    if (local.isOk()) local = checkBuffer(recv, count, "broadcast recv buffer");
+    if (Status s =
+            agree(axes, gloo, {OpKind::Broadcast, static_cast<std::int64_t>(count), dtype, ReduceOp::Sum, root}, local);
+        !s.isOk())
+      return s;
     if (count == 0) return Status::ok();
-    if (mesh_.groupIndex(rank_, axes) == root && send != recv) std::memmove(recv, send, count * elementBytes(dtype));
+    if (isRoot && send != recv) std::memmove(recv, send, count * elementBytes(dtype));
     if (gloo == nullptr) return Status::ok();
     return guarded("broadcast", [&] {
       std::vector<at::Tensor> tensors{wrap(recv, count, dtype)};
@@ -239,6 +315,17 @@ class GlooHostBackend final : public chimera::Backend {
       options.rootRank = root;
       wait(gloo->broadcast(tensors, options));
     });
+  }
+  Status refuseCollective(AxisSet axes, const Status& local, Stream) override {
+    if (local.isOk()) return Status::invalidArgument("refuseCollective: the local status must be an error");
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "refuseCollective", gloo); !s.isOk()) return s;
+    return agree(axes, gloo, detail::CallSignature{}, local);
+  }
+  Status agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream) override {
+    c10d::Backend* gloo = nullptr;
+    if (Status s = groupOf(axes, "agreeOnArguments", gloo); !s.isOk()) return s;
+    return agree(axes, gloo, {OpKind::ManyToMany, count, DataType::U8, ReduceOp::Sum, root}, local);
   }
   Status send(const void* buf, std::size_t count, DataType dtype, int peer, Stream) override {
     const P2POp op{P2POp::Kind::Send, const_cast<void*>(buf), count, dtype, peer};
@@ -254,6 +341,7 @@ class GlooHostBackend final : public chimera::Backend {
         return Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
       if (op.box != nullptr)
         return Status::invalidArgument("groupedP2P: a box (P2POp::box), which the gloo mesh backend does not move");
+      if (Status s = checkDataType(op.dtype); !s.isOk()) return s;
     }
     c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     return guarded("groupedP2P", [&] {
@@ -344,19 +432,39 @@ class GlooHostBackend final : public chimera::Backend {
   }
 
  private:
+  // The argument agreement of a collective on `axes` (common/agreement.hpp) before its first
+  // transfer: `local` is the verdict of this rank's own checks. Its MIN is one int64 all-reduce
+  // on the group's gloo backend `gloo`, bounded by the timeout. Returns `local` without
+  // communicating with CHIMERA_CHECK_ARGS off or in a group of one rank.
+  Status agree(AxisSet axes, c10d::Backend* gloo, const detail::CallSignature& signature, const Status& local) const {
+    if (!checkArgs_ || gloo == nullptr || mesh_.groupSize(axes) == 1) return local;
+    const std::string group = mesh_.axesName(axes);
+    const std::string what = "argument agreement check of " + std::string(opKindInfo(signature.kind).call) +
+                             " on axes " + group + " (rank " + std::to_string(rank_) + ")";
+    const detail::GroupMin min = [&](std::span<std::int64_t> words) {
+      return guarded(what.c_str(), [&] { reduceMin(*gloo, words); });
+    };
+    return detail::agreeOnCall(signature, local, rank_, group, min);
+  }
+  // Every word replaced by its minimum over the group of `gloo` (collective over it).
+  void reduceMin(c10d::Backend& gloo, std::span<std::int64_t> words) const {
+    std::vector<at::Tensor> tensors{wrap(words.data(), words.size(), DataType::I64)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MIN;
+    wait(gloo.allreduce(tensors, options));
+  }
   // The agreement of every rank of the mesh on the new groups (common/agreement.hpp), its MIN
-  // an AllReduce over the whole mesh.
+  // an all-reduce over the whole mesh.
   Status agreeOnNewGroups(const std::vector<AxisSet>& groups, const Status& local) {
     detail::Hasher hash;  // the library's one hash, over the axis sets in order
     for (AxisSet axes : groups) hash.add(axes.bits());
     const std::string names = axesNames(groups);
     const std::string mesh = mesh_.toString();
+    const std::string what =
+        "agreeing on the new gloo groups [" + names + "] (mesh " + mesh + ", rank " + std::to_string(rank_) + ")";
+    c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     const detail::GroupMin min = [&](std::span<std::int64_t> words) {
-      const Status s =
-          allReduce(words.data(), words.data(), words.size(), DataType::I64, ReduceOp::Min, mesh_.allAxes(), nullptr);
-      if (s.isOk()) return s;
-      return Status(s.code(), "agreeing on the new gloo groups [" + names + "] (mesh " + mesh + ", rank " +
-                                  std::to_string(rank_) + "): " + s.message());
+      return guarded(what.c_str(), [&] { reduceMin(whole, words); });
     };
     return detail::agreeOnNewGroups({hash.agreementValue(), names, "gloo groups", mesh}, local, rank_, min);
   }
@@ -429,6 +537,7 @@ class GlooHostBackend final : public chimera::Backend {
   std::map<std::uint32_t, c10::intrusive_ptr<c10d::Backend>> groups_;  // by axis-set bits
   GroupFactory factory_;
   std::chrono::milliseconds timeout_;
+  bool checkArgs_;  // CHIMERA_CHECK_ARGS
 };
 
 // c10d's send/recv on the gloo backend are already what a HostPointToPoint promises.
@@ -460,9 +569,11 @@ class GlooHostPointToPoint final : public HostPointToPoint {
 Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs, HostTransport& out) {
   if (!gloo) return Status::invalidArgument("gloo transport: no gloo backend");
   if (timeoutMs <= 0) return Status::invalidArgument("gloo transport: timeout of " + std::to_string(timeoutMs) + " ms");
+  bool checkArgs = detail::kMpiCheckArgsByDefault;
+  if (Status s = detail::checkArgsFromEnv(checkArgs, detail::kMpiCheckArgsByDefault); !s.isOk()) return s;
   const int rank = gloo->getRank();
-  auto backend =
-      std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs);
+  auto backend = std::make_unique<GlooHostBackend>(Mesh::flat(gloo->getSize(), "group"), rank, gloo, nullptr, timeoutMs,
+                                                   checkArgs);
   if (Status s = backend->findHosts(); !s.isOk()) return s;
   out.backend = std::move(backend);
   out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
@@ -491,6 +602,8 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
                                    " is not one of the mesh's ranks " + ranks);
   if (timeoutMs <= 0)
     return Status::invalidArgument("gloo mesh backend: timeout of " + std::to_string(timeoutMs) + " ms");
+  bool checkArgs = detail::kMpiCheckArgsByDefault;
+  if (Status s = detail::checkArgsFromEnv(checkArgs, detail::kMpiCheckArgsByDefault); !s.isOk()) return s;
   // The mesh's name in the store (its axes and ranks). Each creation over it takes the next
   // generation: a rank finishes creation g only after every member counted itself in for g
   // (they all meet in the whole-mesh group next), so members agree on g without talking.
@@ -508,7 +621,7 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
         return makeGroup(group, mesh.groupIndex(index, axes), mesh.groupSize(axes), timeoutMs);
       };
       c10::intrusive_ptr<c10d::Backend> whole = factory(mesh.allAxes());
-      out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs);
+      out = std::make_unique<GlooHostBackend>(mesh, index, std::move(whole), std::move(factory), timeoutMs, checkArgs);
     });
   });
   if (!created.isOk()) return created;
