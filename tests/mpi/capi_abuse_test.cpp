@@ -74,6 +74,8 @@ TEST(CApiAbuse, CommunicatorOutlivesItsSessions) {
 TEST(CApiAbuse, CountsWhoseBytesDoNotFitAreRefused) {
   chimeraComm_t comm = nullptr;
   ASSERT_EQ(chimeraCommInitMpi(&comm, "pp=2,tp=4"), chimeraSuccess) << chimeraGetLastError();
+  int rank = 0;
+  ASSERT_EQ(chimeraCommRank(comm, &rank), chimeraSuccess);
   float x[8] = {};
   for (const std::size_t count : {SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 4 + 1, std::size_t{1} << 62}) {
     EXPECT_EQ(chimeraAllReduce(x, x, count, chimeraFloat32, chimeraSum, "tp", comm), chimeraInvalidArgument);
@@ -82,8 +84,14 @@ TEST(CApiAbuse, CountsWhoseBytesDoNotFitAreRefused) {
     EXPECT_EQ(chimeraAllGather(x, x, count, chimeraFloat32, "tp", comm), chimeraInvalidArgument);
     EXPECT_EQ(chimeraAllToAll(x, x + 4, count, chimeraFloat32, "tp", comm), chimeraInvalidArgument);
     EXPECT_EQ(chimeraBroadcast(x, x, count, chimeraFloat32, 0, "tp", comm), chimeraInvalidArgument);
-    EXPECT_EQ(chimeraSend(x, count, chimeraFloat32, 0, comm), chimeraInvalidArgument);
-    EXPECT_EQ(chimeraRecv(x, count, chimeraFloat32, 0, comm), chimeraInvalidArgument);
+    // A send or recv refuses its transfer to its peer (Backend::refuseTransfers): pairs of
+    // ranks, each side refusing, so both learn the other's refusal and return their own error.
+    const int peer = rank ^ 1;
+    const auto send = [&] { return chimeraSend(x, count, chimeraFloat32, peer, comm); };
+    const auto recv = [&] { return chimeraRecv(x, count, chimeraFloat32, peer, comm); };
+    EXPECT_EQ(rank % 2 == 0 ? send() : recv(), chimeraInvalidArgument);
+    EXPECT_TRUE(lastErrorHas("do not fit")) << chimeraGetLastError();
+    EXPECT_EQ(rank % 2 == 0 ? recv() : send(), chimeraInvalidArgument);
   }
   // A per-rank count that fits alone but not times the 4 ranks of tp.
   const std::size_t perRank = (std::size_t{1} << 59) + 1;  // 2^61 + 4 bytes; x 4 ranks > PTRDIFF_MAX
