@@ -157,6 +157,10 @@ def main() -> int:
         state["store"], state["barrier"] = store, 0
         os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
         dist.set_debug_level_from_env()
+        # Group names count from 0 in every test, on every rank: a test that failed on one rank
+        # before or while making its groups (so that no destroy_process_group reset the count)
+        # must not shift the names of every later test's groups against the other ranks'.
+        dist.distributed_c10d._world.group_count = 0
         timeout = min(suite.CUSTOM_PG_TIMEOUT.get(name, suite.default_pg_timeout), args.timeout)
         t0 = time.monotonic()
         outcome = unittest.TestResult()
