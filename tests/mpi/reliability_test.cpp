@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -110,6 +111,37 @@ TEST(MpiReliability, LibraryCollectiveNamesTheLateRank) {
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// World rank 0 makes `call` 900 ms late, after the others' calls returned a Timeout and they
+// filled `buffer` (the output `call` writes) with their own values; once MPI has been driven
+// until the late member's messages arrived wherever they can, those values must still be there.
+// `what` names the call in the failure. Every rank's verdict, agreed.
+bool lateMemberLeavesTheCallersBuffer(const std::function<Status()>& call, std::vector<float>& buffer,
+                                      const char* what) {
+  constexpr float kMine = -3.0f;  // what the caller keeps in its buffer after the Timeout
+  bool ok = true;
+  if (worldRank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // after the others gave up
+    (void)call();
+  } else {
+    const Status status = call();
+    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
+    ok = status.code() == StatusCode::Timeout;
+    std::fill(buffer.begin(), buffer.end(), kMine);
+  }
+  ok = allRanksAgree(ok);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    int found = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, MPI_STATUS_IGNORE);
+  }
+  if (worldRank() != 0) {
+    const bool kept = std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == kMine; });
+    EXPECT_TRUE(kept) << "the abandoned " << what << " wrote into the caller's buffer after its call returned";
+    ok = ok && kept;
+  }
+  return allRanksAgree(ok);
+}
+
 // MPI cannot cancel a collective: one abandoned on a Timeout completes once the late member
 // arrives. With the Timeout returned to the caller (abortOnTimeout off), that late completion
 // must land in chimera's staging, not in the buffer the caller has had back since.
@@ -125,30 +157,11 @@ TEST(MpiReliability, AnAbandonedLibraryCollectiveDoesNotWriteTheCallersBuffer) {
   std::vector<float> data(256, 1.0f);
   if (ok) ok = backend->allReduce(data.data(), data.data(), 4, DataType::F32, ReduceOp::Sum, mesh.allAxes()).isOk();
   if (!allRanksAgree(ok)) return;
-  constexpr float kMine = -3.0f;  // what the caller keeps in its buffer after the Timeout
-  if (worldRank() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // after the others gave up
-    (void)backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
-  } else {
-    const Status status =
-        backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
-    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
-    ok = status.code() == StatusCode::Timeout;
-    std::fill(data.begin(), data.end(), kMine);
-  }
-  // Drive MPI until the late member's collective has completed everywhere.
-  ok = allRanksAgree(ok);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-  while (std::chrono::steady_clock::now() < until) {
-    int found = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, MPI_STATUS_IGNORE);
-  }
-  if (worldRank() != 0) {
-    const bool kept = std::all_of(data.begin(), data.end(), [](float v) { return v == kMine; });
-    EXPECT_TRUE(kept) << "the abandoned collective wrote into the caller's buffer after its call returned";
-    ok = ok && kept;
-  }
-  EXPECT_TRUE(allRanksAgree(ok));
+  EXPECT_TRUE(lateMemberLeavesTheCallersBuffer(
+      [&] {
+        return backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, mesh.allAxes());
+      },
+      data, "collective"));
 }
 
 // The uneven all-to-all receives point-to-point straight into the caller's buffer: on a Timeout
@@ -167,36 +180,15 @@ TEST(MpiReliability, AnAbandonedAllToAllVDoesNotWriteTheCallersBuffer) {
   std::vector<float> send(n * kBlock, static_cast<float>(worldRank())), recv(n * kBlock, 0.0f);
   std::vector<std::size_t> counts(n, kBlock), offsets(n);
   for (std::size_t j = 0; j < n; ++j) offsets[j] = j * kBlock;
+  const auto allToAllV = [&] {
+    return backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32,
+                              mesh.allAxes());
+  };
   // One on time first (it creates the group's communicator): block j of every member's send.
-  if (ok)
-    ok = backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes())
-             .isOk();
+  if (ok) ok = allToAllV().isOk();
   for (std::size_t j = 0; j < n && ok; ++j) ok = recv[j * kBlock] == static_cast<float>(j);
   if (!allRanksAgree(ok)) return;
-  constexpr float kMine = -3.0f;  // what the caller keeps in its buffer after the Timeout
-  if (worldRank() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(900));  // after the others gave up
-    (void)backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes());
-  } else {
-    const Status status =
-        backend->allToAllV(send.data(), counts, offsets, recv.data(), counts, offsets, DataType::F32, mesh.allAxes());
-    EXPECT_EQ(status.code(), StatusCode::Timeout) << status.toString();
-    ok = status.code() == StatusCode::Timeout;
-    std::fill(recv.begin(), recv.end(), kMine);
-  }
-  // Drive MPI until the late member's sends have arrived wherever they can.
-  ok = allRanksAgree(ok);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-  while (std::chrono::steady_clock::now() < until) {
-    int found = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &found, MPI_STATUS_IGNORE);
-  }
-  if (worldRank() != 0) {
-    const bool kept = std::all_of(recv.begin(), recv.end(), [](float v) { return v == kMine; });
-    EXPECT_TRUE(kept) << "the abandoned all-to-all wrote into the caller's buffer after its call returned";
-    ok = ok && kept;
-  }
-  EXPECT_TRUE(allRanksAgree(ok));
+  EXPECT_TRUE(lateMemberLeavesTheCallersBuffer(allToAllV, recv, "all-to-all"));
 }
 
 // Ranks asking for different new groups get Mismatch on every rank; the groups made later
