@@ -159,22 +159,20 @@ std::vector<std::vector<int>> hostsOfGroup(const RoutedRequest& request, int ran
   return members;
 }
 
-// Whether a dispatch group of `request` spans hosts (every group alike: the mesh's groups of one
-// axis set are checked from rank 0's and the others'; any spanning group counts).
-bool spansHosts(const RoutedRequest& request) {
-  for (int r = 0; r < request.mesh.size(); ++r) {
-    if (hostsOfGroup(request, r).size() > 1) return true;
-  }
-  return false;
+// Whether the dispatch group of a source of `flows` spans hosts (any spanning group counts).
+bool spansHosts(const RoutedRequest& request, std::span<const Flow> flows) {
+  return std::any_of(flows.begin(), flows.end(),
+                     [&](const Flow& f) { return hostsOfGroup(request, f.src).size() > 1; });
 }
 
-// The dispatch and combine once per destination host (rule 6) of owned or split tokens: the
-// count exchange of two words per peer; the records to the ranks of the source's host and one
-// host record per token and other host to the forwarder there (the member with the source's
-// place on its own host); the forwarders' records to their host's ranks; combine the reverse,
-// a forwarder's sums of a host record's rows crossing back once.
+// The dispatch and combine once per destination host (rule 6) of `flows`, each source its own
+// owner (owned or split tokens, or a stage's after the hand-off): the count exchange of two
+// words per peer; the records to the ranks of the source's host and one host record per token
+// and other host to the forwarder there (the member with the source's place on its own host);
+// the forwarders' records to their host's ranks; combine the reverse, a forwarder's sums of a
+// host record's rows crossing back once.
 void appendHostExchange(const RoutedRequest& request, const Shape& shape, double hostHeaderBytes,
-                        CommProgram& program) {
+                        std::span<const Flow> flows, CommProgram& program) {
   const double rowBytes = rowBytesOf(request);
   const int ranks = request.mesh.groupSize(request.group);
   const double perRank = static_cast<double>(request.experts) / ranks;
@@ -185,13 +183,13 @@ void appendHostExchange(const RoutedRequest& request, const Shape& shape, double
       return 1 - std::pow(std::max(0.0, 1 - request.distinctRanks / ranks), static_cast<double>(n));
     return expectedHit(request.experts, std::llround(perRank * static_cast<double>(n)), request.topK);
   };
-  std::vector<int> all;
-  for (int r = 0; r < request.mesh.size(); ++r) all.push_back(r);
-  program.push_back(CommStep::collective(OpKind::AllToAll, groupsOf(request.mesh, request.group, all),
+  std::vector<int> sources;
+  for (const Flow& f : flows) sources.push_back(f.src);
+  program.push_back(CommStep::collective(OpKind::AllToAll, groupsOf(request.mesh, request.group, sources),
                                          static_cast<std::uint64_t>(8 * ranks)));
   const auto bytes = [](double b) { return static_cast<std::uint64_t>(std::llround(b)); };
   std::vector<Transfer> out, fan, in, back;
-  for (int r = 0; r < request.mesh.size(); ++r) {
+  for (const int r : sources) {
     const std::vector<std::vector<int>> hosts = hostsOfGroup(request, r);
     std::size_t own = 0, place = 0;
     for (std::size_t h = 0; h < hosts.size(); ++h) {
@@ -300,15 +298,16 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
   const auto full = static_cast<std::uint64_t>(static_cast<double>(request.tokens) * rowBytes);
   const std::vector<Flow> flows = flowsOf(request, fuseTokens);
   std::size_t most = 1;
-  for (int r = 0; perHost && r < request.mesh.size(); ++r) {
-    for (const std::vector<int>& members : hostsOfGroup(request, r)) most = std::max(most, members.size());
+  for (const Flow& f : flows) {
+    if (!perHost) break;
+    for (const std::vector<int>& members : hostsOfGroup(request, f.src)) most = std::max(most, members.size());
   }
   const double hostHeaderBytes = static_cast<double>(std::min<std::int64_t>(
                                      request.topK, request.experts / ranks * static_cast<std::int64_t>(most))) *
                                  (4.0 + static_cast<double>(dataTypeSize(request.weightDtype)));
   const auto exchange = [&](CommProgram& program) {
     if (perHost) {
-      appendHostExchange(request, shape, hostHeaderBytes, program);
+      appendHostExchange(request, shape, hostHeaderBytes, flows, program);
     } else {
       appendExchange(request, shape, flows, program);
     }
@@ -422,17 +421,25 @@ Status planRouted(const RoutedRequest& request, const CostModel* model, RoutedDe
     if (out.splitReplicas) best = split;
   }
   // Rule 6: once per destination host, where the dispatch group spans hosts: a token's records
-  // for another host cross once, to a forwarder there, which fans them out (rule 1 taken; not
-  // for a stage's tokens, whose exchange crosses between the stages). Priced on the forward: the
+  // for another host cross once, to a forwarder there, which fans them out (rule 1 taken). A
+  // stage's tokens take it after the hand-off, in stage k+1's dispatch (sent straight, a source
+  // would need a forwarder on every host of the next stage's group), against whichever of the
+  // two rule 5 chose: taken, it replaces a straight dispatch. Priced on the forward: the
   // backwards take the same decision and run its two exchanges in reverse (the combine backward
   // as the dispatch, without headers; the dispatch backward as the combine, with the weight
   // gradients), so the verdict holds for a training step.
-  if (out.oncePerRank && request.placement != TokenPlacement::Stage && spansHosts(request)) {
+  if (out.oncePerRank && spansHosts(request, flowsOf(request, false))) {
+    const bool stage = request.placement == TokenPlacement::Stage;
     RoutedCandidate perHost;
     CHIMERA_RETURN_IF_ERROR(build(request, distinct, true, out.splitReplicas, model, perHost, true));
     out.oncePerHost = perHost.seconds < best.seconds;
-    out.explanation.push_back(verdict("send once per destination host", best, perHost, out.oncePerHost, model));
-    if (out.oncePerHost) best = perHost;
+    out.explanation.push_back(
+        verdict(stage ? "send once per destination host after the stage hand-off" : "send once per destination host",
+                best, perHost, out.oncePerHost, model));
+    if (out.oncePerHost) {
+      best = perHost;
+      out.straightFromStage = false;
+    }
   }
   out.fused = std::move(best);
   return Status::ok();

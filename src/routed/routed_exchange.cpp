@@ -182,7 +182,8 @@ Status RoutedExchange::Impl::resolve() {
       m.oncePerRank = m.decision.oncePerRank;
       m.split = m.decision.splitReplicas;
       m.straight = m.decision.straightFromStage;
-      m.hostDispatch = m.decision.oncePerHost && m.hostMembers.size() > 1;
+      // Planned once per host for a stage's tokens only after the hand-off: stage k+1 dispatches.
+      m.hostDispatch = m.decision.oncePerHost && m.hostMembers.size() > 1 && m.role != RoutedRole::Source;
       m.explanation = m.decision.explanation;
       break;
     case RoutedProgram::Fused:

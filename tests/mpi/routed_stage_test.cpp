@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_test_support.hpp"
 #include "chimera/chimera.h"
 #include "chimera/mpi_backend.hpp"
 #include "chimera/routed_exchange.hpp"
@@ -76,12 +77,18 @@ struct Outputs {
   std::vector<float> gradX, gradWeights;                // stage k
   RoutedStats dispatchStats;
   bool straight = false;
+  bool oncePerHost = false;
 };
 
 class Stages {
  public:
-  explicit Stages(const StageCase& c) : c_(c) {
-    ok_ = Mesh::parse(c.mesh, worldSize(), mesh_).isOk() && createMpiBackend(mesh_, backend_).isOk() &&
+  // `hosts`: the host of every world rank as the backend sees it (empty: where the ranks run).
+  explicit Stages(const StageCase& c, const std::vector<int>& hosts = {}) : c_(c) {
+    ok_ = Mesh::parse(c.mesh, worldSize(), mesh_).isOk() &&
+          (hosts.empty() ? createMpiBackend(mesh_, backend_)
+                         : detail::createMpiBackendOnHosts(mesh_, testing::testOptions(detail::MpiAlgorithm::Auto),
+                                                           hosts, backend_))
+              .isOk() &&
           mesh_.parseAxes("pp", pp_).isOk() && mesh_.parseAxes(c.group, group_).isOk() &&
           backend_->createGroups({&group_, 1}).isOk();
   }
@@ -163,6 +170,7 @@ class Stages {
     std::unique_ptr<RoutedExchange> exchange;
     if (!allRanksAgree(RoutedExchange::create(*backend_, options(program), exchange).isOk())) return false;
     out.straight = exchange->straightFromStage();
+    out.oncePerHost = exchange->oncePerHost();
     const bool once = exchange->oncePerRank();
     const int me = worldRank();
     const std::int64_t H = c_.hidden;
@@ -321,6 +329,40 @@ TEST(RoutedStage, StraightEqualsHandOffBitForBit) {
                       sameBits(straight.gradRowWeights, handOff.gradRowWeights) && sameBits(planned.y, straight.y) &&
                       sameBits(planned.gradX, straight.gradX);
     EXPECT_TRUE(allRanksAgree(same)) << c.mesh;
+  }
+}
+
+// Where the next stage's group spans hosts (faked placements), the Planned program hands the
+// tokens off and dispatches once per destination host on stage k+1 (as the planner prices it:
+// tests/unit/routed_plan_test.cpp); every output is the reference's, and the straight program's,
+// bit for bit. Where stage k+1 sits on one host nothing changes.
+TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHost) {
+  if (worldSize() != 8) GTEST_SKIP() << "the placements are of 8 ranks";
+  const struct {
+    const char* name;
+    std::vector<int> hosts;
+    bool perHost;  // stage 1's dispatch once per host
+  } placements[] = {{"round-robin", {0, 1, 0, 1, 0, 1, 0, 1}, true},
+                    {"pairs", {0, 0, 1, 1, 0, 0, 1, 1}, true},
+                    {"three hosts", {0, 0, 0, 0, 1, 1, 2, 2}, true},
+                    {"blocks", {0, 0, 0, 0, 1, 1, 1, 1}, false}};
+  // Rows of 1024 elements so that the plan is priced on bandwidth (4096 planned tokens).
+  const StageCase c{"pp=2,ep=4", "ep", 0, 64, 8, 1024};
+  for (const auto& p : placements) {
+    Stages s(c, p.hosts);
+    ASSERT_TRUE(allRanksAgree(s.ok())) << p.name;
+    Outputs planned, straight;
+    EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Planned, planned))) << p.name << " planned";
+    EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Fused, straight))) << p.name << " straight";
+    const bool stage1 = s.stageOf(worldRank()) == 1;
+    EXPECT_TRUE(allRanksAgree(planned.oncePerHost == (p.perHost && stage1))) << p.name;
+    if (p.perHost) EXPECT_FALSE(planned.straight) << p.name;
+    EXPECT_TRUE(straight.straight && !straight.oncePerHost) << p.name;
+    const bool same = sameBits(planned.y, straight.y) && sameBits(planned.gradX, straight.gradX) &&
+                      sameBits(planned.gradWeights, straight.gradWeights) &&
+                      sameBits(planned.gradExpertOut, straight.gradExpertOut) &&
+                      sameBits(planned.gradRowWeights, straight.gradRowWeights);
+    EXPECT_TRUE(allRanksAgree(same)) << p.name;
   }
 }
 

@@ -122,6 +122,51 @@ TEST(RoutedPlan, StageStraightPaysUnlessTheStageLinkIsSlow) {
 // 2.7 of the other host's 4 ranks but crosses once; not where every token reaches one rank of
 // a host (K = 1: rule 1 is not taken either), nor on one host's topology, which prices both
 // hops' links alike (the forwarding only adds bytes there).
+// A stage's tokens (pp=@k) whose next stage spans hosts: the hand-off, then stage k+1's dispatch
+// once per destination host, is priced against the straight dispatch as well and taken where it
+// pays; not where stage k+1 has one rank alone on a host (uneven 5 + 3: the ranks of the other
+// host each reach it once per token either way, and that direction of the link is the busier),
+// and not priced where stage k+1 sits on one host (the stages in blocks).
+TEST(RoutedPlan, AStagesTokensCrossOncePerHostAfterTheHandOff) {
+  const struct {
+    std::vector<int> hosts;
+    bool taken;
+  } placements[] = {{{0, 1, 0, 1, 0, 1, 0, 1}, true},
+                    {{0, 0, 1, 1, 0, 0, 1, 1}, true},
+                    {{0, 0, 0, 0, 1, 1, 2, 2}, true},
+                    {{0, 0, 0, 0, 0, 1, 1, 1}, false}};
+  for (const auto& p : placements) {
+    std::string name = "hosts:";
+    for (std::size_t i = 0; i < p.hosts.size(); ++i) name += (i > 0 ? "," : "") + std::to_string(p.hosts[i]);
+    Topology topology;
+    ASSERT_TRUE(loadTopology(name, topology).isOk()) << name;
+    const CostModel model(topology);
+    RoutedRequest r = request("pp=2,ep=4", "ep", 64, 8, 1024, TokenPlacement::Stage, "pp");
+    r.hosts = p.hosts;
+    RoutedDecision d;
+    ASSERT_TRUE(planRouted(r, &model, d).isOk());
+    std::string why;
+    for (const std::string& line : d.explanation) why += line + "; ";
+    ASSERT_EQ(d.explanation.size(), 3u) << name << ": " << why;
+    EXPECT_TRUE(d.oncePerRank) << name << ": " << why;
+    EXPECT_EQ(d.oncePerHost, p.taken) << name << ": " << why;
+    if (p.taken) {
+      EXPECT_FALSE(d.straightFromStage) << name << ": " << why;
+      EXPECT_EQ(d.fused.name, "once per host, after the stage hand-off");
+    }
+  }
+  // Stage 1 on one host: no rule 6 to price.
+  RoutedRequest r = request("pp=2,ep=4", "ep", 64, 8, 1024, TokenPlacement::Stage, "pp");
+  r.hosts = {0, 0, 0, 0, 1, 1, 1, 1};
+  Topology topology;
+  ASSERT_TRUE(loadTopology("hosts:0,0,0,0,1,1,1,1", topology).isOk());
+  const CostModel model(topology);
+  RoutedDecision d;
+  ASSERT_TRUE(planRouted(r, &model, d).isOk());
+  EXPECT_FALSE(d.oncePerHost);
+  EXPECT_EQ(d.explanation.size(), 2u);
+}
+
 TEST(RoutedPlan, OncePerHostPaysWhereTheGroupSpansHosts) {
   for (const std::vector<int>& hosts :
        {std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}, std::vector<int>{0, 1, 0, 1, 0, 1, 0, 1},
