@@ -3,6 +3,7 @@
 // programs of expected transfers (uniform routing, or the caller's expected distinct ranks);
 // it is taken only when the program with it is predicted strictly cheaper.
 #include "chimera/planning/routed_plan.hpp"
+#include "chimera/planning/topology.hpp"
 
 #include <fmt/format.h>
 
@@ -143,18 +144,10 @@ void appendExchange(const RoutedRequest& request, const Shape& shape, std::span<
 // The hosts of `request`'s dispatch group that holds world rank `rank`: its members (world
 // ranks) per host, hosts in the order of their lowest group index.
 std::vector<std::vector<int>> hostsOfGroup(const RoutedRequest& request, int rank) {
-  std::vector<std::vector<int>> members;
-  std::vector<int> seen;
-  for (int r : request.mesh.groupRanks(rank, request.group)) {
-    const int host =
-        static_cast<std::size_t>(r) < request.hosts.size() ? request.hosts[static_cast<std::size_t>(r)] : 0;
-    const auto at = std::find(seen.begin(), seen.end(), host);
-    if (at == seen.end()) {
-      seen.push_back(host);
-      members.push_back({r});
-    } else {
-      members[static_cast<std::size_t>(at - seen.begin())].push_back(r);
-    }
+  const std::vector<int> group = request.mesh.groupRanks(rank, request.group);
+  std::vector<std::vector<int>> members = membersByHost(group, request.hosts);
+  for (std::vector<int>& host : members) {
+    for (int& member : host) member = group[static_cast<std::size_t>(member)];
   }
   return members;
 }

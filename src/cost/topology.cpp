@@ -317,6 +317,22 @@ Status placeRanks(std::span<const int> hostOfRank, Topology& topology) {
   return Status::ok();
 }
 
+std::vector<std::vector<int>> membersByHost(std::span<const int> ranks, std::span<const int> hostOfRank) {
+  std::vector<std::vector<int>> members;
+  std::vector<int> seen;  // the host of each entry of members
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const auto r = static_cast<std::size_t>(ranks[i]);
+    const int host = r < hostOfRank.size() ? hostOfRank[r] : 0;
+    const auto h = static_cast<std::size_t>(std::find(seen.begin(), seen.end(), host) - seen.begin());
+    if (h == seen.size()) {
+      seen.push_back(host);
+      members.emplace_back();
+    }
+    members[h].push_back(static_cast<int>(i));
+  }
+  return members;
+}
+
 std::string hostsLayoutKey(std::span<const int> hostOfRank) {
   std::vector<int> counts;
   for (const int host : hostOfRank) {

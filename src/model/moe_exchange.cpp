@@ -4,6 +4,7 @@
 #include "model/moe_exchange.hpp"
 
 #include "chimera/planning/routed_plan.hpp"
+#include "chimera/planning/topology.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -100,27 +101,13 @@ CommProgram moeHostProgram(const MoeExchange& x) {
   const auto bytes = [&](double rows) {
     return static_cast<std::uint64_t>(std::llround(rows * static_cast<double>(x.rowBytes)));
   };
-  const auto hostOf = [&](int rank) {
-    return static_cast<std::size_t>(rank) < x.hosts.size() ? x.hosts[static_cast<std::size_t>(rank)] : 0;
-  };
   // Round 1 (dispatch): straight inside the source's host, one row per token and other host
   // across; round 2: the forwarders' fan-out. A combine runs them the other way, in reverse.
   std::vector<Transfer> first, second;
   std::map<int, std::uint64_t> passedFirst, passedSecond;  // bytes each rank packs and unpacks per round
   bool spans = false;
   for (const std::vector<int>& group : x.groups) {
-    std::vector<int> hostIds;               // the group's hosts, in the order of their lowest member
-    std::vector<std::vector<int>> members;  // group indices per host
-    for (int i = 0; i < n; ++i) {
-      const int host = hostOf(group[static_cast<std::size_t>(i)]);
-      const auto at = std::find(hostIds.begin(), hostIds.end(), host);
-      if (at == hostIds.end()) {
-        hostIds.push_back(host);
-        members.push_back({i});
-      } else {
-        members[static_cast<std::size_t>(at - hostIds.begin())].push_back(i);
-      }
-    }
+    const std::vector<std::vector<int>> members = membersByHost(group, x.hosts);  // group indices per host
     spans = spans || members.size() > 1;
     const auto add = [&](bool inFirst, int s, int d, std::uint64_t b) {
       if (s == d || b == 0) return;

@@ -85,22 +85,15 @@ Status createGroups(Backend& backend, AxisSet group, AxisSet tokenAxes) {
 // The hosts of the dispatch group's members (Backend::hostOfRank), numbered by lowest group
 // index, each host's members in group index order, and each member's place on its host.
 void placeOnHosts(RoutedExchange::Impl& m) {
+  m.hostMembers = membersByHost(m.groupRanks, m.worldHosts);
   m.hostOf.assign(m.groupRanks.size(), 0);
   m.hostPlace.assign(m.groupRanks.size(), 0);
-  m.hostMembers.clear();
-  std::vector<int> seen;  // world host of each group host
-  for (std::size_t g = 0; g < m.groupRanks.size(); ++g) {
-    const auto r = static_cast<std::size_t>(m.groupRanks[g]);
-    const int world = r < m.worldHosts.size() ? m.worldHosts[r] : 0;
-    const auto at = std::find(seen.begin(), seen.end(), world);
-    const auto host = static_cast<std::size_t>(at - seen.begin());
-    if (at == seen.end()) {
-      seen.push_back(world);
-      m.hostMembers.emplace_back();
+  for (std::size_t h = 0; h < m.hostMembers.size(); ++h) {
+    for (std::size_t place = 0; place < m.hostMembers[h].size(); ++place) {
+      const auto g = static_cast<std::size_t>(m.hostMembers[h][place]);
+      m.hostOf[g] = static_cast<int>(h);
+      m.hostPlace[g] = static_cast<int>(place);
     }
-    m.hostOf[g] = static_cast<int>(host);
-    m.hostPlace[g] = static_cast<int>(m.hostMembers[host].size());
-    m.hostMembers[host].push_back(static_cast<int>(g));
   }
 }
 

@@ -99,6 +99,17 @@ TEST(HostsTopology, OneHostStaysTheHostPresetAndSeveralNameEveryRanksHost) {
   EXPECT_EQ(launchTopology(roundRobin(4, 64)).name, "hosts 16+16+16+16 (64 ranks)");  // explanations stay short
 }
 
+TEST(HostsTopology, AGroupsMembersByHostInTheOrderOfTheirFirstMember) {
+  const std::vector<int> hosts = {2, 2, 0, 0, 0, 1, 1, 2};  // three hosts, not numbered by lowest rank
+  using Members = std::vector<std::vector<int>>;
+  EXPECT_EQ(membersByHost(std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, hosts), (Members{{0, 1, 7}, {2, 3, 4}, {5, 6}}));
+  // Positions in the group, not world ranks; the group's order, not the ranks'.
+  EXPECT_EQ(membersByHost(std::vector<int>{7, 5, 2, 0}, hosts), (Members{{0, 3}, {1}, {2}}));
+  // A rank past the placement's end is on host 0.
+  EXPECT_EQ(membersByHost(std::vector<int>{2, 9}, hosts), (Members{{0, 1}}));
+  EXPECT_TRUE(membersByHost({}, hosts).empty());
+}
+
 TEST(HostsTopology, MalformedPlacementsAreErrorsNamingTheProblem) {
   Topology t;
   Status status = loadTopology("hosts:0,,1", t);

@@ -169,6 +169,12 @@ std::vector<std::string> topologyPresetNames();
 /// (chimera/backend.hpp, the backends' default cost model) writes it.
 inline constexpr std::string_view kHostsPresetPrefix = "hosts:";
 
+/// The members of a group of world ranks `ranks` per host of `hostOfRank` (a rank past its end
+/// counts as on host 0): positions in `ranks`, hosts in the order of their first member, each
+/// host's positions in group order. The routed exchange's once-per-host program, its price and
+/// chimera-model's all number a group's hosts and a member's place on its host this way.
+std::vector<std::vector<int>> membersByHost(std::span<const int> ranks, std::span<const int> hostOfRank);
+
 /// The layout key of a placement: ranks per host in host order joined by '+' ("4+4", "3+5"),
 /// which names its cached calibration (calibrationCachePath).
 std::string hostsLayoutKey(std::span<const int> hostOfRank);
