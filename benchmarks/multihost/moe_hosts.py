@@ -13,6 +13,10 @@ iterations, the difference divided by --byte-iters. Rows: {placement, link_bytes
 link_bytes_host, byte_ratio, rank_us, host_us, speedup, exact, stats_cross_rank,
 stats_cross_host} (stats_*: RoutedStats::crossHostBytes of all ranks, per iteration).
 
+With --stages, a pipeline stage's tokens (pp=2, pp=@0): the `host` side is the Planned program
+(the hand-off, then stage 1's dispatch once per destination host where the planner takes it:
+`once_per_host` in the row) and the `rank` side the straight dispatch from stage 0.
+
     python3 benchmarks/multihost/moe_hosts.py --timing build/benchmarks/timing/routed_hosts_timing --json rows.json
 
 Python's standard library only; needs what the rig needs (root, ip, tc, unshare, mpirun).
@@ -38,6 +42,8 @@ def parse_args(argv):
     p.add_argument("--top-k", type=int, default=8, help="experts per token (8)")
     p.add_argument("--step", choices=("forward", "train"), default="forward",
                    help="what an iteration runs: the forward, or the forward and both backwards (forward)")
+    p.add_argument("--stages", action="store_true",
+                   help="a stage's tokens (pp=2, pp=@0): planned against straight from the stage")
     add_rig_arguments(p, iters=3)
     args = parse_rig_arguments(p, argv)
     if not os.access(args.timing, os.X_OK):
@@ -47,7 +53,8 @@ def parse_args(argv):
 
 def timing_command(args, only, iters, warmup):
     return [args.timing, "-t", str(args.tokens), "-H", str(args.hidden), "-E", str(args.experts), "-K",
-            str(args.top_k), "-n", str(iters), "-w", str(warmup), "--only", only, "--step", args.step]
+            str(args.top_k), "-n", str(iters), "-w", str(warmup), "--only", only, "--step", args.step] + (
+                ["--stages"] if args.stages else [])
 
 
 def last_json(output):
@@ -68,7 +75,7 @@ def measure(rig, args):
         launch = ["--ranks", args.ranks] + PLACEMENTS[placement]
         runs = [last_json(rig.run(launch, timing_command(args, "both", args.iters, 1), args.timeout))
                 for _ in range(args.repeats)]
-        if not all(r["once_per_host"] for r in runs):
+        if not args.stages and not all(r["once_per_host"] for r in runs):
             raise RuntimeError(f"{placement}: the exchange did not run once per host")
         rank_bytes = link_bytes(rig, args, launch, "rank")
         host_bytes = link_bytes(rig, args, launch, "host")
@@ -84,6 +91,7 @@ def measure(rig, args):
             "exact": all(r["exact"] for r in runs),
             "stats_cross_rank": runs[0]["cross_host_bytes_rank"],
             "stats_cross_host": runs[0]["cross_host_bytes_host"],
+            "once_per_host": runs[0]["once_per_host"],
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -102,7 +110,8 @@ def main(argv):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"tokens": args.tokens, "hidden": args.hidden, "experts": args.experts, "top_k": args.top_k,
-                       "step": args.step, "ranks": args.ranks, "rate": args.rate, "rows": rows}, f, indent=2)
+                       "step": args.step, "layout": "pp=@0" if args.stages else "owned", "ranks": args.ranks,
+                       "rate": args.rate, "rows": rows}, f, indent=2)
     return 0 if all(r["exact"] for r in rows) else 1
 
 

@@ -10,9 +10,14 @@
 // y and recv_x (and grad x, grad w) must be equal bit for bit (small integers, quarter
 // weights); a difference exits 1. Prints one JSON line: medians (us), bytes across hosts per
 // iteration (all ranks, from RoutedStats) and the bytes each rank sent.
+// With --stages, a pipeline stage's tokens instead (mesh pp=2,ep=R/2, layout pp=@0, both on the
+// backend of where the ranks run): `host` is the Planned program (the hand-off, then stage 1's
+// dispatch once per destination host where the planner takes rule 6), `rank` the straight
+// dispatch from stage 0 (Fused); stage 0 dispatches, stage 1 receives and combines.
 //   scripts/multihost.sh run --ranks 4,4 -- build/benchmarks/timing/routed_hosts_timing -t 4096
 //   ... --only host -n 3   (one side alone, for the link's byte counters)
 //   ... --step train       (forward and both backwards)
+//   ... --stages           (pp=@0: planned against straight)
 #include <mpi.h>
 
 #include <fmt/format.h>
@@ -46,7 +51,8 @@ struct Config {
   int iterations = 5;
   int warmUp = 1;
   std::string only = "both";
-  bool train = false;  // --step train: the backwards too
+  bool train = false;   // --step train: the backwards too
+  bool stages = false;  // --stages: a stage's tokens (pp=2, pp=@0)
 };
 
 struct Routing {
@@ -79,14 +85,36 @@ struct Side {
   std::vector<float> y, recvX, gradX, gradW;
 };
 
-// One forward: dispatch, receive, combine with expert outputs = the received rows.
+// One forward: dispatch, receive, combine with expert outputs = the received rows. With a
+// stage's tokens, the source (stage 0) dispatches its tokens and takes grad x and grad w back;
+// the experts' stage dispatches none and combines its peer's tokens.
 Status forward(Side& s, const Routing& r, const Config& c) {
   RoutedDispatch handle;
-  CHIMERA_RETURN_IF_ERROR(s.exchange->dispatch(r.x.data(), r.ids.data(), r.w.data(), c.tokens, handle));
+  const chimera::RoutedRole role = s.exchange->role();
+  if (role == chimera::RoutedRole::Source) {
+    CHIMERA_RETURN_IF_ERROR(s.exchange->dispatch(r.x.data(), r.ids.data(), r.w.data(), c.tokens, handle));
+    s.crossHost += handle.stats().crossHostBytes;
+    s.sent += handle.stats().bytesSent();
+    if (!c.train) return Status::ok();
+    s.gradX.resize(r.x.size());
+    s.gradW.resize(r.w.size());
+    RoutedStats back;
+    CHIMERA_RETURN_IF_ERROR(
+        s.exchange->dispatchBackward(nullptr, nullptr, handle, s.gradX.data(), s.gradW.data(), &back));
+    s.crossHost += back.crossHostBytes;
+    s.sent += back.bytesSent();
+    return Status::ok();
+  }
+  if (role == chimera::RoutedRole::Experts) {
+    CHIMERA_RETURN_IF_ERROR(s.exchange->dispatch(nullptr, nullptr, nullptr, 0, handle));
+  } else {
+    CHIMERA_RETURN_IF_ERROR(s.exchange->dispatch(r.x.data(), r.ids.data(), r.w.data(), c.tokens, handle));
+  }
+  const std::vector<float>& dy = r.x;  // the peer's tokens have this rank's shape [T, H]
   s.recvX.resize(static_cast<std::size_t>(handle.rows() * c.hidden));
   std::vector<float> weights(static_cast<std::size_t>(handle.rows()));
   CHIMERA_RETURN_IF_ERROR(s.exchange->receive(handle, s.recvX.data(), nullptr, weights.data()));
-  s.y.resize(r.x.size());
+  s.y.resize(static_cast<std::size_t>(handle.tokens() * c.hidden));
   RoutedStats combined;
   CHIMERA_RETURN_IF_ERROR(s.exchange->combine(s.recvX.data(), weights.data(), handle, s.y.data(), &combined));
   s.crossHost += handle.stats().crossHostBytes + combined.crossHostBytes;
@@ -95,12 +123,14 @@ Status forward(Side& s, const Routing& r, const Config& c) {
   // The backwards, with dy = x and the experts' gradient = their outputs' gradient.
   std::vector<float> gradOut(s.recvX.size()), gradRowWeights(weights.size());
   RoutedStats combineBack, dispatchBack;
-  CHIMERA_RETURN_IF_ERROR(s.exchange->combineBackward(r.x.data(), s.recvX.data(), weights.data(), handle,
-                                                      gradOut.data(), gradRowWeights.data(), &combineBack));
-  s.gradX.resize(r.x.size());
-  s.gradW.resize(r.w.size());
-  CHIMERA_RETURN_IF_ERROR(s.exchange->dispatchBackward(gradOut.data(), gradRowWeights.data(), handle, s.gradX.data(),
-                                                       s.gradW.data(), &dispatchBack));
+  CHIMERA_RETURN_IF_ERROR(s.exchange->combineBackward(dy.data(), s.recvX.data(), weights.data(), handle, gradOut.data(),
+                                                      gradRowWeights.data(), &combineBack));
+  const bool owner = role != chimera::RoutedRole::Experts;  // grad x and grad w return to stage 0
+  s.gradX.resize(owner ? r.x.size() : 0);
+  s.gradW.resize(owner ? r.w.size() : 0);
+  CHIMERA_RETURN_IF_ERROR(s.exchange->dispatchBackward(gradOut.data(), gradRowWeights.data(), handle,
+                                                       owner ? s.gradX.data() : nullptr,
+                                                       owner ? s.gradW.data() : nullptr, &dispatchBack));
   s.crossHost += combineBack.crossHostBytes + dispatchBack.crossHostBytes;
   s.sent += combineBack.bytesSent() + dispatchBack.bytesSent();
   return Status::ok();
@@ -128,6 +158,11 @@ int main(int argc, char** argv) {
                     ? Status::ok()
                     : Status::invalidArgument(fmt::format("--only: '{}' is not both, host or rank", v));
        }},
+      {"", "--stages", false,
+       [&](std::string_view) {
+         c.stages = true;
+         return Status::ok();
+       }},
       {"", "--step", true,
        [&](std::string_view v) {
          c.train = v == "train";
@@ -140,7 +175,7 @@ int main(int argc, char** argv) {
   if (!parsed.isOk() || c.topK > c.experts) {
     fmt::print(stderr,
                "routed_hosts_timing: {}\nusage: routed_hosts_timing [-t T] [-H H] [-E E] [-K K] [-n ITERS] "
-               "[-w WARMUP] [--only both|host|rank] [--step forward|train]\n",
+               "[-w WARMUP] [--only both|host|rank] [--step forward|train] [--stages]\n",
                parsed.isOk() ? "K exceeds E" : parsed.message());
     return 2;
   }
@@ -148,23 +183,40 @@ int main(int argc, char** argv) {
   int rank = 0, world = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const chimera::Mesh mesh = chimera::Mesh::flat(world);
+  chimera::Mesh mesh = chimera::Mesh::flat(world);
+  Status st = Status::ok();
+  if (c.stages) {
+    st = world % 2 == 0 ? chimera::Mesh::parse(fmt::format("pp=2,ep={}", world / 2), world, mesh)
+                        : Status::invalidArgument(fmt::format("--stages: {} ranks do not make two stages", world));
+  }
   std::unique_ptr<Backend> real, oneHost;
-  Status st = chimera::detail::createMpiBackend(mesh, {}, real);
-  if (st.isOk())
+  if (st.isOk()) st = chimera::detail::createMpiBackend(mesh, {}, real);
+  if (st.isOk() && !c.stages)
     st = chimera::detail::createMpiBackendOnHosts(mesh, {}, std::vector<int>(static_cast<std::size_t>(world), 0),
                                                   oneHost);
   chimera::RoutedExchangeOptions options;
   options.numExperts = c.experts;
   options.topK = c.topK;
   options.hidden = c.hidden;
+  options.plannedTokens = c.tokens;
   options.program = chimera::RoutedProgram::Fused;
   Side host, perRank;
-  if (st.isOk()) st = RoutedExchange::create(*real, options, host.exchange);
-  if (st.isOk()) st = RoutedExchange::create(*oneHost, options, perRank.exchange);
+  if (c.stages) {
+    options.tokenLayout = "pp=@0";
+    if (st.isOk()) st = mesh.parseAxes("ep", options.group);
+    if (st.isOk()) st = RoutedExchange::create(*real, options, perRank.exchange);  // straight
+    options.program = chimera::RoutedProgram::Planned;
+    if (st.isOk()) st = RoutedExchange::create(*real, options, host.exchange);
+  } else {
+    if (st.isOk()) st = RoutedExchange::create(*real, options, host.exchange);
+    if (st.isOk()) st = RoutedExchange::create(*oneHost, options, perRank.exchange);
+  }
   if (!st.isOk()) {
     fmt::print(stderr, "rank {}: {}\n", rank, st.toString());
     MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (c.stages && rank == 0) {  // why the planner chose what `host` runs
+    for (const std::string& line : host.exchange->explain()) fmt::print(stderr, "planned: {}\n", line);
   }
   int wrong = 0;
   for (int i = 0; i < c.warmUp + c.iterations; ++i) {
@@ -190,20 +242,23 @@ int main(int argc, char** argv) {
                              host.gradW != perRank.gradW))
       wrong = 1;
   }
-  std::uint64_t totals[4] = {host.crossHost, perRank.crossHost, host.sent, perRank.sent};
-  MPI_Allreduce(MPI_IN_PLACE, totals, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  // Whether any rank runs its dispatch once per host (stage 1 only, with --stages).
+  std::uint64_t totals[5] = {host.crossHost, perRank.crossHost, host.sent, perRank.sent,
+                             host.exchange->oncePerHost() ? 1u : 0u};
+  MPI_Allreduce(MPI_IN_PLACE, totals, 5, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) {
     const auto us = [](const Side& s) { return s.times.empty() ? 0.0 : median(s.times) * 1e6; };
     const auto n = static_cast<std::uint64_t>(c.iterations);
     fmt::print(
         "{{\"ranks\": {}, \"tokens\": {}, \"hidden\": {}, \"experts\": {}, \"top_k\": {}, \"step\": \"{}\", "
-        "\"once_per_host\": {}, "
+        "\"layout\": \"{}\", \"once_per_host\": {}, \"straight\": {}, "
         "\"host_us\": {:.0f}, \"rank_us\": {:.0f}, \"cross_host_bytes_host\": {}, \"cross_host_bytes_rank\": {}, "
         "\"bytes_host\": {}, \"bytes_rank\": {}, \"exact\": {}}}\n",
-        world, c.tokens, c.hidden, c.experts, c.topK, c.train ? "train" : "forward",
-        host.exchange->oncePerHost() ? "true" : "false", us(host), us(perRank), totals[0] / n, totals[1] / n,
-        totals[2] / n, totals[3] / n, c.only != "both" ? "null" : (wrong == 0 ? "true" : "false"));
+        world, c.tokens, c.hidden, c.experts, c.topK, c.train ? "train" : "forward", c.stages ? "pp=@0" : "owned",
+        totals[4] > 0 ? "true" : "false", host.exchange->straightFromStage() ? "true" : "false", us(host), us(perRank),
+        totals[0] / n, totals[1] / n, totals[2] / n, totals[3] / n,
+        c.only != "both" ? "null" : (wrong == 0 ? "true" : "false"));
   }
   host.exchange.reset();
   perRank.exchange.reset();

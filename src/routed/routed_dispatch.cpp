@@ -42,6 +42,13 @@ std::size_t RoutedExchange::Impl::blocks(std::span<const std::size_t> counts, st
   return detail::blockOffsets(bytes, wordBytes, offset);
 }
 
+bool RoutedExchange::Impl::onOtherHost(int rank) const {
+  const auto host = [&](int r) {
+    return static_cast<std::size_t>(r) < worldHosts.size() ? worldHosts[static_cast<std::size_t>(r)] : 0;
+  };
+  return host(rank) != host(backend.rank());
+}
+
 void RoutedExchange::Impl::countBlock(RoutedStats& stats, std::size_t member, std::size_t records,
                                       std::size_t perRecord, std::size_t perHeader, std::size_t wordBytes) const {
   const std::vector<int>& members = role == RoutedRole::Source ? stageRanks : groupRanks;
@@ -49,10 +56,7 @@ void RoutedExchange::Impl::countBlock(RoutedStats& stats, std::size_t member, st
   if (to == backend.rank()) return;
   stats.payloadBytes += records * perRecord;
   stats.headerBytes += records * perHeader + wordBytes;
-  const auto host = [&](int rank) {
-    return static_cast<std::size_t>(rank) < worldHosts.size() ? worldHosts[static_cast<std::size_t>(rank)] : 0;
-  };
-  if (host(to) != host(backend.rank())) stats.crossHostBytes += records * (perRecord + perHeader) + wordBytes;
+  if (onOtherHost(to)) stats.crossHostBytes += records * (perRecord + perHeader) + wordBytes;
 }
 
 void RoutedExchange::Impl::count(RoutedStats& stats, std::span<const std::size_t> counts, std::size_t perRecord,

@@ -186,6 +186,8 @@ struct RoutedExchange::Impl {
   Status returnHosts(const RoutedDispatch::State& st, const void* rows, const void* weights, bool values,
                      const void* slotValues, void* out, void* outValues, RoutedStats& stats, const Status& local,
                      const char* what, Status& verdict);
+  // Whether world rank `rank` runs on another host than this rank (Backend::hostOfRank).
+  bool onOtherHost(int rank) const;
   // Adds a block of `records` to member `member` (stage peers for a Source) to `stats`
   // (nothing for this rank's own), and to crossHostBytes when the member runs on another host.
   void countBlock(RoutedStats& stats, std::size_t member, std::size_t records, std::size_t perRecord,

@@ -151,6 +151,8 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
   CHIMERA_RETURN_IF_ERROR(wordRound<std::int32_t>(m.backend, peers, words, sendWords, recvWords, heard));
   const std::span<const std::int32_t> verdicts(heard.data(), R), sources(heard.data() + R, heard.size() - R);
   st.stats.countBytes += 4 * words.size();
+  for (std::size_t i = 0; i < peers.size(); ++i)
+    st.stats.crossHostBytes += m.onOtherHost(peers[i]) ? 4 * sendWords[i] : 0;
   st.stats.rounds += 1;
   // Blocks laid out whole; each is sent whole or as its word alone (blockCarriesRecords).
   std::vector<std::size_t> offset, bytes(R), sent(R);
@@ -181,6 +183,7 @@ Status sendStraight(Impl& m, const std::int64_t* topkIdx, const void* topkWeight
     const std::size_t records = sent[p] > kBlockWordBytes ? st.sendCount[p] : 0;
     st.stats.payloadBytes += records * m.rowBytes;
     st.stats.headerBytes += sent[p] - records * m.rowBytes;
+    st.stats.crossHostBytes += m.onOtherHost(m.stageRanks[p]) ? sent[p] : 0;
   }
   st.stats.rounds += 1;
   st.complete = local.isOk();
@@ -204,6 +207,7 @@ Status receiveStraight(Impl& m, State& st, Status local) {
   const std::int32_t peerTokens = announced[me + 1];
   announced.erase(announced.begin() + static_cast<std::ptrdiff_t>(me) + 1);
   st.stats.countBytes += 4 * R;
+  for (const int source : m.stageRanks) st.stats.crossHostBytes += m.onOtherHost(source) ? 4 : 0;
   st.stats.rounds += 1;
   std::vector<std::size_t> counts(R), bytes(R);
   for (std::size_t p = 0; p < R; ++p) {
@@ -267,7 +271,9 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
   const std::uint64_t header[2] = {slotOf(countWord(0, m.tag, !local.isOk())), local.isOk() ? layout.bytes : 0};
   std::vector<std::uint64_t> nothing;
   CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, header, kTwoWords, {}, nothing));
+  const bool across = m.onOtherHost(m.stagePeer);
   st.stats.countBytes += 16;
+  st.stats.crossHostBytes += across ? 16 : 0;
   st.stats.rounds += 1;
   if (local.isOk()) {
     const auto pairs = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(m.options.topK);
@@ -285,6 +291,7 @@ Status sendHandOff(Impl& m, const std::int64_t* topkIdx, const void* topkWeights
         stageRound(m.backend, peer, m.sendScratch, {&zero, 1}, {&bytes, 1}, {}, unused, unusedOffset));
     st.stats.payloadBytes += static_cast<std::size_t>(tokens) * m.rowBytes;
     st.stats.headerBytes += layout.bytes - static_cast<std::size_t>(tokens) * m.rowBytes;
+    st.stats.crossHostBytes += across ? layout.bytes : 0;
     st.stats.rounds += 1;
   }
   std::vector<std::uint64_t> verdict;
@@ -331,6 +338,7 @@ Status receiveHandOff(Impl& m, State& st, Status local) {
   std::vector<std::uint64_t> nothing;
   CHIMERA_RETURN_IF_ERROR(wordRound<std::uint64_t>(m.backend, peer, {&verdict, 1}, kOneWord, {}, nothing));
   st.stats.countBytes += 8;
+  st.stats.crossHostBytes += m.onOtherHost(m.stagePeer) ? 8 : 0;
   st.stats.rounds += 1;
   return dispatched;
 }
@@ -360,9 +368,10 @@ Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void
     detail::sumRecordGradients(m, st, b.sendOffset, record, gradRecvX, gradRowWeights, local);
     CHIMERA_RETURN_IF_ERROR(
         stageRound(m.backend, m.stageRanks, m.sendScratch, b.sendOffset, b.sendBytes, {}, unused, none));
-    for (std::size_t c : st.recvCount) {  // every source is on the other stage
-      stats.payloadBytes += c * m.rowBytes;
-      stats.headerBytes += c * S * m.weightBytes + kBlockWordBytes;
+    for (std::size_t p = 0; p < st.recvCount.size(); ++p) {  // every source is on the other stage
+      stats.payloadBytes += st.recvCount[p] * m.rowBytes;
+      stats.headerBytes += st.recvCount[p] * S * m.weightBytes + kBlockWordBytes;
+      stats.crossHostBytes += m.onOtherHost(m.stageRanks[p]) ? b.sendBytes[p] : 0;
     }
     stats.rounds += 1;
     return local;
@@ -378,6 +387,7 @@ Status sendGradients(Impl& m, const State& st, const void* gradRecvX, const void
   const std::size_t rows = static_cast<std::size_t>(st.tokens) * m.rowBytes;
   stats.payloadBytes += rows;
   stats.headerBytes += layout.bytes - rows;
+  stats.crossHostBytes += m.onOtherHost(m.stagePeer) ? layout.bytes : 0;
   stats.rounds += 1;
   return verdict;
 }

@@ -363,6 +363,21 @@ TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHost) {
                       sameBits(planned.gradExpertOut, straight.gradExpertOut) &&
                       sameBits(planned.gradRowWeights, straight.gradRowWeights);
     EXPECT_TRUE(allRanksAgree(same)) << p.name;
+    if (p.perHost) continue;
+    // The stages in blocks: everything stage 0 sends crosses to stage 1's host but, straight, its
+    // words to the 3 other sources of its group; stage 1's dispatch sends across only its
+    // verdicts (one word per source straight, one 8-byte word back to its peer after the hand-off).
+    bool across = true;
+    for (const Outputs* o : {&planned, &straight}) {
+      const RoutedStats& d = o->dispatchStats;
+      across = across && (stage1 ? d.crossHostBytes == (o->straight ? 4u * 4u : 8u)
+                                 : d.crossHostBytes + (o->straight ? 3u * 4u : 0u) == d.bytesSent());
+    }
+    EXPECT_TRUE(allRanksAgree(across)) << p.name << " rank " << worldRank() << ": across hosts "
+                                       << planned.dispatchStats.crossHostBytes << " of "
+                                       << planned.dispatchStats.bytesSent() << " planned, "
+                                       << straight.dispatchStats.crossHostBytes << " of "
+                                       << straight.dispatchStats.bytesSent() << " straight";
   }
 }
 
