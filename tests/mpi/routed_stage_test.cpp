@@ -97,6 +97,7 @@ class Stages {
   int stageOf(int r) const { return mesh_.groupIndex(r, pp_); }
   int peerOn(int r, int stage) const { return mesh_.groupPeer(r, pp_, stage); }
   int groupSize() const { return mesh_.groupSize(group_); }
+  AxisSet groupAxes() const { return group_; }
   int indexInGroup(int r) const { return mesh_.groupIndex(r, group_); }
   // The last world rank of `stage`.
   int lastOn(int stage) const {
@@ -332,6 +333,22 @@ TEST(RoutedStage, StraightEqualsHandOffBitForBit) {
   }
 }
 
+// Rows of 1024 elements so that the plan is priced on bandwidth (4096 planned tokens).
+const StageCase kAcrossHosts{"pp=2,ep=4", "ep", 0, 64, 8, 1024};
+
+// Runs the Planned and the straight (Fused) program on `s`: each gives the reference's values
+// (Stages::run), and the two are equal bit for bit.
+void runPlannedAndStraight(Stages& s, const std::string& name, Outputs& planned, Outputs& straight) {
+  EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Planned, planned))) << name << " planned";
+  EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Fused, straight))) << name << " straight";
+  EXPECT_TRUE(allRanksAgree(straight.straight && !straight.oncePerHost)) << name;
+  const bool same = sameBits(planned.y, straight.y) && sameBits(planned.gradX, straight.gradX) &&
+                    sameBits(planned.gradWeights, straight.gradWeights) &&
+                    sameBits(planned.gradExpertOut, straight.gradExpertOut) &&
+                    sameBits(planned.gradRowWeights, straight.gradRowWeights);
+  EXPECT_TRUE(allRanksAgree(same)) << name;
+}
+
 // Where the next stage's group spans hosts (faked placements), the Planned program hands the
 // tokens off and dispatches once per destination host on stage k+1 (as the planner prices it:
 // tests/unit/routed_plan_test.cpp); every output is the reference's, and the straight program's,
@@ -346,23 +363,14 @@ TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHost) {
                     {"pairs", {0, 0, 1, 1, 0, 0, 1, 1}, true},
                     {"three hosts", {0, 0, 0, 0, 1, 1, 2, 2}, true},
                     {"blocks", {0, 0, 0, 0, 1, 1, 1, 1}, false}};
-  // Rows of 1024 elements so that the plan is priced on bandwidth (4096 planned tokens).
-  const StageCase c{"pp=2,ep=4", "ep", 0, 64, 8, 1024};
   for (const auto& p : placements) {
-    Stages s(c, p.hosts);
+    Stages s(kAcrossHosts, p.hosts);
     ASSERT_TRUE(allRanksAgree(s.ok())) << p.name;
     Outputs planned, straight;
-    EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Planned, planned))) << p.name << " planned";
-    EXPECT_TRUE(allRanksAgree(s.run(RoutedProgram::Fused, straight))) << p.name << " straight";
+    runPlannedAndStraight(s, p.name, planned, straight);
     const bool stage1 = s.stageOf(worldRank()) == 1;
     EXPECT_TRUE(allRanksAgree(planned.oncePerHost == (p.perHost && stage1))) << p.name;
     if (p.perHost) EXPECT_FALSE(planned.straight) << p.name;
-    EXPECT_TRUE(straight.straight && !straight.oncePerHost) << p.name;
-    const bool same = sameBits(planned.y, straight.y) && sameBits(planned.gradX, straight.gradX) &&
-                      sameBits(planned.gradWeights, straight.gradWeights) &&
-                      sameBits(planned.gradExpertOut, straight.gradExpertOut) &&
-                      sameBits(planned.gradRowWeights, straight.gradRowWeights);
-    EXPECT_TRUE(allRanksAgree(same)) << p.name;
     if (p.perHost) continue;
     // The stages in blocks: everything stage 0 sends crosses to stage 1's host but, straight, its
     // words to the 3 other sources of its group; stage 1's dispatch sends across only its
@@ -379,6 +387,23 @@ TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHost) {
                                        << straight.dispatchStats.crossHostBytes << " of "
                                        << straight.dispatchStats.bytesSent() << " straight";
   }
+}
+
+// The same where the ranks run (the multi-host tier runs it on the rig's placements): whatever
+// the launch's model decides, the outputs are the reference's and the straight program's bit for
+// bit, and only a stage-1 rank whose group spans hosts runs once per host.
+TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHostWhereTheRanksRun) {
+  if (worldSize() != 8) GTEST_SKIP() << "the mesh is of 8 ranks";
+  Stages s(kAcrossHosts);
+  ASSERT_TRUE(allRanksAgree(s.ok()));
+  Outputs planned, straight;
+  runPlannedAndStraight(s, "where the ranks run", planned, straight);
+  const std::vector<int> hosts = s.backend().hostOfRank();
+  const std::vector<int> group = s.backend().mesh().groupRanks(worldRank(), s.groupAxes());
+  const bool spans = std::any_of(group.begin(), group.end(), [&](int r) {
+    return hosts[static_cast<std::size_t>(r)] != hosts[static_cast<std::size_t>(group.front())];
+  });
+  EXPECT_TRUE(allRanksAgree(!planned.oncePerHost || (s.stageOf(worldRank()) == 1 && spans)));
 }
 
 // The bytes each side sends, as docs/moe.md section 3 says: straight, a stage-k rank sends every
