@@ -4,17 +4,24 @@
 # benchmarks or examples) in build-asan/, then their tests with every finding fatal. LeakSanitizer
 # runs with scripts/lsan-openmpi.supp, which suppresses OpenMPI's own allocations only. The
 # fault-injection tests (label `faults`) are left to the release build: they kill ranks on purpose.
-# Findings it made are fixed in the code (an out-of-range C enum read as the enum type).
+# Where the Python stage made its venv (scripts/python_env.sh), the extension chimera._chimera is
+# built the same way and the Python handle-misuse tests run on it, the sanitizer runtime preloaded
+# into Python. Findings it made are fixed in the code (an out-of-range C enum read as the enum type).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/python_env.sh"
 
 chimera_install_deps
 build="${CHIMERA_ASAN_BUILD:-$CHIMERA_ROOT/build-asan}"
 sanitize="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+python=()
+if [ "${CHIMERA_PYTHON:-1}" != 0 ] && [ -x "$CHIMERA_VENV/bin/python" ]; then
+  python=(-DCHIMERA_BUILD_PYTHON=ON -DCHIMERA_BUILD_TORCH=OFF -DPython_EXECUTABLE="$CHIMERA_VENV/bin/python")
+fi
 chimera_log "configuring $build (ASan + UBSan, -O1)"
 mkdir -p "$build"
 cmake -S "$CHIMERA_ROOT" -B "$build" -DCMAKE_BUILD_TYPE=None -DCHIMERA_WITH_CUDA=OFF \
-  -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF "${CHIMERA_LAUNCHER[@]}" \
+  -DCHIMERA_BUILD_BENCHMARKS=OFF -DCHIMERA_BUILD_EXAMPLES=OFF "${CHIMERA_LAUNCHER[@]}" "${python[@]}" \
   "-DCMAKE_CXX_FLAGS=-O1 $sanitize" "-DCMAKE_C_FLAGS=-O1 $sanitize" \
   "-DCMAKE_EXE_LINKER_FLAGS=$sanitize" "-DCMAKE_SHARED_LINKER_FLAGS=$sanitize" >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
@@ -37,3 +44,20 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 chimera_log "running the unit and MPI tiers under ASan + UBSan"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -L 'unit|mpi' -LE faults \
   -E '^mpi\.(backend_tests\.np[48]|executor_tests\.np8)$' "$@"
+
+if [ ${#python[@]} -gt 0 ]; then
+  # The package as pip lays it out (its Python sources, the extension, libchimera), from this build.
+  package="$build/python-package"
+  rm -rf "$package"
+  cmake --install "$build" --component python --prefix "$package" >/dev/null
+  cp -r "$CHIMERA_ROOT/python/chimera/." "$package/chimera/"
+  chimera_log "running the Python handle-misuse tests on 4 ranks under ASan + UBSan"
+  # Python itself is not instrumented: the runtime is preloaded, with libstdc++ (which Python
+  # loads only with the extension, too late for the runtime's exception interceptor to find
+  # it), and its leaks are the interpreter's (LeakSanitizer off here).
+  (cd "$build" && mpirun -np 4 $(chimera_mpirun_flags) env PYTHONPATH="$package" PYTHONDONTWRITEBYTECODE=1 \
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libstdc++.so.6):$build/no_dlclose.so" \
+    ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+    "$CHIMERA_VENV/bin/python" -m pytest -q -p no:cacheprovider --color=no -m mpi \
+    "$CHIMERA_ROOT/tests/python/test_routed_handles.py")
+fi

@@ -370,8 +370,10 @@ TEST(RoutedStage, AfterTheHandOffTheNextStageDispatchesOncePerHost) {
     runPlannedAndStraight(s, p.name, planned, straight);
     const bool stage1 = s.stageOf(worldRank()) == 1;
     EXPECT_TRUE(allRanksAgree(planned.oncePerHost == (p.perHost && stage1))) << p.name;
-    if (p.perHost) EXPECT_FALSE(planned.straight) << p.name;
-    if (p.perHost) continue;
+    if (p.perHost) {
+      EXPECT_FALSE(planned.straight) << p.name;
+      continue;
+    }
     // The stages in blocks: everything stage 0 sends crosses to stage 1's host but, straight, its
     // words to the 3 other sources of its group; stage 1's dispatch sends across only its
     // verdicts (one word per source straight, one 8-byte word back to its peer after the hand-off).
