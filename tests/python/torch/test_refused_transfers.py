@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-# A send that fails on its own rank does not leave its receiver waiting: on the MPI transport
-# every send is preceded by a control message (its byte count, or the sender's refusal), so
-# the receiver raises at once naming the sender: when the sender's tag is out of range, when
-# the sender's call is one the group refuses, and when the two byte counts differ (both
-# ways, from one rank and from any source); a good transfer then works. Run with a large
-# CHIMERA_TIMEOUT_MS (CMake sets 120 s): a receiver that waits for the timeout fails the 1 s bar
-# and outlasts the test's own limit. Pairs of ranks (2k, 2k + 1): the even rank sends.
+# A send that fails on its own rank does not leave its receiver waiting: on both transports
+# every send is preceded by a header (its byte count, or the sender's refusal), so the receiver
+# raises at once naming the sender: when the sender's tag is out of range (MPI only: on gloo
+# such a tag has no channel, see gloo_point_to_point.hpp), when the sender's call is one the
+# group refuses, and when the two byte counts differ (both ways, from one rank and from any
+# source; gloo itself would abort the receiving process); a good transfer then works. Run with a
+# large CHIMERA_TIMEOUT_MS (CMake sets 120 s): a receiver that waits for the timeout fails the
+# 1 s bar and outlasts the test's own limit. Pairs of ranks (2k, 2k + 1): the even rank sends.
 import time
 
 import pytest
@@ -21,6 +22,10 @@ LIMIT_S = 1.0  # the bar: a receiver learns of its sender's failure within a sec
 
 def _default_group():
     return dist.distributed_c10d._get_default_group()  # noqa: SLF001
+
+
+# The cases whose sender's tag is out of range: on gloo their refusal reaches no receive.
+OUT_OF_RANGE = {"tag out of range", "reserved tag", "any source, tag out of range"}
 
 
 def cases():
@@ -45,9 +50,9 @@ def cases():
 @pytest.mark.parametrize("case", range(len(cases())), ids=[c[0] for c in cases()])
 def test_failed_send_fails_its_receiver_at_once(world, case):
     rank, n, gloo = world
-    if transport(n) != "mpi":
-        pytest.skip("the gloo transport sends the payload alone: its receiver waits for its timeout")
     name, send, (elements, from_peer), says = cases()[case]
+    if transport(n) != "mpi" and name in OUT_OF_RANGE:
+        pytest.skip("on the gloo transport a tag out of range has no channel: its receiver waits for its timeout")
     ok, what = True, ""
     if n % 2 == 1 and rank == n - 1:
         pass  # an odd world's last rank has no partner
@@ -85,7 +90,7 @@ def test_refusal_of_a_tag_out_of_range_comes_before_the_next_message(world):
     sender, although MPI matched the good message to it, and its second gets that message."""
     rank, n, gloo = world
     if transport(n) != "mpi":
-        pytest.skip("the gloo transport sends the payload alone")
+        pytest.skip("on the gloo transport a tag out of range has no channel")
     paired = not (n % 2 == 1 and rank == n - 1)
     ok, what = True, ""
     if paired and rank % 2 == 0:
@@ -109,3 +114,36 @@ def test_refusal_of_a_tag_out_of_range_comes_before_the_next_message(world):
         ok = ok and torch.equal(got, torch.full((4,), float(sender)))
         what += f"; the second receive got {got.tolist()}"
     agree(ok, gloo, what)
+
+
+def test_refusal_and_wrong_sizes_in_a_row(world):
+    """Every kind of failure with a channel, one after another between the same two ranks on one
+    tag, each followed by a good transfer: each receive fails at once naming its sender (the
+    receiving process lives on: gloo alone would abort it on a size mismatch), and every good
+    transfer after one lands whole."""
+    rank, n, gloo = world
+    paired = not (n % 2 == 1 and rank == n - 1)
+    failing = [c for c in cases() if c[0] not in OUT_OF_RANGE and c[2][1]]
+    ok, what = True, []
+    for name, send, (elements, _), says in failing:
+        if not paired:
+            break
+        if rank % 2 == 0:
+            try:
+                send(rank + 1)
+            except RuntimeError:
+                pass
+            dist.send(torch.full((4,), float(rank)), rank + 1, tag=3)
+        else:
+            start = time.monotonic()
+            try:
+                dist.recv(torch.empty(elements), rank - 1, tag=3)
+                ok, text = False, "returned"
+            except RuntimeError as error:
+                text = str(error)
+                ok = ok and time.monotonic() - start < LIMIT_S and says in text and f"rank {rank - 1}" in text
+            got = torch.empty(4)
+            dist.recv(got, rank - 1, tag=3)
+            ok = ok and torch.equal(got, torch.full((4,), float(rank - 1)))
+            what.append(f"{name}: {text[:120]}; next {got.tolist()}")
+    agree(ok, gloo, "; ".join(what))
