@@ -9,8 +9,6 @@
 import torch
 import torch.distributed as dist
 
-from chimera.torch.backend import transport
-
 from conftest import agree
 
 LARGE = 1 << 20  # float32 elements: 4 MiB, far beyond any eager-send limit
@@ -82,7 +80,7 @@ def test_first_operation_of_a_group_is_point_to_point(world):
 
 def test_tags_reserved_by_chimera_are_refused(world):
     rank, n, gloo = world
-    # The largest tag is chimera's own (monitored_barrier's) on both transports, and negative
+    # The largest tag is chimera's own on both transports, and negative
     # tags are no tags: each is InvalidArgument on the calling rank, naming the tag and the range.
     errors = []
     for tag in (2**31 - 1, -1):
@@ -92,18 +90,17 @@ def test_tags_reserved_by_chimera_are_refused(world):
             errors.append(str(error))
     ok = len(errors) == 2 and all("invalid argument: tag" in e and "the tags a caller may use" in e for e in errors)
     ok = ok and "tag 2147483647 is outside [0, " in errors[0] and "tag -1 is outside [0, " in errors[1]
-    if transport(n) == "mpi":
-        # Each refused send told its receiver: the next two receives from the refusing rank fail
-        # at once, naming it and the tag it was given (test_refused_transfers.py times them).
-        prv = (rank - 1) % n
-        for tag in (2**31 - 1, -1):
-            try:
-                dist.recv(torch.empty(1), prv, tag=7)
-                errors.append("a recv after a refused send returned")
-                ok = False
-            except RuntimeError as error:
-                ok = ok and f"rank {prv}'s send to this rank failed" in str(error) and f"tag {tag} " in str(error)
-                errors.append(str(error))
+    # Each refused send told its receiver: the next two receives from the refusing rank fail
+    # at once, naming it and the tag it was given (test_refused_transfers.py times them).
+    prv = (rank - 1) % n
+    for tag in (2**31 - 1, -1):
+        try:
+            dist.recv(torch.empty(1), prv, tag=7)
+            errors.append("a recv after a refused send returned")
+            ok = False
+        except RuntimeError as error:
+            ok = ok and f"rank {prv}'s send to this rank failed" in str(error) and f"tag {tag} " in str(error)
+            errors.append(str(error))
     # A tag the caller may use still works after the refusals.
     out = torch.full((3,), float(rank))
     got = torch.empty(3)

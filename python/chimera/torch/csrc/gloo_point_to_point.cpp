@@ -13,6 +13,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,12 +26,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-// A header: three int64 words, its kind, the payload's byte count (a refusal: its reason's) and
-// the message's number among those its sender sent to this rank (which names the payload tag).
+// A header: four int64 words, its kind, the payload's byte count (a refusal: its reason's), the
+// message's number among those its sender sent to this rank (which names the payload tag) and
+// how many refusals of a tag without a channel its sender had sent this rank before it.
 enum class Kind : std::int64_t { Data = 1, Refusal = 2 };
-constexpr std::int64_t kHeaderWords = 3;
-// A refusal's reason is cut to this many bytes.
+constexpr std::int64_t kHeaderWords = 4;
+// A refusal on its tag's channel: its reason is cut to this many bytes.
 constexpr std::size_t kReasonBytes = 1024;
+// A refusal of a tag without a channel: four words (Refusal, the reason's bytes, its number
+// among the messages to this rank, the tag), then the reason, kGlooRefusalBytes in all.
+constexpr std::int64_t kRefusalWords = 4;
+constexpr Clock::time_point kNever = Clock::time_point::max();
 
 bool hasChannel(int tag) { return tag >= 0 && tag <= kGlooBarrierTag; }
 int headerTag(int tag) { return kGlooHeaderTagBase + tag; }
@@ -97,66 +103,119 @@ class ContinuationPool {
   std::vector<std::thread> threads_;
 };
 
-// What the channel, its continuations and its Works share.
-struct State {
-  c10::intrusive_ptr<c10d::Backend> gloo;
-  std::chrono::milliseconds timeout{0};
-  int rank = 0;
-  int size = 0;
-  // Guards what follows, the posting of gloo transfers and every Receive.
-  std::mutex mutex;
-  std::condition_variable settled;   // a Receive settled
-  std::vector<std::int64_t> sentTo;  // per group rank: the messages this rank sent it
-  std::vector<WorkPtr> inFlight;     // gloo transfers a continuation waits for (aborted when closing)
-  bool closing = false;
-
-  void track(const WorkPtr& work) {
-    if (!work) return;
-    if (closing) work->abort();
-    inFlight.push_back(work);
-  }
-  void untrack(const WorkPtr& work) {
-    if (work) std::erase(inFlight, work);
-  }
-
-  // Waits for gloo's `work` at most the timeout: ok; Timeout when it is not done by then (gloo
-  // then closes the connection to the peer, as after any gloo wait that reaches its bound);
-  // BackendError on a failure, or when the channel closed first (it aborts what is in flight).
-  Status waitFor(const WorkPtr& work, const std::string& what, std::chrono::milliseconds bound) const {
-    if (!work) return Status::ok();
-    const auto start = Clock::now();
-    try {
-      if (work->wait(bound)) return Status::ok();
-      return Status::backendError(what + ": abandoned, the process group is being destroyed");
-    } catch (const c10::Error& error) {
-      if (Clock::now() - start >= bound)
-        return Status::timeout(what + ": not done within " + std::to_string(bound.count()) +
-                               " ms (gloo: " + error.what_without_backtrace() + ")");
-      return Status::backendError(what + ": " + error.what_without_backtrace());
-    } catch (const std::exception& error) {
-      if (Clock::now() - start >= bound)
-        return Status::timeout(what + ": not done within " + std::to_string(bound.count()) +
-                               " ms (gloo: " + error.what() + ")");
-      return Status::backendError(what + ": " + error.what());
-    }
-  }
-};
-
-// One posted receive; its continuation settles it (under the State's mutex).
+// One posted receive; settled (under the State's mutex) by the message it is given.
 struct Receive {
   at::Tensor tensor;  // the caller's (contiguous)
   at::Tensor bytes;   // its bytes
   std::int64_t size = 0;
   int peer = -1;  // -1: any source
   int tag = 0;
+  std::uint64_t order = 0;  // among the channel's receives, in post order
   int source = -1;
   bool done = false;
   std::exception_ptr error;
+};
 
-  void settle(State& state, const Status& status) {
-    done = true;
-    if (!status.isOk()) error = errorOf("recv", status);
-    state.settled.notify_all();
+// A message whose header came in. Its payload lands in the receive it was given to, when that
+// receive expects exactly its bytes, else in `scratch` (a refusal's reason, another byte count,
+// or a message no receive waited for: kept for the next receive of its source and tag).
+struct Arrival {
+  int source = -1;
+  Kind kind = Kind::Data;
+  std::int64_t bytes = 0;
+  std::int64_t number = 0;
+  at::Tensor scratch;
+  std::shared_ptr<Receive> owner;  // none yet: kept
+  bool landed = false;             // the payload is in (or failed: `status`)
+  Status status;
+};
+
+// The receives of one source (or any source, -1) and tag. Each posted header receive takes the
+// next message of that source and tag (gloo matches them in order); its continuation hands it
+// to the earliest waiting receive, in the order the header receives were posted. A receive
+// failed by a refusal whose tag had no channel leaves its header receive posted (gloo cannot
+// cancel one): the message it takes then goes to the next receive, or is kept until one comes.
+struct Channel {
+  std::deque<std::shared_ptr<Receive>> waiting;  // posted, no message yet, in post order
+  std::deque<std::shared_ptr<Arrival>> kept;     // messages that came while no receive waited
+  std::uint64_t posted = 0;                      // header receives posted
+  std::uint64_t arrived = 0;                     // header receives handed on (in post order)
+};
+using ChannelKey = std::pair<int, int>;  // (source or -1, tag)
+
+// A refusal whose tag had no channel, which came while no receive from its sender waited.
+struct KeptRefusal {
+  int source = 0;
+  std::int64_t number = 0;
+  std::string reason;
+};
+
+// What the channel, its continuations and its Works share.
+struct State {
+  c10::intrusive_ptr<c10d::Backend> gloo;
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds tick{0};  // how often a wait on gloo is interrupted (well below gloo's bound)
+  int rank = 0;
+  int size = 0;
+  // Guards what follows, the posting of gloo transfers and every Receive and Arrival.
+  std::mutex mutex;
+  std::condition_variable changed;         // a receive settled, a header was handed on, or closing
+  std::condition_variable stopping;        // closing (the ticker)
+  std::vector<std::int64_t> sentTo;        // per group rank: the messages (and refusals) this rank sent it
+  std::vector<std::int64_t> refusalsTo;    // per group rank: refusals of a tag without a channel sent it
+  std::vector<std::int64_t> refusalsFrom;  // per group rank: such refusals from it the listener took
+  std::map<ChannelKey, Channel> channels;
+  std::deque<KeptRefusal> refusals;
+  std::uint64_t receives = 0;
+  std::vector<WorkPtr> waited;     // gloo transfers in a wait of waitFor (the ticker interrupts them)
+  std::vector<WorkPtr> abandoned;  // gloo transfers given up on, still posted: gloo may use their buffers
+  bool closing = false;
+
+  // Waits for gloo's `work` until `deadline` (kNever: until it completes or the channel closes).
+  // gloo's own bound is never reached: its expiry would close gloo's connections, and a receive
+  // cannot be cancelled. So the wait is interrupted every tick (Work::abort) and resumed. ok;
+  // Timeout at the deadline (the transfer stays posted); BackendError on a failure or when the
+  // channel closes.
+  Status waitFor(const WorkPtr& work, const std::string& what, Clock::time_point deadline) {
+    if (!work) return Status::ok();
+    const Status abandonedNow = Status::backendError(what + ": abandoned, the process group is being destroyed");
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (closing) return abandonedNow;
+      waited.push_back(work);
+    }
+    Status result = Status::ok();
+    for (;;) {
+      bool done = false;
+      try {
+        done = work->wait(::kNoTimeout);
+      } catch (const c10::Error& error) {
+        result = Status::backendError(what + ": " + error.what_without_backtrace());
+        break;
+      } catch (const std::exception& error) {
+        result = Status::backendError(what + ": " + error.what());
+        break;
+      }
+      if (done) break;
+      std::lock_guard<std::mutex> lock(mutex);
+      if (closing) {
+        result = abandonedNow;
+        break;
+      }
+      if (Clock::now() >= deadline) {
+        result = Status::timeout(what + ": not done within the timeout of " + std::to_string(timeout.count()) + " ms");
+        break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    std::erase(waited, work);
+    return result;
+  }
+
+  void settle(Receive& r, const Status& status) {
+    r.done = true;
+    if (!status.isOk()) r.error = errorOf("recv", status);
+    changed.notify_all();
   }
 };
 
@@ -170,57 +229,188 @@ Status verdictOf(const Receive& r, int source, Kind kind, std::int64_t bytes) {
                           " bytes " + (bytes > r.size ? "more" : "fewer") + "): the tensors differ in size or dtype");
 }
 
-// Mismatch naming `source`, whose send to this rank with `tag` failed there with `reason`.
-Status refusalOf(int source, int tag, const std::string& reason) {
-  return Status::mismatch("recv from rank " + std::to_string(source) + " (tag " + std::to_string(tag) + "): rank " +
+// Mismatch naming `source`, whose send to this rank failed there with `reason`, as receive `r` reports it.
+Status refusalOf(int source, const Receive& r, const std::string& reason) {
+  return Status::mismatch("recv from rank " + std::to_string(source) + " (tag " + std::to_string(r.tag) + "): rank " +
                           std::to_string(source) + "'s send to this rank failed there, so nothing was sent: " + reason);
 }
 
-// The continuation of receive `r`: takes its header (`header`, received by `headerWork`), posts
-// and waits for its payload, and settles it. Every wait is bounded by the timeout.
-void continueReceive(const std::shared_ptr<State>& state, const std::shared_ptr<Receive>& r, at::Tensor header,
-                     WorkPtr headerWork) {
-  State& s = *state;
-  const std::string what = "recv from " + fromText(r->peer) + " (tag " + std::to_string(r->tag) + ")";
-  const Status got = s.waitFor(headerWork, what + ", its header", s.timeout);
-  std::unique_lock<std::mutex> lock(s.mutex);
-  s.untrack(headerWork);
-  if (!got.isOk()) return r->settle(s, got);
-  const int source = r->peer >= 0 ? r->peer : headerWork->sourceRank();
-  r->source = source;
-  std::int64_t words[kHeaderWords];
-  std::memcpy(words, header.data_ptr(), sizeof words);
-  const auto kind = static_cast<Kind>(words[0]);
-  const std::int64_t bytes = words[1];
-  if ((kind != Kind::Data && kind != Kind::Refusal) || bytes < 0 || words[2] < 0)
-    return r->settle(s, Status::backendError(what + ": a header of kind " + std::to_string(words[0]) + ", " +
-                                             std::to_string(bytes) + " bytes, from rank " + std::to_string(source)));
-  const Status verdict = verdictOf(*r, source, kind, bytes);
-  if (bytes == 0) return r->settle(s, kind == Kind::Refusal ? refusalOf(source, r->tag, "") : verdict);
-  // The payload lands in the caller's tensor when it is what the receive expects; anything else
-  // (another count, a refusal's reason) in a buffer of the size announced.
-  at::Tensor into = verdict.isOk() && kind == Kind::Data ? r->bytes : at::empty({bytes}, at::kByte);
-  std::vector<at::Tensor> tensors{into};
-  WorkPtr payloadWork;
-  try {
-    payloadWork = s.gloo->recv(tensors, source, payloadTag(words[2]));
-  } catch (const std::exception& error) {
-    return r->settle(s, Status::backendError(what + ", posting its payload: " + error.what()));
-  }
-  s.track(payloadWork);
-  lock.unlock();
-  const Status landed = s.waitFor(payloadWork, what + ", its payload from rank " + std::to_string(source), s.timeout);
-  lock.lock();
-  s.untrack(payloadWork);
-  if (!landed.isOk()) return r->settle(s, landed);
-  if (kind == Kind::Refusal)
-    return r->settle(
-        s, refusalOf(source, r->tag,
-                     std::string(static_cast<const char*>(into.data_ptr()), static_cast<std::size_t>(bytes))));
-  r->settle(s, verdict);
+// Settles receive `r` with arrival `a`, whose payload landed. Under the State's mutex.
+void settleFrom(State& s, Receive& r, const Arrival& a) {
+  r.source = a.source;
+  if (!a.status.isOk()) return s.settle(r, a.status);
+  if (a.kind == Kind::Refusal)
+    return s.settle(
+        r, refusalOf(a.source, r,
+                     std::string(static_cast<const char*>(a.scratch.data_ptr()), static_cast<std::size_t>(a.bytes))));
+  const Status verdict = verdictOf(r, a.source, a.kind, a.bytes);
+  if (verdict.isOk() && a.scratch.defined() && a.bytes > 0)
+    std::memcpy(r.bytes.data_ptr(), a.scratch.data_ptr(), static_cast<std::size_t>(a.bytes));
+  s.settle(r, verdict);
 }
 
-// A receive's Work: complete once its continuation settled it.
+// The continuation of header receive number `index` of channel `key`: takes the header, hands
+// the message to the channel's earliest waiting receive (or keeps it), receives its payload and
+// settles that receive. While no message comes, the receive it would go to fails with Timeout
+// after the timeout, and the header receive stays posted for the message that comes next.
+void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64_t index, at::Tensor header,
+                WorkPtr headerWork) {
+  State& s = *state;
+  const std::string what = "recv from " + fromText(key.first) + " (tag " + std::to_string(key.second) + ")";
+  Status got = s.waitFor(headerWork, what + ", its header", Clock::now() + s.timeout);
+  if (got.code() == StatusCode::Timeout) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      Channel& c = s.channels[key];
+      const std::uint64_t ahead = index - c.arrived;  // header receives before this one, each for one receive
+      if (ahead < c.waiting.size()) {
+        auto r = c.waiting[ahead];
+        c.waiting.erase(c.waiting.begin() + static_cast<std::ptrdiff_t>(ahead));
+        s.settle(*r, got);
+      }
+    }
+    got = s.waitFor(headerWork, what + ", its header", kNever);
+  }
+  auto a = std::make_shared<Arrival>();
+  std::int64_t words[kHeaderWords] = {0, 0, 0, 0};
+  if (got.isOk()) {
+    a->source = key.first >= 0 ? key.first : headerWork->sourceRank();
+    std::memcpy(words, header.data_ptr(), sizeof words);
+    a->kind = static_cast<Kind>(words[0]);
+    a->bytes = words[1];
+    a->number = words[2];
+    if ((a->kind != Kind::Data && a->kind != Kind::Refusal) || a->bytes < 0 || a->number < 0 || words[3] < 0 ||
+        a->source < 0 || a->source >= s.size) {
+      a->landed = true;
+      a->status = Status::backendError(what + ": a header of kind " + std::to_string(words[0]) + ", " +
+                                       std::to_string(a->bytes) + " bytes, from rank " + std::to_string(a->source));
+      a->bytes = 0;
+    }
+  }
+  std::unique_lock<std::mutex> lock(s.mutex);
+  Channel& c = s.channels[key];
+  s.changed.wait(lock, [&] { return c.arrived == index || s.closing; });
+  if (s.closing) return;  // the destructor settles every receive
+  if (!got.isOk()) {
+    ++c.arrived;
+    s.changed.notify_all();
+    if (!c.waiting.empty()) {
+      auto r = c.waiting.front();
+      c.waiting.pop_front();
+      s.settle(*r, got);
+    }
+    return;
+  }
+  // The refusals its sender sent before it (already on their way to the listener) go first.
+  if (!a->landed) {
+    auto& from = s.refusalsFrom[static_cast<std::size_t>(a->source)];
+    s.changed.wait_for(lock, s.timeout, [&] { return from >= words[3] || s.closing; });
+    if (s.closing) return;
+  }
+  ++c.arrived;
+  s.changed.notify_all();
+  // A kept refusal from the sender that it sent before this message fails the receive this
+  // message would go to; the message goes to the next.
+  for (;;) {
+    auto refusal = std::find_if(s.refusals.begin(), s.refusals.end(),
+                                [&](const KeptRefusal& k) { return k.source == a->source && k.number < a->number; });
+    if (refusal == s.refusals.end() || c.waiting.empty()) break;
+    auto r = c.waiting.front();
+    c.waiting.pop_front();
+    r->source = a->source;
+    s.settle(*r, refusalOf(a->source, *r, refusal->reason));
+    s.refusals.erase(refusal);
+  }
+  // With no receive of its channel waiting (a refusal failed the one its header receive was
+  // posted for), a message goes to a receive of the other channel it may match: from any source
+  // for one from its source, and the reverse. That one's own header receive then takes the next.
+  std::deque<std::shared_ptr<Receive>>* to = &c.waiting;
+  if (to->empty())
+    if (auto it = s.channels.find({key.first < 0 ? a->source : -1, key.second}); it != s.channels.end())
+      to = &it->second.waiting;
+  if (!to->empty()) {
+    a->owner = to->front();
+    to->pop_front();
+  } else {
+    c.kept.push_back(a);
+  }
+  if (a->landed || a->bytes == 0) {
+    a->landed = true;
+    if (a->owner) settleFrom(s, *a->owner, *a);
+    return;
+  }
+  const bool direct = a->owner && a->kind == Kind::Data && a->bytes == a->owner->size;
+  if (!direct) a->scratch = at::empty({a->bytes}, at::kByte);
+  std::vector<at::Tensor> tensors{direct ? a->owner->bytes : a->scratch};
+  WorkPtr payloadWork;
+  Status landed = Status::ok();
+  try {
+    payloadWork = s.gloo->recv(tensors, a->source, payloadTag(a->number));
+  } catch (const std::exception& error) {
+    landed = Status::backendError(what + ", posting its payload: " + error.what());
+  }
+  if (payloadWork) {
+    lock.unlock();
+    landed =
+        s.waitFor(payloadWork, what + ", its payload from rank " + std::to_string(a->source), Clock::now() + s.timeout);
+    lock.lock();
+    if (!landed.isOk()) s.abandoned.push_back(payloadWork);
+  }
+  a->landed = true;
+  a->status = landed;
+  if (a->owner) settleFrom(s, *a->owner, *a);
+}
+
+// The listener of refusals whose tag had no channel: one receive from any source on the
+// refusal tag, always posted. A refusal fails the earliest posted receive from its sender (or
+// from any source) that has no message yet; with none, it is kept for the next one posted.
+void listenForRefusals(const std::shared_ptr<State>& state) {
+  State& s = *state;
+  for (;;) {
+    at::Tensor message = at::zeros({static_cast<std::int64_t>(kGlooRefusalBytes)}, at::kByte);
+    std::vector<at::Tensor> tensors{message};
+    WorkPtr work;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.closing) return;
+      try {
+        work = s.gloo->recvAnysource(tensors, kGlooRefusalTag);
+      } catch (const std::exception&) {
+        return;  // such refusals then reach no receive: receivers wait for their timeout
+      }
+    }
+    if (!s.waitFor(work, "refusals", kNever).isOk()) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (!s.closing) s.abandoned.push_back(work);
+      return;
+    }
+    std::int64_t words[kRefusalWords];
+    std::memcpy(words, message.data_ptr(), sizeof words);
+    const std::size_t room = kGlooRefusalBytes - sizeof words;
+    const std::string reason(static_cast<const char*>(message.data_ptr()) + sizeof words,
+                             std::min(room, static_cast<std::size_t>(std::max<std::int64_t>(words[1], 0))));
+    const int source = work->sourceRank();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (source < 0 || source >= s.size) continue;
+    ++s.refusalsFrom[static_cast<std::size_t>(source)];
+    s.changed.notify_all();
+    std::deque<std::shared_ptr<Receive>>* from = nullptr;
+    for (auto& [key, c] : s.channels)
+      if ((key.first == source || key.first < 0) && !c.waiting.empty() &&
+          (from == nullptr || c.waiting.front()->order < from->front()->order))
+        from = &c.waiting;
+    if (from == nullptr) {
+      s.refusals.push_back({source, words[2], reason});
+      continue;
+    }
+    auto r = from->front();
+    from->pop_front();
+    r->source = source;
+    s.settle(*r, refusalOf(source, *r, reason));
+  }
+}
+
+// A receive's Work: complete once the message it was given settled it.
 class GlooRecvWork final : public c10d::Work {
  public:
   GlooRecvWork(std::shared_ptr<State> state, std::shared_ptr<Receive> receive, c10d::OpType type)
@@ -237,11 +427,12 @@ class GlooRecvWork final : public c10d::Work {
     std::lock_guard<std::mutex> lock(state_->mutex);
     return receive_->error;
   }
-  // Without a timeout, bounded by the group's: the continuation's two waits are, each.
+  // Without a timeout, bounded by twice the group's: a receive without a message fails with
+  // Timeout after one, and its payload's wait is bounded by another.
   bool wait(std::chrono::milliseconds timeout) override {
     const auto bound = timeout == ::kNoTimeout ? 2 * state_->timeout : timeout;
     std::unique_lock<std::mutex> lock(state_->mutex);
-    if (!state_->settled.wait_for(lock, bound, [&] { return receive_->done; }))
+    if (!state_->changed.wait_for(lock, bound, [&] { return receive_->done; }))
       TORCH_CHECK(false, "chimera recv: ",
                   Status::timeout("recv from " + fromText(receive_->peer) + " (tag " + std::to_string(receive_->tag) +
                                   "): not complete within " + std::to_string(bound.count()) + " ms")
@@ -262,18 +453,37 @@ class GlooRecvWork final : public c10d::Work {
   std::shared_ptr<Receive> receive_;
 };
 
-// A send's Work (a data send or a refusal): complete once both of its gloo sends are, which
-// only a wait() finds out (gloo's sends complete when their receiver took them).
+// The two gloo sends of one message (or of a refusal).
+struct Posted {
+  int peer = 0;
+  int tag = 0;
+  WorkPtr header;
+  WorkPtr payload;  // none for an empty payload
+};
+
+// Waits for both sends of `sent` until `deadline`; on a failure or at the deadline they stay
+// posted, kept among the abandoned (gloo may still read their buffers).
+Status waitForSends(State& s, const Posted& sent, Clock::time_point deadline) {
+  const std::string what = "send to rank " + std::to_string(sent.peer) + " (tag " + std::to_string(sent.tag) + ")";
+  Status status = s.waitFor(sent.header, what + ", its header", deadline);
+  if (status.isOk()) status = s.waitFor(sent.payload, what + ", its payload", deadline);
+  if (!status.isOk()) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.abandoned.push_back(sent.header);
+    if (sent.payload) s.abandoned.push_back(sent.payload);
+  }
+  return status;
+}
+
+// A send's Work: complete once both of its gloo sends are, which only a wait() finds out
+// (gloo's sends complete when their receiver took them).
 class GlooSendWork final : public c10d::Work {
  public:
-  GlooSendWork(std::shared_ptr<State> state, int peer, int tag, at::Tensor tensor, WorkPtr header, WorkPtr payload)
+  GlooSendWork(std::shared_ptr<State> state, at::Tensor tensor, Posted sent)
       : c10d::Work(state->rank, c10d::OpType::SEND),
         state_(std::move(state)),
-        peer_(peer),
-        tag_(tag),
         tensor_(std::move(tensor)),
-        header_(std::move(header)),
-        payload_(std::move(payload)) {}
+        sent_(std::move(sent)) {}
   bool isCompleted() override {
     std::lock_guard<std::mutex> lock(mutex_);
     return done_;
@@ -289,14 +499,8 @@ class GlooSendWork final : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!done_) {
-      const auto bound = timeout == ::kNoTimeout ? state_->timeout : timeout;
-      const auto deadline = Clock::now() + bound;
-      const std::string what = "send to rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) + ")";
-      Status status = state_->waitFor(header_, what + ", its header", bound);
-      if (status.isOk() && payload_) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-        status = state_->waitFor(payload_, what + ", its payload", std::max(left, std::chrono::milliseconds(1)));
-      }
+      const Status status =
+          waitForSends(*state_, sent_, Clock::now() + (timeout == ::kNoTimeout ? state_->timeout : timeout));
       done_ = true;
       if (!status.isOk()) error_ = errorOf("send", status);
     }
@@ -307,11 +511,8 @@ class GlooSendWork final : public c10d::Work {
 
  private:
   std::shared_ptr<State> state_;
-  const int peer_;
-  const int tag_;
   at::Tensor tensor_;
-  WorkPtr header_;
-  WorkPtr payload_;  // none for an empty payload
+  Posted sent_;
   mutable std::mutex mutex_;
   bool done_ = false;
   std::exception_ptr error_;
@@ -324,23 +525,40 @@ class GlooPointToPoint final : public HostPointToPoint {
     state_->size = gloo->getSize();
     state_->gloo = std::move(gloo);
     state_->timeout = std::chrono::milliseconds(timeoutMs);
+    state_->tick = std::clamp(state_->timeout / 4, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
     state_->sentTo.assign(static_cast<std::size_t>(state_->size), 0);
+    state_->refusalsTo.assign(static_cast<std::size_t>(state_->size), 0);
+    state_->refusalsFrom.assign(static_cast<std::size_t>(state_->size), 0);
+    ticker_ = std::thread([s = state_] {
+      std::unique_lock<std::mutex> lock(s->mutex);
+      while (!s->closing) {
+        s->stopping.wait_for(lock, s->tick);
+        for (const WorkPtr& work : s->waited) work->abort();
+      }
+    });
+    listener_ = std::thread([s = state_] { listenForRefusals(s); });
   }
-  // Aborts what the continuations wait for (their waits return at once), then joins them.
+  // Interrupts every wait on gloo (each returns at once, abandoned), fails every receive that
+  // has no message, then joins the threads.
   ~GlooPointToPoint() override {
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->closing = true;
-      for (const WorkPtr& work : state_->inFlight) work->abort();
+      for (const WorkPtr& work : state_->waited) work->abort();
+      const Status closed = Status::backendError("the process group is being destroyed");
+      for (auto& [key, c] : state_->channels)
+        for (auto& r : c.waiting) state_->settle(*r, closed);
+      state_->stopping.notify_all();
+      state_->changed.notify_all();
     }
+    ticker_.join();
+    listener_.join();
     pool_.reset();
   }
 
   WorkPtr send(const at::Tensor& tensor, int peer, int tag) override {
     TORCH_CHECK(hasChannel(tag), "chimera send: tag ", tag, " has no channel on the gloo transport");
-    Posted sent = post(peer, tag, Kind::Data, bytesOf(tensor.contiguous()));
-    return c10::make_intrusive<GlooSendWork>(state_, peer, tag, tensor, std::move(sent.header),
-                                             std::move(sent.payload));
+    return c10::make_intrusive<GlooSendWork>(state_, tensor, post(peer, tag, Kind::Data, bytesOf(tensor.contiguous())));
   }
 
   WorkPtr recv(const at::Tensor& tensor, int peer, int tag) override {
@@ -352,78 +570,128 @@ class GlooPointToPoint final : public HostPointToPoint {
     r->size = r->bytes.numel();
     r->peer = peer;
     r->tag = tag;
-    at::Tensor header = at::empty({kHeaderWords}, at::kLong);
-    std::vector<at::Tensor> tensors{header};
-    WorkPtr headerWork;
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      TORCH_CHECK(!state_->closing, "chimera recv: the process group is being destroyed");
-      headerWork = peer < 0 ? state_->gloo->recvAnysource(tensors, headerTag(tag))
-                            : state_->gloo->recv(tensors, peer, headerTag(tag));
-      state_->track(headerWork);
+    const auto type = peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV;
+    State& s = *state_;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    TORCH_CHECK(!s.closing, "chimera recv: the process group is being destroyed");
+    r->order = s.receives++;
+    const ChannelKey key{peer, tag};
+    Channel& c = s.channels[key];
+    // A kept refusal from its source (from any rank, for a receive from any source) fails it,
+    // unless a message kept for it was sent before that refusal.
+    auto refusal = std::find_if(s.refusals.begin(), s.refusals.end(),
+                                [&](const KeptRefusal& k) { return peer < 0 || k.source == peer; });
+    if (refusal != s.refusals.end() &&
+        !(!c.kept.empty() && c.kept.front()->source == refusal->source && c.kept.front()->number < refusal->number)) {
+      r->source = refusal->source;
+      s.settle(*r, refusalOf(refusal->source, *r, refusal->reason));
+      s.refusals.erase(refusal);
+    } else if (auto a = takeKept(key); a) {
+      a->owner = r;
+      if (a->landed) settleFrom(s, *r, *a);
+    } else {
+      c.waiting.push_back(r);
+      if (c.posted - c.arrived < c.waiting.size()) postHeader(key, c);
     }
-    pool_->submit([state = state_, r, header, headerWork] { continueReceive(state, r, header, headerWork); });
-    return c10::make_intrusive<GlooRecvWork>(state_, r, peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV);
+    return c10::make_intrusive<GlooRecvWork>(state_, r, type);
   }
 
-  // A refusal: a header of kind Refusal and the reason as its payload, on the tag's channel;
-  // a background wait (bounded) lets it complete. Nothing for a tag without a channel (see the
-  // header) or a peer that is no other rank.
+  // A refusal: on the tag's channel, a header of kind Refusal and the reason as its payload; for
+  // a tag without one, a message of kGlooRefusalBytes on the refusal tag. Waited for in the
+  // background (bounded). Nothing for a peer that is no other rank.
   void refuse(int peer, int tag, const std::string& reason) override {
-    if (peer < 0 || peer >= state_->size || peer == state_->rank || !hasChannel(tag)) return;
-    const std::string cut = (reason.empty() ? std::string("no reason given") : reason).substr(0, kReasonBytes);
-    at::Tensor text = at::empty({static_cast<std::int64_t>(cut.size())}, at::kByte);
-    std::memcpy(text.data_ptr(), cut.data(), cut.size());
+    if (peer < 0 || peer >= state_->size || peer == state_->rank) return;
+    const std::string given = reason.empty() ? std::string("no reason given") : reason;
     Posted sent;
     try {
-      sent = post(peer, tag, Kind::Refusal, text);
+      if (hasChannel(tag)) {
+        const std::string cut = given.substr(0, kReasonBytes);
+        at::Tensor text = at::empty({static_cast<std::int64_t>(cut.size())}, at::kByte);
+        std::memcpy(text.data_ptr(), cut.data(), cut.size());
+        sent = post(peer, tag, Kind::Refusal, text);
+      } else {
+        sent = postRefusal(peer, tag, given);
+      }
     } catch (const std::exception&) {
       return;  // the receiver then waits for its timeout, as without a refusal
     }
-    {
-      std::lock_guard<std::mutex> lock(state_->mutex);
-      state_->track(sent.header);
-      state_->track(sent.payload);
-    }
-    pool_->submit([state = state_, sent] {
-      const std::string what = "refusal to rank " + std::to_string(sent.peer);
-      if (state->waitFor(sent.header, what, state->timeout).isOk())
-        (void)state->waitFor(sent.payload, what, state->timeout);  // its receiver reports its own side
-      std::lock_guard<std::mutex> lock(state->mutex);
-      state->untrack(sent.header);
-      state->untrack(sent.payload);
-    });
+    pool_->submit([s = state_, sent] { (void)waitForSends(*s, sent, Clock::now() + s->timeout); });
   }
 
   int userTagLimit() const override { return kGlooUserTagLimit; }
   int reservedTag() const override { return kGlooBarrierTag; }
 
  private:
-  // The two gloo sends of one message.
-  struct Posted {
-    int peer = 0;
-    WorkPtr header;
-    WorkPtr payload;  // none for an empty payload
-  };
-  // Posts the header of a message of `kind`, then `payload` (bytes), to `peer` on `tag`'s channel.
-  Posted post(int peer, int tag, Kind kind, const at::Tensor& payload) {
+  void checkPeer(int peer) const {
     TORCH_CHECK(peer >= 0 && peer < state_->size && peer != state_->rank, "chimera send: peer ", peer,
                 " is not another rank of this group of ", state_->size);
+  }
+  // Posts the header of a message of `kind`, then `payload` (bytes), to `peer` on `tag`'s channel.
+  Posted post(int peer, int tag, Kind kind, const at::Tensor& payload) {
+    checkPeer(peer);
     at::Tensor header = at::empty({kHeaderWords}, at::kLong);
     std::vector<at::Tensor> headers{header};
     std::vector<at::Tensor> payloads{payload};
     std::lock_guard<std::mutex> lock(state_->mutex);
     TORCH_CHECK(!state_->closing, "chimera send: the process group is being destroyed");
     const std::int64_t number = state_->sentTo[static_cast<std::size_t>(peer)]++;
-    const std::int64_t words[kHeaderWords] = {static_cast<std::int64_t>(kind), payload.numel(), number};
+    const std::int64_t words[kHeaderWords] = {static_cast<std::int64_t>(kind), payload.numel(), number,
+                                              state_->refusalsTo[static_cast<std::size_t>(peer)]};
     std::memcpy(header.data_ptr(), words, sizeof words);
-    Posted posted{peer, state_->gloo->send(headers, peer, headerTag(tag)), nullptr};
+    Posted posted{peer, tag, state_->gloo->send(headers, peer, headerTag(tag)), nullptr};
     if (payload.numel() > 0) posted.payload = state_->gloo->send(payloads, peer, payloadTag(number));
     return posted;
+  }
+  // Posts a refusal of `tag`, which has no channel, to `peer` on the refusal tag.
+  Posted postRefusal(int peer, int tag, const std::string& reason) {
+    checkPeer(peer);
+    at::Tensor message = at::zeros({static_cast<std::int64_t>(kGlooRefusalBytes)}, at::kByte);
+    std::vector<at::Tensor> messages{message};
+    const std::size_t room = kGlooRefusalBytes - kRefusalWords * sizeof(std::int64_t);
+    const std::string cut = reason.substr(0, room);
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    TORCH_CHECK(!state_->closing, "chimera send: the process group is being destroyed");
+    const std::int64_t number = state_->sentTo[static_cast<std::size_t>(peer)]++;
+    ++state_->refusalsTo[static_cast<std::size_t>(peer)];
+    const std::int64_t words[kRefusalWords] = {static_cast<std::int64_t>(Kind::Refusal),
+                                               static_cast<std::int64_t>(cut.size()), number, tag};
+    auto* data = static_cast<char*>(message.data_ptr());
+    std::memcpy(data, words, sizeof words);
+    std::memcpy(data + sizeof words, cut.data(), cut.size());
+    return Posted{peer, tag, state_->gloo->send(messages, peer, kGlooRefusalTag), nullptr};
+  }
+  // The first message kept for a receive of channel `key`: its own channel's, else one of the
+  // other channels it may take (see takeHeader) of its tag. Under the mutex.
+  std::shared_ptr<Arrival> takeKept(ChannelKey key) {
+    State& s = *state_;
+    auto take = [](std::deque<std::shared_ptr<Arrival>>& kept, int source) -> std::shared_ptr<Arrival> {
+      auto it =
+          std::find_if(kept.begin(), kept.end(), [&](const auto& a) { return source < 0 || a->source == source; });
+      if (it == kept.end()) return nullptr;
+      auto a = *it;
+      kept.erase(it);
+      return a;
+    };
+    if (auto a = take(s.channels[key].kept, -1)) return a;
+    for (auto& [other, c] : s.channels)
+      if (other.second == key.second && other.first != key.first && (key.first < 0 || other.first < 0))
+        if (auto a = take(c.kept, key.first)) return a;
+    return nullptr;
+  }
+  // Posts the next header receive of channel `key` and its continuation. Under the mutex.
+  void postHeader(ChannelKey key, Channel& c) {
+    at::Tensor header = at::empty({kHeaderWords}, at::kLong);
+    std::vector<at::Tensor> tensors{header};
+    WorkPtr work = key.first < 0 ? state_->gloo->recvAnysource(tensors, headerTag(key.second))
+                                 : state_->gloo->recv(tensors, key.first, headerTag(key.second));
+    const std::uint64_t index = c.posted++;
+    pool_->submit([s = state_, key, index, header, work] { takeHeader(s, key, index, header, work); });
   }
 
   std::shared_ptr<State> state_;
   std::unique_ptr<ContinuationPool> pool_ = std::make_unique<ContinuationPool>();
+  std::thread ticker_;
+  std::thread listener_;
 };
 
 }  // namespace

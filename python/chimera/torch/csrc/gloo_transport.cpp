@@ -48,7 +48,7 @@ constexpr int kPlanTagTop = INT_MAX - 1;
 // The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit); the
 // lowest tag of the plans'.
 constexpr int kReduceScatterTag = kPlanTagTop - 256;
-static_assert(kGlooPointToPointTagTop <= kReduceScatterTag, "the point-to-point channel's tags reach the plans'");
+static_assert(kGlooPointToPointTagTop < kReduceScatterTag, "the point-to-point channel's tags reach the plans'");
 
 // The torch type of `dtype`; false for a value that is no DataType enumerator.
 bool scalarTypeOf(DataType dtype, at::ScalarType& out) {
