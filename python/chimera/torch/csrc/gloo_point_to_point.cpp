@@ -28,9 +28,14 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 // A header: four int64 words, its kind, the payload's byte count (a refusal: its reason's), the
 // message's number among those its sender sent to this rank (which names the payload tag) and
-// how many refusals of a tag without a channel its sender had sent this rank before it.
+// how many refusals of a tag without a channel its sender had sent this rank before it; then
+// room for a payload of up to kInlineBytes, which travels in the header (one gloo message
+// instead of two). Every header has the same size: gloo receives only what was sent.
 enum class Kind : std::int64_t { Data = 1, Refusal = 2 };
 constexpr std::int64_t kHeaderWords = 4;
+constexpr std::int64_t kInlineBytes = 96;
+constexpr std::int64_t kHeaderBytes = kHeaderWords * 8 + kInlineBytes;
+bool isInline(Kind kind, std::int64_t bytes) { return kind == Kind::Data && bytes <= kInlineBytes; }
 // A refusal on its tag's channel: its reason is cut to this many bytes.
 constexpr std::size_t kReasonBytes = 1024;
 // A refusal of a tag without a channel: four words (Refusal, the reason's bytes, its number
@@ -334,13 +339,16 @@ void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64
   } else {
     c.kept.push_back(a);
   }
-  if (a->landed || a->bytes == 0) {
+  const bool direct = a->owner && a->kind == Kind::Data && a->bytes == a->owner->size;
+  if (!a->landed && a->bytes > 0 && !direct) a->scratch = at::empty({a->bytes}, at::kByte);
+  if (!a->landed && a->bytes > 0 && isInline(a->kind, a->bytes))
+    std::memcpy(direct ? a->owner->bytes.data_ptr() : a->scratch.data_ptr(),
+                static_cast<const char*>(header.data_ptr()) + kHeaderWords * 8, static_cast<std::size_t>(a->bytes));
+  if (a->landed || a->bytes == 0 || isInline(a->kind, a->bytes)) {
     a->landed = true;
     if (a->owner) settleFrom(s, *a->owner, *a);
     return;
   }
-  const bool direct = a->owner && a->kind == Kind::Data && a->bytes == a->owner->size;
-  if (!direct) a->scratch = at::empty({a->bytes}, at::kByte);
   std::vector<at::Tensor> tensors{direct ? a->owner->bytes : a->scratch};
   WorkPtr payloadWork;
   Status landed = Status::ok();
@@ -627,11 +635,16 @@ class GlooPointToPoint final : public HostPointToPoint {
                 " is not another rank of this group of ", state_->size);
   }
   // Posts the header of a message of `kind`, then `payload` (bytes), to `peer` on `tag`'s channel.
+  // A payload of up to kInlineBytes travels in the header.
   Posted post(int peer, int tag, Kind kind, const at::Tensor& payload) {
     checkPeer(peer);
-    at::Tensor header = at::empty({kHeaderWords}, at::kLong);
+    at::Tensor header = at::empty({kHeaderBytes}, at::kByte);
     std::vector<at::Tensor> headers{header};
     std::vector<at::Tensor> payloads{payload};
+    const bool inlined = isInline(kind, payload.numel());
+    if (inlined && payload.numel() > 0)
+      std::memcpy(static_cast<char*>(header.data_ptr()) + kHeaderWords * 8, payload.data_ptr(),
+                  static_cast<std::size_t>(payload.numel()));
     std::lock_guard<std::mutex> lock(state_->mutex);
     TORCH_CHECK(!state_->closing, "chimera send: the process group is being destroyed");
     const std::int64_t number = state_->sentTo[static_cast<std::size_t>(peer)]++;
@@ -639,7 +652,7 @@ class GlooPointToPoint final : public HostPointToPoint {
                                               state_->refusalsTo[static_cast<std::size_t>(peer)]};
     std::memcpy(header.data_ptr(), words, sizeof words);
     Posted posted{peer, tag, state_->gloo->send(headers, peer, headerTag(tag)), nullptr};
-    if (payload.numel() > 0) posted.payload = state_->gloo->send(payloads, peer, payloadTag(number));
+    if (!inlined) posted.payload = state_->gloo->send(payloads, peer, payloadTag(number));
     return posted;
   }
   // Posts a refusal of `tag`, which has no channel, to `peer` on the refusal tag.
@@ -680,7 +693,7 @@ class GlooPointToPoint final : public HostPointToPoint {
   }
   // Posts the next header receive of channel `key` and its continuation. Under the mutex.
   void postHeader(ChannelKey key, Channel& c) {
-    at::Tensor header = at::empty({kHeaderWords}, at::kLong);
+    at::Tensor header = at::empty({kHeaderBytes}, at::kByte);
     std::vector<at::Tensor> tensors{header};
     WorkPtr work = key.first < 0 ? state_->gloo->recvAnysource(tensors, headerTag(key.second))
                                  : state_->gloo->recv(tensors, key.first, headerTag(key.second));
