@@ -7,9 +7,10 @@
 // Every send is a fixed-size header (kind: data or refusal, the payload's byte count, the
 // message's sequence number between the two ranks) on the header tag of the caller's tag, then
 // the payload (or the refusing rank's error text) on the payload tag of its sequence number; a
-// payload of up to 96 bytes travels in the header instead (one gloo message, not two). A receive posts its header receive at once; a continuation (a pool thread,
-// one per waiting header: no receive waits behind another) takes the header and posts the
-// payload receive at once, straight into the caller's tensor when the byte counts agree, into a
+// payload of up to 96 bytes travels in the header instead (one gloo message, not two). A
+// receive posts its header receive at once; a continuation (a pool thread, one per waiting
+// header: no receive waits behind another) takes the header and posts the payload receive at
+// once, straight into the caller's tensor when the byte counts agree, into a
 // scratch buffer of the announced size otherwise (gloo aborts the process on a receive of
 // another size). So a send completes without waiting for its receiver's wait(), as gloo's
 // rendezvous sends need when both ranks wait for their send first. Header receives of one
