@@ -290,10 +290,11 @@ Status build(const RoutedRequest& request, double distinct, bool oncePerRank, bo
                                        : ", every replica dispatching");
   const auto full = static_cast<std::uint64_t>(static_cast<double>(request.tokens) * rowBytes);
   const std::vector<Flow> flows = flowsOf(request, fuseTokens);
-  std::size_t most = 1;
-  for (const Flow& f : flows) {
-    if (!perHost) break;
-    for (const std::vector<int>& members : hostsOfGroup(request, f.src)) most = std::max(most, members.size());
+  std::size_t most = 1;  // the most ranks of one host in a source's group (once per host)
+  if (perHost) {
+    for (const Flow& f : flows) {
+      for (const std::vector<int>& members : hostsOfGroup(request, f.src)) most = std::max(most, members.size());
+    }
   }
   const double hostHeaderBytes = static_cast<double>(std::min<std::int64_t>(
                                      request.topK, request.experts / ranks * static_cast<std::int64_t>(most))) *

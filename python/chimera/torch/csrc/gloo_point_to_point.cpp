@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "transfer_verdicts.hpp"
+
 namespace chimera::torch_ext {
 namespace {
 
@@ -227,18 +229,11 @@ struct State {
 // The verdict on a message of `kind` and `bytes` from `source` for receive `r`, before its payload.
 Status verdictOf(const Receive& r, int source, Kind kind, std::int64_t bytes) {
   if (kind != Kind::Data || bytes == r.size) return Status::ok();
-  const std::int64_t delta = bytes > r.size ? bytes - r.size : r.size - bytes;
-  return Status::mismatch("recv from rank " + std::to_string(source) + " (tag " + std::to_string(r.tag) + "): rank " +
-                          std::to_string(source) + " sends " + std::to_string(bytes) +
-                          " bytes but this receive expects " + std::to_string(r.size) + " (" + std::to_string(delta) +
-                          " bytes " + (bytes > r.size ? "more" : "fewer") + "): the tensors differ in size or dtype");
+  return otherByteCount(source, r.tag, bytes, r.size);
 }
 
 // Mismatch naming `source`, whose send to this rank failed there with `reason`, as receive `r` reports it.
-Status refusalOf(int source, const Receive& r, const std::string& reason) {
-  return Status::mismatch("recv from rank " + std::to_string(source) + " (tag " + std::to_string(r.tag) + "): rank " +
-                          std::to_string(source) + "'s send to this rank failed there, so nothing was sent: " + reason);
-}
+Status refusalOf(int source, const Receive& r, const std::string& reason) { return refusedSend(source, r.tag, reason); }
 
 // Settles receive `r` with arrival `a`, whose payload landed. Under the State's mutex.
 void settleFrom(State& s, Receive& r, const Arrival& a) {

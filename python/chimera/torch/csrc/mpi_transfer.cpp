@@ -15,6 +15,7 @@
 #include "mpi/bounded_wait.hpp"
 #include "mpi_channel_state.hpp"
 #include "mpi_point_to_point.hpp"
+#include "transfer_verdicts.hpp"
 
 namespace chimera::torch_ext {
 namespace {
@@ -49,11 +50,10 @@ bool cancelSettle(MPI_Request& request, bool& matched, MPI_Status* matchedStatus
 // Mismatch naming the rank `source` whose send failed, with the reason in its refusal `message`
 // (`count` bytes), as a receive of `tag` reports it.
 Status refusalOf(int source, int tag, const Buffer& message, int count) {
-  const std::string reason(reinterpret_cast<const char*>(message.data() + kControlHead),
-                           static_cast<std::size_t>(std::max(count, static_cast<int>(kControlHead))) - kControlHead);
-  return Status::mismatch(
-      fmt::format("recv from rank {} (tag {}): rank {}'s send to this rank failed there, so nothing was sent: {}",
-                  source, tag, source, reason));
+  return refusedSend(
+      source, tag,
+      std::string_view(reinterpret_cast<const char*>(message.data() + kControlHead),
+                       static_cast<std::size_t>(std::max(count, static_cast<int>(kControlHead))) - kControlHead));
 }
 
 // Takes `t`'s control message, of `count` bytes from group rank `source`.
@@ -73,13 +73,7 @@ void readControl(Transfer& t, int source, int count) {
   if (head[0] == static_cast<std::int64_t>(Control::Refusal)) {
     t.verdict = refusalOf(source, t.tag, m, count);
   } else if (head[1] != static_cast<std::int64_t>(t.bytes)) {
-    const auto sent = head[1];
-    const auto expected = static_cast<std::int64_t>(t.bytes);
-    t.verdict = Status::mismatch(fmt::format(
-        "recv from rank {} (tag {}): rank {} sends {} bytes but this receive expects {} ({} bytes {}): the tensors "
-        "differ in size or dtype",
-        source, t.tag, source, sent, expected, sent > expected ? sent - expected : expected - sent,
-        sent > expected ? "more" : "fewer"));
+    t.verdict = otherByteCount(source, t.tag, head[1], static_cast<std::int64_t>(t.bytes));
   }
 }
 
