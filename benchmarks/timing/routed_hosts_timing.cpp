@@ -9,7 +9,8 @@
 // barriers as the slowest rank saw it. With --only both, the two alternate per iteration and
 // y and recv_x (and grad x, grad w) must be equal bit for bit (small integers, quarter
 // weights); a difference exits 1. Prints one JSON line: medians (us), bytes across hosts per
-// iteration (all ranks, from RoutedStats) and the bytes each rank sent.
+// iteration (all ranks, from RoutedStats; null for `rank` without --stages: its backend takes
+// every rank for one host, so it counts nothing as crossing) and the bytes each rank sent.
 // With --stages, a pipeline stage's tokens instead (mesh pp=2,ep=R/2, layout pp=@0, both on the
 // backend of where the ranks run): `host` is the Planned program (the hand-off, then stage 1's
 // dispatch once per destination host where the planner takes rule 6), `rank` the straight
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
         "\"bytes_host\": {}, \"bytes_rank\": {}, \"exact\": {}}}\n",
         world, c.tokens, c.hidden, c.experts, c.topK, c.train ? "train" : "forward", c.stages ? "pp=@0" : "owned",
         totals[4] > 0 ? "true" : "false", host.exchange->straightFromStage() ? "true" : "false", us(host), us(perRank),
-        totals[0] / n, totals[1] / n, totals[2] / n, totals[3] / n,
+        totals[0] / n, c.stages ? fmt::to_string(totals[1] / n) : "null", totals[2] / n, totals[3] / n,
         c.only != "both" ? "null" : (wrong == 0 ? "true" : "false"));
   }
   host.exchange.reset();
