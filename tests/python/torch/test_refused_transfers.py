@@ -141,3 +141,74 @@ def test_refusal_and_wrong_sizes_in_a_row(world):
             ok = ok and torch.equal(got, torch.full((4,), float(rank - 1)))
             what.append(f"{name}: {text[:120]}; next {got.tolist()}")
     agree(ok, gloo, "; ".join(what))
+
+
+def test_refusal_between_good_sends_fails_the_receive_between(world):
+    """A good send, a refused one (tag out of range), a good one, on one tag, many times over:
+    every time the receiver's middle receive, and it alone, fails naming the sender, and the
+    good ones get their own data. On gloo the refusal travels on a tag of its own and may be
+    taken before the header of the message sent before it (a race this repeats enough to hit:
+    the receive meant for the first message failed, the middle one got that message)."""
+    rank, n, gloo = world
+    paired = not (n % 2 == 1 and rank == n - 1)
+    ok, what = True, "every round"
+    for round_ in range(200 if paired else 0):
+        if rank % 2 == 0:
+            dist.send(torch.full((4,), float(2 * round_)), rank + 1, tag=3)
+            try:
+                dist.send(torch.ones(4), rank + 1, tag=-1)
+            except RuntimeError:
+                pass
+            dist.send(torch.full((4,), float(2 * round_ + 1)), rank + 1, tag=3)
+            continue
+        got = [torch.empty(4) for _ in range(2)]
+        try:
+            dist.recv(got[0], rank - 1, tag=3)
+        except RuntimeError:
+            got[0].fill_(-1)  # the refusal came first
+        try:
+            dist.recv(torch.empty(4), rank - 1, tag=3)
+            refused = "the middle receive returned"
+        except RuntimeError as error:
+            refused = "" if f"rank {rank - 1}'s send to this rank failed" in str(error) else str(error)
+        try:
+            dist.recv(got[1], rank - 1, tag=3)
+        except RuntimeError:
+            got[1].fill_(-1)
+        firsts = [g[0].item() for g in got]
+        if ok and (refused or firsts != [2 * round_, 2 * round_ + 1]):
+            # Every round still runs: each receive takes one message, so neither rank waits.
+            ok, what = False, f"round {round_}: {refused or 'the middle receive failed'}; the others got {firsts}"
+    agree(ok, gloo, what)
+
+
+@pytest.mark.parametrize("other_tag", [True, False], ids=["another tag", "the same tag"])
+def test_refusal_after_an_isend_not_yet_taken(world, other_tag):
+    """The sender isends a message it does not wait for, then has a send refused (tag out of
+    range). On another tag the receiver's first receive (tag 3) fails and the message reaches
+    the receive of its own tag after it; on the same tag the first receive gets the message and
+    the second fails."""
+    rank, n, gloo = world
+    paired = not (n % 2 == 1 and rank == n - 1)
+    tag = 5 if other_tag else 3
+    ok, what = True, ""
+    if paired and rank % 2 == 0:
+        pending = dist.isend(torch.full((4,), 7.0), rank + 1, tag=tag)
+        try:
+            dist.send(torch.ones(4), rank + 1, tag=-1)
+        except RuntimeError:
+            pass
+        pending.wait()
+    elif paired:
+        sender = rank - 1
+        got = torch.empty(4)
+        outcomes = []
+        for receive_tag in ([3, 5] if other_tag else [3, 3]):
+            try:
+                dist.recv(got, sender, tag=receive_tag)
+                outcomes.append(got[0].item())
+            except RuntimeError as error:
+                outcomes.append("refused" if f"rank {sender}'s send to this rank failed" in str(error) else str(error))
+        want = ["refused", 7.0] if other_tag else [7.0, "refused"]
+        ok, what = outcomes == want, f"got {outcomes}, want {want}"
+    agree(ok, gloo, what)

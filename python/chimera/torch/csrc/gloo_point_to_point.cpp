@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -40,9 +41,14 @@ constexpr std::int64_t kHeaderBytes = kHeaderWords * 8 + kInlineBytes;
 bool isInline(Kind kind, std::int64_t bytes) { return kind == Kind::Data && bytes <= kInlineBytes; }
 // A refusal on its tag's channel: its reason is cut to this many bytes.
 constexpr std::size_t kReasonBytes = 1024;
-// A refusal of a tag without a channel: four words (Refusal, the reason's bytes, its number
-// among the messages to this rank, the tag), then the reason, kGlooRefusalBytes in all.
-constexpr std::int64_t kRefusalWords = 4;
+// A refusal of a tag without a channel, kGlooRefusalBytes in all: six words (Refusal, the
+// reason's bytes, its number among the messages to this rank, the tag, how many unconfirmed
+// messages follow, 0), then up to kUnconfirmedKept pairs of words (the number and tag of an
+// earlier message to this rank whose send its sender had not yet seen complete), then the reason.
+constexpr std::int64_t kRefusalWords = 6;
+constexpr std::size_t kUnconfirmedKept = 16;
+constexpr std::size_t kRefusalReasonAt = (kRefusalWords + 2 * kUnconfirmedKept) * sizeof(std::int64_t);
+static_assert(kRefusalReasonAt < kGlooRefusalBytes);
 constexpr Clock::time_point kNever = Clock::time_point::max();
 
 bool hasChannel(int tag) { return tag >= 0 && tag <= kGlooBarrierTag; }
@@ -150,11 +156,14 @@ struct Channel {
 };
 using ChannelKey = std::pair<int, int>;  // (source or -1, tag)
 
-// A refusal whose tag had no channel, which came while no receive from its sender waited.
-struct KeptRefusal {
+// A refusal whose tag had no channel, as its receiver holds it.
+struct Refusal {
   int source = 0;
   std::int64_t number = 0;
   std::string reason;
+  // (number, tag) of messages its sender sent this rank before it without seeing their send
+  // complete: they may still come after it.
+  std::vector<std::pair<std::int64_t, int>> unconfirmed;
 };
 
 // What the channel, its continuations and its Works share.
@@ -166,13 +175,22 @@ struct State {
   int size = 0;
   // Guards what follows, the posting of gloo transfers and every Receive and Arrival.
   std::mutex mutex;
-  std::condition_variable changed;         // a receive settled, a header was handed on, or closing
-  std::condition_variable stopping;        // closing (the ticker)
-  std::vector<std::int64_t> sentTo;        // per group rank: the messages (and refusals) this rank sent it
-  std::vector<std::int64_t> refusalsTo;    // per group rank: refusals of a tag without a channel sent it
-  std::vector<std::int64_t> refusalsFrom;  // per group rank: such refusals from it the listener took
+  std::condition_variable changed;       // a receive settled, a header was handed on, or closing
+  std::condition_variable stopping;      // closing (the ticker)
+  std::vector<std::int64_t> sentTo;      // per group rank: the messages (and refusals) this rank sent it
+  std::vector<std::int64_t> refusalsTo;  // per group rank: refusals of a tag without a channel sent it
+  // Per group rank: (number, tag) of the messages sent it whose send was not yet seen complete
+  // (the latest kUnconfirmedKept).
+  std::vector<std::deque<std::pair<std::int64_t, int>>> unconfirmedTo;
+  // Per group rank, for the messages from it: every one numbered below handedBelow, and those in
+  // handedAbove, was handed on (to a receive, kept, or, a refusal of a tag without a channel, put
+  // in order); refusalsFrom counts those refusals.
+  std::vector<std::int64_t> handedBelow;
+  std::vector<std::set<std::int64_t>> handedAbove;
+  std::vector<std::int64_t> refusalsFrom;
   std::map<ChannelKey, Channel> channels;
-  std::deque<KeptRefusal> refusals;
+  std::deque<Refusal> held;      // taken by the listener; messages their sender sent before them still to come
+  std::deque<Refusal> refusals;  // put in order; no receive for them to fail yet
   std::uint64_t receives = 0;
   std::vector<WorkPtr> waited;     // gloo transfers in a wait of waitFor (the ticker interrupts them)
   std::vector<WorkPtr> abandoned;  // gloo transfers given up on, still posted: gloo may use their buffers
@@ -235,6 +253,98 @@ Status verdictOf(const Receive& r, int source, Kind kind, std::int64_t bytes) {
 // Mismatch naming `source`, whose send to this rank failed there with `reason`, as receive `r` reports it.
 Status refusalOf(int source, const Receive& r, const std::string& reason) { return refusedSend(source, r.tag, reason); }
 
+// The order of one sender's messages at its receiver (see gloo_point_to_point.hpp). Every
+// function below runs under the State's mutex.
+
+bool wasHanded(const State& s, int source, std::int64_t number) {
+  const auto i = static_cast<std::size_t>(source);
+  return number < s.handedBelow[i] || s.handedAbove[i].contains(number);
+}
+
+void markHanded(State& s, int source, std::int64_t number) {
+  const auto i = static_cast<std::size_t>(source);
+  if (number < s.handedBelow[i]) return;
+  auto& above = s.handedAbove[i];
+  if (number == s.handedBelow[i]) {
+    ++s.handedBelow[i];  // the usual case: in order
+  } else {
+    above.insert(number);
+  }
+  while (!above.empty() && *above.begin() == s.handedBelow[i]) {
+    above.erase(above.begin());
+    ++s.handedBelow[i];
+  }
+}
+
+// The receive refusal `f` fails: the earliest posted receive from its sender or from any source
+// (`posting`, when given, is being posted, the latest) that no message its sender sent before it
+// will go to. Such a message still to come (one of f's unconfirmed, not handed on yet) or kept
+// (handed on while no receive of its tag waited) goes to the earliest receive of its tag, so one
+// receive of that tag is passed over for each. None: the refusal waits for the next receive.
+std::shared_ptr<Receive> targetOf(State& s, const Refusal& f, const std::shared_ptr<Receive>& posting) {
+  std::map<int, std::int64_t> before;  // per tag: the receives passed over
+  for (const auto& [number, tag] : f.unconfirmed)
+    if (!wasHanded(s, f.source, number)) ++before[tag];
+  std::vector<std::shared_ptr<Receive>> candidates;
+  for (auto& [key, c] : s.channels) {
+    if (key.first >= 0 && key.first != f.source) continue;
+    for (const auto& a : c.kept)
+      if (a->source == f.source && a->number < f.number) ++before[key.second];
+    candidates.insert(candidates.end(), c.waiting.begin(), c.waiting.end());
+  }
+  if (posting) candidates.push_back(posting);
+  std::sort(candidates.begin(), candidates.end(), [](const auto& x, const auto& y) { return x->order < y->order; });
+  for (auto& r : candidates) {
+    auto passed = before.find(r->tag);
+    if (passed == before.end() || passed->second == 0) return r;
+    --passed->second;
+  }
+  return nullptr;
+}
+
+// Fails receive `r` (waiting, or being posted) with refusal `f`.
+void failWith(State& s, const std::shared_ptr<Receive>& r, const Refusal& f) {
+  if (auto c = s.channels.find({r->peer, r->tag}); c != s.channels.end()) std::erase(c->second.waiting, r);
+  r->source = f.source;
+  s.settle(*r, refusalOf(f.source, *r, f.reason));
+}
+
+// Fails the receives the refusals of `source` put in order find now, in their order; the first
+// that finds none stops it (a later one must not overtake it).
+void applyRefusals(State& s, int source) {
+  for (auto it = s.refusals.begin(); it != s.refusals.end();) {
+    if (it->source != source) {
+      ++it;
+      continue;
+    }
+    auto r = targetOf(s, *it, nullptr);
+    if (!r) return;
+    failWith(s, r, *it);
+    it = s.refusals.erase(it);
+  }
+}
+
+// Puts in order the refusals of `source` the listener holds, in their sender's order: each, once
+// every message numbered below it from `source` was handed on or is among its unconfirmed, is
+// handed on itself (so messages sent after it may go on) and fails the receive targetOf finds.
+void orderRefusals(State& s, int source) {
+  const auto i = static_cast<std::size_t>(source);
+  for (;;) {
+    auto it = std::find_if(s.held.begin(), s.held.end(), [&](const Refusal& f) { return f.source == source; });
+    if (it == s.held.end()) return;
+    for (std::int64_t q = s.handedBelow[i]; q < it->number; ++q)
+      if (!s.handedAbove[i].contains(q) &&
+          std::none_of(it->unconfirmed.begin(), it->unconfirmed.end(), [&](const auto& u) { return u.first == q; }))
+        return;  // a message sent before it is on its way
+    markHanded(s, source, it->number);
+    ++s.refusalsFrom[i];
+    s.refusals.push_back(std::move(*it));
+    s.held.erase(it);
+    s.changed.notify_all();
+    applyRefusals(s, source);
+  }
+}
+
 // Settles receive `r` with arrival `a`, whose payload landed. Under the State's mutex.
 void settleFrom(State& s, Receive& r, const Arrival& a) {
   r.source = a.source;
@@ -287,6 +397,7 @@ void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64
       a->bytes = 0;
     }
   }
+  const bool valid = got.isOk() && !a->landed;  // a header, well formed
   std::unique_lock<std::mutex> lock(s.mutex);
   Channel& c = s.channels[key];
   s.changed.wait(lock, [&] { return c.arrived == index || s.closing; });
@@ -301,26 +412,16 @@ void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64
     }
     return;
   }
-  // The refusals its sender sent before it (already on their way to the listener) go first.
-  if (!a->landed) {
+  // The refusals of a tag without a channel its sender sent before it go first: the listener
+  // takes them and puts them in order (words[3] of them), each failing its receive if one waits.
+  if (valid) {
     auto& from = s.refusalsFrom[static_cast<std::size_t>(a->source)];
     s.changed.wait_for(lock, s.timeout, [&] { return from >= words[3] || s.closing; });
     if (s.closing) return;
+    applyRefusals(s, a->source);
   }
   ++c.arrived;
   s.changed.notify_all();
-  // A kept refusal from the sender that it sent before this message fails the receive this
-  // message would go to; the message goes to the next.
-  for (;;) {
-    auto refusal = std::find_if(s.refusals.begin(), s.refusals.end(),
-                                [&](const KeptRefusal& k) { return k.source == a->source && k.number < a->number; });
-    if (refusal == s.refusals.end() || c.waiting.empty()) break;
-    auto r = c.waiting.front();
-    c.waiting.pop_front();
-    r->source = a->source;
-    s.settle(*r, refusalOf(a->source, *r, refusal->reason));
-    s.refusals.erase(refusal);
-  }
   // With no receive of its channel waiting (a refusal failed the one its header receive was
   // posted for), a message goes to a receive of the other channel it may match: from any source
   // for one from its source, and the reverse. That one's own header receive then takes the next.
@@ -333,6 +434,12 @@ void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64
     to->pop_front();
   } else {
     c.kept.push_back(a);
+  }
+  // Handed on: a refusal its sender sent after it may now be put in order.
+  if (valid) {
+    markHanded(s, a->source, a->number);
+    orderRefusals(s, a->source);
+    applyRefusals(s, a->source);
   }
   const bool direct = a->owner && a->kind == Kind::Data && a->bytes == a->owner->size;
   if (!a->landed && a->bytes > 0 && !direct) a->scratch = at::empty({a->bytes}, at::kByte);
@@ -365,8 +472,7 @@ void takeHeader(const std::shared_ptr<State>& state, ChannelKey key, std::uint64
 }
 
 // The listener of refusals whose tag had no channel: one receive from any source on the
-// refusal tag, always posted. A refusal fails the earliest posted receive from its sender (or
-// from any source) that has no message yet; with none, it is kept for the next one posted.
+// refusal tag, always posted. Each is held until it can be put in order (orderRefusals).
 void listenForRefusals(const std::shared_ptr<State>& state) {
   State& s = *state;
   for (;;) {
@@ -387,29 +493,26 @@ void listenForRefusals(const std::shared_ptr<State>& state) {
       if (!s.closing) s.abandoned.push_back(work);
       return;
     }
+    const auto* data = static_cast<const char*>(message.data_ptr());
     std::int64_t words[kRefusalWords];
-    std::memcpy(words, message.data_ptr(), sizeof words);
-    const std::size_t room = kGlooRefusalBytes - sizeof words;
-    const std::string reason(static_cast<const char*>(message.data_ptr()) + sizeof words,
-                             std::min(room, static_cast<std::size_t>(std::max<std::int64_t>(words[1], 0))));
-    const int source = work->sourceRank();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (source < 0 || source >= s.size) continue;
-    ++s.refusalsFrom[static_cast<std::size_t>(source)];
-    s.changed.notify_all();
-    std::deque<std::shared_ptr<Receive>>* from = nullptr;
-    for (auto& [key, c] : s.channels)
-      if ((key.first == source || key.first < 0) && !c.waiting.empty() &&
-          (from == nullptr || c.waiting.front()->order < from->front()->order))
-        from = &c.waiting;
-    if (from == nullptr) {
-      s.refusals.push_back({source, words[2], reason});
-      continue;
+    std::memcpy(words, data, sizeof words);
+    Refusal f;
+    f.source = work->sourceRank();
+    f.number = words[2];
+    const auto listed = static_cast<std::size_t>(std::clamp<std::int64_t>(words[4], 0, kUnconfirmedKept));
+    for (std::size_t k = 0; k < listed; ++k) {
+      std::int64_t pair[2];
+      std::memcpy(pair, data + sizeof words + k * sizeof pair, sizeof pair);
+      f.unconfirmed.emplace_back(pair[0], static_cast<int>(pair[1]));
     }
-    auto r = from->front();
-    from->pop_front();
-    r->source = source;
-    s.settle(*r, refusalOf(source, *r, reason));
+    const std::size_t room = kGlooRefusalBytes - kRefusalReasonAt;
+    f.reason.assign(data + kRefusalReasonAt,
+                    std::min(room, static_cast<std::size_t>(std::max<std::int64_t>(words[1], 0))));
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (f.source < 0 || f.source >= s.size || f.number < 0) continue;
+    const int source = f.source;
+    s.held.push_back(std::move(f));
+    orderRefusals(s, source);
   }
 }
 
@@ -460,6 +563,7 @@ class GlooRecvWork final : public c10d::Work {
 struct Posted {
   int peer = 0;
   int tag = 0;
+  std::int64_t number = -1;  // among the messages to `peer`
   WorkPtr header;
   WorkPtr payload;  // none for an empty payload
 };
@@ -470,8 +574,11 @@ Status waitForSends(State& s, const Posted& sent, Clock::time_point deadline) {
   const std::string what = "send to rank " + std::to_string(sent.peer) + " (tag " + std::to_string(sent.tag) + ")";
   Status status = s.waitFor(sent.header, what + ", its header", deadline);
   if (status.isOk()) status = s.waitFor(sent.payload, what + ", its payload", deadline);
-  if (!status.isOk()) {
-    std::lock_guard<std::mutex> lock(s.mutex);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (status.isOk()) {
+    // Its receiver took it: nothing sent after it can reach the receiver first.
+    std::erase(s.unconfirmedTo[static_cast<std::size_t>(sent.peer)], std::make_pair(sent.number, sent.tag));
+  } else {
     s.abandoned.push_back(sent.header);
     if (sent.payload) s.abandoned.push_back(sent.payload);
   }
@@ -532,6 +639,9 @@ class GlooPointToPoint final : public HostPointToPoint {
     state_->sentTo.assign(static_cast<std::size_t>(state_->size), 0);
     state_->refusalsTo.assign(static_cast<std::size_t>(state_->size), 0);
     state_->refusalsFrom.assign(static_cast<std::size_t>(state_->size), 0);
+    state_->unconfirmedTo.resize(static_cast<std::size_t>(state_->size));
+    state_->handedBelow.assign(static_cast<std::size_t>(state_->size), 0);
+    state_->handedAbove.resize(static_cast<std::size_t>(state_->size));
     ticker_ = std::thread([s = state_] {
       std::unique_lock<std::mutex> lock(s->mutex);
       while (!s->closing) {
@@ -580,21 +690,29 @@ class GlooPointToPoint final : public HostPointToPoint {
     r->order = s.receives++;
     const ChannelKey key{peer, tag};
     Channel& c = s.channels[key];
-    // A kept refusal from its source (from any rank, for a receive from any source) fails it,
-    // unless a message kept for it was sent before that refusal.
-    auto refusal = std::find_if(s.refusals.begin(), s.refusals.end(),
-                                [&](const KeptRefusal& k) { return peer < 0 || k.source == peer; });
-    if (refusal != s.refusals.end() &&
-        !(!c.kept.empty() && c.kept.front()->source == refusal->source && c.kept.front()->number < refusal->number)) {
-      r->source = refusal->source;
-      s.settle(*r, refusalOf(refusal->source, *r, refusal->reason));
-      s.refusals.erase(refusal);
-    } else if (auto a = takeKept(key); a) {
-      a->owner = r;
-      if (a->landed) settleFrom(s, *r, *a);
-    } else {
-      c.waiting.push_back(r);
-      if (c.posted - c.arrived < c.waiting.size()) postHeader(key, c);
+    // A refusal put in order fails it when this is the receive the refusal finds (targetOf):
+    // the first refusal of each source (any, for a receive from any source) is asked.
+    std::set<int> asked;
+    for (auto it = s.refusals.begin(); it != s.refusals.end() && !r->done;) {
+      if ((peer >= 0 && it->source != peer) || !asked.insert(it->source).second) {
+        ++it;
+        continue;
+      }
+      if (targetOf(s, *it, r) == r) {
+        failWith(s, r, *it);
+        s.refusals.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!r->done) {
+      if (auto a = takeKept(key); a) {
+        a->owner = r;
+        if (a->landed) settleFrom(s, *r, *a);
+      } else {
+        c.waiting.push_back(r);
+        if (c.posted - c.arrived < c.waiting.size()) postHeader(key, c);
+      }
     }
     return c10::make_intrusive<GlooRecvWork>(state_, r, type);
   }
@@ -646,27 +764,41 @@ class GlooPointToPoint final : public HostPointToPoint {
     const std::int64_t words[kHeaderWords] = {static_cast<std::int64_t>(kind), payload.numel(), number,
                                               state_->refusalsTo[static_cast<std::size_t>(peer)]};
     std::memcpy(header.data_ptr(), words, sizeof words);
-    Posted posted{peer, tag, state_->gloo->send(headers, peer, headerTag(tag)), nullptr};
+    Posted posted{peer, tag, number, state_->gloo->send(headers, peer, headerTag(tag)), nullptr};
     if (!inlined) posted.payload = state_->gloo->send(payloads, peer, payloadTag(number));
+    auto& unconfirmed = state_->unconfirmedTo[static_cast<std::size_t>(peer)];
+    unconfirmed.emplace_back(number, tag);
+    if (unconfirmed.size() > kUnconfirmedKept) unconfirmed.pop_front();
     return posted;
   }
-  // Posts a refusal of `tag`, which has no channel, to `peer` on the refusal tag.
+  // Posts a refusal of `tag`, which has no channel, to `peer` on the refusal tag, with the
+  // messages to `peer` not yet seen taken.
   Posted postRefusal(int peer, int tag, const std::string& reason) {
     checkPeer(peer);
     at::Tensor message = at::zeros({static_cast<std::int64_t>(kGlooRefusalBytes)}, at::kByte);
     std::vector<at::Tensor> messages{message};
-    const std::size_t room = kGlooRefusalBytes - kRefusalWords * sizeof(std::int64_t);
-    const std::string cut = reason.substr(0, room);
+    const std::string cut = reason.substr(0, kGlooRefusalBytes - kRefusalReasonAt);
     std::lock_guard<std::mutex> lock(state_->mutex);
     TORCH_CHECK(!state_->closing, "chimera send: the process group is being destroyed");
     const std::int64_t number = state_->sentTo[static_cast<std::size_t>(peer)]++;
     ++state_->refusalsTo[static_cast<std::size_t>(peer)];
+    const auto& unconfirmed = state_->unconfirmedTo[static_cast<std::size_t>(peer)];
     const std::int64_t words[kRefusalWords] = {static_cast<std::int64_t>(Kind::Refusal),
-                                               static_cast<std::int64_t>(cut.size()), number, tag};
+                                               static_cast<std::int64_t>(cut.size()),
+                                               number,
+                                               tag,
+                                               static_cast<std::int64_t>(unconfirmed.size()),
+                                               0};
     auto* data = static_cast<char*>(message.data_ptr());
     std::memcpy(data, words, sizeof words);
-    std::memcpy(data + sizeof words, cut.data(), cut.size());
-    return Posted{peer, tag, state_->gloo->send(messages, peer, kGlooRefusalTag), nullptr};
+    std::size_t at = sizeof words;
+    for (const auto& [earlier, earlierTag] : unconfirmed) {
+      const std::int64_t pair[2] = {earlier, earlierTag};
+      std::memcpy(data + at, pair, sizeof pair);
+      at += sizeof pair;
+    }
+    std::memcpy(data + kRefusalReasonAt, cut.data(), cut.size());
+    return Posted{peer, tag, number, state_->gloo->send(messages, peer, kGlooRefusalTag), nullptr};
   }
   // The first message kept for a receive of channel `key`: its own channel's, else one of the
   // other channels it may take (see takeHeader) of its tag. Under the mutex.
