@@ -24,7 +24,8 @@
 // continuation of a header that came first. So the receiver puts one sender's messages back in
 // its order (the numbers are consecutive per pair of ranks):
 //   - a header carrying refusal count k is handed on (to a receive, or kept) only once the
-//     first k such refusals from its sender have been put in order;
+//     first k such refusals from its sender have been put in order (or the group's timeout
+//     passed);
 //   - a refusal numbered m is put in order only once every message numbered below m from its
 //     sender has been handed on, except those it lists as unconfirmed: up to 16 (the latest)
 //     messages its sender sent this rank whose send it had not yet seen complete. A send that
