@@ -35,18 +35,20 @@
 #include "common/env.hpp"
 #include "common/hash.hpp"
 #include "common/host_identity.hpp"
+#include "gloo_point_to_point.hpp"
 #include "host_transport.hpp"
 
 namespace chimera::torch_ext {
 namespace {
 
 // Transfers of chimera's own plans (gather, scatter, uneven all-to-all) share the gloo backend
-// with the caller's send/recv: they use tags from here down (one per channel), the largest tag
-// is monitoredBarrier's, and the caller's are below kReduceScatterTag (the process group checks).
+// with the point-to-point channel (gloo_point_to_point.hpp): they use tags from here down (one
+// per channel), above every tag of the channel's.
 constexpr int kPlanTagTop = INT_MAX - 1;
 // The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit); the
-// lowest tag of chimera's own.
+// lowest tag of the plans'.
 constexpr int kReduceScatterTag = kPlanTagTop - 256;
+static_assert(kGlooPointToPointTagTop < kReduceScatterTag, "the point-to-point channel's tags reach the plans'");
 
 // The torch type of `dtype`; false for a value that is no DataType enumerator.
 bool scalarTypeOf(DataType dtype, at::ScalarType& out) {
@@ -540,30 +542,6 @@ class GlooHostBackend final : public chimera::Backend {
   bool checkArgs_;  // CHIMERA_CHECK_ARGS
 };
 
-// c10d's send/recv on the gloo backend are already what a HostPointToPoint promises.
-class GlooHostPointToPoint final : public HostPointToPoint {
- public:
-  explicit GlooHostPointToPoint(c10::intrusive_ptr<c10d::Backend> gloo) : gloo_(std::move(gloo)) {}
-  c10::intrusive_ptr<c10d::Work> send(const at::Tensor& tensor, int peer, int tag) override {
-    std::vector<at::Tensor> tensors{tensor.contiguous()};
-    return gloo_->send(tensors, peer, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) override {
-    TORCH_CHECK(tensor.is_contiguous(), "chimera recv: the tensor must be contiguous over gloo");
-    std::vector<at::Tensor> tensors{tensor};
-    return peer < 0 ? gloo_->recvAnysource(tensors, tag) : gloo_->recv(tensors, peer, tag);
-  }
-  // gloo's send moves the payload alone: a receiver of a send that failed here waits for its
-  // timeout (the MPI transport tells it).
-  void refuse(int, int, const std::string&) override {}
-  int userTagLimit() const override { return kReduceScatterTag; }
-  // The largest tag.
-  int reservedTag() const override { return INT_MAX; }
-
- private:
-  c10::intrusive_ptr<c10d::Backend> gloo_;
-};
-
 }  // namespace
 
 Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t timeoutMs, HostTransport& out) {
@@ -576,7 +554,7 @@ Status createGlooTransport(c10::intrusive_ptr<c10d::Backend> gloo, std::int64_t 
                                                    checkArgs);
   if (Status s = backend->findHosts(); !s.isOk()) return s;
   out.backend = std::move(backend);
-  out.p2p = std::make_unique<GlooHostPointToPoint>(std::move(gloo));
+  out.p2p = makeGlooPointToPoint(std::move(gloo), timeoutMs);
   return Status::ok();
 }
 

@@ -34,8 +34,9 @@ class HostPointToPoint {
   virtual c10::intrusive_ptr<c10d::Work> recv(const at::Tensor& tensor, int peer, int tag) = 0;
   /// Tells group rank `peer` that this rank's send to it with `tag` failed before it was
   /// posted (`reason`: the error raised here), so that its receive fails at once, naming this
-  /// rank, instead of waiting for its timeout (MPI transport; gloo: nothing yet). Nothing when
-  /// `peer` is not another rank of the group.
+  /// rank, instead of waiting for its timeout. Nothing when `peer` is not another rank of the
+  /// group; on gloo, nothing either when `tag` is outside [0, reservedTag()] (it has no channel
+  /// there, see gloo_point_to_point.hpp).
   virtual void refuse(int peer, int tag, const std::string& reason) = 0;
   /// The tags a caller may use are [0, userTagLimit()); the ones above are chimera's own.
   virtual int userTagLimit() const = 0;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// What a receive on the process group's point-to-point channel reports (mpi_transfer.cpp) when
-// its sender's control message says the send failed there or carries another byte count. No
-// torch headers: the MPI part includes it.
+// What a receive on the process group's point-to-point channel reports, on either transport
+// (mpi_transfer.cpp, gloo_point_to_point.cpp), when its sender's header or control message says
+// the send failed there or carries another byte count. No torch headers: the MPI part includes it.
 #pragma once
 
 #include <cstdint>
