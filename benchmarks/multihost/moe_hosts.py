@@ -4,12 +4,13 @@
 simulated hosts (scripts/multihost.sh), in both placements.
 
 Per placement it runs `routed_hosts_timing --only both` --repeats times (the two exchanges
-alternating per iteration on the same routings, y and recv_x compared bit for bit) and takes
-medians of the forward's time (dispatch + receive + combine; with --step train, a training step's:
-the forward, then combine backward and dispatch backward); then, per side, the bytes that
-really crossed the link: the rig's veth counters (tx_bytes of every host's eth0, TCP/IP headers
-and ACKs included) around a run of that side alone, once with 1 and once with 1 + --byte-iters
-iterations, the difference divided by --byte-iters. Rows: {placement, link_bytes_rank,
+alternating per iteration on the same routings, y and recv_x compared bit for bit, --iters timed
+iterations after --warmup untimed ones) and takes medians of the forward's time (dispatch +
+receive + combine; with --step train, a training step's: the forward, then combine backward and
+dispatch backward); then, per side, the bytes that really crossed the link: the rig's veth
+counters (tx_bytes of every host's eth0, TCP/IP headers and ACKs included) around a run of that
+side alone, once with 1 and once with 1 + --byte-iters iterations, the difference divided by
+--byte-iters. Rows: {placement, link_bytes_rank,
 link_bytes_host, byte_ratio, rank_us, host_us, speedup, exact, stats_cross_rank,
 stats_cross_host} (stats_*: RoutedStats::crossHostBytes of all ranks, per iteration; stats_cross_rank
 is null without --stages, since that side runs on a backend that takes every rank for one host).
@@ -45,8 +46,13 @@ def parse_args(argv):
                    help="what an iteration runs: the forward, or the forward and both backwards (forward)")
     p.add_argument("--stages", action="store_true",
                    help="a stage's tokens (pp=2, pp=@0): planned against straight from the stage")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="untimed iterations before the timed ones of each run (5): the exchanges' buffers grow to "
+                        "the routing's sizes over the first 3-4 iterations, page faults that are not the steady state")
     add_rig_arguments(p, iters=3)
     args = parse_rig_arguments(p, argv)
+    if args.warmup < 0:
+        p.error("--warmup must be at least 0")
     if not os.access(args.timing, os.X_OK):
         p.error(f"--timing: {args.timing} is not an executable (build routed_hosts_timing first)")
     return args
@@ -74,7 +80,7 @@ def measure(rig, args):
     rows = []
     for placement in args.placements.split(","):
         launch = ["--ranks", args.ranks] + PLACEMENTS[placement]
-        runs = [last_json(rig.run(launch, timing_command(args, "both", args.iters, 1), args.timeout))
+        runs = [last_json(rig.run(launch, timing_command(args, "both", args.iters, args.warmup), args.timeout))
                 for _ in range(args.repeats)]
         if not args.stages and not all(r["once_per_host"] for r in runs):
             raise RuntimeError(f"{placement}: the exchange did not run once per host")

@@ -50,7 +50,7 @@ struct Config {
   std::int64_t experts = 64;
   int topK = 8;
   int iterations = 5;
-  int warmUp = 1;
+  int warmUp = 5;  // the exchanges' buffers reach their sizes within the first 3-4 iterations
   std::string only = "both";
   bool train = false;   // --step train: the backwards too
   bool stages = false;  // --stages: a stage's tokens (pp=2, pp=@0)
