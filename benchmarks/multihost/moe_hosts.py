@@ -10,10 +10,10 @@ receive + combine; with --step train, a training step's: the forward, then combi
 dispatch backward); then, per side, the bytes that really crossed the link: the rig's veth
 counters (tx_bytes of every host's eth0, TCP/IP headers and ACKs included) around a run of that
 side alone, once with 1 and once with 1 + --byte-iters iterations, the difference divided by
---byte-iters. Rows: {placement, link_bytes_rank,
-link_bytes_host, byte_ratio, rank_us, host_us, speedup, exact, stats_cross_rank,
-stats_cross_host} (stats_*: RoutedStats::crossHostBytes of all ranks, per iteration; stats_cross_rank
-is null without --stages, since that side runs on a backend that takes every rank for one host).
+--byte-iters. Rows: {placement, link_bytes_rank, link_bytes_host, byte_ratio, rank_us, host_us,
+speedup, exact, stats_cross_rank, stats_cross_host} (stats_*: RoutedStats::crossHostBytes of all
+ranks, per iteration; stats_cross_rank is null without --stages, since that side runs on a
+backend that takes every rank for one host).
 
 With --stages, a pipeline stage's tokens (pp=2, pp=@0): the `host` side is the Planned program
 (the hand-off, then stage 1's dispatch once per destination host where the planner takes it:
