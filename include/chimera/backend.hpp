@@ -163,6 +163,17 @@ class Backend {
                                                Stream /*stream*/ = nullptr) {
     return local;
   }
+  /// For a rank whose call failed (`local`, an error) before the group or the peers it would run
+  /// with were known (axes naming no group of the mesh, a handle of another object): its peers
+  /// may wait in that call for this rank, in a group this rank cannot name, so it tells every
+  /// rank of the world (MPI: a fault notice, docs/reliability.md). A peer whose wait then makes
+  /// no progress from this rank for 200 ms gives up (Mismatch naming this rank) instead of
+  /// waiting for its timeout; that peer's backend is unusable afterwards, since the call's
+  /// messages it had sent stay unmatched, and a later call of this rank that waits on it gives
+  /// up the same way. Ranks that all fail in the same call leave nobody waiting and stay
+  /// usable. Returns `local`. Where the backend has no such notice (NCCL, gloo) it returns
+  /// `local` without communicating, and the peers wait until their timeout.
+  virtual Status announceFault(const Status& local) { return local; }
   /// The argument agreement alone, for a collective a caller composes of point-to-point
   /// transfers (a gather, a scatter, an uneven all-to-all as one groupedP2P): collective over
   /// `axes`, each member passing `count` (what must be equal on every member, -1 where the

@@ -152,7 +152,8 @@ class RoutedDispatch {
 /// in dispatch and dispatchBackward it fails the ranks it exchanges with as well.
 /// Errors: InvalidArgument for a bad argument on this rank (Mismatch naming this rank on the
 /// others of the call, in the call's first round, except for a handle from another exchange or
-/// without a completed dispatch, which fails on the calling rank before any message); an
+/// without a completed dispatch: that rank knows no sizes to take part with, so it fails before
+/// any message and announces the failure (Backend::announceFault)); an
 /// expert id out of range on any replica of "tp=R" / "tp=P" fails every replica, whether or not
 /// it dispatches that token; routing metadata that does not agree between ranks (an expert id out of range, K or H or
 /// the program different on one rank, a buffer of the wrong size reported by a binding) is an error on every rank of

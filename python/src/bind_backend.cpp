@@ -67,7 +67,7 @@ void checkTensors(Backend& backend, AxisSet group, Checks&& checks) {
 nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::handle axes, nb::handle out) {
   constexpr const char* kCall = "all_reduce";
   Backend& backend = self.get(kCall);
-  const AxisSet group = toAxes(axes, backend.mesh());
+  const AxisSet group = toGroupAxes(axes, backend);
   const ReduceOp reduceOp = toReduceOp(op);
   TensorView in, result;
   checkTensors(backend, group, [&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); });
@@ -78,7 +78,7 @@ nb::object allReduce(PyBackend& self, nb::handle tensor, nb::handle op, nb::hand
 nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, nb::handle op, nb::handle axes) {
   constexpr const char* kCall = "reduce_scatter";
   Backend& backend = self.get(kCall);
-  const AxisSet group = toAxes(axes, backend.mesh());
+  const AxisSet group = toGroupAxes(axes, backend);
   const ReduceOp reduceOp = toReduceOp(op);
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
@@ -101,7 +101,7 @@ nb::object reduceScatter(PyBackend& self, nb::handle input, nb::handle output, n
 nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::handle axes) {
   constexpr const char* kCall = "all_gather";
   Backend& backend = self.get(kCall);
-  const AxisSet group = toAxes(axes, backend.mesh());
+  const AxisSet group = toGroupAxes(axes, backend);
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
   checkTensors(backend, group, [&] {
@@ -118,7 +118,7 @@ nb::object allGather(PyBackend& self, nb::handle input, nb::handle output, nb::h
 nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::handle axes) {
   constexpr const char* kCall = "all_to_all";
   Backend& backend = self.get(kCall);
-  const AxisSet group = toAxes(axes, backend.mesh());
+  const AxisSet group = toGroupAxes(axes, backend);
   const auto n = static_cast<std::size_t>(backend.mesh().groupSize(group));
   TensorView in, outView;
   checkTensors(backend, group, [&] {
@@ -142,7 +142,7 @@ nb::object allToAll(PyBackend& self, nb::handle input, nb::handle output, nb::ha
 nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle axes, nb::handle out) {
   constexpr const char* kCall = "broadcast";
   Backend& backend = self.get(kCall);
-  const AxisSet group = toAxes(axes, backend.mesh());
+  const AxisSet group = toGroupAxes(axes, backend);
   TensorView in, result;
   checkTensors(backend, group, [&] { viewInPlaceOrOut(tensor, out, kCall, self.space(), in, result); });
   checkWithoutGil([&] { return backend.broadcast(in.data, result.data, in.elements, in.dtype, root, group); });
@@ -280,7 +280,7 @@ void bindBackend(nb::module_& m) {
           [](PyBackend& self, const std::vector<nb::object>& groups) {
             Backend& backend = self.get("create_groups");
             std::vector<AxisSet> sets;
-            for (const nb::object& axes : groups) sets.push_back(toAxes(axes, backend.mesh()));
+            for (const nb::object& axes : groups) sets.push_back(toGroupAxes(axes, backend));
             checkWithoutGil([&] { return backend.createGroups(sets); });
           },
           nb::arg("groups"),

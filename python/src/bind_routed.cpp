@@ -58,7 +58,10 @@ class PyRoutedExchange : public Resource {
     Backend& b = owner()->get("RoutedExchange");
     // A bad option here is this rank's failure in the exchange's first round, not a raise
     // before it: every peer then raises at once (Mismatch naming this rank) instead of waiting.
+    // Except the group: naming none, the rank cannot tell which group that round is over, so it
+    // raises here after announcing the failure to every rank (Backend::announceFault).
     RoutedExchangeOptions options;
+    options.group = toGroupAxes(group, b);
     std::unique_ptr<nb::python_error> error;
     const auto convert = [&](auto&& body) {
       if (error != nullptr) return;
@@ -73,7 +76,6 @@ class PyRoutedExchange : public Resource {
     options.hidden = hidden;
     convert([&] { options.dtype = toDataType(dtype); });
     convert([&] { options.weightDtype = toDataType(weightDtype); });
-    convert([&] { options.group = toAxes(group, b.mesh()); });
     options.tokenLayout = layout;
     options.capacity = capacity;
     options.overflow = overflow == "error" ? CapacityOverflow::Error : CapacityOverflow::Drop;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chimera/backend.hpp"
 #include "chimera/layout.hpp"
 #include "chimera/mesh.hpp"
 #include "chimera/planning/planner.hpp"
@@ -43,6 +44,9 @@ DataType toDataType(nb::handle obj);
 ReduceOp toReduceOp(nb::handle obj);
 /// An AxisSet on `mesh` from None (every axis), "tp", "dp+tp" or a sequence of axis names.
 AxisSet toAxes(nb::handle obj, const Mesh& mesh);
+/// toAxes for the group of a call on `backend`: axes that name no group of its mesh are a
+/// failure before the group is known, announced to every rank (Backend::announceFault).
+AxisSet toGroupAxes(nb::handle obj, Backend& backend);
 /// The world size a mesh text names (product of its sizes; 0 when malformed).
 int meshTextWorldSize(const std::string& text);
 

@@ -73,22 +73,44 @@ ReduceOp toReduceOp(nb::handle obj) {
   return out;
 }
 
-AxisSet toAxes(nb::handle obj, const Mesh& mesh) {
-  if (obj.is_none()) return mesh.allAxes();
+namespace {
+
+// The axis set `obj` names (None: every axis of `mesh`), or InvalidArgument.
+Status axesOf(nb::handle obj, const Mesh& mesh, AxisSet& out) {
+  if (obj.is_none()) {
+    out = mesh.allAxes();
+    return Status::ok();
+  }
   std::string text;
   if (nb::isinstance<nb::str>(obj)) {
     text = nb::cast<std::string>(obj);
   } else {
     for (nb::handle name : obj) {
-      if (!nb::isinstance<nb::str>(name)) {
-        raiseStatus(Status::invalidArgument(
-            fmt::format("axes: expected axis names (str), got {}", nb::str(name.type()).c_str())));
-      }
+      if (!nb::isinstance<nb::str>(name))
+        return Status::invalidArgument(
+            fmt::format("axes: expected axis names (str), got {}", nb::str(name.type()).c_str()));
       text += (text.empty() ? "" : "+") + nb::cast<std::string>(name);
     }
   }
+  return mesh.parseAxes(text, out);
+}
+
+}  // namespace
+
+AxisSet toAxes(nb::handle obj, const Mesh& mesh) {
   AxisSet axes;
-  check(mesh.parseAxes(text, axes));
+  check(axesOf(obj, mesh, axes));
+  return axes;
+}
+
+AxisSet toGroupAxes(nb::handle obj, Backend& backend) {
+  AxisSet axes;
+  Status status = axesOf(obj, backend.mesh(), axes);
+  if (!status.isOk()) {
+    nb::gil_scoped_release release;
+    status = backend.announceFault(status);
+  }
+  check(status);
   return axes;
 }
 

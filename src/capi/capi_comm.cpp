@@ -64,12 +64,14 @@ Status checkCount(const CommObject* comm, std::size_t count, chimera::DataType t
 }
 
 // Looks up the live communicator `commHandle` into `comm`, then reads the axes of the call's
-// group. A rank that fails here cannot name the group: it fails alone, and its peers wait in
-// their call until their timeout.
+// group. Axes that name no group cannot be refused in the group: they are announced to every
+// rank (Backend::announceFault). A handle that is not live names no backend: that rank fails
+// alone, and its peers wait in their call until their timeout.
 Status groupArgs(chimeraComm_t commHandle, const char* axesText, CommObject*& comm, chimera::AxisSet& axes) {
   CHIMERA_RETURN_IF_ERROR(lookup(commHandle, comm));
-  CHIMERA_CHECK_ARG(axesText != nullptr, "null axes text");
-  return comm->mesh.parseAxes(axesText, axes);
+  const Status status =
+      axesText == nullptr ? Status::invalidArgument("null axes text") : comm->mesh.parseAxes(axesText, axes);
+  return status.isOk() ? status : comm->backend->announceFault(status);
 }
 
 // `local`, the verdict of a collective's own checks of its C arguments (datatype, op, count)

@@ -47,7 +47,12 @@ Status readOptions(const CommObject& comm, const chimeraRoutedOptions_t& options
   o.numExperts = options.numExperts;
   o.topK = options.topK;
   o.hidden = options.hidden;
-  if (options.group != nullptr) CHIMERA_RETURN_IF_ERROR(comm.mesh.parseAxes(options.group, o.group));
+  if (options.group != nullptr) {
+    // A group naming none leaves the rank unable to tell which group its peers create the
+    // exchange over: announced to every rank instead (Backend::announceFault).
+    const Status group = comm.mesh.parseAxes(options.group, o.group);
+    if (!group.isOk()) return comm.backend->announceFault(group);
+  }
   if (options.tokenLayout != nullptr) o.tokenLayout = options.tokenLayout;
   CHIMERA_RETURN_IF_ERROR(header);
   CHIMERA_CHECK_ARG(options.program >= 0 && options.program <= 2, "program {} (0 planned, 1 fused, 2 per expert)",

@@ -50,7 +50,8 @@ chimeraResult_t chimeraCommCreateGroups(chimeraComm_t commHandle, const char* gr
       const std::size_t end = rest.find(';');
       const std::string_view item = rest.substr(0, end);
       chimera::AxisSet axes;
-      CHIMERA_RETURN_IF_ERROR(comm->mesh.parseAxes(item, axes));
+      const Status parsed = comm->mesh.parseAxes(item, axes);
+      if (!parsed.isOk()) return comm->backend->announceFault(parsed);
       sets.push_back(axes);
       rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
     }

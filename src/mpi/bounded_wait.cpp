@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "job/job_end.hpp"
 #include "mpi/abandoned_memory.hpp"
+#include "mpi/fault_notice.hpp"
 #include "mpi/mpi_util.hpp"
 
 namespace chimera::detail {
@@ -29,8 +31,11 @@ constexpr int kPollsPerYield = 16;
 // Gives the CPU away every kPollsPerYield idle polls.
 class IdlePolls {
  public:
-  void idle() {
-    if (++polls_ % kPollsPerYield == 0) std::this_thread::yield();
+  // True when it yielded (then a wait also takes in the group's fault notices).
+  bool idle() {
+    if (++polls_ % kPollsPerYield != 0) return false;
+    std::this_thread::yield();
+    return true;
   }
 
  private:
@@ -194,7 +199,8 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
   };
   thread_local std::vector<int> done;
   done.resize(requests.size());
-  Clock::time_point deadline = Clock::now() + budget(group);
+  Clock::time_point lastProgress = Clock::now();
+  Clock::time_point deadline = lastProgress + budget(group);
   IdlePolls polls;
   for (;;) {
     int completed = 0;
@@ -204,11 +210,26 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
     if (completed == MPI_UNDEFINED) return Status::ok();  // nothing left active
     const Clock::time_point now = Clock::now();
     if (completed > 0) {
+      if (group.notices != nullptr && group.notices->holdsFaults()) {
+        for (int j = 0; j < completed; ++j) {
+          const auto i = static_cast<std::size_t>(done[static_cast<std::size_t>(j)]);
+          group.notices->progressFrom(group, i < peers.size() ? peers[i] : kWholeGroup);
+        }
+      }
+      lastProgress = now;
       deadline = now + budget(group);
       continue;
     }
     if (now >= deadline) return giveUp(timedOut(group, what, missingPeers(group, requests, peers)));
-    polls.idle();
+    if (polls.idle() && group.notices != nullptr) {
+      thread_local std::vector<int> waitingOn;
+      waitingOn.clear();
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        if (requests[i] != MPI_REQUEST_NULL) waitingOn.push_back(i < peers.size() ? peers[i] : kWholeGroup);
+      }
+      if (std::optional<Status> notice = group.notices->verdict(group, waitingOn, lastProgress, what))
+        return giveUp(*notice);
+    }
   }
 }
 
@@ -217,7 +238,8 @@ Status waitOne(const MpiGroup& group, MPI_Request& request, int peer, Lends lend
 }
 
 Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status, std::string_view what) {
-  const Clock::time_point deadline = Clock::now() + budget(group);
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + budget(group);
   IdlePolls polls;
   for (;;) {
     int found = 0;
@@ -225,7 +247,9 @@ Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status,
     if (rc != MPI_SUCCESS) return mpiStatus(rc, what);
     if (found != 0) return Status::ok();
     if (Clock::now() >= deadline) return timedOut(group, what, fmt::format("world rank {}", worldRankOf(group, peer)));
-    polls.idle();
+    if (polls.idle() && group.notices != nullptr) {
+      if (std::optional<Status> notice = group.notices->verdict(group, {&peer, 1}, start, what)) return *notice;
+    }
   }
 }
 

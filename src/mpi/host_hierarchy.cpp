@@ -28,6 +28,7 @@ Status subgroup(MPI_Comm comm, const MpiGroup& group, const std::vector<int>& me
   out.size = static_cast<int>(members.size());
   out.index = index;
   out.timeoutMs = group.timeoutMs;
+  out.notices = group.notices;
   out.members.clear();
   for (const int m : members) out.members.push_back(group.members[static_cast<std::size_t>(m)]);
   out.label = fmt::format("{} (world ranks {})", label, worldRanks(group, members));

@@ -55,15 +55,16 @@ Status checkBytes(std::size_t count, DataType dtype, int parts, const char* what
 
 }  // namespace
 
-MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options,
+MpiBackend::MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MPI_Comm notices, MpiBackendOptions options,
                        std::vector<int> hosts, PeerMemory peers)
     : mesh_(std::move(mesh)),
       rank_(rank),
       world_(world),
       p2p_(p2p),
       options_(options),
-      p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers")),
-      groups_(world, mesh_, rank, options.timeoutMs),
+      notices_(notices, rank, mesh_.size(), options.checkArgs),
+      p2pGroup_(worldGroup(p2p, rank, mesh_.size(), options.timeoutMs, "point-to-point transfers", &notices_)),
+      groups_(world, mesh_, rank, options.timeoutMs, notices_),
       hosts_(std::move(hosts)),
       peers_(std::move(peers)),
       hierarchies_(hosts_) {}
@@ -72,6 +73,7 @@ MpiBackend::~MpiBackend() {
   if (!failure_.isOk()) {
     // Operations may still be pending on these; leave them to process exit.
     groups_.abandon();
+    notices_.abandon();
     hierarchies_.abandon();
     scratch_.abandon();
     staging_.abandon();
@@ -114,6 +116,11 @@ Status MpiBackend::refuseTransfers(std::span<const P2POp> ops, const Status& loc
   std::vector<int> failedPeers;
   return guarded([&] { return fmt::format("refusal of {} point-to-point ops ({})", ops.size(), local.message()); },
                  [&] { return agreeOnP2P(ops, local, failedPeers); });
+}
+
+Status MpiBackend::announceFault(const Status& local) {
+  if (!local.isOk()) notices_.announce(local);
+  return local;
 }
 
 Status MpiBackend::checkStaging(const LibraryOutput& out) {

@@ -18,6 +18,7 @@
 #include "common/env.hpp"
 #include "core/check.hpp"
 #include "mpi/arg_check.hpp"
+#include "mpi/fault_notice.hpp"
 #include "mpi/host_hierarchy.hpp"
 #include "mpi/host_memory.hpp"
 #include "mpi/library_output.hpp"
@@ -65,11 +66,12 @@ using chimera::mpiAlgorithmName;
 /// still be pending on them).
 class MpiBackend final : public Backend {
  public:
-  /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD) and `p2p` (another, for send/recv);
+  /// Takes ownership of `world` (a duplicate of MPI_COMM_WORLD), `p2p` (another, for send/recv)
+  /// and `notices` (another, for fault notices, fault_notice.hpp);
   /// `hosts`: the host of every world rank (findHosts); `peers`: the ranks of this host whose
   /// memory boxes are read from.
-  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MpiBackendOptions options, std::vector<int> hosts,
-             PeerMemory peers);
+  MpiBackend(Mesh mesh, int rank, MPI_Comm world, MPI_Comm p2p, MPI_Comm notices, MpiBackendOptions options,
+             std::vector<int> hosts, PeerMemory peers);
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
   ~MpiBackend() override;
@@ -100,6 +102,7 @@ class MpiBackend final : public Backend {
   Status refuseCollective(AxisSet axes, const Status& local, Stream stream) override;
   Status agreeOnArguments(AxisSet axes, std::int64_t count, int root, const Status& local, Stream stream) override;
   Status refuseTransfers(std::span<const P2POp> ops, const Status& local, Stream stream) override;
+  Status announceFault(const Status& local) override;
   bool movesBoxes(int peer) const override { return peers_.reads(peer); }
   bool movesBoxesEverywhere() const override { return peers_.readsEveryRank(); }
   std::vector<int> hostOfRank() const override { return hosts_; }
@@ -134,13 +137,14 @@ class MpiBackend final : public Backend {
   template <typename Describe, typename Body>
   Status guarded(Describe describe, Body body) {
     if (!failure_.isOk()) return unusable();
+    if (notices_.gaveUp()) return fail(describe(), Status::mismatch("gave up on an earlier call after a fault notice"));
     Status status;
     try {
       status = body();
     } catch (const std::exception& e) {
       status = Status::backendError(std::string("unexpected exception: ") + e.what());
     }
-    if (status.code() == StatusCode::Timeout || status.code() == StatusCode::BackendError)
+    if (status.code() == StatusCode::Timeout || status.code() == StatusCode::BackendError || notices_.gaveUp())
       return fail(describe(), status);
     return status;
   }
@@ -207,8 +211,9 @@ class MpiBackend final : public Backend {
   MPI_Comm world_;
   MPI_Comm p2p_;
   MpiBackendOptions options_;
-  MpiGroup p2pGroup_;  // the world over p2p_, for bounded point-to-point waits
-  Status failure_;     // the Timeout or MPI failure that made the backend unusable
+  FaultNotices notices_;  // before every group whose waits take it in
+  MpiGroup p2pGroup_;     // the world over p2p_, for bounded point-to-point waits
+  Status failure_;        // the Timeout or MPI failure that made the backend unusable
   MpiGroupCache groups_;
   ScratchBuffer scratch_;
   ScratchBuffer staging_;  // library collectives' outputs (stagesOutput)

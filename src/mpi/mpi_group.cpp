@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "common/hash.hpp"
 #include "common/log.hpp"
 #include "core/check.hpp"
 #include "job/stall_watchdog.hpp"
+#include "mpi/fault_notice.hpp"
 #include "mpi/mpi_util.hpp"
 #include "mpi/word_agreement.hpp"
 
@@ -22,8 +24,10 @@ constexpr int kNewGroupsAgreementTag = 0x4E47;  // 'NG'
 
 }  // namespace
 
-MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label) {
+MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label,
+                    FaultNotices* notices) {
   MpiGroup group;
+  group.notices = notices;
   group.comm = comm;
   group.size = size;
   group.index = rank;
@@ -42,9 +46,17 @@ MpiGroupCache::~MpiGroupCache() {
 }
 
 Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
-  CHIMERA_CHECK_ARG(!axes.empty(), "empty axis set (mesh {})", mesh_.toString());
-  CHIMERA_CHECK_ARG((axes.bits() & ~mesh_.allAxes().bits()) == 0, "axis set 0x{:x} names axes mesh {} does not have",
-                    axes.bits(), mesh_.toString());
+  Status named;
+  if (axes.empty()) {
+    named = Status::invalidArgument(fmt::format("empty axis set (mesh {})", mesh_.toString()));
+  } else if ((axes.bits() & ~mesh_.allAxes().bits()) != 0) {
+    named = Status::invalidArgument(
+        fmt::format("axis set 0x{:x} names axes mesh {} does not have", axes.bits(), mesh_.toString()));
+  }
+  if (!named.isOk()) {
+    notices_->announce(named);
+    return named;
+  }
   if (auto it = groups_.find(axes.bits()); it != groups_.end()) {
     out = &it->second;
     return Status::ok();
@@ -54,6 +66,7 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
   group.size = mesh_.groupSize(axes);
   group.index = mesh_.groupIndex(rank_, axes);
   group.timeoutMs = timeoutMs_;
+  group.notices = notices_;
   const int color = mesh_.groupColor(rank_, axes);
   group.members.resize(static_cast<std::size_t>(group.size));
   for (int r = 0; r < mesh_.size(); ++r) {
@@ -66,6 +79,9 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
   // before its split would hang the others, so the split runs under a watchdog that ends the job.
   const std::string splitting =
       fmt::format("MPI_Comm_split for axes {} (every rank agreed to create it)", mesh_.axesName(axes));
+  if (std::optional<Status> gaveUp =
+          notices_->gaveUpAmong(worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_), splitting))
+    return *gaveUp;
   CHIMERA_RETURN_IF_ERROR(
       mpiStatus(watchedBlockingCall(rank_, std::chrono::milliseconds(timeoutMs_), splitting,
                                     [&] { return MPI_Comm_split(world_, color, group.index, &group.comm); }),
@@ -85,15 +101,19 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
 
 Status MpiGroupCache::createAll(std::span<const AxisSet> groups) {
   std::vector<AxisSet> missing;
-  Status local = Status::ok();
   for (AxisSet axes : groups) {
-    if (local.isOk() && (axes.empty() || (axes.bits() & ~mesh_.allAxes().bits()) != 0))
-      local = Status::invalidArgument(
+    if (axes.empty() || (axes.bits() & ~mesh_.allAxes().bits()) != 0) {
+      // Peers whose groups all exist send nothing here and wait in their next call instead: the
+      // rank cannot tell where, so the failure is announced to every rank (fault_notice.hpp).
+      const Status named = Status::invalidArgument(
           fmt::format("createGroups: axis set 0x{:x} is not a group of mesh {}", axes.bits(), mesh_.toString()));
+      notices_->announce(named);
+      return named;
+    }
     if (!contains(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
   }
-  if (missing.empty()) return local;
-  CHIMERA_RETURN_IF_ERROR(agreeOnNewGroups(missing, local));
+  if (missing.empty()) return Status::ok();
+  CHIMERA_RETURN_IF_ERROR(agreeOnNewGroups(missing));
   for (AxisSet axes : missing) {
     const MpiGroup* group = nullptr;
     CHIMERA_RETURN_IF_ERROR(get(axes, group));
@@ -101,17 +121,17 @@ Status MpiGroupCache::createAll(std::span<const AxisSet> groups) {
   return Status::ok();
 }
 
-Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing, const Status& local) {
+Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing) {
   Hasher hasher;
   std::string names;
   for (AxisSet axes : missing) {
     hasher.add(axes.bits());
-    names += (names.empty() ? "" : ", ") + (local.isOk() ? mesh_.axesName(axes) : fmt::format("0x{:x}", axes.bits()));
+    names += (names.empty() ? "" : ", ") + mesh_.axesName(axes);
   }
-  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_);
   const std::string mesh = mesh_.toString();
   return detail::agreeOnNewGroups(
-      {hasher.agreementValue(), names, "communicators", mesh}, local, rank_,
+      {hasher.agreementValue(), names, "communicators", mesh}, Status::ok(), rank_,
       groupMin(world, kNewGroupsAgreementTag,
                fmt::format("creating the communicators of axes [{}] (every rank must create the same groups together)",
                            names)));
@@ -119,7 +139,7 @@ Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing, const S
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
   const std::array<std::int64_t, 1> bits = {static_cast<std::int64_t>(axes.bits())};
-  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world");
+  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_);
   WordRange range;
   CHIMERA_RETURN_IF_ERROR(agreeOnRange(bits,
                                        groupMin(world, kAxesAgreementTag,

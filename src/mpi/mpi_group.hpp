@@ -16,6 +16,8 @@
 
 namespace chimera::detail {
 
+class FaultNotices;
+
 /// A communicator over one group and the caller's place in it.
 struct MpiGroup {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -29,10 +31,14 @@ struct MpiGroup {
   std::int64_t timeoutMs = 600000;
   /// "axes tp (world ranks 0, 1)": how errors name the group.
   std::string label = "group";
+  /// The backend's fault notices, which waits on this group take in (fault_notice.hpp); none when null.
+  FaultNotices* notices = nullptr;
 };
 
-/// The group of all world ranks over `comm` (index = world rank), labelled `label`.
-MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label);
+/// The group of all world ranks over `comm` (index = world rank), labelled `label`, whose waits
+/// take in `notices` (when given).
+MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, std::string label,
+                    FaultNotices* notices = nullptr);
 
 /// Cache of sub-communicators keyed by AxisSet, each made with
 /// MPI_Comm_split(world, mesh.groupColor, mesh.groupIndex) and set to MPI_ERRORS_RETURN.
@@ -43,21 +49,23 @@ MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, s
 /// already finalised or the cache was abandoned after a failure).
 class MpiGroupCache {
  public:
-  /// `world` must outlive the cache; `rank` is the caller's world rank.
-  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs)
-      : world_(world), mesh_(std::move(mesh)), rank_(rank), timeoutMs_(timeoutMs) {}
+  /// `world` and `notices` must outlive the cache; `rank` is the caller's world rank. Axes that
+  /// name no group of the mesh are announced through `notices` (fault_notice.hpp).
+  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs, FaultNotices& notices)
+      : world_(world), mesh_(std::move(mesh)), rank_(rank), timeoutMs_(timeoutMs), notices_(&notices) {}
   MpiGroupCache(const MpiGroupCache&) = delete;
   MpiGroupCache& operator=(const MpiGroupCache&) = delete;
   ~MpiGroupCache();
 
   /// The group along `axes` containing this rank, creating its communicator on first use.
-  /// InvalidArgument when `axes` is empty or names axes the mesh lacks; BackendError when MPI fails.
+  /// InvalidArgument when `axes` is empty or names axes the mesh lacks (announced to every
+  /// rank: the group its peers wait in is unknown); BackendError when MPI fails.
   [[nodiscard]] Status get(AxisSet axes, const MpiGroup*& out);
   /// Creates the communicators along each of `groups` that do not exist yet, in the order
   /// given. Collective over the world when one is missing here: the ranks first agree (bounded)
   /// on the list of new groups, so that ranks asking for different lists all return Mismatch
-  /// (or InvalidArgument, when one passed axes the mesh lacks) and none is created. Nothing is
-  /// sent when every group exists.
+  /// and none is created. Nothing is sent when every group exists. InvalidArgument when one of
+  /// `groups` names axes the mesh lacks (announced to every rank, as by get).
   [[nodiscard]] Status createAll(std::span<const AxisSet> groups);
   /// True when the communicator along `axes` exists.
   bool contains(AxisSet axes) const { return groups_.contains(axes.bits()); }
@@ -69,14 +77,14 @@ class MpiGroupCache {
  private:
   // Bounded agreement over the world on `axes` before a split.
   Status agreeOnAxes(AxisSet axes);
-  // Bounded agreement over the world on the list of new groups `missing` (or on this rank's
-  // failure `local`) before createAll splits any.
-  Status agreeOnNewGroups(std::span<const AxisSet> missing, const Status& local);
+  // Bounded agreement over the world on the list of new groups `missing` before createAll splits any.
+  Status agreeOnNewGroups(std::span<const AxisSet> missing);
 
   MPI_Comm world_;
   Mesh mesh_;
   int rank_;
   std::int64_t timeoutMs_;
+  FaultNotices* notices_;
   bool abandoned_ = false;
   std::unordered_map<std::uint32_t, MpiGroup> groups_;
 };

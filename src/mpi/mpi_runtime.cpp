@@ -271,8 +271,10 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   CHIMERA_RETURN_IF_ERROR(createUserOps());
   MPI_Comm world = MPI_COMM_NULL;
   MPI_Comm p2p = MPI_COMM_NULL;
+  MPI_Comm notices = MPI_COMM_NULL;
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, world));
   CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, p2p));
+  CHIMERA_RETURN_IF_ERROR(duplicateWorld(base, rank, size, options.timeoutMs, notices));
   std::vector<int> hosts;
   CHIMERA_RETURN_IF_ERROR(hostOfRank.empty() ? findHosts(p2p, rank, size, options.timeoutMs, hosts)
                                              : takeGivenHosts(p2p, rank, size, options.timeoutMs, hostOfRank, hosts));
@@ -281,7 +283,7 @@ Status createMpiBackendOn(MPI_Comm base, const Mesh& mesh, const MpiBackendOptio
   CHIMERA_LOG_DEBUG("mpi", "MPI backend on mesh {}: argument checks {}, timeout {} ms, ReduceScatter segment {}",
                     mesh.toString(), options.checkArgs ? "on" : "off", options.timeoutMs,
                     options.segmentBytes == kUnsegmented ? "whole blocks" : formatSize(options.segmentBytes));
-  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, options, std::move(hosts), std::move(peers));
+  out = std::make_unique<MpiBackend>(mesh, rank, world, p2p, notices, options, std::move(hosts), std::move(peers));
   return Status::ok();
 }
 

@@ -142,11 +142,16 @@ Status RoutedExchange::Impl::reducePartial(const void* x, std::int64_t tokens, c
 }
 
 Status RoutedExchange::Impl::checkHandle(const RoutedDispatch::State& st, const char* call) const {
-  CHIMERA_CHECK_ARG(st.exchange == 0 || st.exchange == serial,
-                    "{}: the handle was dispatched by another routed exchange (#{}, this one is #{}); pass each "
+  // Without this exchange's dispatch the rank knows no sizes to take part in the call with: the
+  // failure is announced to every rank (Backend::announceFault), so that peers waiting in it give up.
+  if (st.exchange != 0 && st.exchange != serial)
+    return backend.announceFault(Status::invalidArgument(
+        fmt::format("{}: the handle was dispatched by another routed exchange (#{}, this one is #{}); pass each "
                     "handle to the exchange that made it",
-                    call, st.exchange, serial);
-  CHIMERA_CHECK_ARG(st.complete, "{}: the handle holds no completed dispatch", call);
+                    call, st.exchange, serial)));
+  if (!st.complete)
+    return backend.announceFault(
+        Status::invalidArgument(fmt::format("{}: the handle holds no completed dispatch", call)));
   return Status::ok();
 }
 

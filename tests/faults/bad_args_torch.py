@@ -3,7 +3,7 @@
 fault_rank is): the chimera process group, chimera's Backend over the launch's host transport
 (chimera.torch.backend.mesh_backend), DTensor redistribution through chimera.torch and
 chimera.torch.moe. The last rank alone passes a bad argument to one call; each rank writes
-OUTDIR/rank<R>.txt as fault_rank does (code, ms, call_ms, next, data, message; `data`: whether
+OUTDIR/rank<R>.txt as fault_rank does (code, ms, call_ms, next, next_ms, data, message; `data`: whether
 the next good call's result was right, where the mode checks it), then waits (bounded) for the
 others' reports and leaves with os._exit. Started by mpiexec (the MPI
 transport) or torchrun (the gloo transport) alike.
@@ -88,6 +88,15 @@ def backend_all_reduce(bad):
     # rank refuses the collective (Backend::refuseCollective).
     tensor = torch.ones((4, 4))
     world_backend().all_reduce(tensor.t() if bad else tensor)
+    return bool((tensor == dist.get_world_size()).all())
+
+
+def backend_axes(bad):
+    # Axes that name no axis of the mesh: the rank at fault cannot tell which group its peers
+    # wait in, so it announces its failure to every rank (MPI transport only: the gloo one has no
+    # fault notice); the peers give up on it and their backend is unusable after.
+    tensor = torch.ones(16)
+    world_backend().all_reduce(tensor, axes="tp" if bad else "dp")
     return bool((tensor == dist.get_world_size()).all())
 
 
@@ -203,6 +212,7 @@ MODES = {
     "bad-torch-broadcast": broadcast,
     "bad-backend-broadcast": backend_broadcast,
     "bad-backend-allreduce": backend_all_reduce,
+    "bad-backend-axes": backend_axes,
     "bad-torch-allgather": all_gather,
     "bad-torch-reducescatter": reduce_scatter,
     "bad-torch-gather": gather,
@@ -227,11 +237,13 @@ def main():
     begin = time.monotonic()
     error = attempt(lambda: call(bad))[0] if warm is None else warm
     call_ms = (time.monotonic() - begin) * 1000
+    begin = time.monotonic()
     following, correct = attempt(lambda: call(False)) if warm is None else (warm, None)
+    next_ms = (time.monotonic() - begin) * 1000
     message = " ".join(str(error).split()) if error is not None else ""
     data = "-" if correct is None else ("ok" if correct else "wrong")
     line = (f"code={code_of(error)} ms={int((time.monotonic() - start) * 1000)} call_ms={int(call_ms)} "
-            f"next={'ok' if following is None else 'failed'} data={data} message={message}\n")
+            f"next={'ok' if following is None else 'failed'} next_ms={int(next_ms)} data={data} message={message}\n")
     path = os.path.join(out, f"rank{rank}.txt")
     with open(path + ".tmp", "w") as f:
         f.write(line)

@@ -39,6 +39,7 @@ struct Outcome {
   std::string data = "-";  // ok / wrong / - (not checked)
   double callMs = -1;      // bad-argument modes: the faulty call alone
   std::string next = "-";  // bad-argument modes: whether the good call after it worked
+  double nextMs = -1;      // bad-argument modes: how long that call took
 };
 
 struct Run {
@@ -228,8 +229,43 @@ Outcome badArgument(Run& r, const std::function<Status(bool bad)>& call) {
   const auto start = std::chrono::steady_clock::now();
   Outcome out{call(bad)};
   out.callMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto next = std::chrono::steady_clock::now();
   out.next = call(false).isOk() ? "ok" : "failed";
+  out.nextMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - next).count();
   return out;
+}
+
+// badArgument through the C API: `call(bad, comm)` on a communicator over the run's mesh (its
+// chimeraResult_t mirrors StatusCode).
+Outcome badCApiArgument(Run& r, const std::function<chimeraResult_t(bool bad, chimeraComm_t comm)>& call) {
+  chimeraComm_t comm = nullptr;
+  if (chimeraCommInitMpi(&comm, r.mesh.toString().c_str()) != chimeraSuccess)
+    return {Status::internal(std::string("chimeraCommInitMpi: ") + chimeraGetLastError())};
+  Outcome out = badArgument(r, [&](bool bad) {
+    const chimeraResult_t result = call(bad, comm);
+    return result == chimeraSuccess ? Status::ok() : Status(static_cast<StatusCode>(result), chimeraGetLastError());
+  });
+  (void)chimeraCommDestroy(comm);
+  return out;
+}
+
+// Axes that name no group of the mesh (a bit past its axes), on the public C++ API: the rank at
+// fault cannot tell which group its peers wait in, so it announces the failure to every rank
+// (Backend::announceFault); the peers' call gives up on it, and their backends are unusable after.
+Outcome modeBadAxes(Run& r) {
+  return badArgument(r, [&](bool bad) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    const AxisSet axes = bad ? r.mesh.allAxes() | AxisSet::single(r.mesh.numAxes()) : r.mesh.allAxes();
+    return r.backend->allReduce(buf.data(), buf.data(), kCount, DataType::F32, ReduceOp::Sum, axes);
+  });
+}
+
+// The same through the C API: axes text naming an axis the mesh lacks.
+Outcome modeBadCApiAxes(Run& r) {
+  return badCApiArgument(r, [&](bool bad, chimeraComm_t comm) {
+    std::vector<float> buf = inputs(r.rank, 0);
+    return chimeraAllReduce(buf.data(), buf.data(), kCount, chimeraFloat32, chimeraSum, bad ? "pp+tpx" : "pp+tp", comm);
+  });
 }
 
 Outcome modeBadAllReduce(Run& r) {
@@ -306,36 +342,22 @@ Outcome modeBadSend(Run& r) {
 // The C API: chimeraAllReduce over the world with an unknown reduction (a chimeraRedOp_t past
 // the last) on one rank, a check of the C arguments made before the backend is reached.
 Outcome modeBadCApiAllReduce(Run& r) {
-  chimeraComm_t comm = nullptr;
-  if (chimeraCommInitMpi(&comm, r.mesh.toString().c_str()) != chimeraSuccess)
-    return {Status::internal(std::string("chimeraCommInitMpi: ") + chimeraGetLastError())};
-  Outcome out = badArgument(r, [&](bool bad) {
+  return badCApiArgument(r, [&](bool bad, chimeraComm_t comm) {
     std::vector<float> buf = inputs(r.rank, 0);
-    const chimeraResult_t result = chimeraAllReduce(buf.data(), buf.data(), kCount, chimeraFloat32,
-                                                    bad ? static_cast<chimeraRedOp_t>(99) : chimeraSum, "pp+tp", comm);
-    // chimeraResult_t mirrors StatusCode.
-    return result == chimeraSuccess ? Status::ok() : Status(static_cast<StatusCode>(result), chimeraGetLastError());
+    return chimeraAllReduce(buf.data(), buf.data(), kCount, chimeraFloat32,
+                            bad ? static_cast<chimeraRedOp_t>(99) : chimeraSum, "pp+tp", comm);
   });
-  (void)chimeraCommDestroy(comm);
-  return out;
 }
 
 // The C API: chimeraSend from each odd rank to the rank below with an unknown datatype (a
 // chimeraDataType_t past the last) on one rank, a check made before the backend is reached.
 Outcome modeBadCApiSend(Run& r) {
-  chimeraComm_t comm = nullptr;
-  if (chimeraCommInitMpi(&comm, r.mesh.toString().c_str()) != chimeraSuccess)
-    return {Status::internal(std::string("chimeraCommInitMpi: ") + chimeraGetLastError())};
-  Outcome out = badArgument(r, [&](bool bad) {
+  return badCApiArgument(r, [&](bool bad, chimeraComm_t comm) {
     std::vector<float> buf = inputs(r.rank, 0);
-    const chimeraResult_t result =
-        r.rank % 2 == 1 ? chimeraSend(buf.data(), kCount, bad ? static_cast<chimeraDataType_t>(99) : chimeraFloat32,
-                                      r.rank - 1, comm)
-                        : chimeraRecv(buf.data(), kCount, chimeraFloat32, r.rank + 1, comm);
-    return result == chimeraSuccess ? Status::ok() : Status(static_cast<StatusCode>(result), chimeraGetLastError());
+    return r.rank % 2 == 1 ? chimeraSend(buf.data(), kCount, bad ? static_cast<chimeraDataType_t>(99) : chimeraFloat32,
+                                         r.rank - 1, comm)
+                           : chimeraRecv(buf.data(), kCount, chimeraFloat32, r.rank + 1, comm);
   });
-  (void)chimeraCommDestroy(comm);
-  return out;
 }
 
 // The Executor: a redistribution whose output buffer is too small on one rank.
@@ -375,36 +397,72 @@ Outcome modeBadSession(Run& r) {
   });
 }
 
+// The routed modes' exchange: 2 experts per rank, K = 2, H = 4.
+RoutedExchangeOptions routedOptions(const Mesh& mesh) {
+  RoutedExchangeOptions options;
+  options.numExperts = 2 * mesh.size();
+  options.topK = 2;
+  options.hidden = 4;
+  return options;
+}
+
+// The routed modes' tokens: T = 6 rows of ones, each routed to two consecutive experts.
+struct RoutedTokens {
+  static constexpr std::int64_t T = 6;
+  std::vector<float> x, w;
+  std::vector<std::int64_t> ids;
+  explicit RoutedTokens(const Mesh& mesh)
+      : x(static_cast<std::size_t>(T * 4), 1.0f),
+        w(static_cast<std::size_t>(T * 2), 0.5f),
+        ids(static_cast<std::size_t>(T * 2)) {
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % (2 * mesh.size()));
+  }
+};
+
 // The routed exchange: created with K = 0 on one rank (its communicators not made yet), then
 // a dispatch with an expert id out of range on one rank.
 Outcome modeBadRoutedCreate(Run& r) {
   return badArgument(r, [&](bool bad) {
-    RoutedExchangeOptions options;
-    options.numExperts = 2 * r.mesh.size();
-    options.topK = bad ? 0 : 2;
-    options.hidden = 4;
+    RoutedExchangeOptions options = routedOptions(r.mesh);
+    if (bad) options.topK = 0;
     std::unique_ptr<RoutedExchange> exchange;
     return RoutedExchange::create(*r.backend, options, exchange);
   });
 }
 
 Outcome modeBadRoutedDispatch(Run& r) {
-  RoutedExchangeOptions options;
-  options.numExperts = 2 * r.mesh.size();
-  options.topK = 2;
-  options.hidden = 4;
+  RoutedExchangeOptions options = routedOptions(r.mesh);
   options.tokenLayout = "tp=R";
   std::unique_ptr<RoutedExchange> exchange;
   Status status = RoutedExchange::create(*r.backend, options, exchange);
   if (!status.isOk()) return {status};
   return badArgument(r, [&](bool bad) {
-    const std::int64_t T = 6;
-    std::vector<float> x(static_cast<std::size_t>(T * 4), 1.0f), w(static_cast<std::size_t>(T * 2), 0.5f);
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(T * 2));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i % (2 * r.mesh.size()));
-    if (bad) ids.back() = options.numExperts;
+    RoutedTokens tokens(r.mesh);
+    if (bad) tokens.ids.back() = options.numExperts;
     RoutedDispatch handle;
-    return exchange->dispatch(x.data(), ids.data(), w.data(), T, handle);
+    return exchange->dispatch(tokens.x.data(), tokens.ids.data(), tokens.w.data(), RoutedTokens::T, handle);
+  });
+}
+
+// A routed handle given to another exchange: two exchanges over the world dispatch the same
+// tokens, and the rank at fault passes the first one's handle to the second one's combine.
+Outcome modeBadRoutedHandle(Run& r) {
+  const RoutedExchangeOptions options = routedOptions(r.mesh);
+  std::unique_ptr<RoutedExchange> first, second;
+  Status status = RoutedExchange::create(*r.backend, options, first);
+  if (status.isOk()) status = RoutedExchange::create(*r.backend, options, second);
+  if (!status.isOk()) return {status};
+  return badArgument(r, [&](bool bad) {
+    const RoutedTokens tokens(r.mesh);
+    constexpr std::int64_t T = RoutedTokens::T;
+    RoutedDispatch mine, other;
+    Status done = first->dispatch(tokens.x.data(), tokens.ids.data(), tokens.w.data(), T, other);
+    if (done.isOk()) done = second->dispatch(tokens.x.data(), tokens.ids.data(), tokens.w.data(), T, mine);
+    std::vector<float> rows(static_cast<std::size_t>(mine.rows() * 4));
+    if (done.isOk()) done = second->receive(mine, rows.data(), nullptr, nullptr);
+    if (!done.isOk()) return done;
+    std::vector<float> y(static_cast<std::size_t>(T * 4));
+    return second->combine(rows.data(), nullptr, bad ? other : mine, y.data());
   });
 }
 
@@ -417,8 +475,8 @@ void report(const std::string& dir, int rank, const Outcome& o, double ms) {
   {
     std::ofstream file(path + ".tmp");
     file << "code=" << statusCodeName(o.status.code()) << " ms=" << static_cast<long long>(ms)
-         << " call_ms=" << static_cast<long long>(o.callMs) << " next=" << o.next << " data=" << o.data
-         << " message=" << message << "\n";
+         << " call_ms=" << static_cast<long long>(o.callMs) << " next=" << o.next
+         << " next_ms=" << static_cast<long long>(o.nextMs) << " data=" << o.data << " message=" << message << "\n";
   }
   std::filesystem::rename(path + ".tmp", path);
 }
@@ -492,6 +550,9 @@ int main(int argc, char** argv) {
       {"bad-send", modeBadSend},
       {"bad-capi-allreduce", modeBadCApiAllReduce},
       {"bad-capi-send", modeBadCApiSend},
+      {"bad-axes", modeBadAxes},
+      {"bad-capi-axes", modeBadCApiAxes},
+      {"bad-routed-handle", modeBadRoutedHandle},
   };
   Outcome outcome{status};
   if (status.isOk() && !absent) {

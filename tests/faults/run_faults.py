@@ -38,7 +38,8 @@ SILENT_ON_SKIPPING_RANK = {"skipped-call"}
 # One bad argument on the last rank, per public entry point of the C++ API.
 BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "bad-alltoall", "bad-broadcast",
                       "bad-executor", "bad-session", "bad-routed-create", "bad-routed-dispatch", "bad-grouped-p2p",
-                      "bad-send", "bad-capi-allreduce", "bad-capi-send"]
+                      "bad-send", "bad-capi-allreduce", "bad-capi-send", "bad-axes", "bad-capi-axes",
+                      "bad-routed-handle"]
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
 PAIR_MODES = {"bad-send", "bad-capi-send", "bad-torch-send"}
@@ -47,11 +48,17 @@ PAIR_MODES = {"bad-send", "bad-capi-send", "bad-torch-send"}
 TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allreduce", "bad-torch-broadcast", "bad-torch-allgather",
                             "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter", "bad-torch-alltoall",
                             "bad-torch-alltoall-single", "bad-torch-send", "bad-backend-broadcast",
-                            "bad-backend-allreduce", "bad-dtensor", "bad-moe-topk", "bad-moe-replicated-id"]
+                            "bad-backend-allreduce", "bad-backend-axes", "bad-dtensor",
+                            "bad-moe-topk", "bad-moe-replicated-id"]
 # Modes where the rank at fault passes arguments that pass its own checks but differ from its
 # peers' (a longer tensor): no rank can tell which is wrong, so every rank, the one at fault
 # included, gets Mismatch naming the field that differs (with its smallest and largest value).
 DISAGREEMENT_MODES = {"bad-torch-allreduce": "count differs"}
+# Modes where the rank at fault fails before it knows the group its peers wait in (axes naming no
+# group, a handle of another exchange): it announces the failure to every rank (a fault notice),
+# its peers' call gives up on it, and the group's calls are out of step from then on, so the next
+# call must fail on every rank, as fast (docs/reliability.md), instead of working.
+UNUSABLE_AFTER_MODES = {"bad-axes", "bad-capi-axes", "bad-routed-handle", "bad-backend-axes"}
 RANKS = 4
 STALLED_RANK = 2
 
@@ -170,7 +177,12 @@ def judge_bad_argument(case, args):
             problems.append(f"rank {r} (not in the call of the rank at fault) returned {rep['code']}")
         if float(rep.get("call_ms", -1)) > args.bad_call_limit * 1000:
             problems.append(f"rank {r} took {int(rep['call_ms'])} ms")
-        if rep.get("next") != "ok":
+        if case["mode"] in UNUSABLE_AFTER_MODES:
+            if rep.get("next") != "failed":
+                problems.append(f"rank {r}: the next call {rep.get('next')}, not failed (its group is out of step)")
+            elif float(rep.get("next_ms", -1)) > args.bad_call_limit * 1000:
+                problems.append(f"rank {r}: the next call took {int(float(rep['next_ms']))} ms to fail")
+        elif rep.get("next") != "ok":
             problems.append(f"rank {r}: the next good call {rep.get('next')}")
         elif rep.get("data") == "wrong":
             problems.append(f"rank {r}: the next good call returned a wrong result")

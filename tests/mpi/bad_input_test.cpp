@@ -3,6 +3,7 @@
 // and the backend still works afterwards.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -48,6 +49,33 @@ TEST(MpiBackendBadInput, UnknownAndEmptyAxes) {
   EXPECT_TRUE(has(outside, StatusCode::InvalidArgument, "does not have")) << outside.toString();
   ok = ok && has(outside, StatusCode::InvalidArgument, "does not have");
   EXPECT_TRUE(allRanksAgree(ok && stillWorks(t)));
+}
+
+// Axes naming no group on rank 0 alone: rank 0 cannot know the group its peers wait in, so it
+// announces the failure (a fault notice); every peer's call gives up on it with Mismatch naming
+// it instead of waiting for the timeout, and is unusable after (the group's calls are out of
+// step), as is rank 0 once its next call waits on a peer that gave up.
+TEST(MpiBackendBadInput, AxesNamingNoGroupOnOneRankFailEveryRankWaitingForIt) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs a peer";
+  BackendUnderTest t = checkedBackend();
+  ASSERT_TRUE(allRanksAgree(t.status.isOk())) << t.status.toString();
+  const bool culprit = worldRank() == 0;
+  const AxisSet world = t.mesh.allAxes();
+  std::vector<float> data(16, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = t.backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum,
+                                             culprit ? AxisSet::fromBits(1u << 7) : world);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  bool ok = culprit ? has(status, StatusCode::InvalidArgument, "does not have")
+                    : has(status, StatusCode::Mismatch, "rank 0 failed a call before it knew the call's group") &&
+                          has(status, StatusCode::Mismatch, "does not have");
+  EXPECT_TRUE(ok) << status.toString();
+  EXPECT_LT(ms.count(), 5000) << status.toString();
+  const Status next = t.backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum, world);
+  const bool nextFails = culprit ? has(next, StatusCode::Mismatch, "gave up on a call after a fault notice")
+                                 : has(next, StatusCode::Mismatch, "unusable");
+  EXPECT_TRUE(nextFails) << next.toString();
+  EXPECT_TRUE(allRanksAgree(ok && nextFails));
 }
 
 TEST(MpiBackendBadInput, NullBufferOnOneRankFailsEveryRank) {

@@ -8,6 +8,7 @@
 
 #include "backend_test_support.hpp"
 #include "mpi/exchange.hpp"
+#include "mpi/fault_notice.hpp"
 #include "mpi/ring.hpp"
 
 namespace chimera::testing {
@@ -20,7 +21,10 @@ TEST(MpiRing, SegmentedAllGatherRingAndDirectReduceScatterOnUnevenBlocks) {
   const int n = worldSize();
   const int me = worldRank();
   const Mesh mesh = Mesh::flat(n);
-  detail::MpiGroupCache cache(MPI_COMM_WORLD, mesh, me, detail::kDefaultTimeoutMs);
+  MPI_Comm noticeComm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &noticeComm);
+  detail::FaultNotices notices(noticeComm, me, n, /*announcing=*/true);
+  detail::MpiGroupCache cache(MPI_COMM_WORLD, mesh, me, detail::kDefaultTimeoutMs, notices);
   const detail::MpiGroup* group = nullptr;
   const Status status = cache.get(mesh.allAxes(), group);
   FirstFailure failure;
