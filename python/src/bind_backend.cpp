@@ -152,7 +152,20 @@ nb::object broadcast(PyBackend& self, nb::handle tensor, int root, nb::handle ax
 void pointToPoint(PyBackend& self, nb::handle tensor, int peer, bool isSend) {
   const char* call = isSend ? "send" : "recv";
   Backend& backend = self.get(call);
-  const TensorView view = viewObject(tensor, call, "tensor", self.space());
+  TensorView view;
+  try {
+    view = viewObject(tensor, call, "tensor", self.space());
+  } catch (nb::python_error& error) {
+    // As checkTensors for a collective: the peer about to take part learns of the failed check
+    // (Backend::refuseTransfers: Mismatch naming this rank there) instead of waiting for it.
+    const Status local = Status::invalidArgument(nb::str(error.value()).c_str());
+    const P2POp op{isSend ? P2POp::Kind::Send : P2POp::Kind::Recv, nullptr, 0, DataType::U8, peer};
+    {
+      nb::gil_scoped_release release;
+      (void)backend.refuseTransfers(std::span<const P2POp>(&op, 1), local);
+    }
+    throw;
+  }
   checkWithoutGil([&] {
     return isSend ? backend.send(view.data, view.elements, view.dtype, peer)
                   : backend.recv(view.data, view.elements, view.dtype, peer);

@@ -176,6 +176,20 @@ def send(bad):
             raise RuntimeError(f"recv from rank {rank + 1}: wrong data {got[:2].tolist()}")
 
 
+def backend_send(bad):
+    """Pairs as in `send`, on chimera's Backend: the last rank sends a transposed (non-contiguous)
+    tensor, which the binding's check refuses (Backend::refuseTransfers: its partner's manifest
+    exchange learns it)."""
+    rank = dist.get_rank()
+    if rank % 2:
+        tensor = torch.full((4, 4), float(rank))
+        world_backend().send(tensor.t() if bad else tensor, rank - 1)
+        return True
+    got = torch.empty((4, 4))
+    world_backend().recv(got, rank + 1)
+    return bool((got == rank + 1).all())
+
+
 def moe_inputs(size):
     from chimera.torch import moe  # noqa: F401 - imported with the mode
 
@@ -213,6 +227,7 @@ MODES = {
     "bad-backend-broadcast": backend_broadcast,
     "bad-backend-allreduce": backend_all_reduce,
     "bad-backend-axes": backend_axes,
+    "bad-backend-send": backend_send,
     "bad-torch-allgather": all_gather,
     "bad-torch-reducescatter": reduce_scatter,
     "bad-torch-gather": gather,

@@ -42,13 +42,13 @@ BAD_ARGUMENT_MODES = ["bad-allreduce", "bad-reducescatter", "bad-allgather", "ba
                       "bad-routed-handle"]
 # Modes between pairs of ranks (send/recv): only the partner of the rank at fault (the rank below
 # it) takes part in its call, so it alone must fail; every other pair's call must work.
-PAIR_MODES = {"bad-send", "bad-capi-send", "bad-torch-send"}
+PAIR_MODES = {"bad-send", "bad-capi-send", "bad-torch-send", "bad-backend-send"}
 # The same on the torch entry points (bad_args_torch.py, passed as --binary "PYTHON bad_args_torch.py",
 # or as --binary bad_args_torch.py with --torchrun PYTHON).
 TORCH_BAD_ARGUMENT_MODES = ["bad-torch-allreduce", "bad-torch-broadcast", "bad-torch-allgather",
                             "bad-torch-reducescatter", "bad-torch-gather", "bad-torch-scatter", "bad-torch-alltoall",
                             "bad-torch-alltoall-single", "bad-torch-send", "bad-backend-broadcast",
-                            "bad-backend-allreduce", "bad-backend-axes", "bad-dtensor",
+                            "bad-backend-allreduce", "bad-backend-axes", "bad-backend-send", "bad-dtensor",
                             "bad-moe-topk", "bad-moe-replicated-id"]
 # Modes where the rank at fault passes arguments that pass its own checks but differ from its
 # peers' (a longer tensor): no rank can tell which is wrong, so every rank, the one at fault

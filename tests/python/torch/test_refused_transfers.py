@@ -4,7 +4,8 @@
 # raises at once naming the sender: when the sender's tag is out of range, when the sender's
 # call is one the group refuses, and when the two byte counts differ (both ways, from one rank
 # and from any source; gloo itself would abort the receiving process); a good transfer then
-# works. Run with a
+# works; and an all-to-all whose block sizes differ between one pair fails that pair at once (the
+# Backend's per-pair manifests), the other pairs' blocks moving. Run with a
 # large CHIMERA_TIMEOUT_MS (CMake sets 120 s): a receiver that waits for the timeout fails the
 # 1 s bar and outlasts the test's own limit. Pairs of ranks (2k, 2k + 1): the even rank sends.
 import time
@@ -212,3 +213,34 @@ def test_refusal_after_an_isend_not_yet_taken(world, other_tag):
         want = ["refused", 7.0] if other_tag else [7.0, "refused"]
         ok, what = outcomes == want, f"got {outcomes}, want {want}"
     agree(ok, gloo, what)
+
+
+
+def test_all_to_all_blocks_of_other_sizes_fail_that_pair_at_once(world):
+    """An uneven all_to_all_single whose block from rank 0 to rank 1 is 2 elements on rank 0 and
+    1 on rank 1: the Backend's per-pair manifests (on gloo too, where a receive of another size
+    would abort the process) fail both ends of that pair at once, naming each other, and every
+    other pair's blocks move; a good all-to-all then works."""
+    rank, n, gloo = world
+    if n < 2:
+        pytest.skip("needs a pair")
+    send = [2 if (rank, p) == (0, 1) else 1 for p in range(n)]
+    recv = [1] * n
+    inp = torch.full((sum(send),), float(rank))
+    out = torch.empty(sum(recv))
+    start = time.monotonic()
+    try:
+        dist.all_to_all_single(out, inp, output_split_sizes=recv, input_split_sizes=send)
+        failed, text = False, ""
+    except RuntimeError as error:
+        failed, text = True, str(error)
+    seconds = time.monotonic() - start
+    if rank in (0, 1):
+        peer = 1 - rank
+        ok = failed and seconds < LIMIT_S and f"rank {peer}" in text and "mismatch" in text.lower()
+    else:
+        ok = not failed and torch.equal(out, torch.arange(n, dtype=torch.float32))
+    agree(ok, gloo, f"all_to_all of other block sizes ({seconds:.3f} s): {text or 'returned'}")
+    out = torch.empty(n)
+    dist.all_to_all_single(out, torch.full((n,), float(rank)))
+    agree(torch.equal(out, torch.arange(n, dtype=torch.float32)), gloo, "the next good all_to_all")

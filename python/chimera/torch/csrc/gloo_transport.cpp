@@ -48,7 +48,52 @@ constexpr int kPlanTagTop = INT_MAX - 1;
 // The direct ReduceScatter's blocks: below every plan channel's tag (channels are 8-bit); the
 // lowest tag of the plans'.
 constexpr int kReduceScatterTag = kPlanTagTop - 256;
-static_assert(kGlooPointToPointTagTop < kReduceScatterTag, "the point-to-point channel's tags reach the plans'");
+// The manifests of groupedP2P's transfers (one per pair of ranks and call): below the direct
+// ReduceScatter's.
+constexpr int kManifestTag = kReduceScatterTag - 1;
+static_assert(kGlooPointToPointTagTop < kManifestTag, "the point-to-point channel's tags reach the plans'");
+
+// A pair's manifest of one groupedP2P call: what one rank sends the other and receives from it,
+// in a fixed size (a gloo receive takes exactly the bytes it posted): whether the rank refuses
+// (its own checks failed), then for its sends and its receives the number of ops, the elements
+// in all and a hash of the (count, dtype) of each in order.
+struct Manifest {
+  std::int64_t refused = 0;
+  std::int64_t ops[2] = {0, 0};       // sends, receives
+  std::int64_t elements[2] = {0, 0};  // sends, receives
+  std::int64_t hash[2] = {0, 0};      // sends, receives
+};
+constexpr std::size_t kManifestWords = sizeof(Manifest) / sizeof(std::int64_t);
+
+// The manifest of this rank's `ops` with `peer`.
+Manifest manifestWith(std::span<const P2POp> ops, int peer, bool refused) {
+  Manifest m;
+  m.refused = refused ? 1 : 0;
+  detail::Hasher hash[2];
+  for (const P2POp& op : ops) {
+    if (op.peer != peer) continue;
+    const int side = op.kind == P2POp::Kind::Send ? 0 : 1;
+    m.ops[side] += 1;
+    m.elements[side] += static_cast<std::int64_t>(op.count);
+    hash[side].add(static_cast<std::uint64_t>(op.count));
+    hash[side].add(static_cast<std::uint64_t>(op.dtype));
+  }
+  for (int side = 0; side < 2; ++side) m.hash[side] = hash[side].agreementValue();
+  return m;
+}
+
+// Ok when what `sender` sends (`sends` side of its manifest) is what `receiver` receives.
+Status compareSides(const Manifest& sending, const Manifest& receiving, int sender, int receiver) {
+  if (sending.ops[0] == receiving.ops[1] && sending.elements[0] == receiving.elements[1] &&
+      sending.hash[0] == receiving.hash[1])
+    return Status::ok();
+  return Status::mismatch("point-to-point: rank " + std::to_string(sender) + " sends rank " + std::to_string(receiver) +
+                          " " + std::to_string(sending.ops[0]) + " transfer(s) of " +
+                          std::to_string(sending.elements[0]) + " elements in all, and rank " +
+                          std::to_string(receiver) + " receives " + std::to_string(receiving.ops[1]) +
+                          " transfer(s) of " + std::to_string(receiving.elements[1]) +
+                          " elements from it (or their counts or dtypes differ in order); nothing moved between them");
+}
 
 // The torch type of `dtype`; false for a value that is no DataType enumerator.
 bool scalarTypeOf(DataType dtype, at::ScalarType& out) {
@@ -338,19 +383,25 @@ class GlooHostBackend final : public chimera::Backend {
     return groupedP2P(std::span<const P2POp>(&op, 1), nullptr);
   }
   Status groupedP2P(std::span<const P2POp> ops, Stream) override {
+    Status local = Status::ok();
     for (const P2POp& op : ops) {
       if (op.peer < 0 || op.peer >= mesh_.size() || op.peer == rank_)
-        return Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
-      if (op.box != nullptr)
-        return Status::invalidArgument("groupedP2P: a box (P2POp::box), which the gloo mesh backend does not move");
-      if (Status s = checkDataType(op.dtype); !s.isOk()) return s;
+        local = Status::invalidArgument("groupedP2P: peer " + std::to_string(op.peer) + " is not another rank");
+      else if (op.box != nullptr)
+        local = Status::invalidArgument("groupedP2P: a box (P2POp::box), which the gloo mesh backend does not move");
+      else
+        local = checkDataType(op.dtype);
+      if (!local.isOk()) break;
     }
+    std::set<int> failedPeers;
+    const Status agreed = agreeOnTransfers(ops, local, failedPeers);
+    if (!local.isOk()) return local;
     c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
-    return guarded("groupedP2P", [&] {
+    const Status moved = guarded("groupedP2P", [&] {
       // Every transfer is posted before any is waited for: gloo's send and recv do not block.
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (const P2POp& op : ops) {
-        if (op.count == 0) continue;
+        if (op.count == 0 || failedPeers.contains(op.peer)) continue;
         std::vector<at::Tensor> tensors{wrap(op.buffer, op.count, op.dtype)};
         const int tag = kPlanTagTop - op.channel;
         works.push_back(op.kind == P2POp::Kind::Send ? whole.send(tensors, op.peer, tag)
@@ -358,6 +409,13 @@ class GlooHostBackend final : public chimera::Backend {
       }
       for (auto& work : works) wait(work);
     });
+    return moved.isOk() ? agreed : moved;
+  }
+  Status refuseTransfers(std::span<const P2POp> ops, const Status& local, Stream) override {
+    if (local.isOk()) return Status::invalidArgument("refuseTransfers: the local status must be an error");
+    std::set<int> failedPeers;
+    const Status agreed = agreeOnTransfers(ops, local, failedPeers);
+    return agreed.code() == StatusCode::Timeout || agreed.code() == StatusCode::BackendError ? agreed : local;
   }
 
   Status allocate(std::size_t bytes, void** out) override {
@@ -447,6 +505,54 @@ class GlooHostBackend final : public chimera::Backend {
       return guarded(what.c_str(), [&] { reduceMin(*gloo, words); });
     };
     return detail::agreeOnCall(signature, local, rank_, group, min);
+  }
+  // The per-pair agreement of a groupedP2P call (CHIMERA_CHECK_ARGS), as the MPI backend's
+  // (src/mpi/p2p_check.hpp) in one fixed-size manifest per pair: each rank sends every peer of
+  // `ops` (a rank of the mesh) its manifest, or a refusal when `local` is an error, and takes
+  // theirs. Returns Mismatch naming the first peer that refused or whose transfers differ from
+  // this rank's (on both ends of the pair); `failedPeers` gets every such peer, whose transfers
+  // must not run (all of them when `local` failed). Timeout when a peer's manifest does not come.
+  Status agreeOnTransfers(std::span<const P2POp> ops, const Status& local, std::set<int>& failedPeers) const {
+    std::vector<int> peers;
+    for (const P2POp& op : ops) {
+      if (op.peer >= 0 && op.peer < mesh_.size() && op.peer != rank_ &&
+          std::find(peers.begin(), peers.end(), op.peer) == peers.end())
+        peers.push_back(op.peer);
+    }
+    if (!local.isOk()) failedPeers.insert(peers.begin(), peers.end());
+    if (!checkArgs_ || peers.empty()) return Status::ok();
+    std::vector<Manifest> mine(peers.size()), theirs(peers.size());
+    for (std::size_t i = 0; i < peers.size(); ++i) mine[i] = manifestWith(ops, peers[i], !local.isOk());
+    c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
+    const Status exchanged = guarded("point-to-point manifests", [&] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (std::size_t i = 0; i < peers.size(); ++i) {
+        std::vector<at::Tensor> out{wrap(&mine[i], kManifestWords, DataType::I64)};
+        std::vector<at::Tensor> in{wrap(&theirs[i], kManifestWords, DataType::I64)};
+        works.push_back(whole.send(out, peers[i], kManifestTag));
+        works.push_back(whole.recv(in, peers[i], kManifestTag));
+      }
+      for (auto& work : works) wait(work);
+    });
+    if (!exchanged.isOk()) return exchanged;
+    Status first = Status::ok();
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      const int peer = peers[i];
+      Status pair = Status::ok();
+      if (theirs[i].refused != 0) {
+        pair = Status::mismatch("point-to-point: rank " + std::to_string(peer) + " refused its transfers with rank " +
+                                std::to_string(rank_) +
+                                " (its own arguments are invalid: InvalidArgument there); nothing moved between them");
+      } else if (local.isOk()) {
+        pair = compareSides(mine[i], theirs[i], rank_, peer);
+        if (pair.isOk()) pair = compareSides(theirs[i], mine[i], peer, rank_);
+      }
+      if (!pair.isOk()) {
+        failedPeers.insert(peer);
+        if (first.isOk()) first = pair;
+      }
+    }
+    return first;
   }
   // Every word replaced by its minimum over the group of `gloo` (collective over it).
   void reduceMin(c10d::Backend& gloo, std::span<std::int64_t> words) const {
