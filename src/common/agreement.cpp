@@ -96,6 +96,13 @@ Status agreeOnCall(const CallSignature& signature, const Status& local, int rank
   return Status::ok();
 }
 
+Status transfersRefused(int peer, int self) {
+  return Status::mismatch(
+      fmt::format("point-to-point: rank {} refused its transfers with rank {} (its own arguments are invalid: "
+                  "InvalidArgument there); nothing moved between them",
+                  peer, self));
+}
+
 Status agreeOnNewGroups(const NewGroups& groups, const Status& local, int rank, const GroupMin& min) {
   SignatureVerdict verdict;
   if (Status s = agreeOnSignature(groups.hash, !local.isOk(), rank, {}, min, verdict); !s.isOk()) return s;

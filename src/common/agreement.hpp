@@ -71,6 +71,10 @@ struct CallSignature {
 [[nodiscard]] Status agreeOnCall(const CallSignature& signature, const Status& local, int rank, std::string_view group,
                                  const GroupMin& min);
 
+/// The Mismatch of rank `self` whose point-to-point peer `peer` refused its transfers with it
+/// (its own checks failed), in the same words on every transport's per-pair manifests.
+[[nodiscard]] Status transfersRefused(int peer, int self);
+
 /// What a transport creates in Backend::createGroups, for the messages of agreeOnNewGroups.
 struct NewGroups {
   std::int64_t hash = 0;   ///< of the groups' axis sets, in the order given

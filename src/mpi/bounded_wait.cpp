@@ -46,6 +46,9 @@ class IdlePolls {
 // collective a little later, short enough to end the job within the timeout plus a few seconds.
 constexpr std::chrono::milliseconds kRollCallWindow{2000};
 
+// The group index request i waits on: `peers[i]`, or kWholeGroup past the end of `peers`.
+int peerOf(std::span<const int> peers, std::size_t i) { return i < peers.size() ? peers[i] : kWholeGroup; }
+
 Clock::duration budget(const MpiGroup& group) { return std::chrono::milliseconds(group.timeoutMs); }
 
 int worldRankOf(const MpiGroup& group, int index) {
@@ -102,7 +105,7 @@ std::string missingPeers(const MpiGroup& group, std::span<const MPI_Request> req
   bool collective = false;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (requests[i] == MPI_REQUEST_NULL) continue;
-    const int peer = i < peers.size() ? peers[i] : kWholeGroup;
+    const int peer = peerOf(peers, i);
     if (peer == kWholeGroup) {
       collective = true;
       continue;
@@ -136,11 +139,10 @@ std::string missingPeers(const MpiGroup& group, std::span<const MPI_Request> req
 // (MPI completes them in the background) and abandons the collectives (MPI cannot cancel them).
 // Sets `pending` when one was left; returns whether a receive into the caller's memory was.
 bool abandon(std::span<MPI_Request> requests, std::span<const int> peers, std::span<const Lends> lends, bool& pending) {
-  const auto peerOf = [&](std::size_t i) { return i < peers.size() ? peers[i] : kWholeGroup; };
   const auto lendsOf = [&](std::size_t i) { return i < lends.size() ? lends[i] : Lends::Chimera; };
   bool settling = false;
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i] == MPI_REQUEST_NULL || peerOf(i) == kWholeGroup) continue;
+    if (requests[i] == MPI_REQUEST_NULL || peerOf(peers, i) == kWholeGroup) continue;
     MPI_Cancel(&requests[i]);
     settling = settling || lendsOf(i) == Lends::Caller;
   }
@@ -148,7 +150,7 @@ bool abandon(std::span<MPI_Request> requests, std::span<const int> peers, std::s
   while (settling && Clock::now() < deadline) {
     settling = false;
     for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (requests[i] == MPI_REQUEST_NULL || peerOf(i) == kWholeGroup || lendsOf(i) != Lends::Caller) continue;
+      if (requests[i] == MPI_REQUEST_NULL || peerOf(peers, i) == kWholeGroup || lendsOf(i) != Lends::Caller) continue;
       int done = 0;
       if (MPI_Test(&requests[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) done = 0;
       settling = settling || done == 0;
@@ -159,7 +161,7 @@ bool abandon(std::span<MPI_Request> requests, std::span<const int> peers, std::s
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (requests[i] == MPI_REQUEST_NULL) continue;
     pending = true;
-    if (peerOf(i) != kWholeGroup) {
+    if (peerOf(peers, i) != kWholeGroup) {
       callerLent = callerLent || lendsOf(i) == Lends::Caller;
       MPI_Request_free(&requests[i]);
     }
@@ -213,7 +215,7 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
       if (group.notices != nullptr && group.notices->holdsFaults()) {
         for (int j = 0; j < completed; ++j) {
           const auto i = static_cast<std::size_t>(done[static_cast<std::size_t>(j)]);
-          group.notices->progressFrom(group, i < peers.size() ? peers[i] : kWholeGroup);
+          group.notices->progressFrom(group, peerOf(peers, i));
         }
       }
       lastProgress = now;
@@ -225,7 +227,7 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
       thread_local std::vector<int> waitingOn;
       waitingOn.clear();
       for (std::size_t i = 0; i < requests.size(); ++i) {
-        if (requests[i] != MPI_REQUEST_NULL) waitingOn.push_back(i < peers.size() ? peers[i] : kWholeGroup);
+        if (requests[i] != MPI_REQUEST_NULL) waitingOn.push_back(peerOf(peers, i));
       }
       if (std::optional<Status> notice = group.notices->verdict(group, waitingOn, lastProgress, what))
         return giveUp(*notice);

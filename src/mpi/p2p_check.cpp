@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/agreement.hpp"
 #include "core/check.hpp"
 #include "mpi/bounded_wait.hpp"
 #include "mpi/mpi_util.hpp"
@@ -123,10 +124,7 @@ Status agreeOnTransfers(const MpiGroup& world, std::span<const P2POp> ops, const
     if (!local.isOk()) continue;
     Status pair = Status::ok();
     if (incoming.size() == 1 && incoming[0] == kRefusal) {
-      pair = Status::mismatch(
-          fmt::format("point-to-point: rank {} refused its transfers with rank {} (its own arguments are invalid: "
-                      "InvalidArgument there); nothing moved between them",
-                      peer, self));
+      pair = transfersRefused(peer, self);
     } else {
       const PeerView view = parse(incoming);
       pair = compare(transfersWith(ops, peer, P2POp::Kind::Send), view.receives, self, peer);

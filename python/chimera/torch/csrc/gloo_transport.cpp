@@ -511,7 +511,7 @@ class GlooHostBackend final : public chimera::Backend {
   // `ops` (a rank of the mesh) its manifest, or a refusal when `local` is an error, and takes
   // theirs. Returns Mismatch naming the first peer that refused or whose transfers differ from
   // this rank's (on both ends of the pair); `failedPeers` gets every such peer, whose transfers
-  // must not run (all of them when `local` failed). Timeout when a peer's manifest does not come.
+  // must not run (a rank whose `local` failed runs none). Timeout when a peer's manifest does not come.
   Status agreeOnTransfers(std::span<const P2POp> ops, const Status& local, std::set<int>& failedPeers) const {
     std::vector<int> peers;
     for (const P2POp& op : ops) {
@@ -519,7 +519,6 @@ class GlooHostBackend final : public chimera::Backend {
           std::find(peers.begin(), peers.end(), op.peer) == peers.end())
         peers.push_back(op.peer);
     }
-    if (!local.isOk()) failedPeers.insert(peers.begin(), peers.end());
     if (!checkArgs_ || peers.empty()) return Status::ok();
     std::vector<Manifest> mine(peers.size()), theirs(peers.size());
     for (std::size_t i = 0; i < peers.size(); ++i) mine[i] = manifestWith(ops, peers[i], !local.isOk());
@@ -540,9 +539,7 @@ class GlooHostBackend final : public chimera::Backend {
       const int peer = peers[i];
       Status pair = Status::ok();
       if (theirs[i].refused != 0) {
-        pair = Status::mismatch("point-to-point: rank " + std::to_string(peer) + " refused its transfers with rank " +
-                                std::to_string(rank_) +
-                                " (its own arguments are invalid: InvalidArgument there); nothing moved between them");
+        pair = detail::transfersRefused(peer, rank_);
       } else if (local.isOk()) {
         pair = compareSides(mine[i], theirs[i], rank_, peer);
         if (pair.isOk()) pair = compareSides(theirs[i], mine[i], peer, rank_);
