@@ -264,7 +264,7 @@ typedef struct chimeraRoutedExchange* chimeraRoutedExchange_t;
 /** The state of one routed dispatch, which combine and both backwards reuse. It belongs to the
  * exchange that made it: passing it to another exchange is chimeraInvalidArgument on this rank,
  * before the call's first message; the failure is announced to every rank (on the MPI backend
- * a fault notice, docs/reliability.md), so that a peer waiting in the call gives up on it. */
+ * a fault notice, docs/reliability.md), so that a peer waiting in the call fails at once. */
 typedef struct chimeraRoutedHandle* chimeraRoutedHandle_t;
 /** The layout version of chimeraRoutedOptions_t this header declares. */
 #define CHIMERA_ROUTED_OPTIONS_VERSION 1

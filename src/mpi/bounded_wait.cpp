@@ -190,7 +190,7 @@ Status timedOut(const MpiGroup& group, std::string_view what, const std::string&
 }  // namespace
 
 Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span<const int> peers,
-               std::span<const Lends> lends, std::string_view what, bool* leftPending) {
+               std::span<const Lends> lends, std::string_view what, bool* leftPending, const StandInOffer* offer) {
   if (requests.empty()) return Status::ok();
   bool pending = false;
   const auto giveUp = [&](const Status& failure) {
@@ -201,7 +201,8 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
   };
   thread_local std::vector<int> done;
   done.resize(requests.size());
-  Clock::time_point lastProgress = Clock::now();
+  NoticeWait notices;
+  Clock::time_point lastProgress = notices.started;
   Clock::time_point deadline = lastProgress + budget(group);
   IdlePolls polls;
   for (;;) {
@@ -229,7 +230,7 @@ Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span
       for (std::size_t i = 0; i < requests.size(); ++i) {
         if (requests[i] != MPI_REQUEST_NULL) waitingOn.push_back(peerOf(peers, i));
       }
-      if (std::optional<Status> notice = group.notices->verdict(group, waitingOn, lastProgress, what))
+      if (std::optional<Status> notice = group.notices->verdict(group, waitingOn, lastProgress, what, offer, notices))
         return giveUp(*notice);
     }
   }
@@ -240,7 +241,8 @@ Status waitOne(const MpiGroup& group, MPI_Request& request, int peer, Lends lend
 }
 
 Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status, std::string_view what) {
-  const Clock::time_point start = Clock::now();
+  NoticeWait notices;
+  const Clock::time_point start = notices.started;
   const Clock::time_point deadline = start + budget(group);
   IdlePolls polls;
   for (;;) {
@@ -250,7 +252,8 @@ Status probeWithin(const MpiGroup& group, int peer, int tag, MPI_Status& status,
     if (found != 0) return Status::ok();
     if (Clock::now() >= deadline) return timedOut(group, what, fmt::format("world rank {}", worldRankOf(group, peer)));
     if (polls.idle() && group.notices != nullptr) {
-      if (std::optional<Status> notice = group.notices->verdict(group, {&peer, 1}, start, what)) return *notice;
+      if (std::optional<Status> notice = group.notices->verdict(group, {&peer, 1}, start, what, nullptr, notices))
+        return *notice;
     }
   }
 }
@@ -283,9 +286,9 @@ MPI_Request& RequestSet::add(int peer, Lends lends) {
   return requests_.emplace_back(MPI_REQUEST_NULL);
 }
 
-Status RequestSet::waitAll(const MpiGroup& group, std::string_view what) {
+Status RequestSet::waitAll(const MpiGroup& group, std::string_view what, const StandInOffer* offer) {
   bool pending = false;
-  Status status = detail::waitAll(group, requests_, peers_, lends_, what, &pending);
+  Status status = detail::waitAll(group, requests_, peers_, lends_, what, &pending, offer);
   abandoned_ = abandoned_ || pending;
   requests_.clear();
   peers_.clear();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chimera/status.hpp"
+#include "mpi/fault_notice.hpp"
 #include "mpi/mpi_group.hpp"
 
 namespace chimera::detail {
@@ -44,9 +45,12 @@ inline constexpr std::int64_t kSettleWindowMs = 1000;
 /// rest are freed, collective ones are abandoned (MPI cannot cancel them), and the result is
 /// Timeout "<what> on <group.label> made no progress for N ms ...: still waiting for world
 /// rank(s) ...". BackendError when MPI reports a failure. `leftPending` (when given) tells whether
-/// a request was abandoned while MPI may still complete it.
+/// a request was abandoned while MPI may still complete it. While idle it takes in the group's
+/// fault notices (fault_notice.hpp); `offer` names the agreement round the requests are, for a
+/// member at fault to stand in for (null: they are not one).
 [[nodiscard]] Status waitAll(const MpiGroup& group, std::span<MPI_Request> requests, std::span<const int> peers,
-                             std::span<const Lends> lends, std::string_view what, bool* leftPending = nullptr);
+                             std::span<const Lends> lends, std::string_view what, bool* leftPending = nullptr,
+                             const StandInOffer* offer = nullptr);
 
 /// waitAll for one request.
 [[nodiscard]] Status waitOne(const MpiGroup& group, MPI_Request& request, int peer, Lends lends, std::string_view what);
@@ -75,8 +79,8 @@ class RequestSet {
   MPI_Request& add(int peer, Lends lends = Lends::Chimera);
   /// Keeps `memory` (what this set's requests read or write) alive as long as MPI may use it.
   void keep(std::shared_ptr<void> memory) { kept_.push_back(std::move(memory)); }
-  /// waitAll over the set, then empties it.
-  [[nodiscard]] Status waitAll(const MpiGroup& group, std::string_view what);
+  /// waitAll over the set (`offer` as there), then empties it.
+  [[nodiscard]] Status waitAll(const MpiGroup& group, std::string_view what, const StandInOffer* offer = nullptr);
 
  private:
   std::vector<MPI_Request> requests_;

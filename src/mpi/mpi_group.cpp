@@ -38,7 +38,23 @@ MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, s
   return group;
 }
 
+MpiGroupCache::MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs, FaultNotices& notices)
+    : world_(world),
+      mesh_(std::move(mesh)),
+      rank_(rank),
+      timeoutMs_(timeoutMs),
+      notices_(&notices),
+      worldGroup_(worldGroup(world, rank, mesh_.size(), timeoutMs, "the world", &notices)) {
+  worldGroup_.standInKey = 0;
+  notices_->serve([this](std::int64_t key) -> const MpiGroup* {
+    if (key == 0) return &worldGroup_;
+    const auto it = groups_.find(static_cast<std::uint32_t>(key));
+    return it == groups_.end() || key < 0 ? nullptr : &it->second;
+  });
+}
+
 MpiGroupCache::~MpiGroupCache() {
+  notices_->serve(nullptr);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized != 0 || abandoned_) return;
@@ -67,6 +83,7 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
   group.index = mesh_.groupIndex(rank_, axes);
   group.timeoutMs = timeoutMs_;
   group.notices = notices_;
+  group.standInKey = axes.bits();
   const int color = mesh_.groupColor(rank_, axes);
   group.members.resize(static_cast<std::size_t>(group.size));
   for (int r = 0; r < mesh_.size(); ++r) {
@@ -79,9 +96,7 @@ Status MpiGroupCache::get(AxisSet axes, const MpiGroup*& out) {
   // before its split would hang the others, so the split runs under a watchdog that ends the job.
   const std::string splitting =
       fmt::format("MPI_Comm_split for axes {} (every rank agreed to create it)", mesh_.axesName(axes));
-  if (std::optional<Status> gaveUp =
-          notices_->gaveUpAmong(worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_), splitting))
-    return *gaveUp;
+  if (std::optional<Status> gaveUp = notices_->gaveUpAmong(worldGroup_, splitting)) return *gaveUp;
   CHIMERA_RETURN_IF_ERROR(
       mpiStatus(watchedBlockingCall(rank_, std::chrono::milliseconds(timeoutMs_), splitting,
                                     [&] { return MPI_Comm_split(world_, color, group.index, &group.comm); }),
@@ -128,21 +143,19 @@ Status MpiGroupCache::agreeOnNewGroups(std::span<const AxisSet> missing) {
     hasher.add(axes.bits());
     names += (names.empty() ? "" : ", ") + mesh_.axesName(axes);
   }
-  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_);
   const std::string mesh = mesh_.toString();
   return detail::agreeOnNewGroups(
       {hasher.agreementValue(), names, "communicators", mesh}, Status::ok(), rank_,
-      groupMin(world, kNewGroupsAgreementTag,
+      groupMin(worldGroup_, kNewGroupsAgreementTag,
                fmt::format("creating the communicators of axes [{}] (every rank must create the same groups together)",
                            names)));
 }
 
 Status MpiGroupCache::agreeOnAxes(AxisSet axes) {
   const std::array<std::int64_t, 1> bits = {static_cast<std::int64_t>(axes.bits())};
-  const MpiGroup world = worldGroup(world_, rank_, mesh_.size(), timeoutMs_, "the world", notices_);
   WordRange range;
   CHIMERA_RETURN_IF_ERROR(agreeOnRange(bits,
-                                       groupMin(world, kAxesAgreementTag,
+                                       groupMin(worldGroup_, kAxesAgreementTag,
                                                 fmt::format("creating the communicator of axes {} (every rank must "
                                                             "ask for the same new group at the same time)",
                                                             mesh_.axesName(axes))),

@@ -33,6 +33,9 @@ struct MpiGroup {
   std::string label = "group";
   /// The backend's fault notices, which waits on this group take in (fault_notice.hpp); none when null.
   FaultNotices* notices = nullptr;
+  /// How a member asks a rank at fault to stand in for an agreement round on this group
+  /// (fault_notice.hpp): the axis bits of a cached group, 0 for the cache's world; -1: it cannot.
+  std::int64_t standInKey = -1;
 };
 
 /// The group of all world ranks over `comm` (index = world rank), labelled `label`, whose waits
@@ -50,9 +53,9 @@ MpiGroup worldGroup(MPI_Comm comm, int rank, int size, std::int64_t timeoutMs, s
 class MpiGroupCache {
  public:
   /// `world` and `notices` must outlive the cache; `rank` is the caller's world rank. Axes that
-  /// name no group of the mesh are announced through `notices` (fault_notice.hpp).
-  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs, FaultNotices& notices)
-      : world_(world), mesh_(std::move(mesh)), rank_(rank), timeoutMs_(timeoutMs), notices_(&notices) {}
+  /// name no group of the mesh are announced through `notices` (fault_notice.hpp), which finds
+  /// the groups its stand-ins are asked for here.
+  MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t timeoutMs, FaultNotices& notices);
   MpiGroupCache(const MpiGroupCache&) = delete;
   MpiGroupCache& operator=(const MpiGroupCache&) = delete;
   ~MpiGroupCache();
@@ -85,6 +88,7 @@ class MpiGroupCache {
   int rank_;
   std::int64_t timeoutMs_;
   FaultNotices* notices_;
+  MpiGroup worldGroup_;  // over world_, for the agreements before a split
   bool abandoned_ = false;
   std::unordered_map<std::uint32_t, MpiGroup> groups_;
 };

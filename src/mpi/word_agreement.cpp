@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "core/check.hpp"
@@ -16,7 +17,14 @@ namespace {
 
 static_assert(sizeof(long long) == sizeof(std::int64_t), "MPI_LONG_LONG carries the agreement's int64 words");
 
-Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what) {
+// A word that changes no minimum; the stand-in marker of a member taking part for itself.
+constexpr std::int64_t kNeutral = std::numeric_limits<std::int64_t>::max();
+
+// Replaces every word (the last the stand-in marker) by its minimum over the group, offering
+// `offer` to the members at fault (null: none); each member's marker that is not neutral goes to
+// `stoodIn` (with the library reduction: the lowest).
+Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what,
+                   const StandInOffer* offer, std::vector<int>& stoodIn) {
   const std::size_t n = words.size();
   const int members = group.size;
   // Owned by the set: a peer that arrives after a Timeout completes into memory that is still chimera's.
@@ -41,34 +49,68 @@ Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag
         MPI_Isend(mine.data(), static_cast<int>(n), MPI_LONG_LONG, peer, tag, group.comm, &requests.add(peer)),
         "MPI_Isend (agreement)"));
   }
-  CHIMERA_RETURN_IF_ERROR(requests.waitAll(group, what));
+  CHIMERA_RETURN_IF_ERROR(requests.waitAll(group, what, offer));
   for (int peer = 0; peer < members; ++peer) {
     if (peer == group.index) continue;
     for (std::size_t i = 0; i < n; ++i) {
       words[i] = std::min(words[i], incoming[static_cast<std::size_t>(peer) * n + i]);
     }
+    const std::int64_t marker = incoming[static_cast<std::size_t>(peer) * n + n - 1];
+    if (marker != kNeutral) stoodIn.push_back(static_cast<int>(marker));
   }
   return Status::ok();
 }
 
-Status minByReduction(const MpiGroup& group, std::span<std::int64_t> words, std::string_view what) {
+Status minByReduction(const MpiGroup& group, std::span<std::int64_t> words, std::string_view what,
+                      const StandInOffer* offer, std::vector<int>& stoodIn) {
   auto reduced = std::make_shared<std::vector<std::int64_t>>(words.begin(), words.end());
   RequestSet reduction;
   reduction.keep(reduced);
   CHIMERA_RETURN_IF_ERROR(mpiStatus(MPI_Iallreduce(MPI_IN_PLACE, reduced->data(), static_cast<int>(reduced->size()),
                                                    MPI_LONG_LONG, MPI_MIN, group.comm, &reduction.add(kWholeGroup)),
                                     "MPI_Iallreduce (agreement)"));
-  CHIMERA_RETURN_IF_ERROR(reduction.waitAll(group, what));
+  CHIMERA_RETURN_IF_ERROR(reduction.waitAll(group, what, offer));
   std::copy(reduced->begin(), reduced->end(), words.begin());
+  if (words.back() != kNeutral) stoodIn.push_back(static_cast<int>(words.back()));
   return Status::ok();
+}
+
+Status minRound(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what,
+                const StandInOffer* offer, std::vector<int>& stoodIn) {
+  if (group.size <= kDirectAgreementLimit) return minDirectly(group, words, tag, what, offer, stoodIn);
+  return minByReduction(group, words, what, offer, stoodIn);
 }
 
 }  // namespace
 
 Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what) {
   if (group.size <= 1 || words.empty()) return Status::ok();
-  if (group.size <= kDirectAgreementLimit) return minDirectly(group, words, tag, what);
-  return minByReduction(group, words, what);
+  std::vector<std::int64_t> sent(words.begin(), words.end());
+  sent.push_back(kNeutral);
+  const StandInOffer offer{tag, static_cast<int>(sent.size())};
+  std::vector<int> stoodIn;
+  CHIMERA_RETURN_IF_ERROR(minRound(group, sent, tag, what, &offer, stoodIn));
+  if (!stoodIn.empty()) {
+    const int culprit = *std::min_element(stoodIn.begin(), stoodIn.end());
+    const std::string fault = group.notices != nullptr ? group.notices->faultOf(culprit) : std::string();
+    if (group.notices != nullptr) {
+      for (const int world : stoodIn) group.notices->settle(world);
+    }
+    return Status::mismatch(fmt::format(
+        "{} on {}: rank {} failed this call before it knew the call's group and stood in for it, so every member "
+        "fails it{}",
+        what, group.label, culprit, fault.empty() ? "" : fmt::format(" ({})", fault)));
+  }
+  std::copy_n(sent.begin(), words.size(), words.begin());
+  return Status::ok();
+}
+
+Status standIn(const MpiGroup& group, const StandInOffer& offer, int worldRank) {
+  std::vector<std::int64_t> sent(static_cast<std::size_t>(offer.words), kNeutral);
+  sent.back() = worldRank;
+  std::vector<int> stoodIn;
+  return minRound(group, sent, offer.tag, fmt::format("standing in for a call world rank {} failed", worldRank),
+                  nullptr, stoodIn);
 }
 
 GroupMin groupMin(const MpiGroup& group, int tag, std::string what) {

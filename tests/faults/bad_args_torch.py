@@ -94,7 +94,7 @@ def backend_all_reduce(bad):
 def backend_axes(bad):
     # Axes that name no axis of the mesh: the rank at fault cannot tell which group its peers
     # wait in, so it announces its failure to every rank (MPI transport only: the gloo one has no
-    # fault notice); the peers give up on it and their backend is unusable after.
+    # fault notice) and stands in for the peers' agreement round; the next call works everywhere.
     tensor = torch.ones(16)
     world_backend().all_reduce(tensor, axes="tp" if bad else "dp")
     return bool((tensor == dist.get_world_size()).all())
