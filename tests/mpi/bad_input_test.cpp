@@ -82,6 +82,25 @@ TEST(MpiBackendBadInput, AxesNamingNoGroupOnOneRankFailEveryRankAtOnceAndTheNext
   EXPECT_TRUE(allRanksAgree(ok));
 }
 
+// Two ranks at fault in the same call: each stands in (the other counts as having failed alike),
+// the peers fail naming the lower one, and the next call works everywhere.
+TEST(MpiBackendBadInput, AxesNamingNoGroupOnTwoRanksFailEveryRankAtOnce) {
+  if (worldSize() < 3) GTEST_SKIP() << "needs two ranks at fault and a peer";
+  BackendUnderTest t = checkedBackend();
+  ASSERT_TRUE(allRanksAgree(t.status.isOk())) << t.status.toString();
+  const AxisSet world = t.mesh.allAxes();
+  bool ok = stillWorks(t, world);
+  const bool culprit = worldRank() == 1 || worldRank() == worldSize() - 1;
+  std::vector<float> data(16, 1.0f);
+  const Status status = t.backend->allReduce(data.data(), data.data(), data.size(), DataType::F32, ReduceOp::Sum,
+                                             culprit ? AxisSet::fromBits(1u << 7) : world);
+  const bool failed = culprit ? has(status, StatusCode::InvalidArgument, "does not have")
+                              : has(status, StatusCode::Mismatch, "rank 1 failed this call before it knew");
+  EXPECT_TRUE(failed) << status.toString();
+  ok = ok && failed && stillWorks(t, world) && stillWorks(t);
+  EXPECT_TRUE(allRanksAgree(ok));
+}
+
 // The same in an axis group (its communicator exists): the members of rank 0's group fail, the
 // other groups' calls work, and those ranks' next call (over the world, which asks rank 0 to
 // stand in while it is still inside its failed call) is declined and works, as on every rank.
