@@ -93,8 +93,9 @@ def backend_all_reduce(bad):
 
 def backend_axes(bad):
     # Axes that name no axis of the mesh: the rank at fault cannot tell which group its peers
-    # wait in, so it announces its failure to every rank (MPI transport only: the gloo one has no
-    # fault notice) and stands in for the peers' agreement round; the next call works everywhere.
+    # wait in, so it announces its failure to every rank (a fault notice: on the MPI transport a
+    # message, on the gloo mesh backend a record in the store) and stands in for the peers'
+    # agreement round; the next call works everywhere.
     tensor = torch.ones(16)
     world_backend().all_reduce(tensor, axes="tp" if bad else "dp")
     return bool((tensor == dist.get_world_size()).all())

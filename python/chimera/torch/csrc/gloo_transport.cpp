@@ -9,6 +9,9 @@
 // default, as on the MPI backend) every collective starts with the argument agreement of its group
 // (common/agreement.hpp), one int64 MIN all-reduce on the group's gloo backend, so a rank whose
 // own checks fail makes every member fail at once instead of waiting for it until the timeout.
+// Every such round carries one more word, the stand-in marker: on a mesh backend a rank whose
+// call fails before it knows the call's group (axes naming no group) records the failure in the
+// store, and stands in for the round its group's members ask it to (gloo_fault_notices.hpp).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -21,6 +24,7 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
@@ -35,6 +39,7 @@
 #include "common/env.hpp"
 #include "common/hash.hpp"
 #include "common/host_identity.hpp"
+#include "gloo_fault_notices.hpp"
 #include "gloo_point_to_point.hpp"
 #include "host_transport.hpp"
 
@@ -52,6 +57,11 @@ constexpr int kReduceScatterTag = kPlanTagTop - 256;
 // ReduceScatter's.
 constexpr int kManifestTag = kReduceScatterTag - 1;
 static_assert(kGlooPointToPointTagTop < kManifestTag, "the point-to-point channel's tags reach the plans'");
+// An agreement word that changes no minimum; the stand-in marker of a member taking part for itself.
+constexpr std::int64_t kNeutral = std::numeric_limits<std::int64_t>::max();
+// How often an agreement round on a mesh backend stops waiting on gloo to look at the fault
+// notices (gloo's Work::wait with a bound leaves the all-reduce running when it returns).
+constexpr std::chrono::milliseconds kNoticeTick{20};
 
 // A pair's manifest of one groupedP2P call: what one rank sends the other and receives from it,
 // in a fixed size (a gloo receive takes exactly the bytes it posted): whether the rank refuses
@@ -221,6 +231,27 @@ class GlooHostBackend final : public chimera::Backend {
       std::memcpy(keys.data(), all.data_ptr(), keys.size() * sizeof(std::uint64_t));
       hosts_ = detail::hostsOfKeys(keys);
     });
+  }
+
+  // Takes in fault notices through `store` under `prefix` (the mesh's creation).
+  void takeNotices(c10::intrusive_ptr<c10d::Store> store, std::string prefix) {
+    notices_ = std::make_unique<GlooFaultNotices>(std::move(store), std::move(prefix), rank_, mesh_.size());
+  }
+
+  // This rank's call failed before its group was known: recorded in the store, and the rank
+  // stands in for the round its group's members wait in (a mesh backend with argument checks).
+  Status announceFault(const Status& local) override {
+    if (local.isOk() || !checkArgs_ || notices_ == nullptr) return local;
+    notices_->announce(
+        local, [this](std::int64_t key) { return membersOf(key); },
+        [this](std::int64_t key, int words) {
+          const auto it = groups_.find(static_cast<std::uint32_t>(key));
+          if (it == groups_.end() || words < 1) return false;
+          std::vector<std::int64_t> neutral(static_cast<std::size_t>(words), kNeutral);
+          neutral.back() = rank_;
+          return guarded("standing in for a failed call", [&] { reduceMin(*it->second, neutral); }).isOk();
+        });
+    return local;
   }
 
   std::string_view name() const override { return "gloo"; }
@@ -476,7 +507,8 @@ class GlooHostBackend final : public chimera::Backend {
       if (local.isOk()) local = checkAxes(axes, "createGroups");
       if (!hasGroup(axes) && std::find(missing.begin(), missing.end(), axes) == missing.end()) missing.push_back(axes);
     }
-    if (missing.empty()) return local;
+    // With every group present nothing is sent: peers wait in their next call, so a bad list is announced.
+    if (missing.empty()) return announceFault(local);
     if (Status s = agreeOnNewGroups(missing, local); !s.isOk()) return s;
     for (AxisSet axes : missing) {
       c10::intrusive_ptr<c10d::Backend> gloo;
@@ -496,14 +528,12 @@ class GlooHostBackend final : public chimera::Backend {
   // transfer: `local` is the verdict of this rank's own checks. Its MIN is one int64 all-reduce
   // on the group's gloo backend `gloo`, bounded by the timeout. Returns `local` without
   // communicating with CHIMERA_CHECK_ARGS off or in a group of one rank.
-  Status agree(AxisSet axes, c10d::Backend* gloo, const detail::CallSignature& signature, const Status& local) const {
+  Status agree(AxisSet axes, c10d::Backend* gloo, const detail::CallSignature& signature, const Status& local) {
     if (!checkArgs_ || gloo == nullptr || mesh_.groupSize(axes) == 1) return local;
     const std::string group = mesh_.axesName(axes);
     const std::string what = "argument agreement check of " + std::string(opKindInfo(signature.kind).call) +
                              " on axes " + group + " (rank " + std::to_string(rank_) + ")";
-    const detail::GroupMin min = [&](std::span<std::int64_t> words) {
-      return guarded(what.c_str(), [&] { reduceMin(*gloo, words); });
-    };
+    const detail::GroupMin min = [&](std::span<std::int64_t> words) { return minOverGroup(axes, *gloo, words, what); };
     return detail::agreeOnCall(signature, local, rank_, group, min);
   }
   // The per-pair agreement of a groupedP2P call (CHIMERA_CHECK_ARGS), as the MPI backend's
@@ -552,11 +582,67 @@ class GlooHostBackend final : public chimera::Backend {
     return first;
   }
   // Every word replaced by its minimum over the group of `gloo` (collective over it).
-  void reduceMin(c10d::Backend& gloo, std::span<std::int64_t> words) const {
+  c10::intrusive_ptr<c10d::Work> startMin(c10d::Backend& gloo, std::span<std::int64_t> words) const {
     std::vector<at::Tensor> tensors{wrap(words.data(), words.size(), DataType::I64)};
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::MIN;
-    wait(gloo.allreduce(tensors, options));
+    return gloo.allreduce(tensors, options);
+  }
+  void reduceMin(c10d::Backend& gloo, std::span<std::int64_t> words) const { wait(startMin(gloo, words)); }
+  // An agreement round (the GroupMin of common/agreement.hpp) on this rank's group along `axes`
+  // (`gloo` its backend): `words` and the stand-in marker, MIN-reduced. While it waits longer
+  // than kGlooNoticeGrace it asks the group's ranks at fault to stand in (gloo_fault_notices.hpp);
+  // Mismatch naming the one that did.
+  Status minOverGroup(AxisSet axes, c10d::Backend& gloo, std::span<std::int64_t> words, const std::string& what) {
+    std::vector<std::int64_t> sent(words.begin(), words.end());
+    sent.push_back(kNeutral);
+    const Status reduced = guarded(what.c_str(), [&] {
+      const c10::intrusive_ptr<c10d::Work> work = startMin(gloo, sent);
+      if (notices_ == nullptr) return wait(work);
+      const std::vector<int> members = membersOf(axes.bits());
+      const auto start = std::chrono::steady_clock::now();
+      bounded(timeout_, [&] {
+        for (;;) {
+          try {
+            if (work->wait(kNoticeTick)) return;
+          } catch (const std::exception&) {
+            // The tick passed, unless the all-reduce completed meanwhile (then wait() returns, or
+            // throws its failure).
+            if (work->isCompleted()) {
+              work->wait();
+              return;
+            }
+          }
+          const auto waited = std::chrono::steady_clock::now() - start;
+          if (waited >= timeout_)
+            throw TimedOut("not completed within the timeout of " + std::to_string(timeout_.count()) + " ms");
+          if (waited >= kGlooNoticeGrace) notices_->offer(axes.bits(), static_cast<int>(sent.size()), members);
+        }
+      });
+    });
+    if (!reduced.isOk()) return reduced;
+    if (sent.back() != kNeutral) {
+      const int culprit = static_cast<int>(sent.back());
+      const std::string fault = notices_ != nullptr ? notices_->faultOf(culprit) : std::string();
+      if (notices_ != nullptr) notices_->settle(culprit);
+      return Status::mismatch(what + ": rank " + std::to_string(culprit) +
+                              " failed this call before it knew the call's group and stood in for it, so every member "
+                              "fails it" +
+                              (fault.empty() ? std::string() : " (" + fault + ")"));
+    }
+    std::copy_n(sent.begin(), words.size(), words.begin());
+    return Status::ok();
+  }
+  // The mesh ranks of this rank's group along the axis set `bits`; empty when it is no group of the mesh.
+  std::vector<int> membersOf(std::int64_t bits) const {
+    const AxisSet axes = AxisSet::fromBits(static_cast<std::uint32_t>(bits));
+    std::vector<int> members;
+    if (bits <= 0 || !checkAxes(axes, "membersOf").isOk()) return members;
+    const int color = mesh_.groupColor(rank_, axes);
+    for (int r = 0; r < mesh_.size(); ++r) {
+      if (mesh_.groupColor(r, axes) == color) members.push_back(r);
+    }
+    return members;
   }
   // The agreement of every rank of the mesh on the new groups (common/agreement.hpp), its MIN
   // an all-reduce over the whole mesh.
@@ -569,7 +655,7 @@ class GlooHostBackend final : public chimera::Backend {
         "agreeing on the new gloo groups [" + names + "] (mesh " + mesh + ", rank " + std::to_string(rank_) + ")";
     c10d::Backend& whole = *groups_.at(mesh_.allAxes().bits());
     const detail::GroupMin min = [&](std::span<std::int64_t> words) {
-      return guarded(what.c_str(), [&] { reduceMin(whole, words); });
+      return minOverGroup(mesh_.allAxes(), whole, words, what);
     };
     return detail::agreeOnNewGroups({hash.agreementValue(), names, "gloo groups", mesh}, local, rank_, min);
   }
@@ -595,9 +681,10 @@ class GlooHostBackend final : public chimera::Backend {
                                    mesh_.toString());
   }
   // The gloo backend of this rank's group along `axes`; nullptr for a group of one rank (the
-  // collective is a local copy). InvalidArgument naming the group when it was not created.
-  Status groupOf(AxisSet axes, const char* what, c10d::Backend*& out) const {
-    if (Status s = checkAxes(axes, what); !s.isOk()) return s;
+  // collective is a local copy). InvalidArgument naming the group when it was not created, or
+  // naming axes that are no group of the mesh (announced: the group its peers wait in is unknown).
+  Status groupOf(AxisSet axes, const char* what, c10d::Backend*& out) {
+    if (Status s = checkAxes(axes, what); !s.isOk()) return announceFault(s);
     out = nullptr;
     if (auto it = groups_.find(axes.bits()); it != groups_.end()) {
       out = it->second.get();
@@ -642,7 +729,8 @@ class GlooHostBackend final : public chimera::Backend {
   std::map<std::uint32_t, c10::intrusive_ptr<c10d::Backend>> groups_;  // by axis-set bits
   GroupFactory factory_;
   std::chrono::milliseconds timeout_;
-  bool checkArgs_;  // CHIMERA_CHECK_ARGS
+  bool checkArgs_;                             // CHIMERA_CHECK_ARGS
+  std::unique_ptr<GlooFaultNotices> notices_;  // a mesh backend's (through its store); none on a process group's
 };
 
 }  // namespace
@@ -691,10 +779,11 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
   const std::string name = "chimera/gloo_mesh/" + mesh.toString() + "@" + ranks;
   const std::string what = "creating the gloo mesh backend of mesh " + mesh.toString() + " over torch ranks " + ranks +
                            " (this is rank " + std::to_string(globalRank) + "; every rank must create it)";
+  std::string prefix;
   const Status created = guarded(what.c_str(), [&] {
     bounded(std::chrono::milliseconds(timeoutMs), [&] {
       const std::int64_t arrivals = store->add(name + "/creations", 1);
-      const std::string prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
+      prefix = name + "/" + std::to_string((arrivals - 1) / mesh.size()) + "/";
       GroupFactory factory = [makeGroup, prefix, mesh, index, timeoutMs](AxisSet axes) {
         // One prefix per group: the axes, and the colour its members share.
         const std::string group =
@@ -706,7 +795,9 @@ Status createGlooMeshBackend(const Mesh& mesh, std::span<const int> globalRanks,
     });
   });
   if (!created.isOk()) return created;
-  return static_cast<GlooHostBackend&>(*out).findHosts();
+  auto& backend = static_cast<GlooHostBackend&>(*out);
+  backend.takeNotices(store, prefix);
+  return backend.findHosts();
 }
 
 }  // namespace chimera::torch_ext
