@@ -81,7 +81,7 @@ class GlooFaultNotices {
   std::string prefix_;
   int rank_;
   int size_;
-  std::int64_t read_ = 0;                // failures read so far (serials 1..read_)
+  std::int64_t read_ = 0;                 // failures read so far (serials 1..read_)
   std::map<std::int64_t, Fault> faults_;  // by serial
 };
 
