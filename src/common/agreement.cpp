@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <string>
@@ -101,6 +102,18 @@ Status transfersRefused(int peer, int self) {
       fmt::format("point-to-point: rank {} refused its transfers with rank {} (its own arguments are invalid: "
                   "InvalidArgument there); nothing moved between them",
                   peer, self));
+}
+
+std::vector<std::int64_t> standInWords(int words, int rank) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(std::max(words, 1)), kStandInNeutral);
+  out.back() = rank;
+  return out;
+}
+
+Status stoodIn(std::string_view round, int rank, std::string_view fault) {
+  return Status::mismatch(fmt::format(
+      "{}: rank {} failed this call before it knew the call's group and stood in for it, so every member fails it{}",
+      round, rank, fault.empty() ? std::string() : fmt::format(" ({})", fault)));
 }
 
 Status agreeOnNewGroups(const NewGroups& groups, const Status& local, int rank, const GroupMin& min) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -74,6 +75,19 @@ struct CallSignature {
 /// The Mismatch of rank `self` whose point-to-point peer `peer` refused its transfers with it
 /// (its own checks failed), in the same words on every transport's per-pair manifests.
 [[nodiscard]] Status transfersRefused(int peer, int self);
+
+/// A word that changes no minimum. A transport's agreement round carries one more word than its
+/// caller's, the stand-in marker: this value from a member taking part for itself, a rank from a
+/// member standing in for a rank whose call failed before it knew the round's group (the
+/// transports' fault notices), which sends this value for every other word.
+inline constexpr std::int64_t kStandInNeutral = std::numeric_limits<std::int64_t>::max();
+
+/// The `words` words (the last the marker) rank `rank` stands in with.
+[[nodiscard]] std::vector<std::int64_t> standInWords(int words, int rank);
+
+/// The Mismatch of every member of `round` (what waited, and where) that rank `rank` stood in
+/// for, naming its error `fault` (empty: not known here), in the same words on every transport.
+[[nodiscard]] Status stoodIn(std::string_view round, int rank, std::string_view fault);
 
 /// What a transport creates in Backend::createGroups, for the messages of agreeOnNewGroups.
 struct NewGroups {

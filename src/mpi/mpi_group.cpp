@@ -47,9 +47,9 @@ MpiGroupCache::MpiGroupCache(MPI_Comm world, Mesh mesh, int rank, std::int64_t t
       worldGroup_(worldGroup(world, rank, mesh_.size(), timeoutMs, "the world", &notices)) {
   worldGroup_.standInKey = 0;
   notices_->serve([this](std::int64_t key) -> const MpiGroup* {
-    if (key == 0) return &worldGroup_;
+    if (key <= 0) return key == 0 ? &worldGroup_ : nullptr;
     const auto it = groups_.find(static_cast<std::uint32_t>(key));
-    return it == groups_.end() || key < 0 ? nullptr : &it->second;
+    return it == groups_.end() ? nullptr : &it->second;
   });
 }
 

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "core/check.hpp"
@@ -16,9 +15,6 @@ namespace chimera::detail {
 namespace {
 
 static_assert(sizeof(long long) == sizeof(std::int64_t), "MPI_LONG_LONG carries the agreement's int64 words");
-
-// A word that changes no minimum; the stand-in marker of a member taking part for itself.
-constexpr std::int64_t kNeutral = std::numeric_limits<std::int64_t>::max();
 
 // Replaces every word (the last the stand-in marker) by its minimum over the group, offering
 // `offer` to the members at fault (null: none); each member's marker that is not neutral goes to
@@ -56,7 +52,7 @@ Status minDirectly(const MpiGroup& group, std::span<std::int64_t> words, int tag
       words[i] = std::min(words[i], incoming[static_cast<std::size_t>(peer) * n + i]);
     }
     const std::int64_t marker = incoming[static_cast<std::size_t>(peer) * n + n - 1];
-    if (marker != kNeutral) stoodIn.push_back(static_cast<int>(marker));
+    if (marker != kStandInNeutral) stoodIn.push_back(static_cast<int>(marker));
   }
   return Status::ok();
 }
@@ -71,7 +67,7 @@ Status minByReduction(const MpiGroup& group, std::span<std::int64_t> words, std:
                                     "MPI_Iallreduce (agreement)"));
   CHIMERA_RETURN_IF_ERROR(reduction.waitAll(group, what, offer));
   std::copy(reduced->begin(), reduced->end(), words.begin());
-  if (words.back() != kNeutral) stoodIn.push_back(static_cast<int>(words.back()));
+  if (words.back() != kStandInNeutral) stoodIn.push_back(static_cast<int>(words.back()));
   return Status::ok();
 }
 
@@ -86,7 +82,7 @@ Status minRound(const MpiGroup& group, std::span<std::int64_t> words, int tag, s
 Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int tag, std::string_view what) {
   if (group.size <= 1 || words.empty()) return Status::ok();
   std::vector<std::int64_t> sent(words.begin(), words.end());
-  sent.push_back(kNeutral);
+  sent.push_back(kStandInNeutral);
   const StandInOffer offer{tag, static_cast<int>(sent.size())};
   std::vector<int> stoodIn;
   CHIMERA_RETURN_IF_ERROR(minRound(group, sent, tag, what, &offer, stoodIn));
@@ -96,18 +92,14 @@ Status minOverGroup(const MpiGroup& group, std::span<std::int64_t> words, int ta
     if (group.notices != nullptr) {
       for (const int world : stoodIn) group.notices->settle(world);
     }
-    return Status::mismatch(fmt::format(
-        "{} on {}: rank {} failed this call before it knew the call's group and stood in for it, so every member "
-        "fails it{}",
-        what, group.label, culprit, fault.empty() ? "" : fmt::format(" ({})", fault)));
+    return detail::stoodIn(fmt::format("{} on {}", what, group.label), culprit, fault);
   }
   std::copy_n(sent.begin(), words.size(), words.begin());
   return Status::ok();
 }
 
 Status standIn(const MpiGroup& group, const StandInOffer& offer, int worldRank) {
-  std::vector<std::int64_t> sent(static_cast<std::size_t>(offer.words), kNeutral);
-  sent.back() = worldRank;
+  std::vector<std::int64_t> sent = standInWords(offer.words, worldRank);
   std::vector<int> stoodIn;
   return minRound(group, sent, offer.tag, fmt::format("standing in for a call world rank {} failed", worldRank),
                   nullptr, stoodIn);

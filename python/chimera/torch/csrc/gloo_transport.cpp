@@ -24,7 +24,6 @@
 #include <functional>
 #include <initializer_list>
 #include <iterator>
-#include <limits>
 #include <map>
 #include <set>
 #include <span>
@@ -57,8 +56,6 @@ constexpr int kReduceScatterTag = kPlanTagTop - 256;
 // ReduceScatter's.
 constexpr int kManifestTag = kReduceScatterTag - 1;
 static_assert(kGlooPointToPointTagTop < kManifestTag, "the point-to-point channel's tags reach the plans'");
-// An agreement word that changes no minimum; the stand-in marker of a member taking part for itself.
-constexpr std::int64_t kNeutral = std::numeric_limits<std::int64_t>::max();
 // How often an agreement round on a mesh backend stops waiting on gloo to look at the fault
 // notices (gloo's Work::wait with a bound leaves the all-reduce running when it returns).
 constexpr std::chrono::milliseconds kNoticeTick{20};
@@ -247,9 +244,8 @@ class GlooHostBackend final : public chimera::Backend {
         [this](std::int64_t key, int words) {
           const auto it = groups_.find(static_cast<std::uint32_t>(key));
           if (it == groups_.end() || words < 1) return false;
-          std::vector<std::int64_t> neutral(static_cast<std::size_t>(words), kNeutral);
-          neutral.back() = rank_;
-          return guarded("standing in for a failed call", [&] { reduceMin(*it->second, neutral); }).isOk();
+          std::vector<std::int64_t> sent = detail::standInWords(words, rank_);
+          return guarded("standing in for a failed call", [&] { reduceMin(*it->second, sent); }).isOk();
         });
     return local;
   }
@@ -595,7 +591,7 @@ class GlooHostBackend final : public chimera::Backend {
   // Mismatch naming the one that did.
   Status minOverGroup(AxisSet axes, c10d::Backend& gloo, std::span<std::int64_t> words, const std::string& what) {
     std::vector<std::int64_t> sent(words.begin(), words.end());
-    sent.push_back(kNeutral);
+    sent.push_back(detail::kStandInNeutral);
     const Status reduced = guarded(what.c_str(), [&] {
       const c10::intrusive_ptr<c10d::Work> work = startMin(gloo, sent);
       if (notices_ == nullptr) return wait(work);
@@ -625,14 +621,11 @@ class GlooHostBackend final : public chimera::Backend {
       });
     });
     if (!reduced.isOk()) return reduced;
-    if (sent.back() != kNeutral) {
+    if (sent.back() != detail::kStandInNeutral) {
       const int culprit = static_cast<int>(sent.back());
       const std::string fault = notices_ != nullptr ? notices_->faultOf(culprit) : std::string();
       if (notices_ != nullptr) notices_->settle(culprit);
-      return Status::mismatch(what + ": rank " + std::to_string(culprit) +
-                              " failed this call before it knew the call's group and stood in for it, so every member "
-                              "fails it" +
-                              (fault.empty() ? std::string() : " (" + fault + ")"));
+      return detail::stoodIn(what, culprit, fault);
     }
     std::copy_n(sent.begin(), words.size(), words.begin());
     return Status::ok();
